@@ -1,0 +1,190 @@
+//! The extension headers that follow the BTH (all but the AETH, which has its own module),
+//! and [`ExtHeaders`], the set of them one packet carries.
+
+use crate::aeth::{AETH_LEN, Aeth};
+use crate::error::{Layer, Result, need, room};
+use crate::{Error, HeaderSet};
+
+/// RDMA Extended Transport Header (16 bytes): where an RDMA WRITE or READ goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reth {
+    pub va: u64,
+    pub rkey: u32,
+    /// Length of the whole RDMA operation in bytes (not of this packet).
+    pub dma_len: u32,
+}
+
+/// Atomic Extended Transport Header (28 bytes): the target of a compare-and-swap or
+/// fetch-and-add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AtomicEth {
+    pub va: u64,
+    pub rkey: u32,
+    /// The value to swap in (compare-and-swap) or to add (fetch-and-add).
+    pub swap_add: u64,
+    /// The value to compare with (compare-and-swap only).
+    pub compare: u64,
+}
+
+/// Atomic ACK Extended Transport Header (8 bytes): the value the target held before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AtomicAckEth {
+    pub original: u64,
+}
+
+/// Datagram Extended Transport Header (8 bytes), in UD packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Deth {
+    pub qkey: u32,
+    /// Source QP number, 24 bits.
+    pub src_qp: u32,
+}
+
+/// The extension headers of one packet. Which ones must be present is fixed by the opcode
+/// (see [`crate::OpcodeInfo::headers`]); the 16 reserved bytes of a CNP are implied by its
+/// opcode and not represented here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ExtHeaders {
+    pub deth: Option<Deth>,
+    pub reth: Option<Reth>,
+    pub atomic_eth: Option<AtomicEth>,
+    pub aeth: Option<Aeth>,
+    pub atomic_ack_eth: Option<AtomicAckEth>,
+    /// Immediate data (ImmDt), carried as-is (network byte order on the wire).
+    pub imm_dt: Option<u32>,
+    /// The R_Key to invalidate (IETH).
+    pub ieth: Option<u32>,
+}
+
+#[inline]
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+fn be64(b: &[u8], at: usize) -> u64 {
+    (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
+}
+
+impl ExtHeaders {
+    /// The headers present, as a set.
+    pub fn present(&self) -> HeaderSet {
+        let mut set = HeaderSet::NONE;
+        let mut add = |present: bool, h: HeaderSet| {
+            if present {
+                set = set.union(h);
+            }
+        };
+        add(self.deth.is_some(), HeaderSet::DETH);
+        add(self.reth.is_some(), HeaderSet::RETH);
+        add(self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH);
+        add(self.aeth.is_some(), HeaderSet::AETH);
+        add(self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH);
+        add(self.imm_dt.is_some(), HeaderSet::IMM_DT);
+        add(self.ieth.is_some(), HeaderSet::IETH);
+        set
+    }
+
+    /// Decodes the headers in `set` from the start of `buf` (the bytes after the BTH).
+    pub fn parse(set: HeaderSet, buf: &[u8]) -> Result<ExtHeaders> {
+        need(buf, set.wire_len(), Layer::Extension)?;
+        let mut ext = ExtHeaders::default();
+        let mut at = 0;
+        if set.contains(HeaderSet::DETH) {
+            ext.deth = Some(Deth {
+                qkey: be32(buf, at),
+                src_qp: be32(buf, at + 4) & 0x00FF_FFFF,
+            });
+            at += 8;
+        }
+        if set.contains(HeaderSet::RETH) {
+            ext.reth = Some(Reth {
+                va: be64(buf, at),
+                rkey: be32(buf, at + 8),
+                dma_len: be32(buf, at + 12),
+            });
+            at += 16;
+        }
+        if set.contains(HeaderSet::ATOMIC_ETH) {
+            ext.atomic_eth = Some(AtomicEth {
+                va: be64(buf, at),
+                rkey: be32(buf, at + 8),
+                swap_add: be64(buf, at + 12),
+                compare: be64(buf, at + 20),
+            });
+            at += 28;
+        }
+        if set.contains(HeaderSet::AETH) {
+            ext.aeth = Some(Aeth::parse(&buf[at..])?);
+            at += AETH_LEN;
+        }
+        if set.contains(HeaderSet::ATOMIC_ACK_ETH) {
+            ext.atomic_ack_eth = Some(AtomicAckEth {
+                original: be64(buf, at),
+            });
+            at += 8;
+        }
+        if set.contains(HeaderSet::IMM_DT) {
+            ext.imm_dt = Some(be32(buf, at));
+            at += 4;
+        }
+        if set.contains(HeaderSet::IETH) {
+            ext.ieth = Some(be32(buf, at));
+        }
+        // CNP_RESERVED: 16 bytes that are ignored on receive.
+        Ok(ext)
+    }
+
+    /// Encodes the headers of `set` at the start of `buf` and returns their length. The
+    /// headers present must be exactly those of `set` (CNP padding aside), or
+    /// [`Error::HeaderMismatch`] names `opcode`.
+    pub fn emit(&self, set: HeaderSet, opcode: u8, buf: &mut [u8]) -> Result<usize> {
+        if self.present() != set.difference(HeaderSet::CNP_RESERVED) {
+            return Err(Error::HeaderMismatch(opcode));
+        }
+        let len = set.wire_len();
+        room(buf, len)?;
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        if let Some(d) = self.deth {
+            if d.src_qp >= 1 << 24 {
+                return Err(Error::FieldRange("DETH source QP is 24 bits"));
+            }
+            put(&d.qkey.to_be_bytes());
+            put(&d.src_qp.to_be_bytes());
+        }
+        if let Some(r) = self.reth {
+            put(&r.va.to_be_bytes());
+            put(&r.rkey.to_be_bytes());
+            put(&r.dma_len.to_be_bytes());
+        }
+        if let Some(a) = self.atomic_eth {
+            put(&a.va.to_be_bytes());
+            put(&a.rkey.to_be_bytes());
+            put(&a.swap_add.to_be_bytes());
+            put(&a.compare.to_be_bytes());
+        }
+        if let Some(a) = self.aeth {
+            let mut b = [0u8; AETH_LEN];
+            a.emit(&mut b)?;
+            put(&b);
+        }
+        if let Some(a) = self.atomic_ack_eth {
+            put(&a.original.to_be_bytes());
+        }
+        if let Some(imm) = self.imm_dt {
+            put(&imm.to_be_bytes());
+        }
+        if let Some(rkey) = self.ieth {
+            put(&rkey.to_be_bytes());
+        }
+        if set.contains(HeaderSet::CNP_RESERVED) {
+            put(&[0u8; 16]);
+        }
+        debug_assert_eq!(at, len);
+        Ok(len)
+    }
+}
