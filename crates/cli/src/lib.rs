@@ -1,0 +1,6 @@
+//! The library behind the `sluice` command: each subcommand's logic lives here, so that
+//! tests call it directly and `main.rs` stays a thin argument parser.
+
+pub mod check;
+pub mod psn_ranges;
+pub mod synth;
