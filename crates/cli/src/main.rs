@@ -54,10 +54,10 @@ struct CheckArgs {
 struct SynthArgs {
     /// Where to write the capture.
     file: PathBuf,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = synth::DEFAULT_SEED)]
     seed: u64,
     /// Packets per opcode and IP version.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = synth::DEFAULT_PER_OPCODE as u32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     per_opcode: u32,
     /// Flip one bit in this many frames after computing their ICRC.
     #[arg(long, default_value_t = 0)]

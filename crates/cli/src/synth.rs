@@ -47,6 +47,11 @@ pub struct SynthPacket {
     pub corrupted: bool,
 }
 
+/// The seed `sluice pcap synth` uses unless told otherwise.
+pub const DEFAULT_SEED: u64 = 1;
+/// Packets per opcode and IP version unless told otherwise.
+pub const DEFAULT_PER_OPCODE: usize = 2;
+
 /// Options for [`synthesize`].
 #[derive(Debug, Clone, Copy)]
 pub struct SynthOptions {
@@ -61,8 +66,8 @@ pub struct SynthOptions {
 impl Default for SynthOptions {
     fn default() -> Self {
         SynthOptions {
-            seed: 1,
-            per_opcode: 4,
+            seed: DEFAULT_SEED,
+            per_opcode: DEFAULT_PER_OPCODE,
             corrupt: 0,
             port: ROCE_V2_PORT,
         }
