@@ -66,6 +66,56 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
+impl Reth {
+    pub const LEN: usize = 16;
+
+    /// Decodes the first [`Reth::LEN`] bytes of `b` (the caller has checked the length).
+    #[inline]
+    pub(crate) fn read(b: &[u8]) -> Reth {
+        Reth {
+            va: be64(b, 0),
+            rkey: be32(b, 8),
+            dma_len: be32(b, 12),
+        }
+    }
+}
+
+impl AtomicEth {
+    pub const LEN: usize = 28;
+
+    #[inline]
+    pub(crate) fn read(b: &[u8]) -> AtomicEth {
+        AtomicEth {
+            va: be64(b, 0),
+            rkey: be32(b, 8),
+            swap_add: be64(b, 12),
+            compare: be64(b, 20),
+        }
+    }
+}
+
+impl Deth {
+    pub const LEN: usize = 8;
+
+    #[inline]
+    pub(crate) fn read(b: &[u8]) -> Deth {
+        Deth {
+            qkey: be32(b, 0),
+            src_qp: be32(b, 4) & 0x00FF_FFFF,
+        }
+    }
+}
+
+#[inline]
+pub(crate) fn read_u32(b: &[u8]) -> u32 {
+    be32(b, 0)
+}
+
+#[inline]
+pub(crate) fn read_u64(b: &[u8]) -> u64 {
+    be64(b, 0)
+}
+
 impl ExtHeaders {
     /// The headers present, as a set.
     pub fn present(&self) -> HeaderSet {
@@ -91,28 +141,16 @@ impl ExtHeaders {
         let mut ext = ExtHeaders::default();
         let mut at = 0;
         if set.contains(HeaderSet::DETH) {
-            ext.deth = Some(Deth {
-                qkey: be32(buf, at),
-                src_qp: be32(buf, at + 4) & 0x00FF_FFFF,
-            });
-            at += 8;
+            ext.deth = Some(Deth::read(&buf[at..]));
+            at += Deth::LEN;
         }
         if set.contains(HeaderSet::RETH) {
-            ext.reth = Some(Reth {
-                va: be64(buf, at),
-                rkey: be32(buf, at + 8),
-                dma_len: be32(buf, at + 12),
-            });
-            at += 16;
+            ext.reth = Some(Reth::read(&buf[at..]));
+            at += Reth::LEN;
         }
         if set.contains(HeaderSet::ATOMIC_ETH) {
-            ext.atomic_eth = Some(AtomicEth {
-                va: be64(buf, at),
-                rkey: be32(buf, at + 8),
-                swap_add: be64(buf, at + 12),
-                compare: be64(buf, at + 20),
-            });
-            at += 28;
+            ext.atomic_eth = Some(AtomicEth::read(&buf[at..]));
+            at += AtomicEth::LEN;
         }
         if set.contains(HeaderSet::AETH) {
             ext.aeth = Some(Aeth::parse(&buf[at..])?);
@@ -120,16 +158,16 @@ impl ExtHeaders {
         }
         if set.contains(HeaderSet::ATOMIC_ACK_ETH) {
             ext.atomic_ack_eth = Some(AtomicAckEth {
-                original: be64(buf, at),
+                original: read_u64(&buf[at..]),
             });
             at += 8;
         }
         if set.contains(HeaderSet::IMM_DT) {
-            ext.imm_dt = Some(be32(buf, at));
+            ext.imm_dt = Some(read_u32(&buf[at..]));
             at += 4;
         }
         if set.contains(HeaderSet::IETH) {
-            ext.ieth = Some(be32(buf, at));
+            ext.ieth = Some(read_u32(&buf[at..]));
         }
         // CNP_RESERVED: 16 bytes that are ignored on receive.
         Ok(ext)

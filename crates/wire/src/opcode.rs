@@ -134,6 +134,23 @@ pub struct OpcodeInfo {
     pub headers: HeaderSet,
     /// Whether the packet carries payload (which may still be empty, e.g. a 0-byte SEND).
     pub has_payload: bool,
+    /// Total length of the extension headers: `headers.wire_len()`, precomputed.
+    pub ext_len: usize,
+    /// Offset of each header of [`HeaderSet::ORDER`] after the BTH, or `u8::MAX` if absent.
+    offsets: [u8; 8],
+}
+
+impl OpcodeInfo {
+    /// Where header `h` (one of the [`HeaderSet`] constants) starts, counted from the end of
+    /// the BTH; `None` if this opcode does not carry it.
+    #[inline]
+    pub fn offset_of(&self, h: HeaderSet) -> Option<usize> {
+        let index = h.0.trailing_zeros() as usize;
+        match self.offsets.get(index) {
+            Some(&at) if at != u8::MAX => Some(usize::from(at)),
+            _ => None,
+        }
+    }
 }
 
 /// A BTH opcode. Any byte can be held; [`Opcode::info`] says whether it is one Sluice speaks.
@@ -297,6 +314,17 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
         },
         _ => return None,
     };
+    let mut offsets = [u8::MAX; 8];
+    let mut at = 0;
+    let mut i = 0;
+    while i < HeaderSet::ORDER.len() {
+        let (h, len) = HeaderSet::ORDER[i];
+        if headers.contains(h) {
+            offsets[i] = at as u8;
+            at += len;
+        }
+        i += 1;
+    }
     Some(OpcodeInfo {
         name: NAMES[op as usize],
         transport,
@@ -304,6 +332,8 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
         position,
         headers,
         has_payload,
+        ext_len: headers.wire_len(),
+        offsets,
     })
 }
 
@@ -388,6 +418,13 @@ mod tests {
         assert_eq!(h(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).wire_len(), 12);
         assert_eq!(h(Opcode::CNP).wire_len(), 16);
         assert_eq!(h(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE), HeaderSet::NONE);
+        let ack = Opcode::RC_ATOMIC_ACKNOWLEDGE.info().unwrap();
+        assert_eq!(ack.offset_of(HeaderSet::AETH), Some(0));
+        assert_eq!(ack.offset_of(HeaderSet::ATOMIC_ACK_ETH), Some(4));
+        assert_eq!(ack.offset_of(HeaderSet::RETH), None);
+        let ud = Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(ud.offset_of(HeaderSet::IMM_DT), Some(8));
+        assert_eq!(ud.ext_len, 12);
         let read = Opcode::RC_RDMA_READ_REQUEST.info().unwrap();
         assert!(!read.has_payload);
         assert_eq!(read.operation, Operation::RdmaReadRequest);

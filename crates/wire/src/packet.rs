@@ -1,7 +1,12 @@
 //! A whole RoCE v2 packet as UDP carries it: BTH, extension headers, payload, pad, ICRC.
 
+use crate::aeth::Aeth;
 use crate::error::{Layer, Result, need, room};
-use crate::{BTH_LEN, Bth, Error, ExtHeaders, OpcodeInfo};
+use crate::ext::{read_u32, read_u64};
+use crate::{
+    AtomicAckEth, AtomicEth, BTH_LEN, Bth, Deth, Error, ExtHeaders, HeaderSet, OpcodeInfo, Reth,
+    Syndrome,
+};
 
 /// Length of the ICRC trailer in bytes.
 pub const ICRC_LEN: usize = 4;
@@ -12,33 +17,41 @@ pub const fn pad_for(payload_len: usize) -> u8 {
     ((4 - payload_len % 4) % 4) as u8
 }
 
-/// A RoCE v2 packet decoded from a UDP payload. The payload borrows from the buffer.
+/// A RoCE v2 packet decoded from a UDP payload: the BTH, a validated view of the extension
+/// headers (decoded on access, so a receiver pays only for the headers it reads) and the
+/// payload, all borrowing from the buffer.
 ///
-/// Decoding checks the structure (version, opcode, header and payload lengths, pad count) but
-/// not the ICRC, which covers the IP and UDP headers too: see [`crate::IpUdp::roce`].
+/// Decoding checks the structure (version, opcode, header and payload lengths, pad count, AETH
+/// syndrome) but not the ICRC, which covers the IP and UDP headers too: see
+/// [`crate::IpUdp::roce`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     pub bth: Bth,
-    pub ext: ExtHeaders,
+    /// The table entry for the opcode (decoding fails for opcodes without one).
+    pub info: &'static OpcodeInfo,
+    /// The extension header bytes, exactly `info.ext_len` of them.
+    ext: &'a [u8],
     /// The payload without its pad bytes.
     pub payload: &'a [u8],
     /// The ICRC as carried, as a CRC value (the wire holds it least significant byte first).
     pub icrc: u32,
-    /// The table entry for the opcode (decoding fails for opcodes without one).
-    pub info: &'static OpcodeInfo,
 }
 
 impl<'a> RocePacket<'a> {
     /// Decodes a UDP payload. Never panics; every malformation is a typed [`Error`].
+    #[inline]
     pub fn parse(buf: &'a [u8]) -> Result<RocePacket<'a>> {
         let bth = Bth::parse(buf)?;
         let info = bth
             .opcode
             .info()
             .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
-        let header_len = BTH_LEN + info.headers.wire_len();
+        let header_len = BTH_LEN + info.ext_len;
         need(buf, header_len + ICRC_LEN, Layer::Extension)?;
-        let ext = ExtHeaders::parse(info.headers, &buf[BTH_LEN..])?;
+        let ext = &buf[BTH_LEN..header_len];
+        if let Some(at) = info.offset_of(HeaderSet::AETH) {
+            Syndrome::from_byte(ext[at])?;
+        }
         let icrc_at = buf.len() - ICRC_LEN;
         let body = &buf[header_len..icrc_at];
         let pad = usize::from(bth.pad_count);
@@ -74,16 +87,68 @@ impl<'a> RocePacket<'a> {
         ]);
         Ok(RocePacket {
             bth,
+            info,
             ext,
             payload: &body[..body.len() - pad],
             icrc,
-            info,
         })
     }
 
     /// Bytes of BTH and extension headers.
     pub fn header_len(&self) -> usize {
-        BTH_LEN + self.info.headers.wire_len()
+        BTH_LEN + self.info.ext_len
+    }
+
+    /// Every extension header, decoded.
+    pub fn ext(&self) -> ExtHeaders {
+        ExtHeaders::parse(self.info.headers, self.ext)
+            .expect("validated when the packet was parsed")
+    }
+
+    #[inline]
+    fn header(&self, h: HeaderSet) -> Option<&'a [u8]> {
+        self.info.offset_of(h).map(|at| &self.ext[at..])
+    }
+
+    #[inline]
+    pub fn reth(&self) -> Option<Reth> {
+        self.header(HeaderSet::RETH).map(Reth::read)
+    }
+
+    #[inline]
+    pub fn aeth(&self) -> Option<Aeth> {
+        self.header(HeaderSet::AETH)
+            .map(|b| Aeth::parse(b).expect("validated when the packet was parsed"))
+    }
+
+    #[inline]
+    pub fn atomic_eth(&self) -> Option<AtomicEth> {
+        self.header(HeaderSet::ATOMIC_ETH).map(AtomicEth::read)
+    }
+
+    #[inline]
+    pub fn atomic_ack_eth(&self) -> Option<AtomicAckEth> {
+        self.header(HeaderSet::ATOMIC_ACK_ETH)
+            .map(|b| AtomicAckEth {
+                original: read_u64(b),
+            })
+    }
+
+    #[inline]
+    pub fn deth(&self) -> Option<Deth> {
+        self.header(HeaderSet::DETH).map(Deth::read)
+    }
+
+    /// Immediate data.
+    #[inline]
+    pub fn imm_dt(&self) -> Option<u32> {
+        self.header(HeaderSet::IMM_DT).map(read_u32)
+    }
+
+    /// The R_Key to invalidate (IETH).
+    #[inline]
+    pub fn ieth(&self) -> Option<u32> {
+        self.header(HeaderSet::IETH).map(read_u32)
     }
 }
 
@@ -123,7 +188,7 @@ impl RoceHeaders {
                 "payload given to an opcode without payload",
             ));
         }
-        let header_len = BTH_LEN + info.headers.wire_len();
+        let header_len = BTH_LEN + info.ext_len;
         room(buf, header_len)?;
         let bth = Bth {
             pad_count: pad_for(payload_len),
@@ -152,7 +217,7 @@ impl RoceHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Aeth, Credits, Opcode, Psn, Reth, Syndrome};
+    use crate::{Credits, Opcode, Psn};
 
     fn write_only(payload: &[u8]) -> Vec<u8> {
         let headers = RoceHeaders {
@@ -179,7 +244,9 @@ mod tests {
         let p = RocePacket::parse(&buf).unwrap();
         assert_eq!(p.bth.pad_count, 3);
         assert_eq!(p.payload, b"hello");
-        assert_eq!(p.ext.reth.unwrap().rkey, 0xAB);
+        assert_eq!(p.reth().unwrap().rkey, 0xAB);
+        assert_eq!(p.ext().reth, p.reth());
+        assert_eq!(p.aeth(), None);
     }
 
     #[test]
@@ -240,6 +307,24 @@ mod tests {
             headers.emit(b"", &mut buf),
             Err(Error::HeaderMismatch(0x0A))
         );
+    }
+
+    #[test]
+    fn reserved_syndrome_is_rejected_at_parse() {
+        let headers = RoceHeaders {
+            bth: Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)),
+            ext: ExtHeaders {
+                aeth: Some(Aeth {
+                    syndrome: Syndrome::Ack(Credits::UNLIMITED),
+                    msn: 1,
+                }),
+                ..ExtHeaders::default()
+            },
+        };
+        let mut buf = [0u8; 20];
+        headers.emit(b"", &mut buf).unwrap();
+        buf[12] = 0x40;
+        assert_eq!(RocePacket::parse(&buf), Err(Error::BadSyndrome(0x40)));
     }
 
     #[test]

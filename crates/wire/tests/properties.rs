@@ -157,7 +157,7 @@ proptest! {
         prop_assert_eq!(datagram.udp, UdpHeader { src_port, dst_port: ROCE_V2_PORT });
         let packet = datagram.roce().unwrap();
         prop_assert_eq!(packet.bth, Bth { pad_count: pad_for(payload.len()), ..roce.bth });
-        prop_assert_eq!(packet.ext, roce.ext);
+        prop_assert_eq!(packet.ext(), roce.ext);
         prop_assert_eq!(packet.payload, &payload[..]);
         prop_assert_eq!(bytes.len() % 4, ip.header_len() % 4);
         if let IpHeader::V6(h) = ip {
@@ -241,12 +241,12 @@ proptest! {
         let mut bytes = vec![opcode.0, 0, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0, 0, 1];
         bytes.extend_from_slice(&body);
         if let Ok(p) = RocePacket::parse(&bytes) {
-            let again = RoceHeaders { bth: p.bth, ext: p.ext };
+            let again = RoceHeaders { bth: p.bth, ext: p.ext() };
             let mut out = vec![0u8; bytes.len() + 8];
             let n = again.emit(p.payload, &mut out).unwrap();
             let q = RocePacket::parse(&out[..n]).unwrap();
             prop_assert_eq!(q.bth, p.bth);
-            prop_assert_eq!(q.ext, p.ext);
+            prop_assert_eq!(q.ext(), p.ext());
             prop_assert_eq!(q.payload, p.payload);
         }
     }
