@@ -99,26 +99,35 @@ struct Checker {
     streams: BTreeMap<(IpAddr, u32, bool), PsnRanges>,
 }
 
-/// Finds the IP datagram in a captured frame, or `None` if the frame carries no IP.
-/// `Some(Err(()))` means the link type is one this checker does not decode.
-fn ip_of(link: u32, data: &[u8]) -> Option<Result<&[u8], ()>> {
-    fn by_ethertype(ethertype: u16, rest: &[u8]) -> Option<&[u8]> {
-        matches!(ethertype, ETHERTYPE_IPV4 | ETHERTYPE_IPV6).then_some(rest)
+/// What a captured frame carries, as far as this checker is concerned.
+enum Link<'a> {
+    Ip(&'a [u8]),
+    NotIp,
+    UnsupportedLinkType,
+}
+
+/// Finds the IP datagram in a captured frame.
+fn link_payload(link: u32, data: &[u8]) -> Link<'_> {
+    fn by_ethertype(ethertype: u16, rest: &[u8]) -> Link<'_> {
+        match ethertype {
+            ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Link::Ip(rest),
+            _ => Link::NotIp,
+        }
     }
     match link {
         link_type::ETHERNET => match EthernetHeader::parse(data) {
-            Ok((eth, rest)) => by_ethertype(eth.ethertype, rest).map(Ok),
-            Err(_) => None,
+            Ok((eth, rest)) => by_ethertype(eth.ethertype, rest),
+            Err(_) => Link::NotIp,
         },
-        link_type::RAW | link_type::IPV4 | link_type::IPV6 => Some(Ok(data)),
+        link_type::RAW | link_type::IPV4 | link_type::IPV6 => Link::Ip(data),
         link_type::LINUX_SLL if data.len() >= 16 => {
-            by_ethertype(u16::from_be_bytes([data[14], data[15]]), &data[16..]).map(Ok)
+            by_ethertype(u16::from_be_bytes([data[14], data[15]]), &data[16..])
         }
         link_type::LINUX_SLL2 if data.len() >= 20 => {
-            by_ethertype(u16::from_be_bytes([data[0], data[1]]), &data[20..]).map(Ok)
+            by_ethertype(u16::from_be_bytes([data[0], data[1]]), &data[20..])
         }
-        link_type::LINUX_SLL | link_type::LINUX_SLL2 => None,
-        _ => Some(Err(())),
+        link_type::LINUX_SLL | link_type::LINUX_SLL2 => Link::NotIp,
+        _ => Link::UnsupportedLinkType,
     }
 }
 
@@ -159,14 +168,14 @@ impl Checker {
     fn frame(&mut self, link: u32, data: &[u8], orig_len: u32) {
         self.frames += 1;
         let frame = self.frames;
-        let ip = match ip_of(link, data) {
-            Some(Ok(ip)) => ip,
-            Some(Err(())) => {
-                self.unsupported_link += 1;
+        let ip = match link_payload(link, data) {
+            Link::Ip(ip) => ip,
+            Link::NotIp => {
                 self.other += 1;
                 return;
             }
-            None => {
+            Link::UnsupportedLinkType => {
+                self.unsupported_link += 1;
                 self.other += 1;
                 return;
             }

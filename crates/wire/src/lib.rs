@@ -62,3 +62,8 @@ pub use ip::{
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ICRC_LEN, RoceHeaders, RocePacket, pad_for};
 pub use psn::Psn;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
