@@ -7,8 +7,9 @@
 #  1. Soft-RoCE accepts packets built by sluice-wire: `ibv_rc_pingpong` in the VM exits 0 only
 #     if our RC SEND ONLY (to its QP, at the PSN it expects) and our RC ACKNOWLEDGE of its reply
 #     are valid, ICRC included (rxe drops a packet with a bad ICRC).
-#  2. sluice-wire verifies the ICRC of packets Soft-RoCE builds, both live (the probe checks
-#     each packet it receives) and in captures from both ends (`sluice pcap check`).
+#  2. sluice-wire verifies the ICRC of the packets Soft-RoCE builds, in captures taken at both
+#     ends (`sluice pcap check`). (Live, on a UDP socket, it cannot: Soft-RoCE puts the
+#     kernel's IP identification counter in the header, and the ICRC covers it.)
 #  3. tshark decodes the same capture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
