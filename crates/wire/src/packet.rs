@@ -237,6 +237,19 @@ mod tests {
         buf
     }
 
+    fn ack() -> RoceHeaders {
+        RoceHeaders {
+            bth: Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)),
+            ext: ExtHeaders {
+                aeth: Some(Aeth {
+                    syndrome: Syndrome::Ack(Credits::UNLIMITED),
+                    msn: 1,
+                }),
+                ..ExtHeaders::default()
+            },
+        }
+    }
+
     #[test]
     fn payload_and_pad() {
         let buf = write_only(b"hello");
@@ -271,16 +284,7 @@ mod tests {
 
     #[test]
     fn ack_with_payload_is_rejected() {
-        let headers = RoceHeaders {
-            bth: Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)),
-            ext: ExtHeaders {
-                aeth: Some(Aeth {
-                    syndrome: Syndrome::Ack(Credits::UNLIMITED),
-                    msn: 1,
-                }),
-                ..ExtHeaders::default()
-            },
-        };
+        let headers = ack();
         let mut buf = [0u8; 64];
         assert!(matches!(
             headers.emit(b"data", &mut buf),
@@ -311,16 +315,7 @@ mod tests {
 
     #[test]
     fn reserved_syndrome_is_rejected_at_parse() {
-        let headers = RoceHeaders {
-            bth: Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)),
-            ext: ExtHeaders {
-                aeth: Some(Aeth {
-                    syndrome: Syndrome::Ack(Credits::UNLIMITED),
-                    msn: 1,
-                }),
-                ..ExtHeaders::default()
-            },
-        };
+        let headers = ack();
         let mut buf = [0u8; 20];
         headers.emit(b"", &mut buf).unwrap();
         buf[12] = 0x40;

@@ -242,18 +242,28 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
-    /// Reads one pcapng block (type already known to be a section header) after its type.
+    /// Reads the rest of a section header block whose type was just read.
     fn read_section_header(&mut self) -> Result<(), CaptureError> {
         let mut head = [0u8; 8];
         if !read_or_eof(&mut self.input, &mut head)? {
             return Err(CaptureError::Malformed("pcapng section header cut short"));
         }
-        let big_endian = match u32::from_le_bytes([head[4], head[5], head[6], head[7]]) {
+        self.begin_section(
+            [head[0], head[1], head[2], head[3]],
+            [head[4], head[5], head[6], head[7]],
+        )
+    }
+
+    /// Starts a pcapng section from its block length and byte-order magic (read as they
+    /// are on disk: the magic tells the byte order the length is in), skipping the rest of
+    /// the block. Interfaces of earlier sections are forgotten.
+    fn begin_section(&mut self, length: [u8; 4], byte_order: [u8; 4]) -> Result<(), CaptureError> {
+        let big_endian = match u32::from_le_bytes(byte_order) {
             PCAPNG_BYTE_ORDER => false,
             0x4D3C_2B1A => true,
             _ => return Err(CaptureError::Malformed("pcapng byte-order magic")),
         };
-        let total = u32_at(&head, 0, big_endian) as usize;
+        let total = u32_at(&length, 0, big_endian) as usize;
         if !(28..=MAX_RECORD_LEN).contains(&total) || total % 4 != 0 {
             return Err(CaptureError::Malformed("pcapng section header length"));
         }
@@ -287,26 +297,11 @@ impl<R: Read> CaptureReader<R> {
             }
             let block_type = u32_at(&head, 0, big);
             if block_type == PCAPNG_SHB {
-                // A new section: re-read the byte order; the length we read may be in the
-                // other order, so start again after the type.
-                let mut rest = [0u8; 4];
-                if !read_or_eof(&mut self.input, &mut rest)? {
+                let mut byte_order = [0u8; 4];
+                if !read_or_eof(&mut self.input, &mut byte_order)? {
                     return Err(CaptureError::TruncatedRecord);
                 }
-                let big = match u32::from_le_bytes(rest) {
-                    PCAPNG_BYTE_ORDER => false,
-                    0x4D3C_2B1A => true,
-                    _ => return Err(CaptureError::Malformed("pcapng byte-order magic")),
-                };
-                let total = u32_at(&head, 4, big) as usize;
-                if !(28..=MAX_RECORD_LEN).contains(&total) || total % 4 != 0 {
-                    return Err(CaptureError::Malformed("pcapng section header length"));
-                }
-                self.skip(total - 12)?;
-                self.format = Format::PcapNg {
-                    big_endian: big,
-                    interfaces: Vec::new(),
-                };
+                self.begin_section([head[4], head[5], head[6], head[7]], byte_order)?;
                 continue;
             }
             let total = u32_at(&head, 4, big) as usize;
@@ -473,6 +468,40 @@ mod tests {
         let b = r.next_record().unwrap().unwrap();
         assert_eq!(b.data, &[5, 6]);
         assert!(r.next_record().unwrap().is_none());
+    }
+
+    #[test]
+    fn pcapng_second_section_resets_interfaces() {
+        let shb = || {
+            let mut b = PCAPNG_BYTE_ORDER.to_le_bytes().to_vec();
+            b.extend_from_slice(&[1, 0, 0, 0]);
+            b.extend_from_slice(&(-1i64).to_le_bytes());
+            block(PCAPNG_SHB, &b)
+        };
+        let idb = |link: u16| {
+            let mut b = link.to_le_bytes().to_vec();
+            b.extend_from_slice(&[0, 0, 0, 0, 1, 0]);
+            block(1, &b)
+        };
+        let epb = |iface: u32| {
+            let mut b = Vec::new();
+            for v in [iface, 0, 0, 4, 4] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&[1, 2, 3, 4]);
+            block(6, &b)
+        };
+        let mut file = shb();
+        file.extend(idb(1));
+        file.extend(epb(0));
+        file.extend(shb());
+        file.extend(idb(101));
+        file.extend(epb(0));
+        file.extend(epb(1)); // no interface 1 in this section
+        let mut r = CaptureReader::new(&file[..]).unwrap();
+        assert_eq!(r.next_record().unwrap().unwrap().link_type, 1);
+        assert_eq!(r.next_record().unwrap().unwrap().link_type, 101);
+        assert!(matches!(r.next_record(), Err(CaptureError::Malformed(_))));
     }
 
     #[test]
