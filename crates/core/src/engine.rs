@@ -1,0 +1,737 @@
+//! The engine: objects, the verbs-style calls, the ready list of queue pairs and the timers.
+//! The requester and responder halves of a queue pair live in their own modules.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use sluice_wire::{Operation, Psn, RoceHeaders};
+
+use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
+use crate::mr::{Access, Memory, MrInfo, MrTable};
+use crate::qp::{
+    Qp, QpConfig, QpNum, QpState, RecvWqe, SendOp, SendWqe, SendWr, SgList, Transition,
+};
+use crate::{Counters, Error, Instant, RecvWr, Rng};
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PdId(pub u32);
+
+/// A completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqId(pub u32);
+
+/// The first QPN handed out (QPs 0 and 1 are special in InfiniBand; Soft-RoCE starts at 17).
+const FIRST_QPN: u32 = 0x11;
+
+/// Limits and policies of one engine.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Seeds the memory keys (and nothing else random).
+    pub seed: u64,
+    pub max_qps: u32,
+    pub max_mrs: u32,
+    pub max_cqs: u32,
+    pub max_cq_entries: u32,
+    /// Request packets a queue pair may have unacknowledged (its window), at most 2^23.
+    pub max_outstanding_packets: u32,
+    /// The requester asks for an ACK on the last packet of every message and on every
+    /// this many packets in between.
+    pub ack_request_every: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            seed: 0,
+            max_qps: 1 << 16,
+            max_mrs: 1 << 16,
+            max_cqs: 1 << 16,
+            max_cq_entries: 1 << 20,
+            max_outstanding_packets: 1024,
+            ack_request_every: 64,
+        }
+    }
+}
+
+/// The payload of a received packet: bytes, or a length only (the simulator).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Len(u32),
+}
+
+impl Payload<'_> {
+    pub fn len(&self) -> u32 {
+        match self {
+            Payload::Bytes(b) => b.len() as u32,
+            Payload::Len(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A packet to put on the wire. The payload was written into the buffer given to
+/// [`Engine::poll_transmit`] (unless the memory it comes from is length-only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: IpAddr,
+    /// The UDP source port (the ECMP entropy of the queue pair).
+    pub src_port: u16,
+    pub headers: RoceHeaders,
+    pub payload_len: u32,
+}
+
+/// A completion queue overran: completions were lost and the queue pairs that produced them
+/// moved to the error state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqOverrun;
+
+/// One RDMA NIC's worth of transport state.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) config: EngineConfig,
+    rng: Rng,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Vec<Option<CompletionQueue>>,
+    pds: u32,
+    pub(crate) qps: Vec<Option<Qp>>,
+    free_qps: Vec<u32>,
+    /// Queue pairs that may have something to send, served round-robin: O(1) per packet.
+    ready: VecDeque<u32>,
+    /// (deadline, QP index); at most one live entry per queue pair (see `arm`).
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    timer_queued: Vec<Option<Instant>>,
+    pub(crate) counters: Counters,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine {
+            config,
+            rng: Rng::new(config.seed),
+            mrs: MrTable::new(config.max_mrs as usize),
+            cqs: Vec::new(),
+            pds: 0,
+            qps: Vec::new(),
+            free_qps: Vec::new(),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            timer_queued: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    // ---- objects -------------------------------------------------------------------------
+
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.pds += 1;
+        PdId(self.pds)
+    }
+
+    /// Registers `memory` at virtual address `addr`. Remote write and atomic access need local
+    /// write access too (IBTA).
+    pub fn register_mr(
+        &mut self,
+        pd: PdId,
+        addr: u64,
+        memory: Memory,
+        access: Access,
+    ) -> Result<MrInfo, Error> {
+        if pd.0 == 0 || pd.0 > self.pds {
+            return Err(Error::NoSuchObject("protection domain"));
+        }
+        self.mrs.register(&mut self.rng, pd, addr, memory, access)
+    }
+
+    /// Deregisters a region and hands its memory back.
+    pub fn deregister_mr(&mut self, lkey: u32) -> Result<Memory, Error> {
+        self.mrs.deregister(lkey)
+    }
+
+    /// The bytes of a region (`None` for a length-only region or an unknown key).
+    pub fn mr_bytes(&self, lkey: u32) -> Option<&[u8]> {
+        self.mrs.bytes(lkey)
+    }
+
+    pub fn mr_bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
+        self.mrs.bytes_mut(lkey)
+    }
+
+    pub fn create_cq(&mut self, capacity: u32) -> Result<CqId, Error> {
+        if capacity == 0 || capacity > self.config.max_cq_entries {
+            return Err(Error::InvalidArgument(
+                "CQ capacity must be 1..=max_cq_entries",
+            ));
+        }
+        if self.cqs.len() >= self.config.max_cqs as usize {
+            return Err(Error::Exhausted("completion queues"));
+        }
+        self.cqs.push(Some(CompletionQueue::new(capacity as usize)));
+        Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    /// The next completion of `cq`, `Ok(None)` when it is empty, `Err(CqOverrun)` once an
+    /// overrun happened and the completions queued before it are drained.
+    pub fn poll_cq(&mut self, cq: CqId) -> Result<Option<Completion>, CqOverrun> {
+        let Some(Some(queue)) = self.cqs.get_mut(cq.0 as usize) else {
+            return Ok(None);
+        };
+        match queue.pop() {
+            Some(c) => Ok(Some(c)),
+            None if queue.overrun => Err(CqOverrun),
+            None => Ok(None),
+        }
+    }
+
+    /// Completions waiting in `cq`.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.cqs
+            .get(cq.0 as usize)
+            .and_then(|c| c.as_ref())
+            .map_or(0, |c| c.len())
+    }
+
+    pub fn create_qp(&mut self, config: QpConfig) -> Result<QpNum, Error> {
+        if config.pd.0 == 0 || config.pd.0 > self.pds {
+            return Err(Error::NoSuchObject("protection domain"));
+        }
+        for cq in [config.send_cq, config.recv_cq] {
+            if !matches!(self.cqs.get(cq.0 as usize), Some(Some(_))) {
+                return Err(Error::NoSuchObject("completion queue"));
+            }
+        }
+        if config.caps.max_sge as usize > crate::MAX_SGE
+            || config.caps.max_send_wr == 0
+            || config.caps.max_recv_wr == 0
+        {
+            return Err(Error::InvalidArgument(
+                "queue sizes must be non-zero and max_sge at most MAX_SGE",
+            ));
+        }
+        let index = match self.free_qps.pop() {
+            Some(i) => i,
+            None if self.qps.len()
+                < (self.config.max_qps as usize).min((1 << 24) - FIRST_QPN as usize) =>
+            {
+                self.qps.push(None);
+                self.timer_queued.push(None);
+                self.qps.len() as u32 - 1
+            }
+            None => return Err(Error::Exhausted("queue pairs")),
+        };
+        let num = QpNum(FIRST_QPN + index);
+        self.qps[index as usize] = Some(Qp::new(num, config));
+        Ok(num)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: QpNum) -> Result<(), Error> {
+        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
+        match self.qps.get_mut(index as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                self.free_qps.push(index);
+                Ok(())
+            }
+            _ => Err(Error::NoSuchObject("queue pair")),
+        }
+    }
+
+    pub fn qp_state(&self, qpn: QpNum) -> Option<QpState> {
+        self.qp(qpn).map(|q| q.state)
+    }
+
+    fn index(qpn: QpNum) -> Option<u32> {
+        qpn.0.checked_sub(FIRST_QPN)
+    }
+
+    fn qp(&self, qpn: QpNum) -> Option<&Qp> {
+        self.qps.get(Self::index(qpn)? as usize)?.as_ref()
+    }
+
+    pub(crate) fn qp_mut(&mut self, index: u32) -> &mut Qp {
+        self.qps[index as usize]
+            .as_mut()
+            .expect("a live queue pair index")
+    }
+
+    /// Moves a queue pair along its state machine.
+    pub fn modify_qp(&mut self, qpn: QpNum, transition: Transition) -> Result<(), Error> {
+        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
+        let qp = self
+            .qps
+            .get_mut(index as usize)
+            .and_then(|q| q.as_mut())
+            .ok_or(Error::NoSuchObject("queue pair"))?;
+        let state = qp.state;
+        let refuse = |action| Err(Error::InvalidState { state, action });
+        match transition {
+            Transition::Init { access } => {
+                if state != QpState::Reset {
+                    return refuse("move to INIT (only from RESET)");
+                }
+                qp.attrs.access = access;
+                qp.state = QpState::Init;
+            }
+            Transition::Rtr {
+                peer,
+                dest_qpn,
+                path_mtu,
+                rq_psn,
+                max_dest_rd_atomic,
+                min_rnr_timer,
+                recovery,
+            } => {
+                if state != QpState::Init {
+                    return refuse("move to RTR (only from INIT)");
+                }
+                if dest_qpn >= 1 << 24 || min_rnr_timer > 31 {
+                    return Err(Error::InvalidArgument(
+                        "dest_qpn is 24 bits, min_rnr_timer 0..=31",
+                    ));
+                }
+                qp.attrs.peer = Some(peer);
+                qp.attrs.dest_qpn = dest_qpn;
+                qp.attrs.mtu = path_mtu.bytes();
+                qp.attrs.max_dest_rd_atomic = max_dest_rd_atomic;
+                qp.attrs.min_rnr_timer = min_rnr_timer;
+                qp.attrs.recovery = recovery;
+                qp.resp.epsn = rq_psn;
+                qp.state = QpState::Rtr;
+            }
+            Transition::Rts {
+                sq_psn,
+                timeout,
+                retry_cnt,
+                rnr_retry,
+                max_rd_atomic,
+            } => {
+                if state != QpState::Rtr {
+                    return refuse("move to RTS (only from RTR)");
+                }
+                if timeout > 31 || retry_cnt > 7 || rnr_retry > 7 {
+                    return Err(Error::InvalidArgument(
+                        "timeout 0..=31, retry_cnt and rnr_retry 0..=7",
+                    ));
+                }
+                qp.attrs.timeout = timeout;
+                qp.attrs.retry_cnt = retry_cnt;
+                qp.attrs.rnr_retry = rnr_retry;
+                qp.attrs.max_rd_atomic = max_rd_atomic;
+                qp.req.next_psn = sq_psn;
+                qp.req.una = sq_psn;
+                qp.req.max_sent = sq_psn;
+                qp.req.retries_left = retry_cnt;
+                qp.req.rnr_retries_left = rnr_retry;
+                qp.state = QpState::Rts;
+                self.schedule(index);
+            }
+            Transition::Error => {
+                if state != QpState::Error {
+                    self.enter_error(index);
+                }
+            }
+            Transition::Reset => {
+                let num = qp.num;
+                let config = qp.config;
+                *qp = Qp::new(num, config);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- posting -------------------------------------------------------------------------
+
+    /// Posts a send work request. Malformed requests (too many or unregistered local buffers,
+    /// a message over 2^31 bytes, oversized inline data, an atomic without an 8-byte buffer)
+    /// are refused here; a queue pair in the error state takes the request and completes it
+    /// at once with a flush error.
+    pub fn post_send(&mut self, qpn: QpNum, wr: &SendWr<'_>) -> Result<(), Error> {
+        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
+        let qp = self
+            .qps
+            .get(index as usize)
+            .and_then(|q| q.as_ref())
+            .ok_or(Error::NoSuchObject("queue pair"))?;
+        if wr.sgl.len() > qp.config.caps.max_sge as usize {
+            return Err(Error::InvalidArgument(
+                "more scatter/gather entries than max_sge",
+            ));
+        }
+        let sgl = SgList::new(wr.sgl).ok_or(Error::InvalidArgument(
+            "more scatter/gather entries than MAX_SGE",
+        ))?;
+        let len = sgl
+            .total()
+            .ok_or(Error::InvalidArgument("a message is at most 2^31 bytes"))?;
+        if wr.op.is_atomic() && len != 8 {
+            return Err(Error::InvalidArgument(
+                "an atomic needs one 8-byte result buffer",
+            ));
+        }
+        let local_write = wr.op.is_read_or_atomic();
+        let need = if local_write {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        for sge in sgl.entries() {
+            self.mrs
+                .check(sge.lkey, qp.config.pd, sge.addr, u64::from(sge.len), need)
+                .map_err(|_| {
+                    Error::InvalidArgument(
+                        "a scatter/gather entry is outside a registered region it may use",
+                    )
+                })?;
+        }
+        let inline = if wr.inline && !wr.op.is_read_or_atomic() {
+            if len > qp.config.caps.max_inline {
+                return Err(Error::InvalidArgument("inline data longer than max_inline"));
+            }
+            let mut data = vec![0u8; len as usize].into_boxed_slice();
+            let mut at = 0;
+            for (lkey, addr, n) in sgl.pieces(0, len) {
+                self.mrs.read(lkey, addr, &mut data[at..at + n as usize]);
+                at += n as usize;
+            }
+            Some(data)
+        } else {
+            None
+        };
+        let qp = self.qp_mut(index);
+        match qp.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                let c = Completion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushError,
+                    opcode: send_opcode(wr.op),
+                    qp: qpn,
+                    byte_len: 0,
+                    imm: None,
+                };
+                let cq = qp.config.send_cq;
+                self.complete(index, cq, c);
+                return Ok(());
+            }
+            state => {
+                return Err(Error::InvalidState {
+                    state,
+                    action: "post a send (needs RTS)",
+                });
+            }
+        }
+        if qp.req.sq.len() >= qp.config.caps.max_send_wr as usize {
+            return Err(Error::QueueFull("send queue"));
+        }
+        qp.req.sq.push_back(SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            sgl,
+            inline,
+            len,
+            signaled: wr.signaled,
+            fence: wr.fence,
+            solicited: wr.solicited,
+            first_psn: Psn::new(0),
+            span: 0,
+            started: false,
+            read_done: 0,
+            responded: false,
+        });
+        self.schedule(index);
+        Ok(())
+    }
+
+    /// Posts a receive work request (INIT, RTR or RTS; in ERROR it completes at once with a
+    /// flush error).
+    pub fn post_recv(&mut self, qpn: QpNum, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
+        let qp = self
+            .qps
+            .get(index as usize)
+            .and_then(|q| q.as_ref())
+            .ok_or(Error::NoSuchObject("queue pair"))?;
+        if wr.sgl.len() > qp.config.caps.max_sge as usize {
+            return Err(Error::InvalidArgument(
+                "more scatter/gather entries than max_sge",
+            ));
+        }
+        let sgl = SgList::new(wr.sgl).ok_or(Error::InvalidArgument(
+            "more scatter/gather entries than MAX_SGE",
+        ))?;
+        let len = sgl.total().ok_or(Error::InvalidArgument(
+            "a receive buffer is at most 2^31 bytes",
+        ))?;
+        for sge in sgl.entries() {
+            self.mrs
+                .check(
+                    sge.lkey,
+                    qp.config.pd,
+                    sge.addr,
+                    u64::from(sge.len),
+                    Access::LOCAL_WRITE,
+                )
+                .map_err(|_| {
+                    Error::InvalidArgument(
+                        "a receive buffer is outside a registered, locally writable region",
+                    )
+                })?;
+        }
+        let qp = self.qp_mut(index);
+        match qp.state {
+            QpState::Init | QpState::Rtr | QpState::Rts => {}
+            QpState::Error => {
+                let c = Completion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushError,
+                    opcode: WcOpcode::Recv,
+                    qp: qpn,
+                    byte_len: 0,
+                    imm: None,
+                };
+                let cq = qp.config.recv_cq;
+                self.complete(index, cq, c);
+                return Ok(());
+            }
+            state => {
+                return Err(Error::InvalidState {
+                    state,
+                    action: "post a receive (needs INIT, RTR or RTS)",
+                });
+            }
+        }
+        if qp.resp.rq.len() >= qp.config.caps.max_recv_wr as usize {
+            return Err(Error::QueueFull("receive queue"));
+        }
+        qp.resp.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sgl,
+            len,
+        });
+        Ok(())
+    }
+
+    // ---- packets in ----------------------------------------------------------------------
+
+    /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
+    /// Anything that does not belong is dropped and counted; requests are answered as the
+    /// protocol prescribes.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += u64::from(payload.len());
+        let bth = &headers.bth;
+        let Some(info) = bth.opcode.info() else {
+            self.counters.drops_unexpected_opcode += 1;
+            return;
+        };
+        if bth.pkey & 0x7FFF != 0x7FFF {
+            self.counters.drops_bad_pkey += 1;
+            return;
+        }
+        let Some(index) = Self::index(QpNum(bth.dest_qp))
+            .filter(|&i| matches!(self.qps.get(i as usize), Some(Some(_))))
+        else {
+            self.counters.drops_unknown_qp += 1;
+            return;
+        };
+        let qp = self.qp_mut(index);
+        if info.transport != sluice_wire::Transport::Rc {
+            self.counters.drops_unexpected_opcode += 1;
+            return;
+        }
+        if qp.attrs.peer != Some(from) {
+            self.counters.drops_wrong_peer += 1;
+            return;
+        }
+        let is_response = matches!(
+            info.operation,
+            Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
+        );
+        if is_response {
+            if qp.state != QpState::Rts {
+                self.counters.drops_bad_state += 1;
+                return;
+            }
+            self.on_response(index, now, headers, info, payload);
+        } else {
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+                self.counters.drops_bad_state += 1;
+                return;
+            }
+            self.on_request(index, headers, info, payload);
+        }
+        self.schedule(index);
+    }
+
+    // ---- packets out ---------------------------------------------------------------------
+
+    /// The next packet to send, if any may go now. Its payload is written to
+    /// `payload[..payload_len]`; `payload` must hold a full MTU (4096 bytes).
+    pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
+        while let Some(index) = self.ready.pop_front() {
+            let transmit = self
+                .next_response_packet(index, payload)
+                .or_else(|| self.next_request_packet(index, now, payload));
+            let qp = self.qp_mut(index);
+            match transmit {
+                Some(t) => {
+                    self.ready.push_back(index);
+                    self.counters.tx_packets += 1;
+                    self.counters.tx_bytes += u64::from(t.payload_len);
+                    return Some(t);
+                }
+                None => qp.scheduled = false,
+            }
+        }
+        None
+    }
+
+    /// Puts a queue pair on the ready list (if it is not already there).
+    pub(crate) fn schedule(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        if !qp.scheduled {
+            qp.scheduled = true;
+            self.ready.push_back(index);
+        }
+    }
+
+    // ---- time ----------------------------------------------------------------------------
+
+    /// When [`Engine::handle_timeout`] should next be called.
+    pub fn next_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, index))) = self.timers.peek() {
+            if self.timer_queued[index as usize] == Some(at) {
+                return Some(at);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Fires every timer due at `now`: retransmissions, the end of RNR waits.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((at, index))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.timer_queued[index as usize] != Some(at) {
+                continue;
+            }
+            self.timer_queued[index as usize] = None;
+            if matches!(self.qps.get(index as usize), Some(Some(_))) {
+                self.on_timer(index, now);
+            }
+        }
+    }
+
+    /// Makes sure a timer fires for queue pair `index` no later than `at`.
+    pub(crate) fn arm(&mut self, index: u32, at: Instant) {
+        let queued = &mut self.timer_queued[index as usize];
+        if queued.is_none_or(|q| at < q) {
+            *queued = Some(at);
+            self.timers.push(Reverse((at, index)));
+        }
+    }
+
+    /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
+    pub(crate) fn retransmit_timeout(timeout: u8) -> Option<Duration> {
+        (timeout != 0).then(|| Duration::from_nanos(4096 << timeout.min(31)))
+    }
+
+    // ---- completions and errors ----------------------------------------------------------
+
+    /// Adds a completion; on a CQ overrun the queue pair goes to the error state.
+    pub(crate) fn complete(&mut self, index: u32, cq: crate::CqId, c: Completion) {
+        let pushed = self.cqs[cq.0 as usize]
+            .as_mut()
+            .expect("a queue pair's CQ outlives it")
+            .push(c);
+        if !pushed {
+            self.counters.cq_overruns += 1;
+            if self.qp_mut(index).state != QpState::Error {
+                self.enter_error(index);
+            }
+        }
+    }
+
+    /// Moves a queue pair to ERROR: every outstanding request completes with a flush error;
+    /// NAKs already owed to the peer are still sent.
+    pub(crate) fn enter_error(&mut self, index: u32) {
+        self.enter_error_failing(index, None);
+    }
+
+    /// [`Engine::enter_error`], with send request `failed.0` completing with status `failed.1`.
+    pub(crate) fn enter_error_failing(&mut self, index: u32, failed: Option<(usize, WcStatus)>) {
+        let qp = self.qp_mut(index);
+        qp.state = QpState::Error;
+        let num = qp.num;
+        let (send_cq, recv_cq) = (qp.config.send_cq, qp.config.recv_cq);
+        let sends: Vec<SendWqe> = qp.req.sq.drain(..).collect();
+        qp.req.cursor = 0;
+        qp.req.deadline = None;
+        qp.req.rnr_wait_until = None;
+        let mut recvs: Vec<RecvWqe> = Vec::new();
+        if let Some(crate::qp::InProgress::Send { wqe, .. }) = qp.resp.in_progress.take() {
+            recvs.push(wqe);
+        }
+        recvs.extend(qp.resp.rq.drain(..));
+        qp.resp
+            .responses
+            .retain(|r| matches!(r, crate::qp::Response::Nak { .. }));
+        qp.resp.ack_due = false;
+        for (i, w) in sends.into_iter().enumerate() {
+            let status = match failed {
+                Some((pos, status)) if pos == i => status,
+                _ => WcStatus::WrFlushError,
+            };
+            let c = Completion {
+                wr_id: w.wr_id,
+                status,
+                opcode: send_opcode(w.op),
+                qp: num,
+                byte_len: 0,
+                imm: None,
+            };
+            self.complete(index, send_cq, c);
+        }
+        for w in recvs {
+            let c = Completion {
+                wr_id: w.wr_id,
+                status: WcStatus::WrFlushError,
+                opcode: WcOpcode::Recv,
+                qp: num,
+                byte_len: 0,
+                imm: None,
+            };
+            self.complete(index, recv_cq, c);
+        }
+    }
+}
+
+/// The completion opcode of a send operation.
+pub(crate) fn send_opcode(op: SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm(_) => WcOpcode::Send,
+        SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
+        SendOp::Read { .. } => WcOpcode::RdmaRead,
+        SendOp::CompareSwap { .. } => WcOpcode::CompareSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    }
+}

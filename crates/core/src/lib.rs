@@ -1,0 +1,32 @@
+//! The Sluice transport engine, sans-IO.
+//!
+//! One [`Engine`] plays the role of one RDMA NIC: it owns the protection domains, memory
+//! regions, completion queues and reliable-connected queue pairs of a host, and is driven from
+//! outside. Packets ([`Engine::handle_packet`]), work ([`Engine::post_send`],
+//! [`Engine::post_recv`]) and time ([`Engine::handle_timeout`]) go in; packets
+//! ([`Engine::poll_transmit`]) and completions ([`Engine::poll_cq`]) come out. The engine
+//! never reads a clock, opens a socket or spawns a thread, so the same code runs over real
+//! UDP sockets and inside the simulator.
+
+mod counters;
+mod cq;
+mod engine;
+mod error;
+mod mr;
+mod qp;
+mod requester;
+mod responder;
+mod rng;
+mod time;
+
+pub use counters::Counters;
+pub use cq::{Completion, WcOpcode, WcStatus};
+pub use engine::{CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};
+pub use error::Error;
+pub use mr::{Access, Memory, MrInfo};
+pub use qp::{
+    MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpState, Recovery, RecvWr, SendOp, SendWr, Sge,
+    Transition,
+};
+pub use rng::Rng;
+pub use time::Instant;

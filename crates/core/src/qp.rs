@@ -1,0 +1,496 @@
+//! Queue pairs: their state machine, attributes and work requests.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use sluice_wire::Psn;
+
+use crate::mr::Access;
+use crate::{CqId, PdId};
+
+/// A queue pair number (24 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpNum(pub u32);
+
+/// The RC queue pair state machine: RESET -> INIT -> RTR -> RTS, and ERROR from anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    Reset,
+    Init,
+    /// Ready to receive: the responder works, the requester does not.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Every outstanding and new work request completes with a flush error.
+    Error,
+}
+
+/// Path MTU: the largest payload of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mtu {
+    M256,
+    M512,
+    M1024,
+    M2048,
+    M4096,
+}
+
+impl Mtu {
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Mtu::M256 => 256,
+            Mtu::M512 => 512,
+            Mtu::M1024 => 1024,
+            Mtu::M2048 => 2048,
+            Mtu::M4096 => 4096,
+        }
+    }
+
+    pub const ALL: [Mtu; 5] = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096];
+}
+
+/// How a queue pair recovers lost packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Recovery {
+    /// Standard RoCE: the responder drops out-of-sequence packets and NAKs; the requester
+    /// resends everything from the first missing PSN.
+    #[default]
+    GoBackN,
+}
+
+/// Sizes fixed when a queue pair is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per work request, at most [`MAX_SGE`].
+    pub max_sge: u32,
+    /// Bytes a SEND or WRITE may carry inline (copied at post time).
+    pub max_inline: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_sge: MAX_SGE as u32,
+            max_inline: 256,
+        }
+    }
+}
+
+/// The most scatter/gather entries any work request may have.
+pub const MAX_SGE: usize = 4;
+
+/// What a queue pair is created with.
+#[derive(Debug, Clone, Copy)]
+pub struct QpConfig {
+    pub pd: PdId,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub caps: QpCaps,
+}
+
+/// A state change with the attributes it needs, as `ibv_modify_qp` takes them.
+#[derive(Debug, Clone, Copy)]
+pub enum Transition {
+    /// RESET -> INIT: which remote operations the queue pair accepts.
+    Init { access: Access },
+    /// INIT -> RTR: the peer and the receive side.
+    Rtr {
+        peer: IpAddr,
+        dest_qpn: u32,
+        path_mtu: Mtu,
+        /// The PSN the first request from the peer carries.
+        rq_psn: Psn,
+        /// READ and atomic requests the peer may have outstanding at us.
+        max_dest_rd_atomic: u8,
+        /// The RNR NAK timer code (0..=31) we ask the peer to wait.
+        min_rnr_timer: u8,
+        recovery: Recovery,
+    },
+    /// RTR -> RTS: the send side.
+    Rts {
+        sq_psn: Psn,
+        /// Retransmit timeout 4.096 us x 2^timeout (1..=31; 0 means wait forever).
+        timeout: u8,
+        /// Transport retries after a timeout or sequence-error NAK (0..=7).
+        retry_cnt: u8,
+        /// Retries after an RNR NAK (0..=6; 7 means retry forever).
+        rnr_retry: u8,
+        /// READ and atomic requests we may have outstanding at the peer.
+        max_rd_atomic: u8,
+    },
+    /// Any state -> ERROR.
+    Error,
+    /// Any state -> RESET: forget everything queued.
+    Reset,
+}
+
+/// One scatter/gather entry: `len` bytes at `addr` in the region of `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u32,
+}
+
+/// The operation of a send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    Send,
+    SendWithImm(u32),
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    WriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    Read {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    CompareSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+}
+
+impl SendOp {
+    pub(crate) fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+        )
+    }
+
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+}
+
+/// A send work request.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub op: SendOp,
+    /// Where the data comes from (SEND, WRITE) or goes to (READ; 8 bytes for atomics).
+    pub sgl: &'a [Sge],
+    /// Produce a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Wait for every earlier READ and atomic to complete before starting.
+    pub fence: bool,
+    /// Set the solicited-event bit on the last packet.
+    pub solicited: bool,
+    /// Copy the data at post time (SEND and WRITE, at most `max_inline` bytes).
+    pub inline: bool,
+}
+
+impl<'a> SendWr<'a> {
+    /// A signaled request with no flags.
+    pub fn new(wr_id: u64, op: SendOp, sgl: &'a [Sge]) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            op,
+            sgl,
+            signaled: true,
+            fence: false,
+            solicited: false,
+            inline: false,
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    pub wr_id: u64,
+    pub sgl: &'a [Sge],
+}
+
+/// A fixed-capacity scatter/gather list (no allocation per work request).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SgList {
+    sges: [Sge; MAX_SGE],
+    count: u8,
+}
+
+impl SgList {
+    pub(crate) fn new(sgl: &[Sge]) -> Option<SgList> {
+        if sgl.len() > MAX_SGE {
+            return None;
+        }
+        let mut list = SgList {
+            sges: [Sge::default(); MAX_SGE],
+            count: sgl.len() as u8,
+        };
+        list.sges[..sgl.len()].copy_from_slice(sgl);
+        Some(list)
+    }
+
+    pub(crate) fn entries(&self) -> &[Sge] {
+        &self.sges[..usize::from(self.count)]
+    }
+
+    /// Total bytes, or `None` past 2^31 (the largest RC message).
+    pub(crate) fn total(&self) -> Option<u32> {
+        let sum: u64 = self.entries().iter().map(|s| u64::from(s.len)).sum();
+        (sum <= 1 << 31).then_some(sum as u32)
+    }
+
+    /// The pieces covering message bytes `offset..offset + len`, as `(lkey, addr, len)`.
+    pub(crate) fn pieces(
+        &self,
+        mut offset: u32,
+        mut len: u32,
+    ) -> impl Iterator<Item = (u32, u64, u32)> + '_ {
+        self.entries().iter().filter_map(move |sge| {
+            if len == 0 {
+                return None;
+            }
+            if offset >= sge.len {
+                offset -= sge.len;
+                return None;
+            }
+            let take = (sge.len - offset).min(len);
+            let piece = (sge.lkey, sge.addr + u64::from(offset), take);
+            offset = 0;
+            len -= take;
+            Some(piece)
+        })
+    }
+}
+
+/// A posted send request inside the engine.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendOp,
+    pub(crate) sgl: SgList,
+    pub(crate) inline: Option<Box<[u8]>>,
+    pub(crate) len: u32,
+    pub(crate) signaled: bool,
+    pub(crate) fence: bool,
+    pub(crate) solicited: bool,
+    /// The PSNs this request occupies: `first_psn .. first_psn + span`, set when it is first
+    /// sent. A READ occupies one PSN per response packet; an atomic one.
+    pub(crate) first_psn: Psn,
+    pub(crate) span: u32,
+    pub(crate) started: bool,
+    /// READ: response bytes received in order so far.
+    pub(crate) read_done: u32,
+    /// READ and atomics: every response has arrived.
+    pub(crate) responded: bool,
+}
+
+impl SendWqe {
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.span - 1)
+    }
+
+    /// True once every response this request needs has arrived (SEND and WRITE need none:
+    /// an ACK covering their last PSN completes them).
+    pub(crate) fn responses_complete(&self) -> bool {
+        match self.op {
+            SendOp::Read { .. } => self.responded,
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => self.responded,
+            _ => true,
+        }
+    }
+}
+
+/// A posted receive request inside the engine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) sgl: SgList,
+    pub(crate) len: u32,
+}
+
+/// Attributes set by the transitions, with defaults until then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpAttrs {
+    pub(crate) access: Access,
+    pub(crate) peer: Option<IpAddr>,
+    pub(crate) dest_qpn: u32,
+    pub(crate) mtu: u32,
+    pub(crate) max_dest_rd_atomic: u8,
+    pub(crate) min_rnr_timer: u8,
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) recovery: Recovery,
+}
+
+impl Default for QpAttrs {
+    fn default() -> Self {
+        QpAttrs {
+            access: Access::NONE,
+            peer: None,
+            dest_qpn: 0,
+            mtu: 1024,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 0,
+            recovery: Recovery::GoBackN,
+        }
+    }
+}
+
+/// The requester's sequence state.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// Posted, not yet completed; the front is the oldest.
+    pub(crate) sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the request to send from next, and the byte offset in it.
+    pub(crate) cursor: usize,
+    pub(crate) cursor_offset: u32,
+    /// PSN of the next packet to send.
+    pub(crate) next_psn: Psn,
+    /// Oldest PSN not yet acknowledged.
+    pub(crate) una: Psn,
+    /// PSN after the last one ever sent (retransmissions stay below it).
+    pub(crate) max_sent: Psn,
+    pub(crate) retries_left: u8,
+    pub(crate) rnr_retries_left: u8,
+    /// No sending before this time (an RNR NAK's wait).
+    pub(crate) rnr_wait_until: Option<crate::Instant>,
+    /// When the retransmit timer fires, if armed.
+    pub(crate) deadline: Option<crate::Instant>,
+    /// A go-back-N from an out-of-order READ response was already asked for this PSN.
+    pub(crate) read_retry_at: Option<Psn>,
+}
+
+/// What the responder owes the peer, in PSN order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Response {
+    /// READ response packets for PSNs `psn ..` carrying `remaining` bytes from `va`.
+    Read {
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        remaining: u32,
+        first: bool,
+    },
+    AtomicAck {
+        psn: Psn,
+        original: u64,
+    },
+    Nak {
+        psn: Psn,
+        syndrome: sluice_wire::Syndrome,
+    },
+}
+
+/// A READ or atomic the responder executed, kept to answer duplicates of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResponderResource {
+    pub(crate) first_psn: Psn,
+    pub(crate) span: u32,
+    pub(crate) atomic_original: Option<u64>,
+}
+
+/// A multi-packet request the responder is in the middle of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InProgress {
+    Send { wqe: RecvWqe, received: u32 },
+    Write { rkey: u32, va: u64, remaining: u32 },
+}
+
+/// The responder's sequence state.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    pub(crate) rq: VecDeque<RecvWqe>,
+    /// The PSN the next new request must carry.
+    pub(crate) epsn: Psn,
+    /// Requests completed, mod 2^24: what the AETH carries.
+    pub(crate) msn: u32,
+    pub(crate) in_progress: Option<InProgress>,
+    pub(crate) responses: VecDeque<Response>,
+    pub(crate) resources: VecDeque<ResponderResource>,
+    /// An ACK of everything before `epsn` is due.
+    pub(crate) ack_due: bool,
+    /// A sequence-error NAK was sent for the current `epsn`: do not send another.
+    pub(crate) nak_sent: bool,
+}
+
+/// One queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub(crate) num: QpNum,
+    pub(crate) config: QpConfig,
+    pub(crate) state: QpState,
+    pub(crate) attrs: QpAttrs,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    /// In the engine's ready list.
+    pub(crate) scheduled: bool,
+}
+
+impl Qp {
+    pub(crate) fn new(num: QpNum, config: QpConfig) -> Qp {
+        Qp {
+            num,
+            config,
+            state: QpState::Reset,
+            attrs: QpAttrs::default(),
+            req: Requester::default(),
+            resp: Responder::default(),
+            scheduled: false,
+        }
+    }
+
+    /// The UDP source port for this queue pair's packets: Soft-RoCE's choice, 0xC000 plus
+    /// a hash of the QPN, so that ECMP spreads queue pairs over paths.
+    pub(crate) fn src_port(&self) -> u16 {
+        let h = self.num.0.wrapping_mul(0x9E37_79B1);
+        0xC000 | ((h >> 18) as u16 & 0x3FFF)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sg_list_pieces_span_entries() {
+        let sgl = SgList::new(&[
+            Sge {
+                lkey: 1,
+                addr: 100,
+                len: 10,
+            },
+            Sge {
+                lkey: 2,
+                addr: 200,
+                len: 5,
+            },
+            Sge {
+                lkey: 3,
+                addr: 300,
+                len: 20,
+            },
+        ])
+        .unwrap();
+        assert_eq!(sgl.total(), Some(35));
+        let pieces: Vec<_> = sgl.pieces(8, 10).collect();
+        assert_eq!(pieces, vec![(1, 108, 2), (2, 200, 5), (3, 300, 3)]);
+        assert_eq!(sgl.pieces(35, 0).count(), 0);
+        assert!(SgList::new(&[Sge::default(); MAX_SGE + 1]).is_none());
+    }
+}

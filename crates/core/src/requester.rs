@@ -1,0 +1,600 @@
+//! The requester half of a queue pair: cuts work requests into packets, tracks what is
+//! unacknowledged, and recovers losses by going back to the first missing PSN (go-back-N),
+//! with the retransmit timer, the retry and RNR-retry counts, and READ re-requests.
+
+use sluice_wire::{
+    AtomicEth, Bth, ExtHeaders, NakCode, Opcode, OpcodeInfo, Position, Psn, Reth, RoceHeaders,
+    Syndrome,
+};
+
+use crate::cq::{Completion, WcStatus};
+use crate::engine::{Payload, Transmit, send_opcode};
+use crate::qp::{QpState, SendOp};
+use crate::{Engine, Instant};
+
+/// The opcode of a SEND or WRITE packet by its place in the message.
+fn data_opcode(op: SendOp, first: bool, last: bool) -> Opcode {
+    use Opcode as O;
+    let imm = matches!(op, SendOp::SendWithImm(_) | SendOp::WriteWithImm { .. });
+    let write = matches!(op, SendOp::Write { .. } | SendOp::WriteWithImm { .. });
+    match (write, first, last, imm) {
+        (false, true, true, false) => O::RC_SEND_ONLY,
+        (false, true, true, true) => O::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (false, true, false, _) => O::RC_SEND_FIRST,
+        (false, false, false, _) => O::RC_SEND_MIDDLE,
+        (false, false, true, false) => O::RC_SEND_LAST,
+        (false, false, true, true) => O::RC_SEND_LAST_WITH_IMMEDIATE,
+        (true, true, true, false) => O::RC_RDMA_WRITE_ONLY,
+        (true, true, true, true) => O::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (true, true, false, _) => O::RC_RDMA_WRITE_FIRST,
+        (true, false, false, _) => O::RC_RDMA_WRITE_MIDDLE,
+        (true, false, true, false) => O::RC_RDMA_WRITE_LAST,
+        (true, false, true, true) => O::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    }
+}
+
+/// Response packets a READ of `len` bytes takes at this MTU (a zero-length READ takes one).
+pub(crate) fn read_span(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+impl Engine {
+    /// The next request packet of queue pair `index`, if its window, fence and limits allow.
+    pub(crate) fn next_request_packet(
+        &mut self,
+        index: u32,
+        now: Instant,
+        payload: &mut [u8],
+    ) -> Option<Transmit> {
+        let window = self.config.max_outstanding_packets.min(1 << 23);
+        let ack_every = self.config.ack_request_every.max(1);
+        let qp = self.qp_mut(index);
+        if qp.state != QpState::Rts || qp.req.rnr_wait_until.is_some() {
+            return None;
+        }
+        let mtu = qp.attrs.mtu;
+        let req = &mut qp.req;
+        if req.una.distance_to(req.next_psn) as u32 >= window {
+            return None;
+        }
+        let cursor = req.cursor;
+        if cursor >= req.sq.len() {
+            return None;
+        }
+        if !req.sq[cursor].started {
+            let wqe = &req.sq[cursor];
+            let pending_rd_atomic = req
+                .sq
+                .iter()
+                .take(cursor)
+                .filter(|w| w.op.is_read_or_atomic() && !w.responded)
+                .count();
+            if wqe.fence && pending_rd_atomic > 0 {
+                return None;
+            }
+            if wqe.op.is_read_or_atomic()
+                && pending_rd_atomic >= usize::from(qp.attrs.max_rd_atomic)
+            {
+                return None;
+            }
+            let span = match wqe.op {
+                SendOp::Read { .. } => read_span(wqe.len, mtu),
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+                _ => wqe.len.div_ceil(mtu).max(1),
+            };
+            let wqe = &mut req.sq[cursor];
+            wqe.first_psn = req.next_psn;
+            wqe.span = span;
+            wqe.started = true;
+        }
+        let wqe = &req.sq[cursor];
+        let psn = req.next_psn;
+        let retransmission = psn.precedes(req.max_sent);
+        let offset = req.cursor_offset;
+        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, qp.attrs.dest_qpn, psn);
+        let mut ext = ExtHeaders::default();
+        let mut payload_len = 0;
+        let advance;
+        match wqe.op {
+            SendOp::Read { remote_addr, rkey } => {
+                // A first request, or a re-request of what is still missing.
+                let remaining = wqe.len - wqe.read_done;
+                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+                ext.reth = Some(Reth {
+                    va: remote_addr + u64::from(wqe.read_done),
+                    rkey,
+                    dma_len: remaining,
+                });
+                advance = read_span(remaining, mtu);
+                req.cursor += 1;
+                req.cursor_offset = 0;
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                bth.opcode = Opcode::RC_COMPARE_SWAP;
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                advance = 1;
+                req.cursor += 1;
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                bth.opcode = Opcode::RC_FETCH_ADD;
+                ext.atomic_eth = Some(AtomicEth {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                advance = 1;
+                req.cursor += 1;
+            }
+            op => {
+                let len = (wqe.len - offset).min(mtu);
+                let first = offset == 0;
+                let last = offset + len == wqe.len;
+                bth.opcode = data_opcode(op, first, last);
+                if let (
+                    true,
+                    SendOp::Write { remote_addr, rkey }
+                    | SendOp::WriteWithImm {
+                        remote_addr, rkey, ..
+                    },
+                ) = (first, op)
+                {
+                    ext.reth = Some(Reth {
+                        va: remote_addr,
+                        rkey,
+                        dma_len: wqe.len,
+                    });
+                }
+                if last {
+                    ext.imm_dt = match op {
+                        SendOp::SendWithImm(imm) | SendOp::WriteWithImm { imm, .. } => Some(imm),
+                        _ => None,
+                    };
+                    bth.solicited = wqe.solicited;
+                }
+                bth.ack_req = last || psn.value() % ack_every == 0;
+                payload_len = len;
+                advance = 1;
+                if last {
+                    req.cursor += 1;
+                    req.cursor_offset = 0;
+                } else {
+                    req.cursor_offset += len;
+                }
+            }
+        }
+        // Gather the payload: inline data or the local buffers (checked at post time; a
+        // region deregistered since then fails the request).
+        if payload_len > 0 {
+            let wqe = &req.sq[cursor];
+            if let Some(data) = &wqe.inline {
+                payload[..payload_len as usize]
+                    .copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
+            } else {
+                let pd = qp.config.pd;
+                let mut at = 0usize;
+                let pieces: Vec<(u32, u64, u32)> = wqe.sgl.pieces(offset, payload_len).collect();
+                for (lkey, addr, n) in pieces {
+                    if self
+                        .mrs
+                        .check(lkey, pd, addr, u64::from(n), crate::Access::NONE)
+                        .is_err()
+                    {
+                        self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                        return None;
+                    }
+                    self.mrs.read(lkey, addr, &mut payload[at..at + n as usize]);
+                    at += n as usize;
+                }
+            }
+        }
+        let qp = self.qp_mut(index);
+        let req = &mut qp.req;
+        req.next_psn = psn.add(advance);
+        if req.max_sent.precedes(req.next_psn) {
+            req.max_sent = req.next_psn;
+        }
+        let dst = qp.attrs.peer.expect("an RTS queue pair has a peer");
+        let src_port = qp.src_port();
+        let timeout = Self::retransmit_timeout(qp.attrs.timeout);
+        if qp.req.deadline.is_none() {
+            if let Some(t) = timeout {
+                qp.req.deadline = Some(now + t);
+                self.arm(index, now + t);
+            }
+        }
+        if retransmission {
+            self.counters.retransmitted_packets += 1;
+        }
+        Some(Transmit {
+            dst,
+            src_port,
+            headers: RoceHeaders { bth, ext },
+            payload_len,
+        })
+    }
+
+    /// An ACK, NAK, READ response or atomic ACK for queue pair `index`.
+    pub(crate) fn on_response(
+        &mut self,
+        index: u32,
+        now: Instant,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        payload: Payload<'_>,
+    ) {
+        let psn = headers.bth.psn;
+        let qp = self.qp_mut(index);
+        let req = &qp.req;
+        // A response must be for a PSN sent and not yet acknowledged.
+        let d = req.una.distance_to(psn);
+        if d < 0 || d >= req.una.distance_to(req.max_sent) {
+            self.counters.stale_responses += 1;
+            return;
+        }
+        match info.operation {
+            sluice_wire::Operation::RdmaReadResponse => {
+                self.on_read_response(index, now, headers, info, payload)
+            }
+            sluice_wire::Operation::AtomicAcknowledge => {
+                let original = headers.ext.atomic_ack_eth.map(|a| a.original);
+                self.on_atomic_ack(index, now, psn, original)
+            }
+            _ => match headers.ext.aeth.map(|a| a.syndrome) {
+                Some(Syndrome::Ack(_)) => self.on_ack(index, now, psn),
+                Some(Syndrome::Nak(code)) => self.on_nak(index, now, psn, code),
+                Some(Syndrome::RnrNak(timer)) => self.on_rnr_nak(index, now, psn, timer.as_nanos()),
+                None => self.counters.drops_unexpected_opcode += 1,
+            },
+        }
+    }
+
+    /// Everything up to and including `psn` is acknowledged.
+    fn on_ack(&mut self, index: u32, now: Instant, psn: Psn) {
+        self.retire(index, psn);
+        self.progress(index, now);
+    }
+
+    fn on_nak(&mut self, index: u32, now: Instant, psn: Psn, code: NakCode) {
+        // Everything before the NAK'd PSN is acknowledged.
+        self.retire(index, psn.sub(1));
+        match code {
+            NakCode::PsnSequenceError => {
+                self.counters.naks_received_sequence += 1;
+                if !self.use_retry(index) {
+                    return;
+                }
+                self.rewind(index, psn);
+                self.progress_timer(index, now);
+            }
+            code => {
+                self.counters.naks_received_error += 1;
+                let status = match code {
+                    NakCode::InvalidRequest | NakCode::InvalidRdRequest => {
+                        WcStatus::RemoteInvalidRequestError
+                    }
+                    NakCode::RemoteAccessError => WcStatus::RemoteAccessError,
+                    _ => WcStatus::RemoteOperationalError,
+                };
+                self.fail_request(index, 0, status);
+            }
+        }
+    }
+
+    fn on_rnr_nak(&mut self, index: u32, now: Instant, psn: Psn, wait_ns: u64) {
+        self.counters.naks_received_rnr += 1;
+        self.retire(index, psn.sub(1));
+        let qp = self.qp_mut(index);
+        if qp.attrs.rnr_retry != 7 {
+            if qp.req.rnr_retries_left == 0 {
+                self.fail_request(index, 0, WcStatus::RnrRetryExceeded);
+                return;
+            }
+            qp.req.rnr_retries_left -= 1;
+        }
+        self.rewind(index, psn);
+        let qp = self.qp_mut(index);
+        let until = now + std::time::Duration::from_nanos(wait_ns);
+        qp.req.rnr_wait_until = Some(until);
+        qp.req.deadline = None;
+        self.arm(index, until);
+    }
+
+    fn on_read_response(
+        &mut self,
+        index: u32,
+        now: Instant,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        payload: Payload<'_>,
+    ) {
+        let psn = headers.bth.psn;
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        // The oldest READ still waiting for data is the only one a response may be for.
+        let Some(pos) = qp
+            .req
+            .sq
+            .iter()
+            .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)
+        else {
+            self.counters.stale_responses += 1;
+            return;
+        };
+        let wqe = &qp.req.sq[pos];
+        let expected = wqe.first_psn.add(wqe.read_done / mtu);
+        let d = expected.distance_to(psn);
+        if d != 0 {
+            if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
+                // A response is missing: ask again from it, once per gap.
+                qp.req.read_retry_at = Some(expected);
+                let before = qp.req.sq[pos].first_psn.sub(1);
+                self.retire(index, before);
+                self.rewind(index, expected);
+            } else {
+                self.counters.stale_responses += 1;
+            }
+            return;
+        }
+        // A READ response acknowledges every request before the READ.
+        let first_psn = wqe.first_psn;
+        let pos = pos - self.retire(index, first_psn.sub(1));
+        let qp = self.qp_mut(index);
+        let wqe = &qp.req.sq[pos];
+        let remaining = wqe.len - wqe.read_done;
+        let len = payload.len();
+        let starts = wqe.read_done == 0;
+        let ends = len == remaining;
+        let position_ok = match info.position {
+            Position::Only => starts && ends,
+            Position::First => starts && !ends,
+            Position::Middle => !starts && !ends,
+            Position::Last => !starts && ends,
+        };
+        if !position_ok || len > mtu || (!ends && len != mtu) {
+            self.fail_request(index, pos, WcStatus::BadResponseError);
+            return;
+        }
+        if let Payload::Bytes(bytes) = payload {
+            let pieces: Vec<(u32, u64, u32)> = wqe.sgl.pieces(wqe.read_done, len).collect();
+            let pd = qp.config.pd;
+            let mut at = 0usize;
+            for (lkey, addr, n) in pieces {
+                if self
+                    .mrs
+                    .check(lkey, pd, addr, u64::from(n), crate::Access::LOCAL_WRITE)
+                    .is_err()
+                {
+                    self.fail_request(index, pos, WcStatus::LocalProtectionError);
+                    return;
+                }
+                self.mrs.write(lkey, addr, &bytes[at..at + n as usize]);
+                at += n as usize;
+            }
+        }
+        let qp = self.qp_mut(index);
+        let wqe = &mut qp.req.sq[pos];
+        wqe.read_done += len;
+        if ends {
+            wqe.responded = true;
+            let last = wqe.last_psn();
+            self.retire(index, last);
+        } else {
+            // Responses so far acknowledge the PSNs they carry.
+            let req = &mut self.qp_mut(index).req;
+            if req.una.precedes(psn.next()) {
+                req.una = psn.next();
+            }
+        }
+        self.progress(index, now);
+    }
+
+    fn on_atomic_ack(&mut self, index: u32, now: Instant, psn: Psn, original: Option<u64>) {
+        let qp = self.qp_mut(index);
+        let Some(pos) = qp
+            .req
+            .sq
+            .iter()
+            .position(|w| w.started && w.op.is_atomic() && !w.responded && w.first_psn == psn)
+        else {
+            self.counters.stale_responses += 1;
+            return;
+        };
+        let pos = pos - self.retire(index, psn.sub(1));
+        let Some(original) = original else { return };
+        let qp = self.qp_mut(index);
+        let wqe = &mut qp.req.sq[pos];
+        let (lkey, addr, _) = wqe
+            .sgl
+            .pieces(0, 8)
+            .next()
+            .expect("atomics have an 8-byte buffer");
+        let pd = qp.config.pd;
+        wqe.responded = true;
+        if self
+            .mrs
+            .check(lkey, pd, addr, 8, crate::Access::LOCAL_WRITE)
+            .is_err()
+        {
+            self.fail_request(index, pos, WcStatus::LocalProtectionError);
+            return;
+        }
+        self.mrs.write(lkey, addr, &original.to_le_bytes());
+        self.retire(index, psn);
+        self.progress(index, now);
+    }
+
+    /// Completes every request whose PSNs all lie at or before `psn` (and whose responses,
+    /// for READs and atomics, have arrived), oldest first, as RC requires. A READ or atomic
+    /// passed over by a later acknowledgement lost its response: the requester goes back to
+    /// it. Returns how many requests were completed.
+    pub(crate) fn retire(&mut self, index: u32, psn: Psn) -> usize {
+        let qp = self.qp_mut(index);
+        let num = qp.num;
+        let cq = qp.config.send_cq;
+        let mut done = 0;
+        let mut rewind_to = None;
+        let mut completions = Vec::new();
+        while let Some(front) = qp.req.sq.front() {
+            if !front.started || front.last_psn().distance_to(psn) < 0 {
+                break;
+            }
+            if !front.responses_complete() {
+                rewind_to = Some(match front.op {
+                    SendOp::Read { .. } => front.first_psn.add(front.read_done / qp.attrs.mtu),
+                    _ => front.first_psn,
+                });
+                break;
+            }
+            let w = qp.req.sq.pop_front().expect("front exists");
+            qp.req.cursor = qp.req.cursor.saturating_sub(1);
+            done += 1;
+            if w.signaled {
+                completions.push(Completion {
+                    wr_id: w.wr_id,
+                    status: WcStatus::Success,
+                    opcode: send_opcode(w.op),
+                    qp: num,
+                    byte_len: if w.op.is_atomic() { 8 } else { w.len },
+                    imm: None,
+                });
+            }
+        }
+        // The acknowledged PSN moves `una`; a cursor left inside a retired request moves on.
+        let acked_to = match rewind_to {
+            Some(p) => p,
+            None => psn.next(),
+        };
+        if qp.req.una.precedes(acked_to) {
+            qp.req.una = acked_to;
+        }
+        if qp.req.next_psn.precedes(qp.req.una) {
+            let una = qp.req.una;
+            self.rewind(index, una);
+        }
+        if let Some(p) = rewind_to {
+            self.rewind(index, p);
+        }
+        for c in completions {
+            self.complete(index, cq, c);
+        }
+        done
+    }
+
+    /// Goes back to send from `psn`: the cursor moves to the request holding it.
+    pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        let req = &mut qp.req;
+        for (i, w) in req.sq.iter().enumerate() {
+            if !w.started {
+                req.cursor = i;
+                req.cursor_offset = 0;
+                req.next_psn = psn;
+                return;
+            }
+            let d = w.first_psn.distance_to(psn);
+            if d >= 0 && (d as u32) < w.span {
+                req.cursor = i;
+                req.cursor_offset = match w.op {
+                    SendOp::Read { .. } => w.read_done,
+                    SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 0,
+                    _ => d as u32 * mtu,
+                };
+                req.next_psn = match w.op {
+                    SendOp::Read { .. } => w.first_psn.add(w.read_done / mtu),
+                    _ => psn,
+                };
+                return;
+            }
+        }
+        req.cursor = req.sq.len();
+        req.cursor_offset = 0;
+        req.next_psn = psn;
+    }
+
+    /// Forward progress: the retry count is restored and the timer restarts (or stops).
+    fn progress(&mut self, index: u32, now: Instant) {
+        let qp = self.qp_mut(index);
+        qp.req.retries_left = qp.attrs.retry_cnt;
+        qp.req.rnr_retries_left = qp.attrs.rnr_retry;
+        qp.req.read_retry_at = None;
+        self.progress_timer(index, now);
+    }
+
+    fn progress_timer(&mut self, index: u32, now: Instant) {
+        let qp = self.qp_mut(index);
+        if qp.req.una == qp.req.max_sent {
+            qp.req.deadline = None;
+        } else if let Some(t) = Self::retransmit_timeout(qp.attrs.timeout) {
+            qp.req.deadline = Some(now + t);
+            self.arm(index, now + t);
+        }
+    }
+
+    /// Spends one transport retry; false (and the queue pair failed) when none is left.
+    fn use_retry(&mut self, index: u32) -> bool {
+        let qp = self.qp_mut(index);
+        if qp.req.retries_left == 0 {
+            self.fail_request(index, 0, WcStatus::RetryExceeded);
+            return false;
+        }
+        qp.req.retries_left -= 1;
+        true
+    }
+
+    /// A timer of queue pair `index` fired.
+    pub(crate) fn on_timer(&mut self, index: u32, now: Instant) {
+        let qp = self.qp_mut(index);
+        if qp.state != QpState::Rts {
+            return;
+        }
+        if let Some(until) = qp.req.rnr_wait_until {
+            if until <= now {
+                qp.req.rnr_wait_until = None;
+                self.schedule(index);
+            } else {
+                self.arm(index, until);
+            }
+        }
+        let qp = self.qp_mut(index);
+        match qp.req.deadline {
+            Some(deadline) if deadline <= now => {
+                qp.req.deadline = None;
+                if qp.req.una == qp.req.max_sent {
+                    return;
+                }
+                self.counters.retransmit_timeouts += 1;
+                if !self.use_retry(index) {
+                    return;
+                }
+                let una = self.qp_mut(index).req.una;
+                self.rewind(index, una);
+                self.schedule(index);
+            }
+            Some(deadline) => self.arm(index, deadline),
+            None => {}
+        }
+    }
+
+    /// Request `pos` of the send queue failed with `status`: it completes with that status,
+    /// the queue pair goes to the error state and every other request completes, in order,
+    /// with a flush error.
+    pub(crate) fn fail_request(&mut self, index: u32, pos: usize, status: WcStatus) {
+        self.enter_error_failing(index, Some((pos, status)));
+    }
+}

@@ -1,0 +1,610 @@
+//! The responder half of a queue pair: checks each request (PSN, opcode sequence, access,
+//! keys, bounds, lengths), places its data, answers with ACKs, NAKs, READ responses and
+//! atomic ACKs, and answers duplicates from what it kept, never executing an atomic twice.
+
+use sluice_wire::{
+    Aeth, AtomicAckEth, Bth, Credits, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, Position,
+    Psn, RnrTimer, RoceHeaders, Syndrome,
+};
+
+use crate::Engine;
+use crate::cq::{Completion, WcOpcode, WcStatus};
+use crate::engine::{Payload, Transmit};
+use crate::mr::Access;
+use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
+use crate::requester::read_span;
+
+/// Why a request is refused, and the NAK that says so.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    InvalidRequest,
+    RemoteAccess,
+    RemoteOperational,
+}
+
+impl Engine {
+    /// A request packet (SEND, WRITE, READ request, atomic) for queue pair `index`.
+    pub(crate) fn on_request(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        payload: Payload<'_>,
+    ) {
+        let qp = self.qp_mut(index);
+        let psn = headers.bth.psn;
+        let d = qp.resp.epsn.distance_to(psn);
+        if d > 0 {
+            // A gap: go-back-N asks for everything from the expected PSN, once per gap.
+            if !qp.resp.nak_sent {
+                qp.resp.nak_sent = true;
+                let epsn = qp.resp.epsn;
+                qp.resp.responses.push_back(Response::Nak {
+                    psn: epsn,
+                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                });
+                self.counters.naks_sent_sequence += 1;
+            }
+            return;
+        }
+        if d < 0 {
+            self.counters.duplicate_requests += 1;
+            self.on_duplicate(index, headers, info);
+            return;
+        }
+        match self.execute(index, headers, info, payload) {
+            Ok(()) => {}
+            Err(refusal) => self.refuse(index, psn, refusal),
+        }
+    }
+
+    /// Checks and carries out a new request (its PSN is the expected one).
+    fn execute(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        payload: Payload<'_>,
+    ) -> Result<(), Refusal> {
+        let bth = &headers.bth;
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        let pd = qp.config.pd;
+        let len = payload.len();
+        let in_send = matches!(qp.resp.in_progress, Some(InProgress::Send { .. }));
+        let in_write = matches!(qp.resp.in_progress, Some(InProgress::Write { .. }));
+        let starts = info.position.starts_message();
+        let ends = info.position.ends_message();
+        // The opcode must continue the message in progress, or start one when none is.
+        let sequence_ok = match info.operation {
+            Operation::Send | Operation::SendWithImmediate => {
+                if starts {
+                    !in_send && !in_write
+                } else {
+                    in_send
+                }
+            }
+            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
+                if starts {
+                    !in_send && !in_write
+                } else {
+                    in_write
+                }
+            }
+            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
+                !in_send && !in_write
+            }
+            _ => false,
+        };
+        if !sequence_ok {
+            return Err(Refusal::InvalidRequest);
+        }
+        // Every packet but the last of a message is exactly one MTU.
+        let carries_data = matches!(
+            info.operation,
+            Operation::Send
+                | Operation::SendWithImmediate
+                | Operation::RdmaWrite
+                | Operation::RdmaWriteWithImmediate
+        );
+        if carries_data && (len > mtu || (!ends && len != mtu)) {
+            return Err(Refusal::InvalidRequest);
+        }
+        let access = qp.attrs.access;
+        let needs = match info.operation {
+            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => Access::REMOTE_WRITE,
+            Operation::RdmaReadRequest => Access::REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
+            _ => Access::NONE,
+        };
+        if !access.contains(needs) {
+            return Err(Refusal::InvalidRequest);
+        }
+        let imm = headers.ext.imm_dt;
+        match info.operation {
+            Operation::Send | Operation::SendWithImmediate => {
+                if starts {
+                    let Some(wqe) = qp.resp.rq.pop_front() else {
+                        return self.rnr(index, bth.psn);
+                    };
+                    qp.resp.in_progress = Some(InProgress::Send { wqe, received: 0 });
+                }
+                let Some(InProgress::Send { wqe, received }) = qp.resp.in_progress else {
+                    unreachable!("checked by the opcode sequence")
+                };
+                if received + len > wqe.len {
+                    self.finish_recv(index, wqe, 0, None, WcStatus::LocalLengthError);
+                    return Err(Refusal::InvalidRequest);
+                }
+                if self.place(pd, &wqe, received, payload).is_err() {
+                    self.finish_recv(index, wqe, 0, None, WcStatus::LocalProtectionError);
+                    return Err(Refusal::RemoteOperational);
+                }
+                let received = received + len;
+                let qp = self.qp_mut(index);
+                qp.resp.in_progress = Some(InProgress::Send { wqe, received });
+                if ends {
+                    qp.resp.in_progress = None;
+                    self.finish_recv(index, wqe, received, imm, WcStatus::Success);
+                    self.message_done(index);
+                }
+            }
+            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
+                if starts {
+                    let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+                    if self
+                        .mrs
+                        .check(
+                            reth.rkey,
+                            pd,
+                            reth.va,
+                            u64::from(reth.dma_len),
+                            Access::REMOTE_WRITE,
+                        )
+                        .is_err()
+                    {
+                        return Err(Refusal::RemoteAccess);
+                    }
+                    let qp = self.qp_mut(index);
+                    qp.resp.in_progress = Some(InProgress::Write {
+                        rkey: reth.rkey,
+                        va: reth.va,
+                        remaining: reth.dma_len,
+                    });
+                }
+                let qp = self.qp_mut(index);
+                let Some(InProgress::Write {
+                    rkey,
+                    va,
+                    remaining,
+                }) = qp.resp.in_progress
+                else {
+                    unreachable!("checked by the opcode sequence")
+                };
+                if len > remaining || (ends && len != remaining) {
+                    return Err(Refusal::InvalidRequest);
+                }
+                // WRITE with immediate consumes a receive: make sure one is there first.
+                let imm_wqe = if ends && imm.is_some() {
+                    match qp.resp.rq.front() {
+                        Some(_) => qp.resp.rq.pop_front(),
+                        None => return self.rnr(index, bth.psn),
+                    }
+                } else {
+                    None
+                };
+                if let Payload::Bytes(bytes) = payload {
+                    self.mrs.write(rkey, va, bytes);
+                }
+                let qp = self.qp_mut(index);
+                qp.resp.in_progress = Some(InProgress::Write {
+                    rkey,
+                    va: va + u64::from(len),
+                    remaining: remaining - len,
+                });
+                if ends {
+                    qp.resp.in_progress = None;
+                    if let Some(wqe) = imm_wqe {
+                        let total = headers.ext.reth.map_or(0, |r| r.dma_len);
+                        self.finish_recv_with(
+                            index,
+                            wqe,
+                            total,
+                            imm,
+                            WcStatus::Success,
+                            WcOpcode::RecvRdmaWithImm,
+                        );
+                    }
+                    self.message_done(index);
+                }
+            }
+            Operation::RdmaReadRequest => {
+                let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+                if self
+                    .mrs
+                    .check(
+                        reth.rkey,
+                        pd,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        Access::REMOTE_READ,
+                    )
+                    .is_err()
+                {
+                    return Err(Refusal::RemoteAccess);
+                }
+                let qp = self.qp_mut(index);
+                if qp.resp.resources.len() >= usize::from(qp.attrs.max_dest_rd_atomic).max(1)
+                    && qp
+                        .resp
+                        .responses
+                        .iter()
+                        .filter(|r| !matches!(r, Response::Nak { .. }))
+                        .count()
+                        >= usize::from(qp.attrs.max_dest_rd_atomic)
+                {
+                    return Err(Refusal::InvalidRequest);
+                }
+                let span = read_span(reth.dma_len, mtu);
+                qp.resp.responses.push_back(Response::Read {
+                    psn: bth.psn,
+                    rkey: reth.rkey,
+                    va: reth.va,
+                    remaining: reth.dma_len,
+                    first: true,
+                });
+                self.keep_resource(
+                    index,
+                    ResponderResource {
+                        first_psn: bth.psn,
+                        span,
+                        atomic_original: None,
+                    },
+                );
+                let qp = self.qp_mut(index);
+                qp.resp.epsn = qp.resp.epsn.add(span);
+                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+                qp.resp.nak_sent = false;
+                return Ok(());
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let a = headers.ext.atomic_eth.ok_or(Refusal::InvalidRequest)?;
+                if a.va % 8 != 0 {
+                    return Err(Refusal::InvalidRequest);
+                }
+                if self
+                    .mrs
+                    .check(a.rkey, pd, a.va, 8, Access::REMOTE_ATOMIC)
+                    .is_err()
+                {
+                    return Err(Refusal::RemoteAccess);
+                }
+                let mut old = [0u8; 8];
+                self.mrs.read(a.rkey, a.va, &mut old);
+                let original = u64::from_le_bytes(old);
+                let new = if info.operation == Operation::FetchAdd {
+                    Some(original.wrapping_add(a.swap_add))
+                } else {
+                    (original == a.compare).then_some(a.swap_add)
+                };
+                if let Some(new) = new {
+                    self.mrs.write(a.rkey, a.va, &new.to_le_bytes());
+                }
+                let qp = self.qp_mut(index);
+                qp.resp.responses.push_back(Response::AtomicAck {
+                    psn: bth.psn,
+                    original,
+                });
+                self.keep_resource(
+                    index,
+                    ResponderResource {
+                        first_psn: bth.psn,
+                        span: 1,
+                        atomic_original: Some(original),
+                    },
+                );
+                let qp = self.qp_mut(index);
+                qp.resp.epsn = qp.resp.epsn.next();
+                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+                qp.resp.nak_sent = false;
+                return Ok(());
+            }
+            _ => return Err(Refusal::InvalidRequest),
+        }
+        let qp = self.qp_mut(index);
+        qp.resp.epsn = qp.resp.epsn.next();
+        qp.resp.nak_sent = false;
+        if bth.ack_req {
+            qp.resp.ack_due = true;
+        }
+        Ok(())
+    }
+
+    /// Receive-not-ready: no receive is posted. The request is dropped and the requester
+    /// told to wait and resend.
+    fn rnr(&mut self, index: u32, psn: Psn) -> Result<(), Refusal> {
+        let qp = self.qp_mut(index);
+        let timer = RnrTimer::from_code(qp.attrs.min_rnr_timer).expect("validated at RTR");
+        qp.resp.responses.push_back(Response::Nak {
+            psn,
+            syndrome: Syndrome::RnrNak(timer),
+        });
+        self.counters.naks_sent_rnr += 1;
+        Ok(())
+    }
+
+    /// A request the responder will not carry out: NAK it, and (as for every class of
+    /// responder error but RNR and sequence errors) move the queue pair to the error state.
+    fn refuse(&mut self, index: u32, psn: Psn, refusal: Refusal) {
+        let code = match refusal {
+            Refusal::InvalidRequest => {
+                self.counters.naks_sent_invalid_request += 1;
+                NakCode::InvalidRequest
+            }
+            Refusal::RemoteAccess => {
+                self.counters.naks_sent_remote_access += 1;
+                NakCode::RemoteAccessError
+            }
+            Refusal::RemoteOperational => {
+                self.counters.naks_sent_remote_operational += 1;
+                NakCode::RemoteOperationalError
+            }
+        };
+        let qp = self.qp_mut(index);
+        qp.resp.responses.push_back(Response::Nak {
+            psn,
+            syndrome: Syndrome::Nak(code),
+        });
+        if qp.state != QpState::Error {
+            self.enter_error(index);
+        }
+    }
+
+    /// Copies a SEND's payload into a receive request's buffers at `offset`.
+    fn place(
+        &mut self,
+        pd: crate::PdId,
+        wqe: &RecvWqe,
+        offset: u32,
+        payload: Payload<'_>,
+    ) -> Result<(), ()> {
+        let len = payload.len();
+        let mut at = 0usize;
+        for (lkey, addr, n) in wqe.sgl.pieces(offset, len) {
+            self.mrs
+                .check(lkey, pd, addr, u64::from(n), Access::LOCAL_WRITE)
+                .map_err(|_| ())?;
+            if let Payload::Bytes(bytes) = payload {
+                self.mrs.write(lkey, addr, &bytes[at..at + n as usize]);
+            }
+            at += n as usize;
+        }
+        Ok(())
+    }
+
+    fn finish_recv(
+        &mut self,
+        index: u32,
+        wqe: RecvWqe,
+        byte_len: u32,
+        imm: Option<u32>,
+        status: WcStatus,
+    ) {
+        self.finish_recv_with(index, wqe, byte_len, imm, status, WcOpcode::Recv);
+    }
+
+    fn finish_recv_with(
+        &mut self,
+        index: u32,
+        wqe: RecvWqe,
+        byte_len: u32,
+        imm: Option<u32>,
+        status: WcStatus,
+        opcode: WcOpcode,
+    ) {
+        let qp = self.qp_mut(index);
+        let (num, cq) = (qp.num, qp.config.recv_cq);
+        let byte_len = if status == WcStatus::Success {
+            byte_len
+        } else {
+            0
+        };
+        self.complete(
+            index,
+            cq,
+            Completion {
+                wr_id: wqe.wr_id,
+                status,
+                opcode,
+                qp: num,
+                byte_len,
+                imm,
+            },
+        );
+    }
+
+    fn message_done(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    }
+
+    /// Keeps a READ or atomic to answer its duplicates, forgetting the oldest beyond the bound.
+    fn keep_resource(&mut self, index: u32, resource: ResponderResource) {
+        let qp = self.qp_mut(index);
+        let bound = usize::from(qp.attrs.max_dest_rd_atomic).max(1);
+        while qp.resp.resources.len() >= bound {
+            qp.resp.resources.pop_front();
+        }
+        qp.resp.resources.push_back(resource);
+    }
+
+    /// A request with a PSN already passed: re-acknowledge SENDs and WRITEs, serve a READ
+    /// again, resend an atomic's saved result. Nothing is executed twice.
+    fn on_duplicate(&mut self, index: u32, headers: &RoceHeaders, info: &OpcodeInfo) {
+        let psn = headers.bth.psn;
+        let qp = self.qp_mut(index);
+        let pd = qp.config.pd;
+        match info.operation {
+            Operation::RdmaReadRequest => {
+                let Some(reth) = headers.ext.reth else { return };
+                let known = qp.resp.resources.iter().any(|r| {
+                    let d = r.first_psn.distance_to(psn);
+                    r.atomic_original.is_none() && d >= 0 && (d as u32) < r.span
+                });
+                let pending = qp
+                    .resp
+                    .responses
+                    .iter()
+                    .filter(|r| !matches!(r, Response::Nak { .. }))
+                    .count();
+                if !known || pending > usize::from(qp.attrs.max_dest_rd_atomic) {
+                    return;
+                }
+                if self
+                    .mrs
+                    .check(
+                        reth.rkey,
+                        pd,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        Access::REMOTE_READ,
+                    )
+                    .is_err()
+                {
+                    return;
+                }
+                let qp = self.qp_mut(index);
+                qp.resp.responses.push_back(Response::Read {
+                    psn,
+                    rkey: reth.rkey,
+                    va: reth.va,
+                    remaining: reth.dma_len,
+                    first: true,
+                });
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let saved = qp
+                    .resp
+                    .resources
+                    .iter()
+                    .find(|r| r.first_psn == psn)
+                    .and_then(|r| r.atomic_original);
+                if let Some(original) = saved {
+                    qp.resp
+                        .responses
+                        .push_back(Response::AtomicAck { psn, original });
+                }
+            }
+            _ => qp.resp.ack_due = true,
+        }
+    }
+
+    /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
+    /// PSN order, then a coalesced ACK of everything received.
+    pub(crate) fn next_response_packet(
+        &mut self,
+        index: u32,
+        payload: &mut [u8],
+    ) -> Option<Transmit> {
+        let qp = self.qp_mut(index);
+        let dst = qp.attrs.peer?;
+        let src_port = qp.src_port();
+        let dest_qp = qp.attrs.dest_qpn;
+        let mtu = qp.attrs.mtu;
+        let msn = qp.resp.msn;
+        let pd = qp.config.pd;
+        let ack = |syndrome| Aeth { syndrome, msn };
+        let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
+        if qp.state == QpState::Error
+            && !matches!(qp.resp.responses.front(), Some(Response::Nak { .. }))
+        {
+            return None;
+        }
+        let (bth, ext, payload_len) = match qp.resp.responses.front_mut() {
+            Some(Response::Read {
+                psn,
+                rkey,
+                va,
+                remaining,
+                first,
+            }) => {
+                let len = (*remaining).min(mtu);
+                let last = len == *remaining;
+                let opcode = match (*first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                };
+                let position = opcode.info().map(|i| i.position);
+                let ext = ExtHeaders {
+                    aeth: (position != Some(Position::Middle)).then_some(ok),
+                    ..ExtHeaders::default()
+                };
+                let bth = Bth::new(opcode, dest_qp, *psn);
+                let (key, at) = (*rkey, *va);
+                *psn = psn.next();
+                *va += u64::from(len);
+                *remaining -= len;
+                *first = false;
+                if last {
+                    qp.resp.responses.pop_front();
+                }
+                // The region was checked when the READ arrived; if it was deregistered since,
+                // the data cannot be had: answer with a remote access NAK instead.
+                if self
+                    .mrs
+                    .check(key, pd, at, u64::from(len), Access::REMOTE_READ)
+                    .is_err()
+                {
+                    let qp = self.qp_mut(index);
+                    qp.resp.responses.clear();
+                    self.refuse(index, bth.psn, Refusal::RemoteAccess);
+                    return self.next_response_packet(index, payload);
+                }
+                self.mrs.read(key, at, &mut payload[..len as usize]);
+                (bth, ext, len)
+            }
+            Some(&mut Response::AtomicAck { psn, original }) => {
+                qp.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(ok),
+                    atomic_ack_eth: Some(AtomicAckEth { original }),
+                    ..ExtHeaders::default()
+                };
+                (
+                    Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn),
+                    ext,
+                    0,
+                )
+            }
+            Some(&mut Response::Nak { psn, syndrome }) => {
+                qp.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(ack(syndrome)),
+                    ..ExtHeaders::default()
+                };
+                (Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn), ext, 0)
+            }
+            None if qp.resp.ack_due => {
+                qp.resp.ack_due = false;
+                let ext = ExtHeaders {
+                    aeth: Some(ok),
+                    ..ExtHeaders::default()
+                };
+                (
+                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, qp.resp.epsn.sub(1)),
+                    ext,
+                    0,
+                )
+            }
+            None => return None,
+        };
+        Some(Transmit {
+            dst,
+            src_port,
+            headers: RoceHeaders { bth, ext },
+            payload_len,
+        })
+    }
+}

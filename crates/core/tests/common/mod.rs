@@ -1,0 +1,333 @@
+//! A test world: engines joined by an in-memory link that drops, duplicates, reorders,
+//! corrupts and delays packets from a seeded generator. Packets cross it as real bytes,
+//! encoded and decoded (ICRC included) with `sluice-wire`, so a corrupted packet is caught
+//! exactly where a real receiver would catch it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use sluice_core::*;
+use sluice_wire::{
+    IpHeader, IpUdp, Ipv4Header, ROCE_V2_PORT, RoceHeaders, UdpHeader, emit_datagram,
+};
+
+/// What the link does to packets, as probabilities per packet.
+#[derive(Debug, Clone, Copy)]
+pub struct Impairments {
+    pub loss: f64,
+    pub duplicate: f64,
+    pub corrupt: f64,
+    /// One-way delay, and up to this much extra at random (which reorders packets).
+    pub delay: Duration,
+    pub jitter: Duration,
+}
+
+impl Impairments {
+    pub const CLEAN: Impairments = Impairments {
+        loss: 0.0,
+        duplicate: 0.0,
+        corrupt: 0.0,
+        delay: Duration::from_micros(5),
+        jitter: Duration::ZERO,
+    };
+}
+
+/// The seed of a test run: `SLUICE_SEED` replays one.
+pub fn seeds(count: u64) -> Vec<u64> {
+    match std::env::var("SLUICE_SEED") {
+        Ok(s) => vec![s.parse().expect("SLUICE_SEED is a number")],
+        Err(_) => (1..=count).collect(),
+    }
+}
+
+/// A packet on the link: when it arrives, a tie-breaking sequence number, to which host.
+type InFlight = (Instant, u64, usize, Vec<u8>);
+
+pub struct World {
+    pub engines: Vec<Engine>,
+    pub addrs: Vec<IpAddr>,
+    pub now: Instant,
+    pub link: Impairments,
+    rng: Rng,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    sequence: u64,
+    pub delivered: u64,
+    pub dropped_by_link: u64,
+    pub rejected_by_wire: u64,
+}
+
+impl World {
+    pub fn new(hosts: usize, seed: u64, link: Impairments) -> World {
+        World {
+            engines: (0..hosts)
+                .map(|h| {
+                    Engine::new(EngineConfig {
+                        seed: seed ^ ((h as u64 + 1) * 0x1234_5678),
+                        ..EngineConfig::default()
+                    })
+                })
+                .collect(),
+            addrs: (0..hosts)
+                .map(|h| IpAddr::V4(Ipv4Addr::new(10, 0, 0, h as u8 + 1)))
+                .collect(),
+            now: Instant::ZERO,
+            link,
+            rng: Rng::new(seed),
+            in_flight: BinaryHeap::new(),
+            sequence: 0,
+            delivered: 0,
+            dropped_by_link: 0,
+            rejected_by_wire: 0,
+        }
+    }
+
+    fn host_of(&self, addr: IpAddr) -> usize {
+        self.addrs
+            .iter()
+            .position(|&a| a == addr)
+            .expect("a known host")
+    }
+
+    /// Sends everything every engine has to send now onto the link.
+    fn transmit(&mut self) {
+        let mut payload = [0u8; 4096];
+        for h in 0..self.engines.len() {
+            while let Some(t) = self.engines[h].poll_transmit(self.now, &mut payload) {
+                let bytes = self.encode(h, &t, &payload[..t.payload_len as usize]);
+                let to = self.host_of(t.dst);
+                self.send(to, bytes);
+            }
+        }
+    }
+
+    fn encode(&self, from: usize, t: &Transmit, payload: &[u8]) -> Vec<u8> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (self.addrs[from], t.dst) else {
+            unreachable!()
+        };
+        let ip = IpHeader::V4(Ipv4Header {
+            src,
+            dst,
+            tos: 0x02,
+            identification: 0,
+            dont_fragment: true,
+            ttl: 64,
+        });
+        let udp = UdpHeader {
+            src_port: t.src_port,
+            dst_port: ROCE_V2_PORT,
+        };
+        let mut buf = vec![0u8; 4096 + 128];
+        let n = emit_datagram(&ip, &udp, &t.headers, payload, &mut buf)
+            .expect("the engine emits valid packets");
+        buf.truncate(n);
+        buf
+    }
+
+    fn send(&mut self, to: usize, mut bytes: Vec<u8>) {
+        if self.rng.chance(self.link.loss) {
+            self.dropped_by_link += 1;
+            return;
+        }
+        if self.rng.chance(self.link.corrupt) {
+            let bit = self.rng.below(bytes.len() as u64 * 8) as usize;
+            bytes[bit / 8] ^= 1 << (bit % 8);
+        }
+        let copies = if self.rng.chance(self.link.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let jitter = self.rng.below(self.link.jitter.as_nanos() as u64 + 1);
+            let at = self.now + self.link.delay + Duration::from_nanos(jitter);
+            self.sequence += 1;
+            self.in_flight
+                .push(Reverse((at, self.sequence, to, bytes.clone())));
+        }
+    }
+
+    /// Delivers every packet due now, through the real decoder and ICRC check.
+    fn deliver(&mut self) {
+        while let Some(Reverse((at, _, _, _))) = self.in_flight.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Reverse((_, _, to, bytes)) = self.in_flight.pop().expect("peeked");
+            let Ok(datagram) = IpUdp::parse(&bytes) else {
+                self.rejected_by_wire += 1;
+                continue;
+            };
+            let Ok(packet) = datagram.roce() else {
+                self.rejected_by_wire += 1;
+                continue;
+            };
+            let headers = RoceHeaders {
+                bth: packet.bth,
+                ext: packet.ext(),
+            };
+            self.delivered += 1;
+            let from = datagram.ip.src();
+            self.engines[to].handle_packet(
+                self.now,
+                from,
+                &headers,
+                Payload::Bytes(packet.payload),
+            );
+        }
+    }
+
+    /// Runs until `done` holds or `limit` of simulated time passes; true if `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut World) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            self.transmit();
+            if done(self) {
+                return true;
+            }
+            let next_packet = self.in_flight.peek().map(|Reverse((at, ..))| *at);
+            let next_timer = self
+                .engines
+                .iter_mut()
+                .filter_map(|e| e.next_timeout())
+                .min();
+            let Some(next) = [next_packet, next_timer].into_iter().flatten().min() else {
+                return done(self);
+            };
+            if next > end {
+                return false;
+            }
+            self.now = self.now.max(next);
+            for e in &mut self.engines {
+                e.handle_timeout(self.now);
+            }
+            self.deliver();
+        }
+    }
+}
+
+/// A connected pair of RC queue pairs between hosts 0 and 1, with a PD, CQs and one memory
+/// region of `mr_len` bytes on each side.
+pub struct Pair {
+    pub qp: [QpNum; 2],
+    pub send_cq: [CqId; 2],
+    pub recv_cq: [CqId; 2],
+    pub pd: [PdId; 2],
+    pub mr: [MrInfo; 2],
+}
+
+pub struct PairOptions {
+    pub mtu: Mtu,
+    pub mr_len: usize,
+    pub sq_psn: [u32; 2],
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub access: Access,
+    pub caps: QpCaps,
+    pub cq_entries: u32,
+}
+
+impl Default for PairOptions {
+    fn default() -> Self {
+        PairOptions {
+            mtu: Mtu::M1024,
+            mr_len: 1 << 20,
+            sq_psn: [100, 0xFF_FFF0],
+            timeout: 8, // 4.096 us x 2^8 = 1 ms
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1, // 10 us
+            access: Access::ALL,
+            caps: QpCaps::default(),
+            cq_entries: 4096,
+        }
+    }
+}
+
+/// The byte pattern memory regions are filled with, to see any byte written where it should
+/// not be.
+pub const CANARY: u8 = 0xC5;
+
+impl Pair {
+    pub fn connect(world: &mut World, o: &PairOptions) -> Pair {
+        let mut qp = [QpNum(0); 2];
+        let mut send_cq = [CqId(0); 2];
+        let mut recv_cq = [CqId(0); 2];
+        let mut pd = [PdId(0); 2];
+        let mut mr = [MrInfo {
+            lkey: 0,
+            rkey: 0,
+            addr: 0,
+            len: 0,
+        }; 2];
+        for h in 0..2 {
+            let e = &mut world.engines[h];
+            pd[h] = e.alloc_pd();
+            send_cq[h] = e.create_cq(o.cq_entries).unwrap();
+            recv_cq[h] = e.create_cq(o.cq_entries).unwrap();
+            let memory = Memory::Bytes(vec![CANARY; o.mr_len].into_boxed_slice());
+            mr[h] = e
+                .register_mr(pd[h], 0x10_0000 * (h as u64 + 1), memory, Access::ALL)
+                .unwrap();
+            qp[h] = e
+                .create_qp(QpConfig {
+                    pd: pd[h],
+                    send_cq: send_cq[h],
+                    recv_cq: recv_cq[h],
+                    caps: o.caps,
+                })
+                .unwrap();
+        }
+        for h in 0..2 {
+            let peer = 1 - h;
+            let e = &mut world.engines[h];
+            e.modify_qp(qp[h], Transition::Init { access: o.access })
+                .unwrap();
+            e.modify_qp(
+                qp[h],
+                Transition::Rtr {
+                    peer: world.addrs[peer],
+                    dest_qpn: qp[peer].0,
+                    path_mtu: o.mtu,
+                    rq_psn: sluice_wire::Psn::new(o.sq_psn[peer]),
+                    max_dest_rd_atomic: 16,
+                    min_rnr_timer: o.min_rnr_timer,
+                    recovery: Recovery::GoBackN,
+                },
+            )
+            .unwrap();
+            e.modify_qp(
+                qp[h],
+                Transition::Rts {
+                    sq_psn: sluice_wire::Psn::new(o.sq_psn[h]),
+                    timeout: o.timeout,
+                    retry_cnt: o.retry_cnt,
+                    rnr_retry: o.rnr_retry,
+                    max_rd_atomic: 16,
+                },
+            )
+            .unwrap();
+        }
+        Pair {
+            qp,
+            send_cq,
+            recv_cq,
+            pd,
+            mr,
+        }
+    }
+
+    /// Drains a CQ.
+    pub fn completions(world: &mut World, host: usize, cq: CqId) -> Vec<Completion> {
+        let mut out = Vec::new();
+        while let Ok(Some(c)) = world.engines[host].poll_cq(cq) {
+            out.push(c);
+        }
+        out
+    }
+}
