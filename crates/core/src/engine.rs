@@ -330,6 +330,7 @@ impl Engine {
                 qp.req.next_psn = sq_psn;
                 qp.req.una = sq_psn;
                 qp.req.max_sent = sq_psn;
+                qp.req.confirmed = sq_psn;
                 qp.req.retries_left = retry_cnt;
                 qp.req.rnr_retries_left = rnr_retry;
                 qp.state = QpState::Rts;
@@ -576,6 +577,8 @@ impl Engine {
             }
             self.on_request(index, headers, info, payload);
         }
+        #[cfg(debug_assertions)]
+        self.check_requester(index);
         self.schedule(index);
     }
 

@@ -366,6 +366,8 @@ pub(crate) struct Requester {
     pub(crate) una: Psn,
     /// PSN after the last one ever sent (retransmissions stay below it).
     pub(crate) max_sent: Psn,
+    /// The responder has confirmed (by ACK or NAK) receiving every request before this PSN.
+    pub(crate) confirmed: Psn,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
     /// No sending before this time (an RNR NAK's wait).
@@ -408,8 +410,17 @@ pub(crate) struct ResponderResource {
 /// A multi-packet request the responder is in the middle of.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum InProgress {
-    Send { wqe: RecvWqe, received: u32 },
-    Write { rkey: u32, va: u64, remaining: u32 },
+    Send {
+        wqe: RecvWqe,
+        received: u32,
+    },
+    /// `total` is the RETH's DMA length: a WRITE with immediate reports it.
+    Write {
+        rkey: u32,
+        va: u64,
+        remaining: u32,
+        total: u32,
+    },
 }
 
 /// The responder's sequence state.

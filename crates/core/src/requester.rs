@@ -88,7 +88,13 @@ impl Engine {
             wqe.started = true;
         }
         let wqe = &req.sq[cursor];
-        let psn = req.next_psn;
+        // A READ (re-)request asks for what is still missing, at the PSN of the first
+        // missing response; responses that arrived since the cursor was placed count.
+        let psn = match wqe.op {
+            SendOp::Read { .. } => wqe.first_psn.add(wqe.read_done / mtu),
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => wqe.first_psn,
+            _ => req.next_psn,
+        };
         let retransmission = psn.precedes(req.max_sent);
         let offset = req.cursor_offset;
         let mut bth = Bth::new(Opcode::RC_SEND_ONLY, qp.attrs.dest_qpn, psn);
@@ -265,21 +271,47 @@ impl Engine {
 
     /// Everything up to and including `psn` is acknowledged.
     fn on_ack(&mut self, index: u32, now: Instant, psn: Psn) {
-        self.retire(index, psn);
-        self.progress(index, now);
+        let advanced = self.confirm(index, psn.next());
+        self.retire(index);
+        if advanced {
+            self.progress(index, now);
+        }
+    }
+
+    /// The responder has received (and carried out) every request before `psn`. True if
+    /// that is news: the only kind of progress that restores the retry count (a duplicate
+    /// ACK or NAK must not, or a request that can never complete would be retried forever).
+    fn confirm(&mut self, index: u32, psn: Psn) -> bool {
+        let req = &mut self.qp_mut(index).req;
+        if req.confirmed.precedes(psn) {
+            req.confirmed = psn;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Position in the send queue of the request holding `psn`, if any.
+    fn holding(&mut self, index: u32, psn: Psn) -> Option<usize> {
+        self.qp_mut(index).req.sq.iter().position(|w| {
+            let d = w.first_psn.distance_to(psn);
+            w.started && d >= 0 && (d as u32) < w.span
+        })
     }
 
     fn on_nak(&mut self, index: u32, now: Instant, psn: Psn, code: NakCode) {
-        // Everything before the NAK'd PSN is acknowledged.
-        self.retire(index, psn.sub(1));
+        // Every request before the NAK'd PSN was received.
+        let advanced = self.confirm(index, psn);
+        self.retire(index);
         match code {
             NakCode::PsnSequenceError => {
                 self.counters.naks_received_sequence += 1;
-                if !self.use_retry(index) {
+                if advanced {
+                    self.progress(index, now);
+                } else if !self.use_retry(index) {
                     return;
                 }
                 self.rewind(index, psn);
-                self.progress_timer(index, now);
             }
             code => {
                 self.counters.naks_received_error += 1;
@@ -290,18 +322,21 @@ impl Engine {
                     NakCode::RemoteAccessError => WcStatus::RemoteAccessError,
                     _ => WcStatus::RemoteOperationalError,
                 };
-                self.fail_request(index, 0, status);
+                let pos = self.holding(index, psn).unwrap_or(0);
+                self.fail_request(index, pos, status);
             }
         }
     }
 
     fn on_rnr_nak(&mut self, index: u32, now: Instant, psn: Psn, wait_ns: u64) {
         self.counters.naks_received_rnr += 1;
-        self.retire(index, psn.sub(1));
+        self.confirm(index, psn);
+        self.retire(index);
         let qp = self.qp_mut(index);
         if qp.attrs.rnr_retry != 7 {
             if qp.req.rnr_retries_left == 0 {
-                self.fail_request(index, 0, WcStatus::RnrRetryExceeded);
+                let pos = self.holding(index, psn).unwrap_or(0);
+                self.fail_request(index, pos, WcStatus::RnrRetryExceeded);
                 return;
             }
             qp.req.rnr_retries_left -= 1;
@@ -336,36 +371,33 @@ impl Engine {
             return;
         };
         let wqe = &qp.req.sq[pos];
+        // The responder took the whole READ request, and every request before it.
+        let request_end = wqe.first_psn.add(wqe.span);
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
             if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
                 // A response is missing: ask again from it, once per gap.
                 qp.req.read_retry_at = Some(expected);
-                let before = qp.req.sq[pos].first_psn.sub(1);
-                self.retire(index, before);
+                self.confirm(index, request_end);
+                self.retire(index);
                 self.rewind(index, expected);
             } else {
                 self.counters.stale_responses += 1;
             }
             return;
         }
-        // A READ response acknowledges every request before the READ.
-        let first_psn = wqe.first_psn;
-        let pos = pos - self.retire(index, first_psn.sub(1));
-        let qp = self.qp_mut(index);
-        let wqe = &qp.req.sq[pos];
         let remaining = wqe.len - wqe.read_done;
         let len = payload.len();
-        let starts = wqe.read_done == 0;
         let ends = len == remaining;
+        // A re-request starts a fresh response stream (FIRST or ONLY) mid-READ, while late
+        // packets of the first stream may still arrive: any packet at the expected PSN is
+        // data, as long as only the final one claims to end the message.
         let position_ok = match info.position {
-            Position::Only => starts && ends,
-            Position::First => starts && !ends,
-            Position::Middle => !starts && !ends,
-            Position::Last => !starts && ends,
+            Position::Only | Position::Last => ends,
+            Position::First | Position::Middle => !ends,
         };
-        if !position_ok || len > mtu || (!ends && len != mtu) {
+        if !position_ok || len > remaining || len > mtu || (!ends && len != mtu) {
             self.fail_request(index, pos, WcStatus::BadResponseError);
             return;
         }
@@ -386,20 +418,11 @@ impl Engine {
                 at += n as usize;
             }
         }
-        let qp = self.qp_mut(index);
-        let wqe = &mut qp.req.sq[pos];
+        let wqe = &mut self.qp_mut(index).req.sq[pos];
         wqe.read_done += len;
-        if ends {
-            wqe.responded = true;
-            let last = wqe.last_psn();
-            self.retire(index, last);
-        } else {
-            // Responses so far acknowledge the PSNs they carry.
-            let req = &mut self.qp_mut(index).req;
-            if req.una.precedes(psn.next()) {
-                req.una = psn.next();
-            }
-        }
+        wqe.responded = ends;
+        self.confirm(index, request_end);
+        self.retire(index);
         self.progress(index, now);
     }
 
@@ -409,53 +432,58 @@ impl Engine {
             .req
             .sq
             .iter()
-            .position(|w| w.started && w.op.is_atomic() && !w.responded && w.first_psn == psn)
+            .position(|w| w.started && w.op.is_atomic() && w.first_psn == psn)
         else {
             self.counters.stale_responses += 1;
             return;
         };
-        let pos = pos - self.retire(index, psn.sub(1));
         let Some(original) = original else { return };
-        let qp = self.qp_mut(index);
         let wqe = &mut qp.req.sq[pos];
-        let (lkey, addr, _) = wqe
-            .sgl
-            .pieces(0, 8)
-            .next()
-            .expect("atomics have an 8-byte buffer");
-        let pd = qp.config.pd;
-        wqe.responded = true;
-        if self
-            .mrs
-            .check(lkey, pd, addr, 8, crate::Access::LOCAL_WRITE)
-            .is_err()
-        {
-            self.fail_request(index, pos, WcStatus::LocalProtectionError);
-            return;
+        if !wqe.responded {
+            // The first answer carries the result; a duplicate only confirms it.
+            let (lkey, addr, _) = wqe
+                .sgl
+                .pieces(0, 8)
+                .next()
+                .expect("atomics have an 8-byte buffer");
+            let pd = qp.config.pd;
+            if self
+                .mrs
+                .check(lkey, pd, addr, 8, crate::Access::LOCAL_WRITE)
+                .is_err()
+            {
+                self.fail_request(index, pos, WcStatus::LocalProtectionError);
+                return;
+            }
+            self.mrs.write(lkey, addr, &original.to_le_bytes());
+            self.qp_mut(index).req.sq[pos].responded = true;
         }
-        self.mrs.write(lkey, addr, &original.to_le_bytes());
-        self.retire(index, psn);
+        self.confirm(index, psn.next());
+        self.retire(index);
         self.progress(index, now);
     }
 
-    /// Completes every request whose PSNs all lie at or before `psn` (and whose responses,
-    /// for READs and atomics, have arrived), oldest first, as RC requires. A READ or atomic
-    /// passed over by a later acknowledgement lost its response: the requester goes back to
-    /// it. Returns how many requests were completed.
-    pub(crate) fn retire(&mut self, index: u32, psn: Psn) -> usize {
+    /// Completes, oldest first as RC requires, every request the responder has confirmed
+    /// (all its PSNs before `confirmed`) and, for READs and atomics, whose responses have
+    /// arrived. `una` stops at a READ or atomic still waiting for its response: on a network
+    /// that reorders, a later ACK can overtake the response, so only the retransmit timer
+    /// (or a gap in READ responses) asks for it again. Returns how many requests completed.
+    pub(crate) fn retire(&mut self, index: u32) -> usize {
         let qp = self.qp_mut(index);
         let num = qp.num;
         let cq = qp.config.send_cq;
+        let mtu = qp.attrs.mtu;
+        let confirmed = qp.req.confirmed;
         let mut done = 0;
-        let mut rewind_to = None;
+        let mut waiting_at = None;
         let mut completions = Vec::new();
         while let Some(front) = qp.req.sq.front() {
-            if !front.started || front.last_psn().distance_to(psn) < 0 {
+            if !front.started || !front.last_psn().precedes(confirmed) {
                 break;
             }
             if !front.responses_complete() {
-                rewind_to = Some(match front.op {
-                    SendOp::Read { .. } => front.first_psn.add(front.read_done / qp.attrs.mtu),
+                waiting_at = Some(match front.op {
+                    SendOp::Read { .. } => front.first_psn.add(front.read_done / mtu),
                     _ => front.first_psn,
                 });
                 break;
@@ -474,20 +502,19 @@ impl Engine {
                 });
             }
         }
-        // The acknowledged PSN moves `una`; a cursor left inside a retired request moves on.
-        let acked_to = match rewind_to {
-            Some(p) => p,
-            None => psn.next(),
-        };
-        if qp.req.una.precedes(acked_to) {
-            qp.req.una = acked_to;
+        let una = waiting_at.unwrap_or(confirmed);
+        if qp.req.una.precedes(una) {
+            qp.req.una = una;
         }
-        if qp.req.next_psn.precedes(qp.req.una) {
-            let una = qp.req.una;
-            self.rewind(index, una);
-        }
-        if let Some(p) = rewind_to {
-            self.rewind(index, p);
+        // The cursor may have pointed into a request that just completed: place it again
+        // from the PSN it was at (or the first one still outstanding, if that is later).
+        if done > 0 {
+            let req = &qp.req;
+            let target = match req.sq.front() {
+                Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
+                _ => req.next_psn,
+            };
+            self.rewind(index, target);
         }
         for c in completions {
             self.complete(index, cq, c);
@@ -495,7 +522,51 @@ impl Engine {
         done
     }
 
-    /// Goes back to send from `psn`: the cursor moves to the request holding it.
+    /// The requester's invariants, checked in debug builds after every input: PSNs are
+    /// handed out in order without reuse, `una` never passes a request still waiting for a
+    /// response, and the cursor lies within the send queue.
+    #[cfg(debug_assertions)]
+    pub(crate) fn check_requester(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        let req = &qp.req;
+        assert!(
+            req.cursor <= req.sq.len(),
+            "cursor {} past {} requests",
+            req.cursor,
+            req.sq.len()
+        );
+        let mut expect = None;
+        for w in req.sq.iter().filter(|w| w.started) {
+            if let Some(e) = expect {
+                assert_eq!(w.first_psn, e, "requests occupy consecutive PSNs");
+            }
+            expect = Some(w.first_psn.add(w.span));
+            if !w.responses_complete() {
+                let missing = match w.op {
+                    SendOp::Read { .. } => w.first_psn.add(w.read_done / qp.attrs.mtu),
+                    _ => w.first_psn,
+                };
+                assert!(
+                    !missing.precedes(req.una),
+                    "una {:?} passed request {} still waiting for its response at {:?}",
+                    req.una,
+                    w.wr_id,
+                    missing
+                );
+            }
+        }
+        assert!(
+            !req.max_sent.precedes(req.next_psn),
+            "next_psn {:?} beyond max_sent {:?}",
+            req.next_psn,
+            req.max_sent
+        );
+    }
+
+    /// Goes back to send from `psn` (go-back-N): the cursor moves to the request holding it.
+    /// For a READ, what is resent is a request for the data still missing. A PSN held by no
+    /// request sends on from the first request not yet started, at `max_sent`: PSNs are
+    /// never handed out twice.
     pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
@@ -504,27 +575,23 @@ impl Engine {
             if !w.started {
                 req.cursor = i;
                 req.cursor_offset = 0;
-                req.next_psn = psn;
+                req.next_psn = req.max_sent;
                 return;
             }
             let d = w.first_psn.distance_to(psn);
             if d >= 0 && (d as u32) < w.span {
                 req.cursor = i;
-                req.cursor_offset = match w.op {
-                    SendOp::Read { .. } => w.read_done,
-                    SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 0,
-                    _ => d as u32 * mtu,
-                };
-                req.next_psn = match w.op {
-                    SendOp::Read { .. } => w.first_psn.add(w.read_done / mtu),
-                    _ => psn,
+                (req.cursor_offset, req.next_psn) = match w.op {
+                    SendOp::Read { .. } => (w.read_done, w.first_psn.add(w.read_done / mtu)),
+                    SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => (0, w.first_psn),
+                    _ => (d as u32 * mtu, psn),
                 };
                 return;
             }
         }
         req.cursor = req.sq.len();
         req.cursor_offset = 0;
-        req.next_psn = psn;
+        req.next_psn = req.max_sent;
     }
 
     /// Forward progress: the retry count is restored and the timer restarts (or stops).

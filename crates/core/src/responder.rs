@@ -170,6 +170,7 @@ impl Engine {
                         rkey: reth.rkey,
                         va: reth.va,
                         remaining: reth.dma_len,
+                        total: reth.dma_len,
                     });
                 }
                 let qp = self.qp_mut(index);
@@ -177,6 +178,7 @@ impl Engine {
                     rkey,
                     va,
                     remaining,
+                    total,
                 }) = qp.resp.in_progress
                 else {
                     unreachable!("checked by the opcode sequence")
@@ -201,11 +203,11 @@ impl Engine {
                     rkey,
                     va: va + u64::from(len),
                     remaining: remaining - len,
+                    total,
                 });
                 if ends {
                     qp.resp.in_progress = None;
                     if let Some(wqe) = imm_wqe {
-                        let total = headers.ext.reth.map_or(0, |r| r.dma_len);
                         self.finish_recv_with(
                             index,
                             wqe,

@@ -15,15 +15,18 @@ use sluice_wire::{
     IpHeader, IpUdp, Ipv4Header, ROCE_V2_PORT, RoceHeaders, UdpHeader, emit_datagram,
 };
 
-/// What the link does to packets, as probabilities per packet.
+/// What the link does to packets. The link serialises packets at `gbps` and delivers them
+/// after `delay`, in order, except that a packet is lost, duplicated or corrupted with the
+/// given probabilities, and held back by up to `jitter` with probability `reorder`.
 #[derive(Debug, Clone, Copy)]
 pub struct Impairments {
     pub loss: f64,
     pub duplicate: f64,
     pub corrupt: f64,
-    /// One-way delay, and up to this much extra at random (which reorders packets).
-    pub delay: Duration,
+    pub reorder: f64,
     pub jitter: Duration,
+    pub delay: Duration,
+    pub gbps: u64,
 }
 
 impl Impairments {
@@ -31,8 +34,10 @@ impl Impairments {
         loss: 0.0,
         duplicate: 0.0,
         corrupt: 0.0,
-        delay: Duration::from_micros(5),
+        reorder: 0.0,
         jitter: Duration::ZERO,
+        delay: Duration::from_micros(5),
+        gbps: 25,
     };
 }
 
@@ -54,6 +59,8 @@ pub struct World {
     pub link: Impairments,
     rng: Rng,
     in_flight: BinaryHeap<Reverse<InFlight>>,
+    /// When each host's outgoing link is free again.
+    link_free: Vec<Instant>,
     sequence: u64,
     pub delivered: u64,
     pub dropped_by_link: u64,
@@ -78,6 +85,7 @@ impl World {
             link,
             rng: Rng::new(seed),
             in_flight: BinaryHeap::new(),
+            link_free: vec![Instant::ZERO; hosts],
             sequence: 0,
             delivered: 0,
             dropped_by_link: 0,
@@ -99,7 +107,7 @@ impl World {
             while let Some(t) = self.engines[h].poll_transmit(self.now, &mut payload) {
                 let bytes = self.encode(h, &t, &payload[..t.payload_len as usize]);
                 let to = self.host_of(t.dst);
-                self.send(to, bytes);
+                self.send(h, to, bytes);
             }
         }
     }
@@ -127,7 +135,12 @@ impl World {
         buf
     }
 
-    fn send(&mut self, to: usize, mut bytes: Vec<u8>) {
+    fn send(&mut self, from: usize, to: usize, mut bytes: Vec<u8>) {
+        // Serialisation: the packet leaves when the link is free and takes its length.
+        let start = self.link_free[from].max(self.now);
+        let on_wire = Duration::from_nanos((bytes.len() as u64 * 8).div_ceil(self.link.gbps));
+        self.link_free[from] = start + on_wire;
+        let arrives = start + on_wire + self.link.delay;
         if self.rng.chance(self.link.loss) {
             self.dropped_by_link += 1;
             return;
@@ -142,8 +155,12 @@ impl World {
             1
         };
         for _ in 0..copies {
-            let jitter = self.rng.below(self.link.jitter.as_nanos() as u64 + 1);
-            let at = self.now + self.link.delay + Duration::from_nanos(jitter);
+            let held = if self.rng.chance(self.link.reorder) {
+                self.rng.below(self.link.jitter.as_nanos() as u64 + 1)
+            } else {
+                0
+            };
+            let at = arrives + Duration::from_nanos(held);
             self.sequence += 1;
             self.in_flight
                 .push(Reverse((at, self.sequence, to, bytes.clone())));
