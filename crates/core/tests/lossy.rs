@@ -17,6 +17,14 @@ const SLOT: u64 = 32 * 1024;
 const COUNTER_AT: u64 = 60 * SLOT;
 const INITIAL: u64 = 1_000_000;
 
+/// Where READ `slot` reads from in B: slots 44..52, which nothing writes. (A READ retried
+/// after a later write to its source may return the newer data, as RC allows, so sources
+/// and targets must not overlap for the expected memory to be exact.) Requests use slots
+/// 0..24 of both regions, receives slots 20..44 of B.
+fn read_source(slot: u64) -> u64 {
+    44 * SLOT + (slot % (8 * SLOT))
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Send { len: u32, imm: Option<u32> },
@@ -75,7 +83,7 @@ fn run_seed(seed: u64) -> Outcome {
     // Distinct contents everywhere, so a byte in the wrong place shows.
     for (host, lkey) in [(0, a.lkey), (1, b.lkey)] {
         let bytes = world.engines[host].mr_bytes_mut(lkey).unwrap();
-        for (i, byte) in bytes.iter_mut().enumerate().take(40 * SLOT as usize) {
+        for (i, byte) in bytes.iter_mut().enumerate().take(COUNTER_AT as usize) {
             *byte = ((i as u64).wrapping_mul(31) ^ (host as u64 * 0x55) ^ seed) as u8;
         }
     }
@@ -151,7 +159,7 @@ fn run_seed(seed: u64) -> Outcome {
             ),
             Op::Read { len } => (
                 SendOp::Read {
-                    remote_addr: b.addr + 30 * SLOT + (slot % (8 * SLOT)),
+                    remote_addr: b.addr + read_source(slot),
                     rkey: b.rkey,
                 },
                 local(len),
@@ -269,7 +277,7 @@ fn run_seed(seed: u64) -> Outcome {
                 }
             }
             Op::Read { len } => {
-                let src = 30 * SLOT + (slot % (8 * SLOT));
+                let src = read_source(slot);
                 if done {
                     let data = expect_b[src as usize..][..len as usize].to_vec();
                     expect_a[slot as usize..][..len as usize].copy_from_slice(&data);
@@ -307,6 +315,24 @@ fn run_seed(seed: u64) -> Outcome {
     expect_b[COUNTER_AT as usize..][..8].copy_from_slice(&counter.to_le_bytes());
 
     let got_a = world.engines[0].mr_bytes(a.lkey).unwrap();
+    if let (Some(k), Ok(_)) = (
+        got_a.iter().zip(&expect_a).position(|(x, y)| x != y),
+        std::env::var("SLUICE_DEBUG"),
+    ) {
+        let slot = k / SLOT as usize;
+        eprintln!(
+            "A differs at {k} (slot {slot}, op {:?}): got {:?} want {:?}",
+            ops.get(slot),
+            &got_a[k..k + 8],
+            &expect_a[k..k + 8]
+        );
+        let end = got_a[k..]
+            .iter()
+            .zip(&expect_a[k..])
+            .rposition(|(x, y)| x != y)
+            .unwrap_or(0);
+        eprintln!("  differing span {k}..{}", k + end + 1);
+    }
     assert!(
         got_a == &expect_a[..],
         "seed {seed}: A's memory differs at byte {:?}",

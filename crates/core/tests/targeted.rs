@@ -1,0 +1,621 @@
+//! Targeted cases: RNR, bad keys, bounds, permissions, retry exhaustion and the flush that
+//! follows, PSN wrap-around, zero-length messages, every path MTU, CQ overrun, the state
+//! machine, and 16,384 queue pairs at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sluice_core::*;
+
+fn sge(mr: MrInfo, offset: u64, len: u32) -> Sge {
+    Sge {
+        lkey: mr.lkey,
+        addr: mr.addr + offset,
+        len,
+    }
+}
+
+fn send_cq_statuses(world: &mut World, p: &Pair) -> Vec<(u64, WcStatus)> {
+    Pair::completions(world, 0, p.send_cq[0])
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect()
+}
+
+#[test]
+fn rnr_nak_then_a_late_receive_completes_the_send() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    world.engines[0]
+        .post_send(
+            p.qp[0],
+            &SendWr::new(1, SendOp::Send, &[sge(p.mr[0], 0, 100)]),
+        )
+        .unwrap();
+    // No receive posted: the responder answers RNR and the requester waits.
+    world.run_until(Duration::from_micros(200), |_| false);
+    assert!(world.engines[1].counters().naks_sent_rnr >= 1);
+    assert_eq!(world.engines[0].cq_len(p.send_cq[0]), 0);
+    world.engines[1]
+        .post_recv(
+            p.qp[1],
+            &RecvWr {
+                wr_id: 9,
+                sgl: &[sge(p.mr[1], 0, 100)],
+            },
+        )
+        .unwrap();
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 1));
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![(1, WcStatus::Success)]
+    );
+    let recv = Pair::completions(&mut world, 1, p.recv_cq[1]);
+    assert_eq!((recv[0].wr_id, recv[0].byte_len), (9, 100));
+}
+
+#[test]
+fn rnr_retries_run_out_and_the_rest_is_flushed() {
+    let mut world = World::new(2, 2, Impairments::CLEAN);
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            rnr_retry: 2,
+            ..PairOptions::default()
+        },
+    );
+    for id in 1..=3 {
+        world.engines[0]
+            .post_send(
+                p.qp[0],
+                &SendWr::new(id, SendOp::Send, &[sge(p.mr[0], 0, 10)]),
+            )
+            .unwrap();
+    }
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 3));
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![
+            (1, WcStatus::RnrRetryExceeded),
+            (2, WcStatus::WrFlushError),
+            (3, WcStatus::WrFlushError)
+        ]
+    );
+    assert_eq!(world.engines[0].qp_state(p.qp[0]), Some(QpState::Error));
+    assert_eq!(
+        world.engines[1].counters().naks_sent_rnr,
+        3,
+        "the first try and two retries"
+    );
+    // A request posted to a queue pair in error completes at once, flushed.
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(4, SendOp::Send, &[]))
+        .unwrap();
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![(4, WcStatus::WrFlushError)]
+    );
+}
+
+/// Runs one request from host 0 and returns its completion status.
+fn one(world: &mut World, p: &Pair, op: SendOp, sgl: &[Sge]) -> WcStatus {
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(1, op, sgl))
+        .unwrap();
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) >= 1));
+    Pair::completions(world, 0, cq)[0].status
+}
+
+#[test]
+fn a_bad_rkey_is_a_remote_access_error_and_touches_nothing() {
+    let mut world = World::new(2, 3, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let before = world.engines[1].mr_bytes(p.mr[1].lkey).unwrap().to_vec();
+    let write = SendOp::Write {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey ^ 0x55,
+    };
+    assert_eq!(
+        one(&mut world, &p, write, &[sge(p.mr[0], 0, 64)]),
+        WcStatus::RemoteAccessError
+    );
+    assert_eq!(
+        world.engines[1].mr_bytes(p.mr[1].lkey).unwrap(),
+        &before[..]
+    );
+    assert_eq!(world.engines[1].counters().naks_sent_remote_access, 1);
+    // Both ends are in error afterwards, as for every responder-detected error but RNR.
+    assert_eq!(world.engines[0].qp_state(p.qp[0]), Some(QpState::Error));
+    assert_eq!(world.engines[1].qp_state(p.qp[1]), Some(QpState::Error));
+}
+
+#[test]
+fn out_of_bounds_writes_and_reads_are_refused() {
+    for op in ["write", "read"] {
+        let mut world = World::new(2, 4, Impairments::CLEAN);
+        let p = Pair::connect(
+            &mut world,
+            &PairOptions {
+                mr_len: 4096,
+                ..PairOptions::default()
+            },
+        );
+        let before = world.engines[1].mr_bytes(p.mr[1].lkey).unwrap().to_vec();
+        let (remote_addr, rkey) = (p.mr[1].addr + 4000, p.mr[1].rkey); // 100 bytes past the end
+        let op = if op == "write" {
+            SendOp::Write { remote_addr, rkey }
+        } else {
+            SendOp::Read { remote_addr, rkey }
+        };
+        assert_eq!(
+            one(&mut world, &p, op, &[sge(p.mr[0], 0, 196)]),
+            WcStatus::RemoteAccessError
+        );
+        assert_eq!(
+            world.engines[1].mr_bytes(p.mr[1].lkey).unwrap(),
+            &before[..]
+        );
+    }
+}
+
+#[test]
+fn permissions_are_enforced_by_region_and_by_queue_pair() {
+    // A region without remote write: the WRITE is a remote access error.
+    let mut world = World::new(2, 5, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let readonly = world.engines[1]
+        .register_mr(
+            p.pd[1],
+            0x900_0000,
+            Memory::Bytes(vec![7; 256].into()),
+            Access::LOCAL_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let write = SendOp::Write {
+        remote_addr: readonly.addr,
+        rkey: readonly.rkey,
+    };
+    assert_eq!(
+        one(&mut world, &p, write, &[sge(p.mr[0], 0, 16)]),
+        WcStatus::RemoteAccessError
+    );
+    assert_eq!(
+        world.engines[1].mr_bytes(readonly.lkey).unwrap(),
+        &[7u8; 256][..]
+    );
+
+    // A queue pair that does not allow remote reads: the READ is an invalid request.
+    let mut world = World::new(2, 6, Impairments::CLEAN);
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            access: Access::REMOTE_WRITE,
+            ..PairOptions::default()
+        },
+    );
+    let read = SendOp::Read {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey,
+    };
+    assert_eq!(
+        one(&mut world, &p, read, &[sge(p.mr[0], 0, 16)]),
+        WcStatus::RemoteInvalidRequestError
+    );
+
+    // A region of another protection domain is out of reach even with its key.
+    let mut world = World::new(2, 7, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let other_pd = world.engines[1].alloc_pd();
+    let foreign = world.engines[1]
+        .register_mr(
+            other_pd,
+            0xA00_0000,
+            Memory::Bytes(vec![0; 64].into()),
+            Access::ALL,
+        )
+        .unwrap();
+    let write = SendOp::Write {
+        remote_addr: foreign.addr,
+        rkey: foreign.rkey,
+    };
+    assert_eq!(
+        one(&mut world, &p, write, &[sge(p.mr[0], 0, 16)]),
+        WcStatus::RemoteAccessError
+    );
+}
+
+#[test]
+fn a_dead_link_exhausts_the_retries_then_flushes_in_order() {
+    let link = Impairments {
+        loss: 1.0,
+        ..Impairments::CLEAN
+    };
+    let mut world = World::new(2, 8, link);
+    let options = PairOptions {
+        timeout: 10,
+        retry_cnt: 3,
+        ..PairOptions::default()
+    }; // 4.2 ms
+    let p = Pair::connect(&mut world, &options);
+    for id in 1..=4 {
+        world.engines[0]
+            .post_send(
+                p.qp[0],
+                &SendWr::new(
+                    id,
+                    SendOp::Write {
+                        remote_addr: p.mr[1].addr,
+                        rkey: p.mr[1].rkey,
+                    },
+                    &[sge(p.mr[0], 0, 8)],
+                ),
+            )
+            .unwrap();
+    }
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 4));
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![
+            (1, WcStatus::RetryExceeded),
+            (2, WcStatus::WrFlushError),
+            (3, WcStatus::WrFlushError),
+            (4, WcStatus::WrFlushError)
+        ]
+    );
+    // The first try and three retries, each one timeout apart.
+    assert_eq!(world.engines[0].counters().retransmit_timeouts, 4);
+    let timeout = Duration::from_nanos(4096 << 10);
+    let elapsed = Duration::from_nanos(world.now.as_nanos());
+    assert!(
+        elapsed >= timeout * 4 && elapsed < timeout * 5,
+        "{elapsed:?}"
+    );
+}
+
+#[test]
+fn psns_wrap_at_2_pow_24() {
+    let mut world = World::new(2, 9, Impairments::CLEAN);
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            sq_psn: [(1 << 24) - 3, (1 << 24) - 1],
+            mtu: Mtu::M256,
+            ..PairOptions::default()
+        },
+    );
+    world.engines[1]
+        .post_recv(
+            p.qp[1],
+            &RecvWr {
+                wr_id: 1,
+                sgl: &[sge(p.mr[1], 0, 4096)],
+            },
+        )
+        .unwrap();
+    let data: Vec<u8> = (0..2560u32).map(|i| (i % 251) as u8).collect();
+    world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..2560].copy_from_slice(&data);
+    assert_eq!(
+        one(&mut world, &p, SendOp::Send, &[sge(p.mr[0], 0, 2560)]),
+        WcStatus::Success
+    );
+    assert_eq!(
+        &world.engines[1].mr_bytes(p.mr[1].lkey).unwrap()[..2560],
+        &data[..]
+    );
+    let read = SendOp::Read {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey,
+    };
+    world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..2560].fill(0);
+    assert_eq!(
+        one(&mut world, &p, read, &[sge(p.mr[0], 0, 2560)]),
+        WcStatus::Success
+    );
+    assert_eq!(
+        &world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..2560],
+        &data[..]
+    );
+}
+
+#[test]
+fn zero_length_messages() {
+    let mut world = World::new(2, 10, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    world.engines[1]
+        .post_recv(p.qp[1], &RecvWr { wr_id: 5, sgl: &[] })
+        .unwrap();
+    assert_eq!(
+        one(&mut world, &p, SendOp::SendWithImm(3), &[]),
+        WcStatus::Success
+    );
+    let recv = Pair::completions(&mut world, 1, p.recv_cq[1]);
+    assert_eq!(
+        (recv[0].wr_id, recv[0].byte_len, recv[0].imm),
+        (5, 0, Some(3))
+    );
+    // Zero-length RDMA names no memory: even a bad key is not checked.
+    assert_eq!(
+        one(
+            &mut world,
+            &p,
+            SendOp::Write {
+                remote_addr: 0,
+                rkey: 0xDEAD
+            },
+            &[]
+        ),
+        WcStatus::Success
+    );
+    assert_eq!(
+        one(
+            &mut world,
+            &p,
+            SendOp::Read {
+                remote_addr: 0,
+                rkey: 0xDEAD
+            },
+            &[]
+        ),
+        WcStatus::Success
+    );
+}
+
+#[test]
+fn every_path_mtu_segments_exactly() {
+    for mtu in Mtu::ALL {
+        let mut world = World::new(2, 11, Impairments::CLEAN);
+        let p = Pair::connect(
+            &mut world,
+            &PairOptions {
+                mtu,
+                ..PairOptions::default()
+            },
+        );
+        let write = SendOp::Write {
+            remote_addr: p.mr[1].addr,
+            rkey: p.mr[1].rkey,
+        };
+        assert_eq!(
+            one(&mut world, &p, write, &[sge(p.mr[0], 0, 10_000)]),
+            WcStatus::Success
+        );
+        let packets = world.engines[0].counters().tx_packets;
+        assert_eq!(
+            packets,
+            u64::from(10_000u32.div_ceil(mtu.bytes())),
+            "{mtu:?}"
+        );
+        assert_eq!(
+            &world.engines[1].mr_bytes(p.mr[1].lkey).unwrap()[..10_000],
+            &world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..10_000]
+        );
+    }
+}
+
+#[test]
+fn a_full_cq_overruns_and_fails_the_queue_pair() {
+    let mut world = World::new(2, 12, Impairments::CLEAN);
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            cq_entries: 2,
+            ..PairOptions::default()
+        },
+    );
+    // WRITEs: only the requester's CQ (room for two) gets completions.
+    let write = SendOp::Write {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey,
+    };
+    for id in 1..=4 {
+        world.engines[0]
+            .post_send(p.qp[0], &SendWr::new(id, write, &[sge(p.mr[0], 0, 8)]))
+            .unwrap();
+    }
+    world.run_until(Duration::from_millis(5), |_| false);
+    let e = &mut world.engines[0];
+    assert!(e.poll_cq(p.send_cq[0]).unwrap().is_some());
+    assert!(e.poll_cq(p.send_cq[0]).unwrap().is_some());
+    assert_eq!(e.poll_cq(p.send_cq[0]), Err(CqOverrun));
+    assert!(e.counters().cq_overruns >= 1);
+    assert_eq!(e.qp_state(p.qp[0]), Some(QpState::Error));
+}
+
+#[test]
+fn the_state_machine_refuses_illegal_steps() {
+    let mut e = Engine::new(EngineConfig::default());
+    let pd = e.alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    let qp = e
+        .create_qp(QpConfig {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            caps: QpCaps::default(),
+        })
+        .unwrap();
+    let rts = Transition::Rts {
+        sq_psn: sluice_wire::Psn::new(0),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+    };
+    assert!(matches!(
+        e.modify_qp(qp, rts),
+        Err(Error::InvalidState {
+            state: QpState::Reset,
+            ..
+        })
+    ));
+    assert!(matches!(
+        e.post_send(qp, &SendWr::new(1, SendOp::Send, &[])),
+        Err(Error::InvalidState { .. })
+    ));
+    assert!(matches!(
+        e.post_recv(qp, &RecvWr { wr_id: 1, sgl: &[] }),
+        Err(Error::InvalidState { .. })
+    ));
+    e.modify_qp(
+        qp,
+        Transition::Init {
+            access: Access::NONE,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        e.modify_qp(
+            qp,
+            Transition::Init {
+                access: Access::NONE
+            }
+        ),
+        Err(Error::InvalidState { .. })
+    ));
+    e.post_recv(qp, &RecvWr { wr_id: 1, sgl: &[] }).unwrap();
+    assert!(matches!(
+        e.modify_qp(qp, rts),
+        Err(Error::InvalidState {
+            state: QpState::Init,
+            ..
+        })
+    ));
+    e.modify_qp(qp, Transition::Error).unwrap();
+    assert_eq!(
+        e.poll_cq(cq).unwrap().map(|c| c.status),
+        Some(WcStatus::WrFlushError)
+    );
+    e.modify_qp(qp, Transition::Reset).unwrap();
+    assert_eq!(e.qp_state(qp), Some(QpState::Reset));
+    // Bad buffers are refused at post time.
+    let bad = [Sge {
+        lkey: 0x1234,
+        addr: 0,
+        len: 8,
+    }];
+    e.modify_qp(
+        qp,
+        Transition::Init {
+            access: Access::NONE,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        e.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: 2,
+                sgl: &bad
+            }
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn sixteen_thousand_queue_pairs_at_once() {
+    const QPS: usize = 16_384;
+    let mut world = World::new(2, 13, Impairments::CLEAN);
+    let mut qps = Vec::with_capacity(QPS);
+    let mut pds = [PdId(0); 2];
+    let mut cqs = [CqId(0); 2];
+    let mut mrs = Vec::new();
+    for h in 0..2 {
+        let e = &mut world.engines[h];
+        pds[h] = e.alloc_pd();
+        cqs[h] = e.create_cq(2 * QPS as u32).unwrap();
+        mrs.push(
+            e.register_mr(
+                pds[h],
+                0,
+                Memory::Bytes(vec![0; QPS * 64].into()),
+                Access::ALL,
+            )
+            .unwrap(),
+        );
+    }
+    for _ in 0..QPS {
+        let pair: Vec<QpNum> = (0..2)
+            .map(|h| {
+                world.engines[h]
+                    .create_qp(QpConfig {
+                        pd: pds[h],
+                        send_cq: cqs[h],
+                        recv_cq: cqs[h],
+                        caps: QpCaps {
+                            max_send_wr: 4,
+                            max_recv_wr: 4,
+                            ..QpCaps::default()
+                        },
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for h in 0..2 {
+            let e = &mut world.engines[h];
+            e.modify_qp(
+                pair[h],
+                Transition::Init {
+                    access: Access::ALL,
+                },
+            )
+            .unwrap();
+            let rtr = Transition::Rtr {
+                peer: world.addrs[1 - h],
+                dest_qpn: pair[1 - h].0,
+                path_mtu: Mtu::M1024,
+                rq_psn: sluice_wire::Psn::new(0),
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 1,
+                recovery: Recovery::GoBackN,
+            };
+            e.modify_qp(pair[h], rtr).unwrap();
+            let rts = Transition::Rts {
+                sq_psn: sluice_wire::Psn::new(0),
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 1,
+            };
+            e.modify_qp(pair[h], rts).unwrap();
+        }
+        qps.push(pair);
+    }
+    for (i, pair) in qps.iter().enumerate() {
+        let at = i as u64 * 64;
+        let write = SendOp::Write {
+            remote_addr: at,
+            rkey: mrs[1].rkey,
+        };
+        world.engines[0].mr_bytes_mut(mrs[0].lkey).unwrap()[i * 64] = (i % 251) as u8 + 1;
+        world.engines[0]
+            .post_send(
+                pair[0],
+                &SendWr::new(
+                    i as u64,
+                    write,
+                    &[Sge {
+                        lkey: mrs[0].lkey,
+                        addr: at,
+                        len: 64,
+                    }],
+                ),
+            )
+            .unwrap();
+    }
+    let cq = cqs[0];
+    assert!(
+        world.run_until(Duration::from_millis(500), |w| w.engines[0].cq_len(cq)
+            == QPS)
+    );
+    let done = Pair::completions(&mut world, 0, cq);
+    assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    let memory = world.engines[1].mr_bytes(mrs[1].lkey).unwrap();
+    assert!((0..QPS).all(|i| memory[i * 64] == (i % 251) as u8 + 1));
+}
