@@ -16,6 +16,8 @@ pub struct Counters {
     pub naks_sent_invalid_request: u64,
     pub naks_sent_remote_access: u64,
     pub naks_sent_remote_operational: u64,
+    /// NAKs not sent because the queue of owed responses was full.
+    pub naks_dropped: u64,
     pub naks_received_sequence: u64,
     pub naks_received_rnr: u64,
     pub naks_received_error: u64,

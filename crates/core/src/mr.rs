@@ -5,6 +5,7 @@
 //! random tag makes keys hard to guess and makes a stale key (of a region since deregistered
 //! and its slot reused) fail, since a reused slot always gets a different tag.
 
+use crate::qp::SgList;
 use crate::rng::Rng;
 use crate::{Error, PdId};
 
@@ -249,6 +250,47 @@ impl MrTable {
         if let Memory::Bytes(bytes) = &mut region.memory {
             bytes[at..at + src.len()].copy_from_slice(src);
         }
+    }
+
+    /// Copies message bytes `offset .. offset + dst.len()` of a scatter/gather list into
+    /// `dst`, checking every piece against `pd` (regions may be deregistered after posting).
+    pub(crate) fn gather(
+        &self,
+        pd: PdId,
+        sgl: &SgList,
+        offset: u32,
+        dst: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let mut at = 0usize;
+        for (lkey, addr, n) in sgl.pieces(offset, dst.len() as u32) {
+            self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
+            self.read(lkey, addr, &mut dst[at..at + n as usize]);
+            at += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` (or, for a length-only payload, nothing) to message bytes `offset ..` of
+    /// a scatter/gather list, checking every piece for local write access first.
+    pub(crate) fn scatter(
+        &mut self,
+        pd: PdId,
+        sgl: &SgList,
+        offset: u32,
+        len: u32,
+        src: Option<&[u8]>,
+    ) -> Result<(), AccessError> {
+        for (lkey, addr, n) in sgl.pieces(offset, len) {
+            self.check(lkey, pd, addr, u64::from(n), Access::LOCAL_WRITE)?;
+        }
+        if let Some(src) = src {
+            let mut at = 0usize;
+            for (lkey, addr, n) in sgl.pieces(offset, len) {
+                self.write(lkey, addr, &src[at..at + n as usize]);
+                at += n as usize;
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn bytes(&self, key: u32) -> Option<&[u8]> {

@@ -187,24 +187,14 @@ impl Engine {
         // region deregistered since then fails the request).
         if payload_len > 0 {
             let wqe = &req.sq[cursor];
+            let dst = &mut payload[..payload_len as usize];
             if let Some(data) = &wqe.inline {
-                payload[..payload_len as usize]
-                    .copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
+                dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
             } else {
-                let pd = qp.config.pd;
-                let mut at = 0usize;
-                let pieces: Vec<(u32, u64, u32)> = wqe.sgl.pieces(offset, payload_len).collect();
-                for (lkey, addr, n) in pieces {
-                    if self
-                        .mrs
-                        .check(lkey, pd, addr, u64::from(n), crate::Access::NONE)
-                        .is_err()
-                    {
-                        self.fail_request(index, cursor, WcStatus::LocalProtectionError);
-                        return None;
-                    }
-                    self.mrs.read(lkey, addr, &mut payload[at..at + n as usize]);
-                    at += n as usize;
+                let (pd, sgl) = (qp.config.pd, wqe.sgl);
+                if self.mrs.gather(pd, &sgl, offset, dst).is_err() {
+                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                    return None;
                 }
             }
         }
@@ -401,22 +391,14 @@ impl Engine {
             self.fail_request(index, pos, WcStatus::BadResponseError);
             return;
         }
-        if let Payload::Bytes(bytes) = payload {
-            let pieces: Vec<(u32, u64, u32)> = wqe.sgl.pieces(wqe.read_done, len).collect();
-            let pd = qp.config.pd;
-            let mut at = 0usize;
-            for (lkey, addr, n) in pieces {
-                if self
-                    .mrs
-                    .check(lkey, pd, addr, u64::from(n), crate::Access::LOCAL_WRITE)
-                    .is_err()
-                {
-                    self.fail_request(index, pos, WcStatus::LocalProtectionError);
-                    return;
-                }
-                self.mrs.write(lkey, addr, &bytes[at..at + n as usize]);
-                at += n as usize;
-            }
+        let (pd, sgl, read_done) = (qp.config.pd, wqe.sgl, wqe.read_done);
+        let bytes = match payload {
+            Payload::Bytes(b) => Some(b),
+            Payload::Len(_) => None,
+        };
+        if self.mrs.scatter(pd, &sgl, read_done, len, bytes).is_err() {
+            self.fail_request(index, pos, WcStatus::LocalProtectionError);
+            return;
         }
         let wqe = &mut self.qp_mut(index).req.sq[pos];
         wqe.read_done += len;
@@ -476,8 +458,11 @@ impl Engine {
         let confirmed = qp.req.confirmed;
         let mut done = 0;
         let mut waiting_at = None;
-        let mut completions = Vec::new();
-        while let Some(front) = qp.req.sq.front() {
+        loop {
+            let qp = self.qp_mut(index);
+            let Some(front) = qp.req.sq.front() else {
+                break;
+            };
             if !front.started || !front.last_psn().precedes(confirmed) {
                 break;
             }
@@ -492,16 +477,19 @@ impl Engine {
             qp.req.cursor = qp.req.cursor.saturating_sub(1);
             done += 1;
             if w.signaled {
-                completions.push(Completion {
+                let byte_len = if w.op.is_atomic() { 8 } else { w.len };
+                let c = Completion {
                     wr_id: w.wr_id,
                     status: WcStatus::Success,
                     opcode: send_opcode(w.op),
                     qp: num,
-                    byte_len: if w.op.is_atomic() { 8 } else { w.len },
+                    byte_len,
                     imm: None,
-                });
+                };
+                self.complete(index, cq, c);
             }
         }
+        let qp = self.qp_mut(index);
         let una = waiting_at.unwrap_or(confirmed);
         if qp.req.una.precedes(una) {
             qp.req.una = una;
@@ -515,9 +503,6 @@ impl Engine {
                 _ => req.next_psn,
             };
             self.rewind(index, target);
-        }
-        for c in completions {
-            self.complete(index, cq, c);
         }
         done
     }

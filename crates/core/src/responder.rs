@@ -14,6 +14,9 @@ use crate::mr::Access;
 use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
 
+/// Room for NAKs in a queue pair's queue of owed responses, beyond its READs and atomics.
+const NAK_SLOTS: usize = 8;
+
 /// Why a request is refused, and the NAK that says so.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
@@ -39,11 +42,15 @@ impl Engine {
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
                 let epsn = qp.resp.epsn;
-                qp.resp.responses.push_back(Response::Nak {
-                    psn: epsn,
-                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                });
-                self.counters.naks_sent_sequence += 1;
+                if self.owe(
+                    index,
+                    Response::Nak {
+                        psn: epsn,
+                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    },
+                ) {
+                    self.counters.naks_sent_sequence += 1;
+                }
             }
             return;
         }
@@ -327,12 +334,29 @@ impl Engine {
     fn rnr(&mut self, index: u32, psn: Psn) -> Result<(), Refusal> {
         let qp = self.qp_mut(index);
         let timer = RnrTimer::from_code(qp.attrs.min_rnr_timer).expect("validated at RTR");
-        qp.resp.responses.push_back(Response::Nak {
-            psn,
-            syndrome: Syndrome::RnrNak(timer),
-        });
-        self.counters.naks_sent_rnr += 1;
+        if self.owe(
+            index,
+            Response::Nak {
+                psn,
+                syndrome: Syndrome::RnrNak(timer),
+            },
+        ) {
+            self.counters.naks_sent_rnr += 1;
+        }
         Ok(())
+    }
+
+    /// Queues a NAK, unless the queue of owed responses is at its bound (READ responses and
+    /// atomic ACKs for `max_dest_rd_atomic` requests, plus a few NAKs): then the NAK is
+    /// dropped and counted, and the requester's timer recovers. False if dropped.
+    fn owe(&mut self, index: u32, nak: Response) -> bool {
+        let qp = self.qp_mut(index);
+        if qp.resp.responses.len() >= usize::from(qp.attrs.max_dest_rd_atomic) + NAK_SLOTS {
+            self.counters.naks_dropped += 1;
+            return false;
+        }
+        qp.resp.responses.push_back(nak);
+        true
     }
 
     /// A request the responder will not carry out: NAK it, and (as for every class of
@@ -370,18 +394,13 @@ impl Engine {
         offset: u32,
         payload: Payload<'_>,
     ) -> Result<(), ()> {
-        let len = payload.len();
-        let mut at = 0usize;
-        for (lkey, addr, n) in wqe.sgl.pieces(offset, len) {
-            self.mrs
-                .check(lkey, pd, addr, u64::from(n), Access::LOCAL_WRITE)
-                .map_err(|_| ())?;
-            if let Payload::Bytes(bytes) = payload {
-                self.mrs.write(lkey, addr, &bytes[at..at + n as usize]);
-            }
-            at += n as usize;
-        }
-        Ok(())
+        let bytes = match payload {
+            Payload::Bytes(b) => Some(b),
+            Payload::Len(_) => None,
+        };
+        self.mrs
+            .scatter(pd, &wqe.sgl, offset, payload.len(), bytes)
+            .map_err(|_| ())
     }
 
     fn finish_recv(
