@@ -1,0 +1,283 @@
+//! Two engines joined in memory, no I/O and no wire encoding: RDMA WRITE throughput and the
+//! engine's cost per packet.
+//!
+//! - messages/s and Gbit/s for WRITEs of 64 B, 4 KiB and 64 KiB on one queue pair (MTU 4096,
+//!   32 writes in flight), with real bytes (payload copies included) and with length-only
+//!   memory (engine logic only: the "payload copy excluded" figure);
+//! - ns of engine work per data packet, both sides together, with 1, 1,024 and 16,384 active
+//!   queue pairs (one 4 KiB WRITE in flight on each).
+//!
+//! `cargo bench -p sluice-core --bench engine` (criterion runs first, then the summary table).
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant as WallClock};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use sluice_core::*;
+use sluice_wire::Psn;
+
+struct Bench {
+    engines: [Engine; 2],
+    addrs: [IpAddr; 2],
+    qps: Vec<[QpNum; 2]>,
+    cq: CqId,
+    mr: [MrInfo; 2],
+    now: Instant,
+    payload: Vec<u8>,
+    data_packets: u64,
+}
+
+impl Bench {
+    fn new(qps: usize, bytes: bool, mr_len: u64) -> Bench {
+        let addrs = [
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        ];
+        let mut engines = [
+            Engine::new(EngineConfig::default()),
+            Engine::new(EngineConfig {
+                seed: 1,
+                ..EngineConfig::default()
+            }),
+        ];
+        let mut cqs = [CqId(0); 2];
+        let mut mrs = [MrInfo {
+            lkey: 0,
+            rkey: 0,
+            addr: 0,
+            len: 0,
+        }; 2];
+        let mut pds = [PdId(0); 2];
+        for h in 0..2 {
+            pds[h] = engines[h].alloc_pd();
+            cqs[h] = engines[h].create_cq(1 << 20).unwrap();
+            let memory = if bytes {
+                Memory::Bytes(vec![0; mr_len as usize].into())
+            } else {
+                Memory::LengthOnly(mr_len)
+            };
+            mrs[h] = engines[h]
+                .register_mr(pds[h], 0, memory, Access::ALL)
+                .unwrap();
+        }
+        let caps = QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 1,
+            ..QpCaps::default()
+        };
+        let mut pairs = Vec::with_capacity(qps);
+        for _ in 0..qps {
+            let pair = [0, 1].map(|h| {
+                engines[h]
+                    .create_qp(QpConfig {
+                        pd: pds[h],
+                        send_cq: cqs[h],
+                        recv_cq: cqs[h],
+                        caps,
+                    })
+                    .unwrap()
+            });
+            for h in 0..2 {
+                let e = &mut engines[h];
+                e.modify_qp(
+                    pair[h],
+                    Transition::Init {
+                        access: Access::ALL,
+                    },
+                )
+                .unwrap();
+                let rtr = Transition::Rtr {
+                    peer: addrs[1 - h],
+                    dest_qpn: pair[1 - h].0,
+                    path_mtu: Mtu::M4096,
+                    rq_psn: Psn::new(0),
+                    max_dest_rd_atomic: 16,
+                    min_rnr_timer: 1,
+                    recovery: Recovery::GoBackN,
+                };
+                e.modify_qp(pair[h], rtr).unwrap();
+                let rts = Transition::Rts {
+                    sq_psn: Psn::new(0),
+                    timeout: 14,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    max_rd_atomic: 16,
+                };
+                e.modify_qp(pair[h], rts).unwrap();
+            }
+            pairs.push(pair);
+        }
+        Bench {
+            engines,
+            addrs,
+            qps: pairs,
+            cq: cqs[0],
+            mr: mrs,
+            now: Instant::ZERO,
+            payload: vec![0; 4096],
+            data_packets: 0,
+        }
+    }
+
+    fn post_write(&mut self, qp: usize, size: u32) {
+        let op = SendOp::Write {
+            remote_addr: 0,
+            rkey: self.mr[1].rkey,
+        };
+        let sgl = [Sge {
+            lkey: self.mr[0].lkey,
+            addr: 0,
+            len: size,
+        }];
+        self.engines[0]
+            .post_send(self.qps[qp][0], &SendWr::new(qp as u64, op, &sgl))
+            .unwrap();
+    }
+
+    /// Moves every packet each engine has to the other, until both are quiet.
+    fn pump(&mut self) {
+        loop {
+            let mut moved = false;
+            for h in 0..2 {
+                while let Some(t) = self.engines[h].poll_transmit(self.now, &mut self.payload) {
+                    moved = true;
+                    if t.payload_len > 0 {
+                        self.data_packets += 1;
+                    }
+                    let payload = Payload::Bytes(&self.payload[..t.payload_len as usize]);
+                    self.engines[1 - h].handle_packet(self.now, self.addrs[h], &t.headers, payload);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Completes `messages` WRITEs of `size` bytes on queue pair 0, `depth` in flight.
+    fn writes(&mut self, messages: u64, size: u32, depth: u64) {
+        let mut posted = 0;
+        let mut done = 0;
+        while done < messages {
+            while posted < messages && posted - done < depth {
+                self.post_write(0, size);
+                posted += 1;
+            }
+            self.pump();
+            while let Ok(Some(c)) = self.engines[0].poll_cq(self.cq) {
+                debug_assert_eq!(c.status, WcStatus::Success);
+                done += 1;
+            }
+        }
+    }
+
+    /// One 4 KiB WRITE on every queue pair, all in flight together, until all complete.
+    fn round_over_all_qps(&mut self) {
+        for qp in 0..self.qps.len() {
+            self.post_write(qp, 4096);
+        }
+        self.pump();
+        let mut done = 0;
+        while let Ok(Some(_)) = self.engines[0].poll_cq(self.cq) {
+            done += 1;
+        }
+        assert_eq!(done, self.qps.len());
+    }
+}
+
+const SIZES: [u32; 3] = [64, 4096, 65536];
+
+fn criterion_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("write");
+    for bytes in [true, false] {
+        for size in SIZES {
+            let mut bench = Bench::new(1, bytes, 1 << 20);
+            group.throughput(Throughput::Bytes(u64::from(size)));
+            let id = BenchmarkId::new(if bytes { "bytes" } else { "length-only" }, size);
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    let start = WallClock::now();
+                    bench.writes(iters, size, 32);
+                    black_box(&bench);
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Runs `f` repeatedly for about `target` and returns the best rate of `unit`s per second
+/// over five tries, with the packets counted in the best try.
+fn best_of<F: FnMut(&mut Bench) -> u64>(
+    bench: &mut Bench,
+    target: Duration,
+    mut f: F,
+) -> (f64, f64) {
+    let mut best = (0.0f64, f64::MAX);
+    for _ in 0..5 {
+        let packets_before = bench.data_packets;
+        let start = WallClock::now();
+        let mut units = 0;
+        while start.elapsed() < target {
+            units += f(bench);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let packets = (bench.data_packets - packets_before) as f64;
+        let rate = units as f64 / secs;
+        if rate > best.0 {
+            best = (rate, secs * 1e9 / packets);
+        }
+    }
+    best
+}
+
+fn summary() {
+    println!("\nWRITE on one queue pair, MTU 4096, 32 in flight (best of 5 runs of 0.3 s)");
+    println!(
+        "  {:<12}{:>8}{:>14}{:>12}  {}",
+        "memory", "size", "messages/s", "Gbit/s", "ns/data packet (2 sides)"
+    );
+    for bytes in [true, false] {
+        for size in SIZES {
+            let mut bench = Bench::new(1, bytes, 1 << 20);
+            let batch = (1 << 20) / u64::from(size).max(1024);
+            let (rate, ns) = best_of(&mut bench, Duration::from_millis(300), |b| {
+                b.writes(batch, size, 32);
+                batch
+            });
+            let gbps = rate * f64::from(size) * 8.0 / 1e9;
+            println!(
+                "  {:<12}{:>8}{:>14.0}{:>12.2}{:>14.1}",
+                if bytes { "bytes" } else { "length-only" },
+                size,
+                rate,
+                gbps,
+                ns
+            );
+        }
+    }
+    println!(
+        "\nOne 4 KiB WRITE in flight on every queue pair, length-only memory (best of 5 runs of 0.3 s)"
+    );
+    println!(
+        "  {:>8}{:>16}{:>28}",
+        "QPs", "messages/s", "ns/data packet (2 sides)"
+    );
+    for qps in [1usize, 1024, 16384] {
+        let mut bench = Bench::new(qps, false, 1 << 20);
+        let (rate, ns) = best_of(&mut bench, Duration::from_millis(300), |b| {
+            b.round_over_all_qps();
+            qps as u64
+        });
+        println!("  {qps:>8}{rate:>16.0}{ns:>28.1}");
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    criterion_benches(&mut c);
+    c.final_summary();
+    summary();
+}
