@@ -236,8 +236,8 @@ fn best_of<F: FnMut(&mut Bench) -> u64>(
 fn summary() {
     println!("\nWRITE on one queue pair, MTU 4096, 32 in flight (best of 5 runs of 0.3 s)");
     println!(
-        "  {:<12}{:>8}{:>14}{:>12}  {}",
-        "memory", "size", "messages/s", "Gbit/s", "ns/data packet (2 sides)"
+        "  {:<12}{:>8}{:>14}{:>12}  ns/data packet (2 sides)",
+        "memory", "size", "messages/s", "Gbit/s"
     );
     for bytes in [true, false] {
         for size in SIZES {
