@@ -6,11 +6,17 @@ use libfuzzer_sys::fuzz_target;
 use sluice_wire::{EthernetHeader, IpUdp, RoceHeaders, RocePacket, emit_datagram, icrc};
 
 fn reencode(p: &RocePacket<'_>) {
-    let headers = RoceHeaders { bth: p.bth, ext: p.ext() };
+    let headers = RoceHeaders {
+        bth: p.bth,
+        ext: p.ext(),
+    };
     let mut out = vec![0u8; headers.wire_len(p.payload.len()).unwrap()];
     let n = headers.emit(p.payload, &mut out).unwrap();
     let again = RocePacket::parse(&out[..n]).unwrap();
-    assert_eq!((again.bth, again.ext(), again.payload), (p.bth, p.ext(), p.payload));
+    assert_eq!(
+        (again.bth, again.ext(), again.payload),
+        (p.bth, p.ext(), p.payload)
+    );
 }
 
 /// Wraps `roce` (a would-be UDP payload) in IPv4 and UDP headers and fills in its ICRC, so
@@ -40,7 +46,10 @@ fuzz_target!(|data: &[u8]| {
         let structural = RocePacket::parse(&d[28..]);
         let full = IpUdp::parse(&d).unwrap().roce();
         // With a correct ICRC, the full check agrees with the structural decode.
-        assert_eq!(structural.map(|p| (p.bth, p.ext())), full.map(|p| (p.bth, p.ext())));
+        assert_eq!(
+            structural.map(|p| (p.bth, p.ext())),
+            full.map(|p| (p.bth, p.ext()))
+        );
     }
     if let Ok(p) = RocePacket::parse(data) {
         reencode(&p);
@@ -52,8 +61,17 @@ fuzz_target!(|data: &[u8]| {
             reencode(&p);
             // A valid datagram re-encodes to one that verifies too.
             let mut out = vec![0u8; d.packet().len() + 64];
-            let n = emit_datagram(&d.ip, &d.udp, &RoceHeaders { bth: p.bth, ext: p.ext() }, p.payload, &mut out)
-                .unwrap();
+            let n = emit_datagram(
+                &d.ip,
+                &d.udp,
+                &RoceHeaders {
+                    bth: p.bth,
+                    ext: p.ext(),
+                },
+                p.payload,
+                &mut out,
+            )
+            .unwrap();
             IpUdp::parse(&out[..n]).unwrap().roce().unwrap();
         }
     }
