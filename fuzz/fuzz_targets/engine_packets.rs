@@ -108,7 +108,7 @@ impl Two {
                 while let Some(t) = self.e[h].poll_transmit(self.now, &mut payload) {
                     moved = true;
                     let p = Payload::Bytes(&payload[..t.payload_len as usize]);
-                    self.e[1 - h].handle_packet(self.now, self.addr[h], &t.headers, p);
+                    self.e[1 - h].handle_packet(self.now, self.addr[h], false, &t.headers, p);
                 }
             }
             if moved {
@@ -224,7 +224,7 @@ fuzz_target!(|data: &[u8]| {
         } else {
             IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))
         };
-        two.e[to].handle_packet(two.now, from, &headers, Payload::Bytes(packet.payload));
+        two.e[to].handle_packet(two.now, from, flags & 8 != 0, &headers, Payload::Bytes(packet.payload));
         two.pump(0);
     }
     two.pump(100_000_000); // 100 ms: enough for every retry to run its course

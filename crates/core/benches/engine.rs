@@ -146,7 +146,13 @@ impl Bench {
                         self.data_packets += 1;
                     }
                     let payload = Payload::Bytes(&self.payload[..t.payload_len as usize]);
-                    self.engines[1 - h].handle_packet(self.now, self.addrs[h], &t.headers, payload);
+                    self.engines[1 - h].handle_packet(
+                        self.now,
+                        self.addrs[h],
+                        false,
+                        &t.headers,
+                        payload,
+                    );
                 }
             }
             if !moved {

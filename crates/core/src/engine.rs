@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sluice_wire::{Operation, Psn, RoceHeaders};
 
+use crate::control::{Controller, Event, NoControl};
 use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
 use crate::mr::{Access, Memory, MrInfo, MrTable};
 use crate::qp::{
@@ -108,10 +109,17 @@ pub struct Engine {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     timer_queued: Vec<Option<Instant>>,
     pub(crate) counters: Counters,
+    controller: Box<dyn Controller>,
 }
 
 impl Engine {
+    /// An engine without congestion control (line rate, the configured window).
     pub fn new(config: EngineConfig) -> Engine {
+        Engine::with_controller(config, Box::new(NoControl))
+    }
+
+    /// An engine whose queue pairs a control law drives.
+    pub fn with_controller(config: EngineConfig, controller: Box<dyn Controller>) -> Engine {
         Engine {
             config,
             rng: Rng::new(config.seed),
@@ -124,7 +132,16 @@ impl Engine {
             timers: BinaryHeap::new(),
             timer_queued: Vec::new(),
             counters: Counters::default(),
+            controller,
         }
+    }
+
+    /// Tells the control law about `event` on queue pair `index`; it may change the knobs.
+    pub(crate) fn emit(&mut self, index: u32, now: Instant, event: Event) {
+        let qp = self.qps[index as usize]
+            .as_mut()
+            .expect("a live queue pair index");
+        self.controller.on_event(now, qp.num, &event, &mut qp.knobs);
     }
 
     pub fn counters(&self) -> &Counters {
@@ -526,11 +543,13 @@ impl Engine {
 
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
     /// Anything that does not belong is dropped and counted; requests are answered as the
-    /// protocol prescribes.
+    /// protocol prescribes. `ce` says whether the IP header carried the Congestion
+    /// Experienced mark.
     pub fn handle_packet(
         &mut self,
         now: Instant,
         from: IpAddr,
+        ce: bool,
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
@@ -552,14 +571,23 @@ impl Engine {
             return;
         };
         let qp = self.qp_mut(index);
-        if info.transport != sluice_wire::Transport::Rc {
-            self.counters.drops_unexpected_opcode += 1;
-            return;
-        }
         if qp.attrs.peer != Some(from) {
             self.counters.drops_wrong_peer += 1;
             return;
         }
+        match info.transport {
+            sluice_wire::Transport::Rc => {}
+            sluice_wire::Transport::Cnp => {
+                self.counters.cnps_received += 1;
+                self.emit(index, now, Event::Cnp);
+                return;
+            }
+            _ => {
+                self.counters.drops_unexpected_opcode += 1;
+                return;
+            }
+        }
+        let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
             Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
@@ -575,7 +603,7 @@ impl Engine {
                 self.counters.drops_bad_state += 1;
                 return;
             }
-            self.on_request(index, headers, info, payload);
+            self.on_request(index, now, ce, headers, info, payload);
         }
         #[cfg(debug_assertions)]
         self.check_requester(index);

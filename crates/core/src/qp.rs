@@ -451,6 +451,14 @@ pub(crate) struct Qp {
     pub(crate) resp: Responder,
     /// In the engine's ready list.
     pub(crate) scheduled: bool,
+    /// What the control law set.
+    pub(crate) knobs: crate::Knobs,
+    /// The control law was told the queue pair started sending.
+    pub(crate) control_started: bool,
+    /// Pacing: no request packet before this time.
+    pub(crate) next_send_at: crate::Instant,
+    /// The packet timed for an RTT sample: its PSN and when it left.
+    pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
 }
 
 impl Qp {
@@ -463,6 +471,10 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             scheduled: false,
+            knobs: crate::Knobs::default(),
+            control_started: false,
+            next_send_at: crate::Instant::ZERO,
+            rtt_probe: None,
         }
     }
 

@@ -46,12 +46,29 @@ impl Engine {
         now: Instant,
         payload: &mut [u8],
     ) -> Option<Transmit> {
-        let window = self.config.max_outstanding_packets.min(1 << 23);
         let ack_every = self.config.ack_request_every.max(1);
+        let configured_window = self.config.max_outstanding_packets;
         let qp = self.qp_mut(index);
         if qp.state != QpState::Rts || qp.req.rnr_wait_until.is_some() {
             return None;
         }
+        if !qp.control_started && qp.req.cursor < qp.req.sq.len() {
+            qp.control_started = true;
+            self.emit(index, now, crate::Event::Start);
+        }
+        let qp = self.qp_mut(index);
+        let window = qp
+            .knobs
+            .window_packets
+            .unwrap_or(configured_window)
+            .clamp(1, 1 << 23);
+        if qp.knobs.rate_bps.is_some() && qp.next_send_at > now && qp.req.cursor < qp.req.sq.len() {
+            // Paced: come back when the next packet may go.
+            let at = qp.next_send_at;
+            self.arm(index, at);
+            return None;
+        }
+        let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
         if req.una.distance_to(req.next_psn) as u32 >= window {
@@ -172,7 +189,10 @@ impl Engine {
                     };
                     bth.solicited = wqe.solicited;
                 }
-                bth.ack_req = last || psn.value() % ack_every == 0;
+                // Ask for an ACK at the end of a message, every `ack_every` packets, and when
+                // this packet fills the window (or the sender would wait for the timer).
+                let fills_window = req.una.distance_to(psn) as u32 + 1 >= window;
+                bth.ack_req = last || psn.value() % ack_every == 0 || fills_window;
                 payload_len = len;
                 advance = 1;
                 if last {
@@ -207,15 +227,37 @@ impl Engine {
         let dst = qp.attrs.peer.expect("an RTS queue pair has a peer");
         let src_port = qp.src_port();
         let timeout = Self::retransmit_timeout(qp.attrs.timeout);
-        if qp.req.deadline.is_none() {
-            if let Some(t) = timeout {
+        let arm_at = match (qp.req.deadline, timeout) {
+            (None, Some(t)) => {
                 qp.req.deadline = Some(now + t);
-                self.arm(index, now + t);
+                Some(now + t)
             }
+            _ => None,
+        };
+        if let Some(rate) = qp.knobs.rate_bps.filter(|&r| r > 0) {
+            // Bytes on the wire: payload, pad, RoCE headers and ICRC, UDP, IPv4, Ethernet.
+            let wire = u64::from(payload_len) + 3 + 12 + 40 + 4 + 8 + 20 + 18;
+            let gap = std::time::Duration::from_nanos(wire * 8 * 1_000_000_000 / rate);
+            qp.next_send_at = qp.next_send_at.max(now) + gap;
+        }
+        if !retransmission && qp.rtt_probe.is_none() {
+            qp.rtt_probe = Some((psn, now));
+        }
+        if let Some(at) = arm_at {
+            self.arm(index, at);
         }
         if retransmission {
             self.counters.retransmitted_packets += 1;
         }
+        self.emit(
+            index,
+            now,
+            crate::Event::Tx {
+                psn,
+                bytes: payload_len,
+                retransmission,
+            },
+        );
         Some(Transmit {
             dst,
             src_port,
@@ -261,7 +303,7 @@ impl Engine {
 
     /// Everything up to and including `psn` is acknowledged.
     fn on_ack(&mut self, index: u32, now: Instant, psn: Psn) {
-        let advanced = self.confirm(index, psn.next());
+        let advanced = self.confirm(index, now, psn.next());
         self.retire(index);
         if advanced {
             self.progress(index, now);
@@ -271,14 +313,28 @@ impl Engine {
     /// The responder has received (and carried out) every request before `psn`. True if
     /// that is news: the only kind of progress that restores the retry count (a duplicate
     /// ACK or NAK must not, or a request that can never complete would be retried forever).
-    fn confirm(&mut self, index: u32, psn: Psn) -> bool {
-        let req = &mut self.qp_mut(index).req;
-        if req.confirmed.precedes(psn) {
-            req.confirmed = psn;
-            true
-        } else {
-            false
+    fn confirm(&mut self, index: u32, now: Instant, psn: Psn) -> bool {
+        let qp = self.qp_mut(index);
+        if !qp.req.confirmed.precedes(psn) {
+            return false;
         }
+        qp.req.confirmed = psn;
+        let rtt = match qp.rtt_probe {
+            Some((probe, sent)) if probe.precedes(psn) => {
+                qp.rtt_probe = None;
+                Some(now - sent)
+            }
+            _ => None,
+        };
+        self.emit(
+            index,
+            now,
+            crate::Event::Ack {
+                confirmed: psn,
+                rtt,
+            },
+        );
+        true
     }
 
     /// Position in the send queue of the request holding `psn`, if any.
@@ -291,11 +347,19 @@ impl Engine {
 
     fn on_nak(&mut self, index: u32, now: Instant, psn: Psn, code: NakCode) {
         // Every request before the NAK'd PSN was received.
-        let advanced = self.confirm(index, psn);
+        let advanced = self.confirm(index, now, psn);
         self.retire(index);
         match code {
             NakCode::PsnSequenceError => {
                 self.counters.naks_received_sequence += 1;
+                self.emit(
+                    index,
+                    now,
+                    crate::Event::Nak {
+                        psn,
+                        kind: crate::NakKind::Sequence,
+                    },
+                );
                 if advanced {
                     self.progress(index, now);
                 } else if !self.use_retry(index) {
@@ -305,6 +369,14 @@ impl Engine {
             }
             code => {
                 self.counters.naks_received_error += 1;
+                self.emit(
+                    index,
+                    now,
+                    crate::Event::Nak {
+                        psn,
+                        kind: crate::NakKind::Fatal,
+                    },
+                );
                 let status = match code {
                     NakCode::InvalidRequest | NakCode::InvalidRdRequest => {
                         WcStatus::RemoteInvalidRequestError
@@ -320,7 +392,15 @@ impl Engine {
 
     fn on_rnr_nak(&mut self, index: u32, now: Instant, psn: Psn, wait_ns: u64) {
         self.counters.naks_received_rnr += 1;
-        self.confirm(index, psn);
+        self.emit(
+            index,
+            now,
+            crate::Event::Nak {
+                psn,
+                kind: crate::NakKind::ReceiverNotReady,
+            },
+        );
+        self.confirm(index, now, psn);
         self.retire(index);
         let qp = self.qp_mut(index);
         if qp.attrs.rnr_retry != 7 {
@@ -369,7 +449,7 @@ impl Engine {
             if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
                 // A response is missing: ask again from it, once per gap.
                 qp.req.read_retry_at = Some(expected);
-                self.confirm(index, request_end);
+                self.confirm(index, now, request_end);
                 self.retire(index);
                 self.rewind(index, expected);
             } else {
@@ -403,7 +483,7 @@ impl Engine {
         let wqe = &mut self.qp_mut(index).req.sq[pos];
         wqe.read_done += len;
         wqe.responded = ends;
-        self.confirm(index, request_end);
+        self.confirm(index, now, request_end);
         self.retire(index);
         self.progress(index, now);
     }
@@ -440,7 +520,7 @@ impl Engine {
             self.mrs.write(lkey, addr, &original.to_le_bytes());
             self.qp_mut(index).req.sq[pos].responded = true;
         }
-        self.confirm(index, psn.next());
+        self.confirm(index, now, psn.next());
         self.retire(index);
         self.progress(index, now);
     }
@@ -494,6 +574,12 @@ impl Engine {
         if qp.req.una.precedes(una) {
             qp.req.una = una;
         }
+        // A go-back-N resend overtaken by an ACK: send on from the first unconfirmed PSN.
+        if qp.req.next_psn.precedes(qp.req.una) {
+            let una = qp.req.una;
+            self.rewind(index, una);
+        }
+        let qp = self.qp_mut(index);
         // The cursor may have pointed into a request that just completed: place it again
         // from the PSN it was at (or the first one still outstanding, if that is later).
         if done > 0 {
@@ -554,6 +640,8 @@ impl Engine {
     /// never handed out twice.
     pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
         let qp = self.qp_mut(index);
+        // Karn's rule: a packet that may be sent twice gives no RTT sample.
+        qp.rtt_probe = None;
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
         for (i, w) in req.sq.iter().enumerate() {
@@ -615,6 +703,10 @@ impl Engine {
         if qp.state != QpState::Rts {
             return;
         }
+        if qp.knobs.rate_bps.is_some() && qp.next_send_at <= now {
+            self.schedule(index);
+        }
+        let qp = self.qp_mut(index);
         if let Some(until) = qp.req.rnr_wait_until {
             if until <= now {
                 qp.req.rnr_wait_until = None;
@@ -631,6 +723,7 @@ impl Engine {
                     return;
                 }
                 self.counters.retransmit_timeouts += 1;
+                self.emit(index, now, crate::Event::Timeout);
                 if !self.use_retry(index) {
                     return;
                 }

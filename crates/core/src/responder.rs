@@ -30,12 +30,23 @@ impl Engine {
     pub(crate) fn on_request(
         &mut self,
         index: u32,
+        now: crate::Instant,
+        ce: bool,
         headers: &RoceHeaders,
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) {
-        let qp = self.qp_mut(index);
         let psn = headers.bth.psn;
+        self.emit(
+            index,
+            now,
+            crate::Event::Rx {
+                psn,
+                bytes: payload.len(),
+                ce,
+            },
+        );
+        let qp = self.qp_mut(index);
         let d = qp.resp.epsn.distance_to(psn);
         if d > 0 {
             // A gap: go-back-N asks for everything from the expected PSN, once per gap.

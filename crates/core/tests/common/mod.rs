@@ -187,10 +187,11 @@ impl World {
                 ext: packet.ext(),
             };
             self.delivered += 1;
-            let from = datagram.ip.src();
+            let (from, ce) = (datagram.ip.src(), datagram.ip.ecn() == 3);
             self.engines[to].handle_packet(
                 self.now,
                 from,
+                ce,
                 &headers,
                 Payload::Bytes(packet.payload),
             );
