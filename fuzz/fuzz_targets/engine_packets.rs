@@ -20,7 +20,7 @@ struct Two {
 }
 
 impl Two {
-    fn new() -> Two {
+    fn new(recovery: Recovery) -> Two {
         let addr = [
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -75,7 +75,7 @@ impl Two {
                 rq_psn: Psn::new(0),
                 max_dest_rd_atomic: 4,
                 min_rnr_timer: 1,
-                recovery: Recovery::GoBackN,
+                recovery,
             };
             e[h].modify_qp(qp[h], rtr).unwrap();
             let rts = Transition::Rts {
@@ -132,7 +132,12 @@ impl Two {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut two = Two::new();
+    let recovery = if data.first().is_some_and(|b| b & 0x80 != 0) {
+        Recovery::SelectiveRepeat
+    } else {
+        Recovery::GoBackN
+    };
+    let mut two = Two::new(recovery);
     // Some real work in flight: a few WRITEs, a READ, a SEND with its receive.
     let (a, b) = (two.mr[0], two.mr[1]);
     two.e[1]
@@ -224,7 +229,13 @@ fuzz_target!(|data: &[u8]| {
         } else {
             IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))
         };
-        two.e[to].handle_packet(two.now, from, flags & 8 != 0, &headers, Payload::Bytes(packet.payload));
+        two.e[to].handle_packet(
+            two.now,
+            from,
+            flags & 8 != 0,
+            &headers,
+            Payload::Bytes(packet.payload),
+        );
         two.pump(0);
     }
     two.pump(100_000_000); // 100 ms: enough for every retry to run its course

@@ -22,6 +22,8 @@ pub struct Counters {
     pub naks_received_rnr: u64,
     pub naks_received_error: u64,
     pub cnps_received: u64,
+    /// Selective repeat: packets the responder held past a gap.
+    pub packets_held: u64,
     /// Duplicate requests the responder answered again (or dropped).
     pub duplicate_requests: u64,
     /// Responses that matched nothing outstanding (late duplicates).

@@ -24,6 +24,9 @@ pub struct PdId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CqId(pub u32);
 
+/// Packets a selective-repeat queue pair holds past a gap: as many as its bitmap tracks.
+const REORDER_LIMIT: usize = 255;
+
 /// The first QPN handed out (QPs 0 and 1 are special in InfiniBand; Soft-RoCE starts at 17).
 const FIRST_QPN: u32 = 0x11;
 
@@ -323,6 +326,8 @@ impl Engine {
                 qp.attrs.min_rnr_timer = min_rnr_timer;
                 qp.attrs.recovery = recovery;
                 qp.resp.epsn = rq_psn;
+                qp.resp.reorder = (recovery == crate::Recovery::SelectiveRepeat)
+                    .then(|| crate::reorder::ReorderBuffer::new(REORDER_LIMIT));
                 qp.state = QpState::Rtr;
             }
             Transition::Rts {
@@ -727,6 +732,10 @@ impl Engine {
             .responses
             .retain(|r| matches!(r, crate::qp::Response::Nak { .. }));
         qp.resp.ack_due = false;
+        if let Some(reorder) = &mut qp.resp.reorder {
+            reorder.clear();
+        }
+        qp.req.resend.clear();
         for (i, w) in sends.into_iter().enumerate() {
             let status = match failed {
                 Some((pos, status)) if pos == i => status,

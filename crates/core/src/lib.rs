@@ -15,6 +15,7 @@ mod engine;
 mod error;
 mod mr;
 mod qp;
+mod reorder;
 mod requester;
 mod responder;
 mod rng;
@@ -30,5 +31,6 @@ pub use qp::{
     MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpState, Recovery, RecvWr, SendOp, SendWr, Sge,
     Transition,
 };
+pub use reorder::{Bitmap256, ReceiveTracker};
 pub use rng::Rng;
 pub use time::Instant;

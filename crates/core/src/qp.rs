@@ -56,6 +56,11 @@ pub enum Recovery {
     /// resends everything from the first missing PSN.
     #[default]
     GoBackN,
+    /// IRN-style: the responder keeps packets that arrive past a gap (tracked in a bitmap)
+    /// and NAKs the first missing PSN; the requester resends only that packet. Timeouts
+    /// still go back to the first unacknowledged PSN. Standard packets on the wire: a peer
+    /// doing go-back-N interoperates (it just resends more).
+    SelectiveRepeat,
 }
 
 /// Sizes fixed when a queue pair is created.
@@ -376,6 +381,8 @@ pub(crate) struct Requester {
     pub(crate) deadline: Option<crate::Instant>,
     /// A go-back-N from an out-of-order READ response was already asked for this PSN.
     pub(crate) read_retry_at: Option<Psn>,
+    /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
+    pub(crate) resend: VecDeque<Psn>,
 }
 
 /// What the responder owes the peer, in PSN order.
@@ -438,6 +445,8 @@ pub(crate) struct Responder {
     pub(crate) ack_due: bool,
     /// A sequence-error NAK was sent for the current `epsn`: do not send another.
     pub(crate) nak_sent: bool,
+    /// Selective repeat: packets held past a gap.
+    pub(crate) reorder: Option<crate::reorder::ReorderBuffer>,
 }
 
 /// One queue pair.

@@ -12,6 +12,9 @@ use crate::engine::{Payload, Transmit, send_opcode};
 use crate::qp::{QpState, SendOp};
 use crate::{Engine, Instant};
 
+/// NAK'd PSNs a selective-repeat requester queues for resending.
+const RESEND_LIMIT: usize = 64;
+
 /// The opcode of a SEND or WRITE packet by its place in the message.
 fn data_opcode(op: SendOp, first: bool, last: bool) -> Opcode {
     use Opcode as O;
@@ -68,6 +71,36 @@ impl Engine {
             self.arm(index, at);
             return None;
         }
+        // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
+        while let Some(p) = self.qp_mut(index).req.resend.pop_front() {
+            let req = &self.qp_mut(index).req;
+            let d = req.una.distance_to(p);
+            if d < 0 || d >= req.una.distance_to(req.max_sent) {
+                continue; // confirmed meanwhile
+            }
+            let saved = (req.cursor, req.cursor_offset, req.next_psn);
+            self.rewind(index, p);
+            let transmit = self.packet_at_cursor(index, now, payload, window, ack_every);
+            let qp = self.qp_mut(index);
+            if qp.state == QpState::Rts {
+                (qp.req.cursor, qp.req.cursor_offset, qp.req.next_psn) = saved;
+            }
+            if transmit.is_some() {
+                return transmit;
+            }
+        }
+        self.packet_at_cursor(index, now, payload, window, ack_every)
+    }
+
+    /// The request packet at the cursor, if the window and limits allow; moves the cursor on.
+    fn packet_at_cursor(
+        &mut self,
+        index: u32,
+        now: Instant,
+        payload: &mut [u8],
+        window: u32,
+        ack_every: u32,
+    ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
@@ -365,7 +398,15 @@ impl Engine {
                 } else if !self.use_retry(index) {
                     return;
                 }
-                self.rewind(index, psn);
+                let qp = self.qp_mut(index);
+                if qp.attrs.recovery == crate::Recovery::SelectiveRepeat {
+                    // The responder holds what came after: resend just the missing PSN.
+                    if !qp.req.resend.contains(&psn) && qp.req.resend.len() < RESEND_LIMIT {
+                        qp.req.resend.push_back(psn);
+                    }
+                } else {
+                    self.rewind(index, psn);
+                }
             }
             code => {
                 self.counters.naks_received_error += 1;
@@ -543,14 +584,19 @@ impl Engine {
             let Some(front) = qp.req.sq.front() else {
                 break;
             };
-            if !front.started || !front.last_psn().precedes(confirmed) {
+            if !front.started || !front.first_psn.precedes(confirmed) {
                 break;
             }
+            // A READ or atomic the responder has taken (even in part) but that still waits
+            // for its response holds `una` at its first missing PSN.
             if !front.responses_complete() {
                 waiting_at = Some(match front.op {
                     SendOp::Read { .. } => front.first_psn.add(front.read_done / mtu),
                     _ => front.first_psn,
                 });
+                break;
+            }
+            if !front.last_psn().precedes(confirmed) {
                 break;
             }
             let w = qp.req.sq.pop_front().expect("front exists");
@@ -727,6 +773,8 @@ impl Engine {
                 if !self.use_retry(index) {
                     return;
                 }
+                // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
+                // recovery when NAKs were lost too.
                 let una = self.qp_mut(index).req.una;
                 self.rewind(index, una);
                 self.schedule(index);

@@ -49,20 +49,18 @@ impl Engine {
         let qp = self.qp_mut(index);
         let d = qp.resp.epsn.distance_to(psn);
         if d > 0 {
-            // A gap: go-back-N asks for everything from the expected PSN, once per gap.
-            if !qp.resp.nak_sent {
-                qp.resp.nak_sent = true;
-                let epsn = qp.resp.epsn;
-                if self.owe(
-                    index,
-                    Response::Nak {
-                        psn: epsn,
-                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                    },
-                ) {
-                    self.counters.naks_sent_sequence += 1;
+            // A gap. Selective repeat keeps the packet for later (if it has room); either
+            // way the first missing PSN is NAK'd, once per gap.
+            if let Some(reorder) = &mut qp.resp.reorder {
+                let bytes = match payload {
+                    Payload::Bytes(b) => Some(b),
+                    Payload::Len(_) => None,
+                };
+                if reorder.hold(d as u32, psn, headers, bytes, payload.len()) {
+                    self.counters.packets_held += 1;
                 }
             }
+            self.nak_gap(index);
             return;
         }
         if d < 0 {
@@ -70,9 +68,79 @@ impl Engine {
             self.on_duplicate(index, headers, info);
             return;
         }
-        match self.execute(index, headers, info, payload) {
-            Ok(()) => {}
-            Err(refusal) => self.refuse(index, psn, refusal),
+        self.execute_in_order(index, headers, info, payload);
+        // Selective repeat: the packets held behind the gap just filled follow in order;
+        // if another gap remains, NAK its first PSN.
+        loop {
+            let qp = self.qp_mut(index);
+            let epsn = qp.resp.epsn;
+            let Some(reorder) = &mut qp.resp.reorder else {
+                return;
+            };
+            if reorder.held.is_empty() {
+                return;
+            }
+            let Some(held) = reorder.take(epsn) else {
+                self.nak_gap(index);
+                return;
+            };
+            let payload = if held.real {
+                Payload::Bytes(&held.bytes)
+            } else {
+                Payload::Len(held.len)
+            };
+            let info = held
+                .headers
+                .bth
+                .opcode
+                .info()
+                .expect("held packets were decoded");
+            let before = self.qp_mut(index).resp.epsn;
+            self.execute_in_order(index, &held.headers, info, payload);
+            let qp = self.qp_mut(index);
+            if let Some(reorder) = &mut qp.resp.reorder {
+                reorder.recycle(held.bytes);
+            }
+            if qp.resp.epsn == before {
+                return; // RNR or an error: the rest waits for the requester
+            }
+        }
+    }
+
+    /// Carries out the request at the expected PSN (or answers why not), and moves the
+    /// selective-repeat tracking along with the expected PSN.
+    fn execute_in_order(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        payload: Payload<'_>,
+    ) {
+        let before = self.qp_mut(index).resp.epsn;
+        if let Err(refusal) = self.execute(index, headers, info, payload) {
+            self.refuse(index, headers.bth.psn, refusal);
+        }
+        let qp = self.qp_mut(index);
+        let moved = before.distance_to(qp.resp.epsn);
+        if let (Some(reorder), true) = (&mut qp.resp.reorder, moved > 0) {
+            reorder.tracker.advance(moved as u32);
+        }
+    }
+
+    /// NAKs the expected PSN as missing, once per value of it.
+    fn nak_gap(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        if qp.resp.nak_sent {
+            return;
+        }
+        qp.resp.nak_sent = true;
+        let epsn = qp.resp.epsn;
+        let nak = Response::Nak {
+            psn: epsn,
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+        };
+        if self.owe(index, nak) {
+            self.counters.naks_sent_sequence += 1;
         }
     }
 

@@ -248,6 +248,7 @@ pub struct PairOptions {
     pub access: Access,
     pub caps: QpCaps,
     pub cq_entries: u32,
+    pub recovery: Recovery,
 }
 
 impl Default for PairOptions {
@@ -263,6 +264,7 @@ impl Default for PairOptions {
             access: Access::ALL,
             caps: QpCaps::default(),
             cq_entries: 4096,
+            recovery: Recovery::GoBackN,
         }
     }
 }
@@ -315,7 +317,7 @@ impl Pair {
                     rq_psn: sluice_wire::Psn::new(o.sq_psn[peer]),
                     max_dest_rd_atomic: 16,
                     min_rnr_timer: o.min_rnr_timer,
-                    recovery: Recovery::GoBackN,
+                    recovery: o.recovery,
                 },
             )
             .unwrap();
