@@ -5,34 +5,9 @@
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use sluice_core::Rng;
 use sluice_wire::pcap::{PcapWriter, link_type};
 use sluice_wire::*;
-
-/// SplitMix64: a tiny, well-mixed, seedable generator; enough for test traffic.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    fn u32(&mut self) -> u32 {
-        self.next_u64() as u32
-    }
-}
 
 /// One generated frame and what was put in it.
 #[derive(Debug, Clone)]
@@ -97,29 +72,29 @@ fn random_roce(rng: &mut Rng, opcode: Opcode) -> (RoceHeaders, usize) {
     };
     let ext = ExtHeaders {
         deth: h.contains(HeaderSet::DETH).then(|| Deth {
-            qkey: rng.u32(),
-            src_qp: rng.u32() & 0xFF_FFFF,
+            qkey: rng.next_u32(),
+            src_qp: rng.next_u32() & 0xFF_FFFF,
         }),
         reth: h.contains(HeaderSet::RETH).then(|| Reth {
             va: rng.next_u64(),
-            rkey: rng.u32(),
-            dma_len: rng.u32(),
+            rkey: rng.next_u32(),
+            dma_len: rng.next_u32(),
         }),
         atomic_eth: h.contains(HeaderSet::ATOMIC_ETH).then(|| AtomicEth {
             va: rng.next_u64() & !7,
-            rkey: rng.u32(),
+            rkey: rng.next_u32(),
             swap_add: rng.next_u64(),
             compare: rng.next_u64(),
         }),
         aeth: h.contains(HeaderSet::AETH).then(|| Aeth {
             syndrome,
-            msn: rng.u32() & 0xFF_FFFF,
+            msn: rng.next_u32() & 0xFF_FFFF,
         }),
         atomic_ack_eth: h.contains(HeaderSet::ATOMIC_ACK_ETH).then(|| AtomicAckEth {
             original: rng.next_u64(),
         }),
-        imm_dt: h.contains(HeaderSet::IMM_DT).then(|| rng.u32()),
-        ieth: h.contains(HeaderSet::IETH).then(|| rng.u32()),
+        imm_dt: h.contains(HeaderSet::IMM_DT).then(|| rng.next_u32()),
+        ieth: h.contains(HeaderSet::IETH).then(|| rng.next_u32()),
     };
     let payload_len = if !info.has_payload {
         0
@@ -158,15 +133,15 @@ impl Connection {
         let request_psn = if index == 0 {
             Psn::MAX.sub(5)
         } else {
-            Psn::new(rng.u32())
+            Psn::new(rng.next_u32())
         };
         Connection {
             a,
             b,
-            qp_a: rng.u32() & 0xFF_FFFF,
-            qp_b: rng.u32() & 0xFF_FFFF,
+            qp_a: rng.next_u32() & 0xFF_FFFF,
+            qp_b: rng.next_u32() & 0xFF_FFFF,
             request_psn,
-            response_psn: Psn::new(rng.u32()),
+            response_psn: Psn::new(rng.next_u32()),
         }
     }
 }
@@ -179,7 +154,7 @@ fn ip_header(rng: &mut Rng, src: IpAddr, dst: IpAddr) -> IpHeader {
             src,
             dst,
             traffic_class: tos,
-            flow_label: rng.u32() & 0xF_FFFF,
+            flow_label: rng.next_u32() & 0xF_FFFF,
             hop_limit: 64,
         }),
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpHeader::V4(Ipv4Header {

@@ -374,48 +374,62 @@ impl Engine {
 
     // ---- posting -------------------------------------------------------------------------
 
-    /// Posts a send work request. Malformed requests (too many or unregistered local buffers,
-    /// a message over 2^31 bytes, oversized inline data, an atomic without an 8-byte buffer)
-    /// are refused here; a queue pair in the error state takes the request and completes it
-    /// at once with a flush error.
-    pub fn post_send(&mut self, qpn: QpNum, wr: &SendWr<'_>) -> Result<(), Error> {
+    /// Finds a queue pair and checks a work request's buffers: at most `max_sge` entries, at
+    /// most 2^31 bytes in all, each inside a registered region of the queue pair's PD that
+    /// grants `need`. Returns the queue pair's index, the list and its length.
+    fn checked_sgl(
+        &self,
+        qpn: QpNum,
+        sgl: &[crate::Sge],
+        need: Access,
+    ) -> Result<(u32, SgList, u32), Error> {
         let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
         let qp = self
             .qps
             .get(index as usize)
             .and_then(|q| q.as_ref())
             .ok_or(Error::NoSuchObject("queue pair"))?;
-        if wr.sgl.len() > qp.config.caps.max_sge as usize {
+        if sgl.len() > qp.config.caps.max_sge as usize {
             return Err(Error::InvalidArgument(
                 "more scatter/gather entries than max_sge",
             ));
         }
-        let sgl = SgList::new(wr.sgl).ok_or(Error::InvalidArgument(
+        let list = SgList::new(sgl).ok_or(Error::InvalidArgument(
             "more scatter/gather entries than MAX_SGE",
         ))?;
-        let len = sgl
+        let len = list
             .total()
             .ok_or(Error::InvalidArgument("a message is at most 2^31 bytes"))?;
-        if wr.op.is_atomic() && len != 8 {
+        for sge in list.entries() {
+            self.mrs
+                .check(sge.lkey, qp.config.pd, sge.addr, u64::from(sge.len), need)
+                .map_err(|_| {
+                    Error::InvalidArgument("a buffer is outside a registered region it may use")
+                })?;
+        }
+        Ok((index, list, len))
+    }
+
+    /// Posts a send work request. Malformed requests (too many or unregistered local buffers,
+    /// a message over 2^31 bytes, oversized inline data, an atomic without an 8-byte buffer)
+    /// are refused here; a queue pair in the error state takes the request and completes it
+    /// at once with a flush error.
+    pub fn post_send(&mut self, qpn: QpNum, wr: &SendWr<'_>) -> Result<(), Error> {
+        if wr.op.is_atomic() && wr.sgl.iter().map(|s| u64::from(s.len)).sum::<u64>() != 8 {
             return Err(Error::InvalidArgument(
                 "an atomic needs one 8-byte result buffer",
             ));
         }
-        let local_write = wr.op.is_read_or_atomic();
-        let need = if local_write {
+        // READ and atomic results are written into the buffers: they need local write.
+        let need = if wr.op.is_read_or_atomic() {
             Access::LOCAL_WRITE
         } else {
             Access::NONE
         };
-        for sge in sgl.entries() {
-            self.mrs
-                .check(sge.lkey, qp.config.pd, sge.addr, u64::from(sge.len), need)
-                .map_err(|_| {
-                    Error::InvalidArgument(
-                        "a scatter/gather entry is outside a registered region it may use",
-                    )
-                })?;
-        }
+        let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, need)?;
+        let qp = self.qps[index as usize]
+            .as_ref()
+            .expect("checked_sgl found it");
         let inline = if wr.inline && !wr.op.is_read_or_atomic() {
             if len > qp.config.caps.max_inline {
                 return Err(Error::InvalidArgument("inline data longer than max_inline"));
@@ -478,38 +492,7 @@ impl Engine {
     /// Posts a receive work request (INIT, RTR or RTS; in ERROR it completes at once with a
     /// flush error).
     pub fn post_recv(&mut self, qpn: QpNum, wr: &RecvWr<'_>) -> Result<(), Error> {
-        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
-        let qp = self
-            .qps
-            .get(index as usize)
-            .and_then(|q| q.as_ref())
-            .ok_or(Error::NoSuchObject("queue pair"))?;
-        if wr.sgl.len() > qp.config.caps.max_sge as usize {
-            return Err(Error::InvalidArgument(
-                "more scatter/gather entries than max_sge",
-            ));
-        }
-        let sgl = SgList::new(wr.sgl).ok_or(Error::InvalidArgument(
-            "more scatter/gather entries than MAX_SGE",
-        ))?;
-        let len = sgl.total().ok_or(Error::InvalidArgument(
-            "a receive buffer is at most 2^31 bytes",
-        ))?;
-        for sge in sgl.entries() {
-            self.mrs
-                .check(
-                    sge.lkey,
-                    qp.config.pd,
-                    sge.addr,
-                    u64::from(sge.len),
-                    Access::LOCAL_WRITE,
-                )
-                .map_err(|_| {
-                    Error::InvalidArgument(
-                        "a receive buffer is outside a registered, locally writable region",
-                    )
-                })?;
-        }
+        let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, Access::LOCAL_WRITE)?;
         let qp = self.qp_mut(index);
         match qp.state {
             QpState::Init | QpState::Rtr | QpState::Rts => {}
