@@ -266,6 +266,11 @@ impl Engine {
         }
     }
 
+    /// How much queue pair `qpn` holds in each of its (bounded) queues.
+    pub fn qp_queues(&self, qpn: QpNum) -> Option<crate::QueueDepths> {
+        self.qp(qpn).map(|q| q.depths())
+    }
+
     pub fn qp_state(&self, qpn: QpNum) -> Option<QpState> {
         self.qp(qpn).map(|q| q.state)
     }

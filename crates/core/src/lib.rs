@@ -28,8 +28,8 @@ pub use engine::{CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit}
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};
 pub use qp::{
-    MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpState, Recovery, RecvWr, SendOp, SendWr, Sge,
-    Transition,
+    MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpState, QueueDepths, Recovery, RecvWr, SendOp, SendWr,
+    Sge, Transition,
 };
 pub use reorder::{Bitmap256, ReceiveTracker};
 pub use rng::Rng;

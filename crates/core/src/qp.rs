@@ -449,6 +449,24 @@ pub(crate) struct Responder {
     pub(crate) reorder: Option<crate::reorder::ReorderBuffer>,
 }
 
+/// How much a queue pair holds: every one of these queues has a bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueDepths {
+    /// Send requests not yet completed (at most `max_send_wr`).
+    pub send: usize,
+    /// Receive requests not yet consumed (at most `max_recv_wr`).
+    pub recv: usize,
+    /// READ responses, atomic ACKs and NAKs owed to the peer (at most `max_dest_rd_atomic`
+    /// plus 8).
+    pub owed_responses: usize,
+    /// READs and atomics kept to answer duplicates (at most `max_dest_rd_atomic`).
+    pub responder_resources: usize,
+    /// Selective repeat: packets held past a gap (at most 255).
+    pub held_packets: usize,
+    /// Selective repeat: PSNs queued for resending (at most 64).
+    pub resends: usize,
+}
+
 /// One queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
@@ -484,6 +502,17 @@ impl Qp {
             control_started: false,
             next_send_at: crate::Instant::ZERO,
             rtt_probe: None,
+        }
+    }
+
+    pub(crate) fn depths(&self) -> QueueDepths {
+        QueueDepths {
+            send: self.req.sq.len(),
+            recv: self.resp.rq.len(),
+            owed_responses: self.resp.responses.len(),
+            responder_resources: self.resp.resources.len(),
+            held_packets: self.resp.reorder.as_ref().map_or(0, |r| r.held.len()),
+            resends: self.req.resend.len(),
         }
     }
 

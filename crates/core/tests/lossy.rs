@@ -188,7 +188,21 @@ fn run_seed(seed: u64) -> Outcome {
     }
 
     let cq = p.send_cq[0];
+    let qps = p.qp;
     let finished = world.run_until(Duration::from_secs(60), |w| {
+        // Memory stays bounded: every queue within its limit at every step.
+        for (h, qp) in qps.iter().enumerate() {
+            let d = w.engines[h].qp_queues(*qp).unwrap();
+            assert!(d.send <= 256 && d.recv <= 256, "seed {seed}: {d:?}");
+            assert!(
+                d.owed_responses <= 16 + 8 && d.responder_resources <= 16,
+                "seed {seed}: {d:?}"
+            );
+            assert!(
+                d.held_packets <= 255 && d.resends <= 64,
+                "seed {seed}: {d:?}"
+            );
+        }
         w.engines[0].cq_len(cq) >= count
     });
     if !finished && std::env::var("SLUICE_DEBUG").is_ok() {
@@ -371,6 +385,17 @@ fn run_seed(seed: u64) -> Outcome {
             recvs_expected.len(),
             "seed {seed}: every receive completes"
         );
+    }
+    if failed_at.is_none() {
+        // Nothing is left behind once everything completed and the link drained.
+        for (h, qp) in p.qp.iter().enumerate() {
+            let d = world.engines[h].qp_queues(*qp).unwrap();
+            assert_eq!(
+                (d.send, d.owed_responses, d.held_packets, d.resends),
+                (0, 0, 0, 0),
+                "seed {seed}: host {h}"
+            );
+        }
     }
     Outcome {
         all_succeeded: failed_at.is_none(),
