@@ -54,6 +54,26 @@ pub struct Completion {
     pub imm: Option<u32>,
 }
 
+impl Completion {
+    /// A request that completes without being carried out: a flush, or the failure named by
+    /// `status`.
+    pub(crate) fn unfinished(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        qp: QpNum,
+    ) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            qp,
+            byte_len: 0,
+            imm: None,
+        }
+    }
+}
+
 /// A completion queue with room for `capacity` completions. When a completion finds it full,
 /// the queue goes into an overrun state: the completion is lost, the queue pair that produced
 /// it is moved to the error state (as IBTA prescribes for a CQ overrun), and polling reports

@@ -453,14 +453,12 @@ impl Engine {
         match qp.state {
             QpState::Rts => {}
             QpState::Error => {
-                let c = Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushError,
-                    opcode: send_opcode(wr.op),
-                    qp: qpn,
-                    byte_len: 0,
-                    imm: None,
-                };
+                let c = Completion::unfinished(
+                    wr.wr_id,
+                    WcStatus::WrFlushError,
+                    send_opcode(wr.op),
+                    qpn,
+                );
                 let cq = qp.config.send_cq;
                 self.complete(index, cq, c);
                 return Ok(());
@@ -502,14 +500,8 @@ impl Engine {
         match qp.state {
             QpState::Init | QpState::Rtr | QpState::Rts => {}
             QpState::Error => {
-                let c = Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushError,
-                    opcode: WcOpcode::Recv,
-                    qp: qpn,
-                    byte_len: 0,
-                    imm: None,
-                };
+                let c =
+                    Completion::unfinished(wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, qpn);
                 let cq = qp.config.recv_cq;
                 self.complete(index, cq, c);
                 return Ok(());
@@ -729,25 +721,11 @@ impl Engine {
                 Some((pos, status)) if pos == i => status,
                 _ => WcStatus::WrFlushError,
             };
-            let c = Completion {
-                wr_id: w.wr_id,
-                status,
-                opcode: send_opcode(w.op),
-                qp: num,
-                byte_len: 0,
-                imm: None,
-            };
+            let c = Completion::unfinished(w.wr_id, status, send_opcode(w.op), num);
             self.complete(index, send_cq, c);
         }
         for w in recvs {
-            let c = Completion {
-                wr_id: w.wr_id,
-                status: WcStatus::WrFlushError,
-                opcode: WcOpcode::Recv,
-                qp: num,
-                byte_len: 0,
-                imm: None,
-            };
+            let c = Completion::unfinished(w.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, num);
             self.complete(index, recv_cq, c);
         }
     }

@@ -21,6 +21,4 @@ pub enum Error {
         state: QpState,
         action: &'static str,
     },
-    #[error("{0} is still in use")]
-    Busy(&'static str),
 }

@@ -36,6 +36,33 @@ fn data_opcode(op: SendOp, first: bool, last: bool) -> Opcode {
     }
 }
 
+/// The opcode and AtomicETH of an atomic request.
+fn atomic_request(op: SendOp) -> (Opcode, Option<AtomicEth>) {
+    let (opcode, va, rkey, swap_add, compare) = match op {
+        SendOp::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => (Opcode::RC_COMPARE_SWAP, remote_addr, rkey, swap, compare),
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => (Opcode::RC_FETCH_ADD, remote_addr, rkey, add, 0),
+        _ => unreachable!("only atomics are passed here"),
+    };
+    (
+        opcode,
+        Some(AtomicEth {
+            va,
+            rkey,
+            swap_add,
+            compare,
+        }),
+    )
+}
+
 /// Response packets a READ of `len` bytes takes at this MTU (a zero-length READ takes one).
 pub(crate) fn read_span(len: u32, mtu: u32) -> u32 {
     len.div_ceil(mtu).max(1)
@@ -165,34 +192,8 @@ impl Engine {
                 req.cursor += 1;
                 req.cursor_offset = 0;
             }
-            SendOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                bth.opcode = Opcode::RC_COMPARE_SWAP;
-                ext.atomic_eth = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                });
-                advance = 1;
-                req.cursor += 1;
-            }
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                bth.opcode = Opcode::RC_FETCH_ADD;
-                ext.atomic_eth = Some(AtomicEth {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                });
+            op @ (SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }) => {
+                (bth.opcode, ext.atomic_eth) = atomic_request(op);
                 advance = 1;
                 req.cursor += 1;
             }

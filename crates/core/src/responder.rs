@@ -14,6 +14,18 @@ use crate::mr::Access;
 use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
 
+/// Whether a queue pair may owe one more READ response or atomic ACK: a requester with more
+/// READs and atomics outstanding than our `max_dest_rd_atomic` breaks the protocol.
+fn qp_has_room(qp: &crate::qp::Qp) -> bool {
+    let owed = qp
+        .resp
+        .responses
+        .iter()
+        .filter(|r| !matches!(r, Response::Nak { .. }))
+        .count();
+    owed < usize::from(qp.attrs.max_dest_rd_atomic)
+}
+
 /// Room for NAKs in a queue pair's queue of owed responses, beyond its READs and atomics.
 const NAK_SLOTS: usize = 8;
 
@@ -238,19 +250,13 @@ impl Engine {
             Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
                 if starts {
                     let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-                    if self
-                        .mrs
-                        .check(
-                            reth.rkey,
-                            pd,
-                            reth.va,
-                            u64::from(reth.dma_len),
-                            Access::REMOTE_WRITE,
-                        )
-                        .is_err()
-                    {
-                        return Err(Refusal::RemoteAccess);
-                    }
+                    self.remote(
+                        pd,
+                        reth.rkey,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        Access::REMOTE_WRITE,
+                    )?;
                     let qp = self.qp_mut(index);
                     qp.resp.in_progress = Some(InProgress::Write {
                         rkey: reth.rkey,
@@ -308,51 +314,33 @@ impl Engine {
             }
             Operation::RdmaReadRequest => {
                 let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-                if self
-                    .mrs
-                    .check(
-                        reth.rkey,
-                        pd,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                        Access::REMOTE_READ,
-                    )
-                    .is_err()
-                {
-                    return Err(Refusal::RemoteAccess);
-                }
-                let qp = self.qp_mut(index);
-                if qp.resp.resources.len() >= usize::from(qp.attrs.max_dest_rd_atomic).max(1)
-                    && qp
-                        .resp
-                        .responses
-                        .iter()
-                        .filter(|r| !matches!(r, Response::Nak { .. }))
-                        .count()
-                        >= usize::from(qp.attrs.max_dest_rd_atomic)
-                {
+                self.remote(
+                    pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_READ,
+                )?;
+                if !qp_has_room(self.qp_mut(index)) {
                     return Err(Refusal::InvalidRequest);
                 }
                 let span = read_span(reth.dma_len, mtu);
-                qp.resp.responses.push_back(Response::Read {
+                let response = Response::Read {
                     psn: bth.psn,
                     rkey: reth.rkey,
                     va: reth.va,
                     remaining: reth.dma_len,
                     first: true,
-                });
-                self.keep_resource(
+                };
+                self.accept_rd_atomic(
                     index,
+                    response,
                     ResponderResource {
                         first_psn: bth.psn,
                         span,
                         atomic_original: None,
                     },
                 );
-                let qp = self.qp_mut(index);
-                qp.resp.epsn = qp.resp.epsn.add(span);
-                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
-                qp.resp.nak_sent = false;
                 return Ok(());
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -360,12 +348,9 @@ impl Engine {
                 if a.va % 8 != 0 {
                     return Err(Refusal::InvalidRequest);
                 }
-                if self
-                    .mrs
-                    .check(a.rkey, pd, a.va, 8, Access::REMOTE_ATOMIC)
-                    .is_err()
-                {
-                    return Err(Refusal::RemoteAccess);
+                self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
+                if !qp_has_room(self.qp_mut(index)) {
+                    return Err(Refusal::InvalidRequest);
                 }
                 let mut old = [0u8; 8];
                 self.mrs.read(a.rkey, a.va, &mut old);
@@ -378,23 +363,16 @@ impl Engine {
                 if let Some(new) = new {
                     self.mrs.write(a.rkey, a.va, &new.to_le_bytes());
                 }
-                let qp = self.qp_mut(index);
-                qp.resp.responses.push_back(Response::AtomicAck {
+                let response = Response::AtomicAck {
                     psn: bth.psn,
                     original,
-                });
-                self.keep_resource(
-                    index,
-                    ResponderResource {
-                        first_psn: bth.psn,
-                        span: 1,
-                        atomic_original: Some(original),
-                    },
-                );
-                let qp = self.qp_mut(index);
-                qp.resp.epsn = qp.resp.epsn.next();
-                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
-                qp.resp.nak_sent = false;
+                };
+                let resource = ResponderResource {
+                    first_psn: bth.psn,
+                    span: 1,
+                    atomic_original: Some(original),
+                };
+                self.accept_rd_atomic(index, response, resource);
                 return Ok(());
             }
             _ => return Err(Refusal::InvalidRequest),
@@ -406,6 +384,34 @@ impl Engine {
             qp.resp.ack_due = true;
         }
         Ok(())
+    }
+
+    /// Checks that the region of `key` grants `need` over `[va, va + len)` in `pd`; a
+    /// refusal is a remote access error.
+    fn remote(
+        &self,
+        pd: crate::PdId,
+        key: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(), Refusal> {
+        self.mrs
+            .check(key, pd, va, len, need)
+            .map_err(|_| Refusal::RemoteAccess)
+    }
+
+    /// Takes a READ or atomic (already checked and, for an atomic, executed): its response
+    /// is owed in PSN order, the request is kept to answer duplicates, and the expected PSN
+    /// moves past the PSNs it occupies. The caller checked that there is room for it.
+    fn accept_rd_atomic(&mut self, index: u32, response: Response, resource: ResponderResource) {
+        let qp = self.qp_mut(index);
+        qp.resp.responses.push_back(response);
+        self.keep_resource(index, resource);
+        let qp = self.qp_mut(index);
+        qp.resp.epsn = qp.resp.epsn.add(resource.span);
+        qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+        qp.resp.nak_sent = false;
     }
 
     /// Receive-not-ready: no receive is posted. The request is dropped and the requester
@@ -551,13 +557,7 @@ impl Engine {
                     let d = r.first_psn.distance_to(psn);
                     r.atomic_original.is_none() && d >= 0 && (d as u32) < r.span
                 });
-                let pending = qp
-                    .resp
-                    .responses
-                    .iter()
-                    .filter(|r| !matches!(r, Response::Nak { .. }))
-                    .count();
-                if !known || pending > usize::from(qp.attrs.max_dest_rd_atomic) {
+                if !known || !qp_has_room(qp) {
                     return;
                 }
                 if self

@@ -670,3 +670,42 @@ fn selective_repeat_resends_only_what_is_missing() {
         resent[1]
     );
 }
+
+#[test]
+fn more_reads_and_atomics_than_the_responder_allows_are_refused() {
+    // The responder owes at most max_dest_rd_atomic (16 here) READ responses and atomic
+    // ACKs; a requester that sends more before any answer leaves breaks the protocol.
+    let mut world = World::new(2, 15, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (b, mr) = (&mut world.engines[1], p.mr[1]);
+    let from = world.addrs[0];
+    for i in 0..17u32 {
+        let bth = sluice_wire::Bth::new(
+            sluice_wire::Opcode::RC_FETCH_ADD,
+            p.qp[1].0,
+            sluice_wire::Psn::new(100 + i),
+        );
+        let atomic = sluice_wire::AtomicEth {
+            va: mr.addr,
+            rkey: mr.rkey,
+            swap_add: 1,
+            compare: 0,
+        };
+        let ext = sluice_wire::ExtHeaders {
+            atomic_eth: Some(atomic),
+            ..Default::default()
+        };
+        b.handle_packet(
+            world.now,
+            from,
+            false,
+            &sluice_wire::RoceHeaders { bth, ext },
+            Payload::Len(0),
+        );
+    }
+    assert_eq!(b.counters().naks_sent_invalid_request, 1);
+    assert_eq!(b.qp_state(p.qp[1]), Some(QpState::Error));
+    // Sixteen executed, the seventeenth not: the counter (0xC5 canary bytes) rose by 16.
+    let counter = u64::from_le_bytes(b.mr_bytes(mr.lkey).unwrap()[..8].try_into().unwrap());
+    assert_eq!(counter, u64::from_le_bytes([CANARY; 8]).wrapping_add(16));
+}
