@@ -15,8 +15,6 @@ pub enum Layer {
     Bth,
     /// The extension headers that follow the BTH, or the ICRC after them.
     Extension,
-    /// The payload, its pad bytes and the ICRC.
-    Payload,
 }
 
 impl core::fmt::Display for Layer {
@@ -28,7 +26,6 @@ impl core::fmt::Display for Layer {
             Layer::Udp => "UDP",
             Layer::Bth => "BTH",
             Layer::Extension => "extension headers",
-            Layer::Payload => "payload",
         };
         f.write_str(name)
     }
@@ -53,10 +50,6 @@ pub enum Error {
     /// An opcode that is reserved, or of a transport Sluice does not speak (RD, XRC).
     #[error("unknown or unsupported opcode {0:#04x}")]
     UnknownOpcode(u8),
-    /// An opcode that is valid in general but not where it was used (e.g. given to the wrong
-    /// constructor).
-    #[error("opcode {0:#04x} is invalid here")]
-    InvalidOpcode(u8),
     /// The pad count is non-zero on an opcode without payload, or larger than the payload.
     #[error("bad pad count {pad} for {payload_with_pad} bytes of payload and pad")]
     BadPadCount { pad: u8, payload_with_pad: usize },
