@@ -61,31 +61,21 @@ impl Two {
                 .unwrap();
         }
         for h in 0..2 {
-            e[h].modify_qp(
-                qp[h],
-                Transition::Init {
-                    access: Access::ALL,
-                },
-            )
-            .unwrap();
-            let rtr = Transition::Rtr {
-                peer: addr[1 - h],
-                dest_qpn: qp[1 - h].0,
-                path_mtu: Mtu::M1024,
-                rq_psn: Psn::new(0),
+            let c = Connection {
+                max_rd_atomic: 4,
                 max_dest_rd_atomic: 4,
+                timeout: 8,
                 min_rnr_timer: 1,
                 recovery,
+                ..Connection::new(
+                    addr[1 - h],
+                    qp[1 - h].0,
+                    Mtu::M1024,
+                    Psn::new(0),
+                    Psn::new(0),
+                )
             };
-            e[h].modify_qp(qp[h], rtr).unwrap();
-            let rts = Transition::Rts {
-                sq_psn: Psn::new(0),
-                timeout: 8,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 4,
-            };
-            e[h].modify_qp(qp[h], rts).unwrap();
+            e[h].connect(qp[h], &c).unwrap();
         }
         Two {
             e,

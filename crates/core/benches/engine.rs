@@ -80,32 +80,14 @@ impl Bench {
                     .unwrap()
             });
             for h in 0..2 {
-                let e = &mut engines[h];
-                e.modify_qp(
-                    pair[h],
-                    Transition::Init {
-                        access: Access::ALL,
-                    },
-                )
-                .unwrap();
-                let rtr = Transition::Rtr {
-                    peer: addrs[1 - h],
-                    dest_qpn: pair[1 - h].0,
-                    path_mtu: Mtu::M4096,
-                    rq_psn: Psn::new(0),
-                    max_dest_rd_atomic: 16,
-                    min_rnr_timer: 1,
-                    recovery: Recovery::GoBackN,
-                };
-                e.modify_qp(pair[h], rtr).unwrap();
-                let rts = Transition::Rts {
-                    sq_psn: Psn::new(0),
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: 16,
-                };
-                e.modify_qp(pair[h], rts).unwrap();
+                let c = Connection::new(
+                    addrs[1 - h],
+                    pair[1 - h].0,
+                    Mtu::M4096,
+                    Psn::new(0),
+                    Psn::new(0),
+                );
+                engines[h].connect(pair[h], &c).unwrap();
             }
             pairs.push(pair);
         }

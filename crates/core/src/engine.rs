@@ -60,6 +60,55 @@ impl Default for EngineConfig {
     }
 }
 
+/// Everything it takes to bring a new queue pair from RESET to RTS against one peer: the
+/// attributes of the INIT, RTR and RTS transitions, as a connection exchange yields them.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection {
+    /// Remote operations the queue pair accepts.
+    pub access: Access,
+    pub peer: IpAddr,
+    pub dest_qpn: u32,
+    pub path_mtu: crate::Mtu,
+    /// The PSN of the peer's first request (its `sq_psn`).
+    pub rq_psn: Psn,
+    pub sq_psn: Psn,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub recovery: crate::Recovery,
+}
+
+impl Connection {
+    /// A connection with every remote access, perftest's timers (timeout 14 = 67 ms, seven
+    /// retries, RNR retry forever, 0.64 ms RNR wait), 16 READs/atomics each way, go-back-N.
+    pub fn new(
+        peer: IpAddr,
+        dest_qpn: u32,
+        path_mtu: crate::Mtu,
+        rq_psn: Psn,
+        sq_psn: Psn,
+    ) -> Connection {
+        Connection {
+            access: Access::ALL,
+            peer,
+            dest_qpn,
+            path_mtu,
+            rq_psn,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            recovery: crate::Recovery::GoBackN,
+        }
+    }
+}
+
 /// The payload of a received packet: bytes, or a length only (the simulator).
 #[derive(Debug, Clone, Copy)]
 pub enum Payload<'a> {
@@ -375,6 +424,33 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
+    pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
+        self.modify_qp(qpn, Transition::Init { access: c.access })?;
+        self.modify_qp(
+            qpn,
+            Transition::Rtr {
+                peer: c.peer,
+                dest_qpn: c.dest_qpn,
+                path_mtu: c.path_mtu,
+                rq_psn: c.rq_psn,
+                max_dest_rd_atomic: c.max_dest_rd_atomic,
+                min_rnr_timer: c.min_rnr_timer,
+                recovery: c.recovery,
+            },
+        )?;
+        self.modify_qp(
+            qpn,
+            Transition::Rts {
+                sq_psn: c.sq_psn,
+                timeout: c.timeout,
+                retry_cnt: c.retry_cnt,
+                rnr_retry: c.rnr_retry,
+                max_rd_atomic: c.max_rd_atomic,
+            },
+        )
     }
 
     // ---- posting -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ mod time;
 pub use control::{Controller, Event, Knobs, NakKind, NoControl};
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
-pub use engine::{CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};
+pub use engine::{Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};
 pub use qp::{

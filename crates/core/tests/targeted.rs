@@ -558,32 +558,9 @@ fn sixteen_thousand_queue_pairs_at_once() {
             })
             .collect();
         for h in 0..2 {
-            let e = &mut world.engines[h];
-            e.modify_qp(
-                pair[h],
-                Transition::Init {
-                    access: Access::ALL,
-                },
-            )
-            .unwrap();
-            let rtr = Transition::Rtr {
-                peer: world.addrs[1 - h],
-                dest_qpn: pair[1 - h].0,
-                path_mtu: Mtu::M1024,
-                rq_psn: sluice_wire::Psn::new(0),
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 1,
-                recovery: Recovery::GoBackN,
-            };
-            e.modify_qp(pair[h], rtr).unwrap();
-            let rts = Transition::Rts {
-                sq_psn: sluice_wire::Psn::new(0),
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 1,
-            };
-            e.modify_qp(pair[h], rts).unwrap();
+            let zero = sluice_wire::Psn::new(0);
+            let c = Connection::new(world.addrs[1 - h], pair[1 - h].0, Mtu::M1024, zero, zero);
+            world.engines[h].connect(pair[h], &c).unwrap();
         }
         qps.push(pair);
     }

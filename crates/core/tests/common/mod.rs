@@ -305,33 +305,23 @@ impl Pair {
         }
         for h in 0..2 {
             let peer = 1 - h;
-            let e = &mut world.engines[h];
-            e.modify_qp(qp[h], Transition::Init { access: o.access })
-                .unwrap();
-            e.modify_qp(
-                qp[h],
-                Transition::Rtr {
-                    peer: world.addrs[peer],
-                    dest_qpn: qp[peer].0,
-                    path_mtu: o.mtu,
-                    rq_psn: sluice_wire::Psn::new(o.sq_psn[peer]),
-                    max_dest_rd_atomic: 16,
-                    min_rnr_timer: o.min_rnr_timer,
-                    recovery: o.recovery,
-                },
-            )
-            .unwrap();
-            e.modify_qp(
-                qp[h],
-                Transition::Rts {
-                    sq_psn: sluice_wire::Psn::new(o.sq_psn[h]),
-                    timeout: o.timeout,
-                    retry_cnt: o.retry_cnt,
-                    rnr_retry: o.rnr_retry,
-                    max_rd_atomic: 16,
-                },
-            )
-            .unwrap();
+            let psn = |p: u32| sluice_wire::Psn::new(p);
+            let c = Connection {
+                access: o.access,
+                timeout: o.timeout,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: o.rnr_retry,
+                min_rnr_timer: o.min_rnr_timer,
+                recovery: o.recovery,
+                ..Connection::new(
+                    world.addrs[peer],
+                    qp[peer].0,
+                    o.mtu,
+                    psn(o.sq_psn[peer]),
+                    psn(o.sq_psn[h]),
+                )
+            };
+            world.engines[h].connect(qp[h], &c).unwrap();
         }
         Pair {
             qp,
