@@ -1,6 +1,7 @@
 //! Wire benchmarks: decode + ICRC verify and encode + ICRC compute per packet, for payloads
-//! of 0, 256, 1024 and 4096 bytes; then the ICRC over a 4 KiB packet against a `memcpy` of
-//! the same size, measured in the same run, printed as a ratio.
+//! of 0, 256, 1024 and 4096 bytes; the IPv4 identification solver on a cached and on a new
+//! datagram length; then the ICRC over a 4 KiB packet against a `memcpy` of the same size,
+//! measured in the same run, printed as a ratio.
 //!
 //! `cargo bench -p sluice-wire --bench wire` (add `-- --quick` for a short run).
 
@@ -82,6 +83,46 @@ fn bench_build_icrc(c: &mut Criterion) {
     group.finish();
 }
 
+/// The IPv4 identification solver: one call on a length it has cached, and one on a length
+/// it has not (eight lengths in turn through its four ways, so every call builds a system).
+fn bench_ipv4_id_solve(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ipv4_id_solve");
+    // (datagram length, ICRC computed with identification 0, ICRC on the wire)
+    let case = |identification: u16, payload_len: usize| {
+        let (ip, udp, roce) = headers();
+        let IpHeader::V4(h) = ip else { unreachable!() };
+        let ip = IpHeader::V4(Ipv4Header {
+            identification,
+            ..h
+        });
+        let mut buf = vec![0u8; 8192];
+        let n = emit_datagram(&ip, &udp, &roce, &vec![0xA5; payload_len], &mut buf).unwrap();
+        let found = icrc::compute(&buf[..n]).unwrap();
+        buf[4..6].fill(0);
+        let computed = icrc::compute(&buf[..n]).unwrap();
+        let mut solver = icrc::Ipv4IdSolver::new();
+        assert_eq!(solver.solve(n, computed, found), Some(identification));
+        (n, computed, found)
+    };
+    let (len, computed, found) = case(0x1234, 4096);
+    let mut solver = icrc::Ipv4IdSolver::new();
+    group.bench_function("cached", |b| {
+        b.iter(|| solver.solve(black_box(len), black_box(computed), black_box(found)))
+    });
+    let cases: Vec<_> = (0..8u16)
+        .map(|i| case(0x1234 + i, 256 * usize::from(i)))
+        .collect();
+    let mut next = 0;
+    group.bench_function("new_length", |b| {
+        b.iter(|| {
+            let (len, computed, found) = cases[next % cases.len()];
+            next += 1;
+            solver.solve(black_box(len), black_box(computed), black_box(found))
+        })
+    });
+    group.finish();
+}
+
 /// Median time of one call of `f`, over `rounds` timed batches.
 fn median_ns(rounds: usize, mut f: impl FnMut()) -> f64 {
     let mut batch = 1u32;
@@ -139,6 +180,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_parse_verify(&mut c);
     bench_build_icrc(&mut c);
+    bench_ipv4_id_solve(&mut c);
     c.final_summary();
     icrc_vs_memcpy();
 }

@@ -7,6 +7,17 @@
 //! may change are replaced by ones first: the IPv4 TOS, TTL and header checksum; the IPv6
 //! traffic class, flow label and hop limit; the UDP checksum; BTH byte 4 (FECN, BECN and
 //! reserved bits). The four ICRC bytes on the wire are the CRC least significant byte first.
+//!
+//! # Receiving on a UDP socket
+//!
+//! A receiver on an ordinary UDP socket gets the RoCE packet but not the IP and UDP headers
+//! the ICRC covers. It rebuilds them from what the socket reports (addresses, ports, length)
+//! and hashes the two parts with [`compute_split`]. On IPv6 that is the whole check. On IPv4
+//! one covered field cannot be rebuilt: the identification, which Linux Soft-RoCE sends
+//! non-zero and incrementing (and a UDP GSO sender gets one per segment). The receiver then
+//! computes the ICRC with identification 0 and asks an [`Ipv4IdSolver`] whether some
+//! identification explains the ICRC found on the wire; see there for the cost in detection
+//! strength (a corrupted packet passes with probability about 2^-16 instead of 2^-32).
 
 use crate::error::{Layer, Result, need};
 use crate::{BTH_LEN, Error, ICRC_LEN};
@@ -22,25 +33,66 @@ const IPV6_LEN: usize = 40;
 /// the four ICRC bytes, which are not covered.
 #[inline]
 pub fn compute(ip_packet: &[u8]) -> Result<u32> {
-    let (ip_len, layer) = match ip_packet.first().map(|b| b >> 4) {
-        Some(4) => (IPV4_LEN, Layer::Ipv4),
-        Some(6) => (IPV6_LEN, Layer::Ipv6),
-        Some(v) => return Err(Error::BadIpVersion(v)),
-        None => {
-            return Err(Error::Truncated {
-                layer: Layer::Ipv4,
-                needed: 1,
-                available: 0,
-            });
-        }
-    };
-    let fixed = ip_len + UDP_LEN + BTH_LEN;
-    need(ip_packet, fixed + ICRC_LEN, layer)?;
+    let (ip_len, layer) = ip_version(ip_packet)?;
+    let roce_at = ip_len + UDP_LEN;
+    need(ip_packet, roce_at + BTH_LEN + ICRC_LEN, layer)?;
+    let (ip_udp, roce) = ip_packet.split_at(roce_at);
+    masked_crc(ip_udp, roce)
+}
+
+/// Computes the ICRC of a datagram held in two parts: `ip_udp`, exactly the IP and UDP
+/// headers (28 bytes for IPv4 without options, 48 for IPv6 without extension headers), and
+/// `roce`, the UDP payload (BTH to pad, then the four ICRC bytes, which are not covered).
+/// Masks the same fields as [`compute`] and gives the same value as [`compute`] over the
+/// two parts joined.
+///
+/// A receiver on a UDP socket rebuilds `ip_udp` from the addresses, ports and length the
+/// socket reports; the fields the ICRC masks need not be right.
+#[inline]
+pub fn compute_split(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+    let (ip_len, layer) = ip_version(ip_udp)?;
+    if ip_len == IPV4_LEN && ip_udp[0] & 0x0F != 5 {
+        return Err(Error::UnsupportedIp("IPv4 options"));
+    }
+    need(ip_udp, ip_len, layer)?;
+    need(ip_udp, ip_len + UDP_LEN, Layer::Udp)?;
+    if ip_udp.len() != ip_len + UDP_LEN {
+        return Err(Error::LengthMismatch(
+            "IP and UDP headers must be exactly 28 (IPv4) or 48 (IPv6) bytes",
+        ));
+    }
+    need(roce, BTH_LEN, Layer::Bth)?;
+    need(roce, BTH_LEN + ICRC_LEN, Layer::Extension)?;
+    masked_crc(ip_udp, roce)
+}
+
+/// The IP header length and layer announced by the version nibble of `buf[0]`.
+#[inline]
+fn ip_version(buf: &[u8]) -> Result<(usize, Layer)> {
+    match buf.first().map(|b| b >> 4) {
+        Some(4) => Ok((IPV4_LEN, Layer::Ipv4)),
+        Some(6) => Ok((IPV6_LEN, Layer::Ipv6)),
+        Some(v) => Err(Error::BadIpVersion(v)),
+        None => Err(Error::Truncated {
+            layer: Layer::Ipv4,
+            needed: 1,
+            available: 0,
+        }),
+    }
+}
+
+/// The ICRC over `ip_udp` (exactly the IP and UDP headers of the version in its first byte)
+/// and `roce` (at least a BTH and an ICRC): the callers have checked those lengths.
+#[inline(always)]
+fn masked_crc(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+    let ip_len = ip_udp.len() - UDP_LEN;
+    let fixed = ip_udp.len() + BTH_LEN;
 
     // Mask a copy of the fixed headers; the rest of the packet is hashed in place.
     let mut head = [0u8; IPV6_LEN + UDP_LEN + BTH_LEN];
     let head = &mut head[..fixed];
-    head.copy_from_slice(&ip_packet[..fixed]);
+    head[..ip_udp.len()].copy_from_slice(ip_udp);
+    head[ip_udp.len()..].copy_from_slice(&roce[..BTH_LEN]);
     if ip_len == IPV4_LEN {
         if head[0] & 0x0F != 5 {
             return Err(Error::UnsupportedIp("IPv4 options"));
@@ -60,7 +112,7 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
 
     let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
     crc.update(head);
-    crc.update(&ip_packet[fixed..ip_packet.len() - ICRC_LEN]);
+    crc.update(&roce[BTH_LEN..roce.len() - ICRC_LEN]);
     Ok(crc.finalize())
 }
 
@@ -88,6 +140,310 @@ pub fn verify(ip_packet: &[u8]) -> Result<()> {
         return Err(Error::IcrcMismatch { found, computed });
     }
     Ok(())
+}
+
+// GF(2) polynomials modulo the CRC-32 polynomial P, in the CRC's own reflected layout: bit 31
+// of a `u32` is the coefficient of x^0, bit 0 that of x^31. A CRC value read this way is the
+// remainder the CRC defines, so CRC values and these polynomials are the same `u32`s.
+
+/// P without its x^32 term, reflected.
+const POLY: u32 = 0xEDB8_8320;
+/// The polynomial 1.
+const ONE: u32 = 0x8000_0000;
+
+/// `v` times x, modulo P.
+#[inline(always)]
+const fn mul_x(v: u32) -> u32 {
+    (v >> 1) ^ (POLY & 0u32.wrapping_sub(v & 1))
+}
+
+/// `v` divided by x, modulo P (x is invertible because P has a constant term): the inverse
+/// of [`mul_x`].
+const fn div_x(v: u32) -> u32 {
+    if v & ONE != 0 {
+        ((v ^ POLY) << 1) | 1
+    } else {
+        v << 1
+    }
+}
+
+/// `a` times `b`, modulo P.
+const fn mul_mod(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut power = 0;
+    while power < 32 {
+        // b is the original b times x^power.
+        product ^= b & 0u32.wrapping_sub((a >> (31 - power)) & 1);
+        b = mul_x(b);
+        power += 1;
+    }
+    product
+}
+
+/// `X_INV_POW2[i]` is x^(-2^i) modulo P.
+const X_INV_POW2: [u32; 32] = {
+    let mut table = [0; 32];
+    table[0] = div_x(ONE);
+    let mut i = 1;
+    while i < 32 {
+        table[i] = mul_mod(table[i - 1], table[i - 1]);
+        i += 1;
+    }
+    table
+};
+
+/// x^(-e) modulo P, in at most one multiplication per bit of `e`.
+fn x_inv_pow(e: u32) -> u32 {
+    let mut result = ONE;
+    for (bit, factor) in X_INV_POW2.iter().enumerate() {
+        if e >> bit == 0 {
+            break;
+        }
+        if (e >> bit) & 1 != 0 {
+            result = mul_mod(result, *factor);
+        }
+    }
+    result
+}
+
+/// Where the identification sits in the IPv4 header (big-endian, bytes 4 and 5).
+const IPV4_ID_AT: usize = 4;
+/// The shortest datagram the solver accepts: IPv4, UDP, BTH and ICRC.
+const MIN_IPV4_DATAGRAM: usize = IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN;
+/// How many datagram lengths an [`Ipv4IdSolver`] keeps a solved system for.
+const SOLVER_WAYS: usize = 4;
+
+/// The solved linear system for one datagram length: the linear map from the ICRC difference
+/// D = icrc(id = 0) XOR icrc(id = x) to x, with a 16-bit residue that is zero exactly when D
+/// is the difference of some identification. Stored as eight tables, one per nibble of D.
+#[derive(Clone, Copy)]
+struct IdSystem {
+    /// `nibbles[i][v]` is the image of `v << (4 * i)`: identification in the high 16 bits,
+    /// residue in the low 16.
+    nibbles: [[u32; 16]; 8],
+}
+
+impl IdSystem {
+    const EMPTY: IdSystem = IdSystem {
+        nibbles: [[0; 16]; 8],
+    };
+
+    /// The system for IPv4 datagrams of `datagram_len` bytes, which is at least
+    /// `MIN_IPV4_DATAGRAM` and at most 65535.
+    ///
+    /// The message the CRC divides ends with `k = datagram_len - 6 - 4` bytes after the
+    /// identification (the rest of the IP header to the pad; the ICRC is not covered), and
+    /// the CRC of a message M is M x^32 mod P plus terms that cancel between two messages of
+    /// the same length. Bytes are fed least significant bit first, so with id byte 4 = h and
+    /// byte 5 = l, the difference identification x makes is
+    /// D = q(x) x^E mod P with E = 32 + 8k and q = sum over bits b of l of x^(7-b), plus over
+    /// bits b of h of x^(15-b): a polynomial of degree below 16. Then q = D x^(-E) mod P,
+    /// and D comes from an identification iff that q has degree below 16 (unique, since the
+    /// map is invertible). In the reflected layout q's coefficients of x^0..x^15 are bits
+    /// 31..16: bits 16..23 hold h and bits 24..31 hold l, so x is the high half byte-swapped.
+    fn new(datagram_len: usize) -> IdSystem {
+        let after_id = (datagram_len - IPV4_ID_AT - 2 - ICRC_LEN) as u32;
+        let exponent = 32 + 8 * after_id;
+        // The image of x^j, for j = 0..32, is x^(j - E); x^j is bit 31 - j of D.
+        let mut image = x_inv_pow(exponent);
+        let mut columns = [0u32; 32];
+        for bit in (0..32).rev() {
+            let q = image;
+            let id = ((q >> 16) as u16).swap_bytes();
+            columns[bit] = (u32::from(id) << 16) | (q & 0xFFFF);
+            image = mul_x(image);
+        }
+        let mut nibbles = [[0u32; 16]; 8];
+        for (table, columns) in nibbles.iter_mut().zip(columns.chunks_exact(4)) {
+            for v in 1..16usize {
+                table[v] = table[v & (v - 1)] ^ columns[v.trailing_zeros() as usize];
+            }
+        }
+        IdSystem { nibbles }
+    }
+
+    /// The identification in the high 16 bits and the residue in the low 16 bits.
+    #[inline(always)]
+    fn apply(&self, difference: u32) -> u32 {
+        let mut out = 0;
+        for (i, table) in self.nibbles.iter().enumerate() {
+            out ^= table[((difference >> (4 * i)) & 0xF) as usize];
+        }
+        out
+    }
+}
+
+/// Recovers the IPv4 identification an ICRC was computed over, for a receiver that could not
+/// see it (a UDP socket does not report it).
+///
+/// The ICRC covers the IPv4 identification, which Linux Soft-RoCE sends non-zero and
+/// incrementing, and which a UDP GSO sender gets anew on every segment. The CRC is linear over
+/// GF(2), so for datagrams of one length the ICRC with identification x is the ICRC with
+/// identification 0 XOR a term that depends only on x and the length, and that term is
+/// different for every x. [`Ipv4IdSolver::solve`] inverts it: given the ICRC computed with
+/// identification 0 and the one found on the wire, it finds the one identification that
+/// explains the difference, or reports that none does.
+///
+/// # Assumptions
+///
+/// * The datagram is IPv4 without options (a 20-byte header) carrying UDP, and
+///   `computed_with_id_zero` is the ICRC (as [`compute_split`] gives it) over a rebuilt
+///   header equal to the sender's in every covered field except the identification (bytes 4
+///   and 5, big-endian), which is 0: version and header length 0x45, the total length,
+///   flags and fragment offset (Don't Fragment set and offset 0, as RoCE senders send them:
+///   a receiver that does not know them must assume them), protocol 17, both addresses, both
+///   ports and the UDP length. The TOS, TTL, header checksum and UDP checksum are masked and
+///   need not be right.
+/// * `datagram_len` is the IPv4 total length: header, UDP header, RoCE packet and ICRC.
+///
+/// # Detection strength
+///
+/// Accepting any of the 2^16 identifications spends 16 of the CRC's 32 bits: a corrupted
+/// packet is accepted with probability about 2^-16 (1 in 65,536) instead of 2^-32, and the
+/// CRC-32 guarantee of catching every error of up to 32 consecutive bits no longer holds.
+/// Single flipped bits are still all caught in datagrams of up to 26,772 bytes (so at every
+/// Ethernet MTU, jumbo frames included), anywhere after the identification, ICRC included;
+/// in longer datagrams a few positions look exactly like another identification (the
+/// first is 214,135 bits before the identification's last bit). A caller that can predict the
+/// identification (the previous one from the same sender plus one, say) can compare the
+/// returned value with its prediction to win some of that back. IPv6 has no such field:
+/// check its ICRC directly.
+///
+/// # Cost
+///
+/// Per call, after the first for a length: eight table lookups. The solver keeps the system
+/// for the four most recently used datagram lengths (a flow mostly sends one or two); a new
+/// length costs about 20 polynomial multiplications to build. It never allocates.
+///
+/// ```
+/// use sluice_wire::*;
+/// use std::net::Ipv4Addr;
+///
+/// // A sender that writes identification 0xBEEF.
+/// let ip = |identification| {
+///     IpHeader::V4(Ipv4Header {
+///         src: Ipv4Addr::new(10, 0, 0, 1),
+///         dst: Ipv4Addr::new(10, 0, 0, 2),
+///         tos: 0,
+///         identification,
+///         dont_fragment: true,
+///         ttl: 64,
+///     })
+/// };
+/// let udp = UdpHeader { src_port: 0xC001, dst_port: ROCE_V2_PORT };
+/// let roce = RoceHeaders {
+///     bth: Bth::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(7)),
+///     ext: ExtHeaders::default(),
+/// };
+/// let mut wire = [0u8; 128];
+/// let len = emit_datagram(&ip(0xBEEF), &udp, &roce, b"payload", &mut wire)?;
+///
+/// // The receiver's socket hands over the UDP payload; it rebuilds the headers with
+/// // identification 0 from the addresses, ports and length.
+/// let payload = &wire[IPV4_HEADER_LEN + UDP_HEADER_LEN..len];
+/// let mut head = [0u8; IPV4_HEADER_LEN + UDP_HEADER_LEN];
+/// ip(0).emit(head.len() + payload.len(), &mut head)?;
+/// udp.emit(UDP_HEADER_LEN + payload.len(), &mut head[IPV4_HEADER_LEN..])?;
+/// let computed = icrc::compute_split(&head, payload)?;
+/// let found = RocePacket::parse(payload)?.icrc;
+/// assert_ne!(computed, found);
+///
+/// let mut solver = icrc::Ipv4IdSolver::new();
+/// assert_eq!(solver.solve(len, computed, found), Some(0xBEEF));
+/// assert_eq!(solver.solve(len, computed, found ^ 1), None); // a corrupted ICRC
+/// # Ok::<(), sluice_wire::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Ipv4IdSolver {
+    /// The datagram length each way holds the system for; 0 for an empty way.
+    lens: [u32; SOLVER_WAYS],
+    /// When each way was last used, in calls to [`Ipv4IdSolver::solve`] that needed a system.
+    used: [u64; SOLVER_WAYS],
+    clock: u64,
+    systems: [IdSystem; SOLVER_WAYS],
+}
+
+impl Ipv4IdSolver {
+    /// A solver with no length cached yet.
+    pub const fn new() -> Ipv4IdSolver {
+        Ipv4IdSolver {
+            lens: [0; SOLVER_WAYS],
+            used: [0; SOLVER_WAYS],
+            clock: 0,
+            systems: [IdSystem::EMPTY; SOLVER_WAYS],
+        }
+    }
+
+    /// The identification that makes the ICRC of an IPv4 datagram of `datagram_len` bytes
+    /// (its total length) equal to `found`, given `computed_with_id_zero`, its ICRC with
+    /// identification 0. `Some(0)` when the two are equal; `Some(x)` when x is the one
+    /// identification that explains the difference; `None` when none does (the packet is
+    /// corrupted: reject it), or when `datagram_len` is shorter than an IPv4, UDP, BTH and
+    /// ICRC (44 bytes) or longer than 65,535 bytes. See the type's documentation for what
+    /// this assumes and what it costs in detection strength.
+    #[inline]
+    pub fn solve(
+        &mut self,
+        datagram_len: usize,
+        computed_with_id_zero: u32,
+        found: u32,
+    ) -> Option<u16> {
+        if !(MIN_IPV4_DATAGRAM..=usize::from(u16::MAX)).contains(&datagram_len) {
+            return None;
+        }
+        let difference = computed_with_id_zero ^ found;
+        if difference == 0 {
+            return Some(0);
+        }
+        let solved = self.system(datagram_len).apply(difference);
+        (solved & 0xFFFF == 0).then_some((solved >> 16) as u16)
+    }
+
+    /// The system for `datagram_len`, built in the least recently used way on a miss.
+    #[inline]
+    fn system(&mut self, datagram_len: usize) -> &IdSystem {
+        let len = datagram_len as u32;
+        self.clock += 1;
+        let way = match self.lens.iter().position(|&l| l == len) {
+            Some(way) => way,
+            None => self.build(datagram_len),
+        };
+        self.used[way] = self.clock;
+        &self.systems[way]
+    }
+
+    #[cold]
+    fn build(&mut self, datagram_len: usize) -> usize {
+        let mut way = 0;
+        for (i, used) in self.used.iter().enumerate() {
+            if *used < self.used[way] {
+                way = i;
+            }
+        }
+        self.lens[way] = datagram_len as u32;
+        self.systems[way] = IdSystem::new(datagram_len);
+        way
+    }
+}
+
+impl Default for Ipv4IdSolver {
+    fn default() -> Ipv4IdSolver {
+        Ipv4IdSolver::new()
+    }
+}
+
+impl core::fmt::Debug for Ipv4IdSolver {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut cached = [0u32; SOLVER_WAYS];
+        let mut n = 0;
+        for &len in self.lens.iter().filter(|&&l| l != 0) {
+            cached[n] = len;
+            n += 1;
+        }
+        f.debug_struct("Ipv4IdSolver")
+            .field("cached_lengths", &&cached[..n])
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +504,270 @@ mod tests {
         assert_eq!(compute(&pkt).unwrap(), before);
         pkt[4] ^= 1; // the IPv4 identification is covered
         assert_ne!(compute(&pkt).unwrap(), before);
+    }
+
+    /// `pkt` as two buffers, the IP and UDP headers and the rest.
+    fn split(pkt: &[u8]) -> (&[u8], &[u8]) {
+        pkt.split_at(if pkt[0] >> 4 == 4 { 28 } else { 48 })
+    }
+
+    #[test]
+    fn split_matches_whole_on_v4_and_v6() {
+        for (version, ip) in [(4u8, 20), (6, 40)] {
+            for roce_len in [16, 17, 20, 100, 1027] {
+                let mut pkt: Vec<u8> = (0..ip + 8 + roce_len).map(|i| (i * 53 + 5) as u8).collect();
+                pkt[0] = (version << 4) | if version == 4 { 5 } else { 0 };
+                let (ip_udp, roce) = split(&pkt);
+                assert_eq!(compute_split(ip_udp, roce).unwrap(), oracle(&pkt));
+                assert_eq!(compute_split(ip_udp, roce), compute(&pkt));
+            }
+        }
+    }
+
+    #[test]
+    fn split_rejects_wrong_lengths_without_panicking() {
+        let bytes = [0u8; 128];
+        for first in [0x45u8, 0x60, 0x46, 0x20] {
+            for ip_udp_len in 0..=60 {
+                for roce_len in 0..=24 {
+                    let mut ip_udp = bytes[..ip_udp_len].to_vec();
+                    if let Some(b) = ip_udp.first_mut() {
+                        *b = first;
+                    }
+                    let exact = match first {
+                        0x45 => ip_udp_len == 28,
+                        0x60 => ip_udp_len == 48,
+                        _ => false,
+                    };
+                    let ok = exact && roce_len >= 16;
+                    let got = compute_split(&ip_udp, &bytes[..roce_len]);
+                    assert_eq!(
+                        got.is_ok(),
+                        ok,
+                        "{first:#x} {ip_udp_len} {roce_len}: {got:?}"
+                    );
+                }
+            }
+        }
+        let roce = [0u8; 16];
+        let truncated = |layer, needed, available| {
+            Err(Error::Truncated {
+                layer,
+                needed,
+                available,
+            })
+        };
+        assert_eq!(compute_split(&[], &roce), truncated(Layer::Ipv4, 1, 0));
+        assert_eq!(
+            compute_split(&[0x45; 19], &roce),
+            truncated(Layer::Ipv4, 20, 19)
+        );
+        assert_eq!(
+            compute_split(&[0x45; 27], &roce),
+            truncated(Layer::Udp, 28, 27)
+        );
+        assert_eq!(
+            compute_split(&[0x60; 47], &roce),
+            truncated(Layer::Udp, 48, 47)
+        );
+        assert!(matches!(
+            compute_split(&[0x45; 29], &roce),
+            Err(Error::LengthMismatch(_))
+        ));
+        assert_eq!(
+            compute_split(&[0x46; 32], &roce),
+            Err(Error::UnsupportedIp("IPv4 options"))
+        );
+        assert_eq!(
+            compute_split(&[0x20; 28], &roce),
+            Err(Error::BadIpVersion(2))
+        );
+        assert_eq!(
+            compute_split(&[0x45; 28], &roce[..11]),
+            truncated(Layer::Bth, 12, 11)
+        );
+        assert_eq!(
+            compute_split(&[0x45; 28], &roce[..15]),
+            truncated(Layer::Extension, 16, 15)
+        );
+    }
+
+    /// The change identification `id` makes to the ICRC of an IPv4 datagram of `len` bytes,
+    /// by brute force: the ICRC of two whole datagrams.
+    fn id_term(len: usize, id: u16) -> u32 {
+        let mut pkt = vec![0u8; len];
+        pkt[0] = 0x45;
+        let zero = compute(&pkt).unwrap();
+        pkt[4..6].copy_from_slice(&id.to_be_bytes());
+        compute(&pkt).unwrap() ^ zero
+    }
+
+    /// The rank over GF(2) of `vectors`.
+    fn rank(vectors: &[u32]) -> usize {
+        let mut rows = vectors.to_vec();
+        let mut rank = 0;
+        for bit in 0..32 {
+            let Some(pivot) = (rank..rows.len()).find(|&r| rows[r] >> bit & 1 != 0) else {
+                continue;
+            };
+            rows.swap(rank, pivot);
+            for r in 0..rows.len() {
+                if r != rank && rows[r] >> bit & 1 != 0 {
+                    rows[r] ^= rows[rank];
+                }
+            }
+            rank += 1;
+        }
+        rank
+    }
+
+    #[test]
+    fn polynomial_arithmetic() {
+        for v in [0, 1, ONE, POLY, 0x1234_5678, u32::MAX] {
+            assert_eq!(div_x(mul_x(v)), v);
+            assert_eq!(mul_x(div_x(v)), v);
+            assert_eq!(mul_mod(v, ONE), v);
+            assert_eq!(mul_mod(v, 0x0F0F_1234), mul_mod(0x0F0F_1234, v));
+        }
+        // x^(-2^i) times x^(2^i) is 1.
+        for (i, inverse) in X_INV_POW2.iter().enumerate().take(12) {
+            let x_pow = (0..1u32 << i).fold(ONE, |v, _| mul_x(v));
+            assert_eq!(mul_mod(*inverse, x_pow), ONE, "2^{i}");
+        }
+        let x_pow_1000 = (0..1000).fold(ONE, |v, _| mul_x(v));
+        assert_eq!(mul_mod(x_inv_pow(1000), x_pow_1000), ONE);
+        assert_eq!(x_inv_pow(0), ONE);
+    }
+
+    /// The claim the solver rests on: for every length, the 16 identification bits change
+    /// the ICRC by 16 linearly independent vectors, so the identification is unique. Checked
+    /// for every length from the shortest datagram to 9000 bytes (a jumbo frame), with the
+    /// basis carried from one length to the next by one zero byte (times x^8) and anchored by
+    /// brute force at several lengths; the solver must invert every basis vector and a mix.
+    #[test]
+    fn the_identification_is_unique_for_every_length_to_9000() {
+        let mut basis: [u32; 16] = core::array::from_fn(|j| id_term(MIN_IPV4_DATAGRAM, 1 << j));
+        let mut solver = Ipv4IdSolver::new();
+        for len in MIN_IPV4_DATAGRAM..=9000 {
+            if matches!(len, 45 | 47 | 100 | 1500 | 4140 | 9000) {
+                for (j, v) in basis.iter().enumerate() {
+                    assert_eq!(*v, id_term(len, 1 << j), "length {len}, bit {j}");
+                }
+            }
+            assert_eq!(rank(&basis), 16, "length {len}");
+            for (j, v) in basis.iter().enumerate() {
+                assert_eq!(solver.solve(len, 0, *v), Some(1 << j), "length {len}");
+            }
+            let id = (len as u16).wrapping_mul(40503) | 1;
+            let term = (0..16)
+                .filter(|j| id >> j & 1 != 0)
+                .fold(0, |t, j| t ^ basis[j]);
+            assert_eq!(solver.solve(len, 0xDEAD_BEEF, 0xDEAD_BEEF ^ term), Some(id));
+            basis = basis.map(|v| (0..8).fold(v, |v, _| mul_x(v)));
+        }
+    }
+
+    #[test]
+    fn solves_the_longest_datagram() {
+        let mut solver = Ipv4IdSolver::new();
+        for id in [1, 0x8000, 0xBEEF, 0xFFFF] {
+            assert_eq!(solver.solve(65535, 7, 7 ^ id_term(65535, id)), Some(id));
+        }
+        assert_eq!(
+            rank(&core::array::from_fn::<u32, 16, _>(|j| id_term(
+                65535,
+                1 << j
+            ))),
+            16
+        );
+    }
+
+    #[test]
+    fn solver_edge_cases() {
+        let mut solver = Ipv4IdSolver::new();
+        assert_eq!(solver.solve(44, 5, 5), Some(0));
+        assert_eq!(solver.solve(65535, 5, 5), Some(0));
+        for len in [0, 1, 28, 43, 65536, usize::MAX] {
+            assert_eq!(solver.solve(len, 5, 5), None, "{len}");
+            assert_eq!(solver.solve(len, 5, 6), None, "{len}");
+        }
+        // Most differences come from no identification: about 2^-16 of them do.
+        let accepted = (1..=100_000u32)
+            .filter(|d| solver.solve(1000, 0, d.wrapping_mul(0x9E37_79B9)).is_some())
+            .count();
+        assert!(accepted <= 8, "{accepted}");
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used_lengths() {
+        let mut solver = Ipv4IdSolver::new();
+        let lens = [100, 200, 300, 400, 500];
+        let terms = lens.map(|len| id_term(len, 0x0102));
+        let mut solve = |i: usize| {
+            let got = solver.solve(lens[i], 0, terms[i]);
+            assert_eq!(got, Some(0x0102));
+            let mut cached = solver.lens;
+            cached.sort_unstable();
+            cached
+        };
+        for i in 0..4 {
+            solve(i);
+        }
+        solve(0); // 100 is now the most recent; 200 the least
+        assert_eq!(solve(4), [100, 300, 400, 500]);
+        assert_eq!(solve(1), [100, 200, 400, 500]);
+        // Whatever is cached, every length keeps solving right.
+        for round in 0..3 {
+            for i in (0..5).rev().chain(0..5) {
+                solve((i + round) % 5);
+            }
+        }
+        assert!(format!("{:?}", solver).contains("cached_lengths"));
+    }
+
+    /// The single-bit guarantee the solver's documentation states. A flipped bit whose term
+    /// in the CRC is x^a (a < 32: the ICRC itself; above: covered bits, later ones lower) is
+    /// accepted iff x^(a - E) has degree below 16, E the exponent of the identification's
+    /// last bit. The first such distance E - a is 214,135 bits, so in a datagram of n bytes
+    /// (E = 32 + 8 (n - 10)) every bit is caught iff E < 214,135, that is n <= 26,772.
+    #[test]
+    fn single_bit_errors_are_caught_up_to_26772_bytes() {
+        let mut v = ONE;
+        let first = (1..=250_000u32)
+            .find(|_| {
+                v = div_x(v);
+                v & 0xFFFF == 0
+            })
+            .unwrap();
+        assert_eq!(first, 214_135);
+
+        let accepted = |len: usize| {
+            let mut solver = Ipv4IdSolver::new();
+            let exponent = 32 + 8 * (len - 10);
+            let mut term = ONE;
+            let mut accepted = Vec::new();
+            for a in 0..exponent {
+                if solver.solve(len, 0, term).is_some() {
+                    accepted.push(a);
+                }
+                term = mul_x(term);
+            }
+            accepted
+        };
+        assert_eq!(accepted(26_772), []);
+        // One byte longer, the flip of the ICRC's x^1 bit (bit 30) passes.
+        assert_eq!(accepted(26_773), [1]);
+        let mut solver = Ipv4IdSolver::new();
+        assert!(
+            solver
+                .solve(26_773, 0xDEAD_BEEF, 0xDEAD_BEEF ^ 1 << 30)
+                .is_some()
+        );
+        assert!(
+            solver
+                .solve(26_772, 0xDEAD_BEEF, 0xDEAD_BEEF ^ 1 << 30)
+                .is_none()
+        );
     }
 
     #[test]

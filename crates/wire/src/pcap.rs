@@ -48,16 +48,27 @@ impl<W: Write> PcapWriter<W> {
 
     /// Appends one record.
     pub fn write(&mut self, timestamp_ns: u64, frame: &[u8]) -> io::Result<()> {
-        let orig_len =
-            u32::try_from(frame.len()).map_err(|_| io::Error::other("frame over 4 GiB"))?;
-        let caplen = orig_len.min(self.snaplen);
+        self.write_truncated(timestamp_ns, frame, frame.len())
+    }
+
+    /// Appends one record of a frame that was `orig_len` bytes long on the wire, of which
+    /// `captured` (cut further to the snap length) is kept.
+    pub fn write_truncated(
+        &mut self,
+        timestamp_ns: u64,
+        captured: &[u8],
+        orig_len: usize,
+    ) -> io::Result<()> {
+        let orig_len = u32::try_from(orig_len.max(captured.len()))
+            .map_err(|_| io::Error::other("frame over 4 GiB"))?;
+        let caplen = (captured.len() as u32).min(self.snaplen);
         let mut header = [0u8; 16];
         header[0..4].copy_from_slice(&((timestamp_ns / 1_000_000_000) as u32).to_le_bytes());
         header[4..8].copy_from_slice(&((timestamp_ns % 1_000_000_000) as u32).to_le_bytes());
         header[8..12].copy_from_slice(&caplen.to_le_bytes());
         header[12..16].copy_from_slice(&orig_len.to_le_bytes());
         self.out.write_all(&header)?;
-        self.out.write_all(&frame[..caplen as usize])
+        self.out.write_all(&captured[..caplen as usize])
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
