@@ -47,6 +47,11 @@ impl Mtu {
     }
 
     pub const ALL: [Mtu; 5] = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096];
+
+    /// The MTU of `bytes` bytes, if it is one of the five.
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        Mtu::ALL.into_iter().find(|m| m.bytes() == bytes)
+    }
 }
 
 /// How a queue pair recovers lost packets.

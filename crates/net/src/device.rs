@@ -1,0 +1,518 @@
+//! A [`Device`]: one engine and the UDP socket it speaks RoCE v2 on, pumped by the caller's
+//! thread. No locks, no threads of its own: one device per thread.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use sluice_core::{Engine, EngineConfig, Instant, Payload};
+use sluice_wire::icrc::{self, Ipv4IdSolver};
+use sluice_wire::{BTH_LEN, ICRC_LEN, ROCE_V2_PORT, RoceHeaders, RocePacket, pad_for};
+
+use crate::capture::Capture;
+use crate::sys::{self, InMsg, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, OutMsg, OutPacket};
+use crate::{NetCounters, NetError};
+
+/// Room kept before each packet's payload in the send buffer for its RoCE headers (BTH and
+/// the largest extension headers, 32 bytes).
+const HEADER_ROOM: usize = 64;
+/// The largest RoCE payload (path MTU 4096).
+const MAX_PAYLOAD: usize = 4096;
+/// One packet's slot in the send buffer: headers, payload, pad and ICRC.
+const TX_SLOT: usize = HEADER_ROOM + MAX_PAYLOAD + 8;
+/// Packets taken from the engine per round before they are handed to the kernel.
+const TX_PACKETS: usize = 256;
+/// The largest IP + UDP header the ICRC covers (IPv6).
+const MAX_IP_UDP: usize = 48;
+
+/// DSCP 26 (the class RoCE deployments use) with ECT(0): the TOS byte Sluice sends with.
+pub const DEFAULT_TOS: u8 = (26 << 2) | 0b10;
+
+/// How a device is set up.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// The address RoCE packets leave from and arrive at: a specific local IP (not the
+    /// unspecified address: the ICRC covers the destination address) and UDP port.
+    pub local: SocketAddr,
+    /// The UDP port peers receive RoCE on (4791 for any standard peer).
+    pub peer_port: u16,
+    /// The whole IPv4 TOS / IPv6 traffic-class byte: DSCP and ECN bits.
+    pub tos: u8,
+    pub engine: EngineConfig,
+    /// Let the kernel segment batches (UDP GSO) and coalesce receives (UDP GRO) where it can.
+    pub offload: bool,
+    /// Bytes of socket buffer each way.
+    pub socket_buffer: usize,
+}
+
+impl DeviceConfig {
+    /// A device on `ip`, UDP port 4791, talking to peers on 4791.
+    pub fn new(ip: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            local: SocketAddr::new(ip, ROCE_V2_PORT),
+            peer_port: ROCE_V2_PORT,
+            tos: DEFAULT_TOS,
+            engine: EngineConfig::default(),
+            offload: true,
+            socket_buffer: 8 << 20,
+        }
+    }
+}
+
+/// An RDMA device in software: a [`sluice_core::Engine`] (the verbs: PDs, MRs, CQs, QPs,
+/// posting and polling, through [`Device::engine`]) bound to a UDP socket, moved forward by
+/// [`Device::poll`] and put to sleep by [`Device::wait`].
+#[derive(Debug)]
+pub struct Device {
+    engine: Engine,
+    socket: sys::Socket,
+    local: SocketAddr,
+    peer_port: u16,
+    epoch: std::time::Instant,
+    sender: sys::Sender,
+    receiver: sys::Receiver,
+    /// Packets encoded and not yet accepted by the kernel.
+    tx_buf: Vec<u8>,
+    tx_packets: Vec<OutPacket>,
+    tx_msgs: Vec<OutMsg>,
+    /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
+    tx_sent: usize,
+    solver: Ipv4IdSolver,
+    counters: NetCounters,
+    capture: Option<Capture>,
+}
+
+impl Device {
+    /// Opens a device: binds its socket and creates its engine.
+    pub fn open(config: DeviceConfig) -> Result<Device, NetError> {
+        if config.local.ip().is_unspecified() {
+            return Err(NetError::UnspecifiedAddress);
+        }
+        let mut socket = sys::Socket::bind(config.local, config.tos, config.socket_buffer)
+            .map_err(|source| NetError::Bind {
+                addr: config.local,
+                source,
+            })?;
+        if !config.offload {
+            socket.disable_gso();
+            socket.disable_gro()?;
+        }
+        let local = socket.local_addr()?;
+        // A GRO batch holds up to 64 KiB; without GRO one datagram is at most an MTU packet.
+        let slot = if socket.gro { 1 << 16 } else { 9216 };
+        Ok(Device {
+            engine: Engine::new(config.engine),
+            socket,
+            local,
+            peer_port: config.peer_port,
+            epoch: std::time::Instant::now(),
+            sender: sys::Sender::new(),
+            receiver: sys::Receiver::new(slot),
+            tx_buf: vec![0; TX_PACKETS * TX_SLOT],
+            tx_packets: Vec::with_capacity(TX_PACKETS),
+            tx_msgs: Vec::with_capacity(TX_PACKETS),
+            tx_sent: 0,
+            solver: Ipv4IdSolver::new(),
+            counters: NetCounters::default(),
+            capture: None,
+        })
+    }
+
+    /// The verbs: protection domains, memory regions, CQs, QPs, posting and polling.
+    pub fn engine(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// The address the device sends from and receives on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Sets the UDP port peers receive on (tests run several devices on one address).
+    pub fn set_peer_port(&mut self, port: u16) {
+        self.peer_port = port;
+    }
+
+    /// The datapath's own counters (the engine has its own: `engine().counters()`).
+    pub fn counters(&self) -> &NetCounters {
+        &self.counters
+    }
+
+    /// Whether the kernel segments our batches (GSO) and coalesces what we receive (GRO).
+    pub fn offloads(&self) -> (bool, bool) {
+        (self.socket.gso, self.socket.gro)
+    }
+
+    /// Records every packet sent and received from now on (see [`Capture`]).
+    pub fn set_capture(&mut self, capture: Option<Capture>) {
+        self.capture = capture;
+    }
+
+    /// Takes the capture back (to flush and close it).
+    pub fn take_capture(&mut self) -> Option<Capture> {
+        self.capture.take()
+    }
+
+    /// The engine's clock: nanoseconds since the device opened.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Does whatever can be done now without blocking: receives a batch of datagrams, fires
+    /// due timers, sends what the engine has. Returns whether anything happened.
+    pub fn poll(&mut self) -> Result<bool, NetError> {
+        let now = self.now();
+        let mut progress = self.receive(now)?;
+        if self.engine.next_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+            progress = true;
+        }
+        progress |= self.transmit(now)?;
+        Ok(progress)
+    }
+
+    /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
+    /// engine's next timer is due, or `timeout` passes, whichever comes first.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
+        let now = self.now();
+        let timer = self
+            .engine
+            .next_timeout()
+            .map(|t| t.as_nanos().saturating_sub(now.as_nanos()));
+        let limit = timeout.map(|d| d.as_nanos() as u64);
+        let ns = match (timer, limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if ns == Some(0) {
+            return Ok(());
+        }
+        let pending = self.tx_sent < self.tx_msgs.len();
+        sys::wait(self.socket.fd(), pending, ns)?;
+        Ok(())
+    }
+
+    /// When the engine next needs [`Device::poll`] even if no datagram arrives (for callers
+    /// that wait on the socket themselves, e.g. in an async runtime).
+    pub fn next_deadline(&mut self) -> Option<std::time::Instant> {
+        let t = self.engine.next_timeout()?;
+        Some(self.epoch + Duration::from_nanos(t.as_nanos()))
+    }
+
+    // ---- receive ------------------------------------------------------------------------
+
+    fn receive(&mut self, now: Instant) -> Result<bool, NetError> {
+        let n = self
+            .receiver
+            .recv(&self.socket, &mut self.counters.rx_truncated)?;
+        if n == 0 {
+            return Ok(false);
+        }
+        self.counters.rx_syscalls += 1;
+        for i in 0..n {
+            let (msg, bytes) = self.receiver.message(i);
+            for segment in bytes.chunks(msg.segment) {
+                Self::deliver(
+                    &mut self.engine,
+                    &mut self.solver,
+                    &mut self.counters,
+                    self.capture.as_mut(),
+                    now,
+                    &msg,
+                    self.local,
+                    segment,
+                );
+            }
+        }
+        Ok(true)
+    }
+
+    /// Checks one received RoCE packet and hands it to the engine.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        engine: &mut Engine,
+        solver: &mut Ipv4IdSolver,
+        counters: &mut NetCounters,
+        capture: Option<&mut Capture>,
+        now: Instant,
+        msg: &InMsg,
+        local: SocketAddr,
+        roce: &[u8],
+    ) {
+        counters.rx_datagrams += 1;
+        let packet = match RocePacket::parse(roce) {
+            Ok(p) => p,
+            Err(_) => {
+                counters.rx_malformed += 1;
+                return;
+            }
+        };
+        let mut head = [0u8; MAX_IP_UDP];
+        let head_len = ip_udp_header(msg.src, local, roce.len(), 0, &mut head);
+        let Ok(computed) = icrc::compute_split(&head[..head_len], roce) else {
+            counters.rx_malformed += 1;
+            return;
+        };
+        let mut ip_id = 0;
+        if computed != packet.icrc {
+            // IPv4 from a sender that does not write identification 0 (Soft-RoCE, GSO
+            // segments): find the identification the ICRC was computed over, if one exists.
+            match msg
+                .src
+                .is_ipv4()
+                .then(|| solver.solve(head_len + roce.len(), computed, packet.icrc))
+            {
+                Some(Some(id)) => {
+                    counters.rx_ipv4_id_nonzero += 1;
+                    ip_id = id;
+                }
+                _ => {
+                    counters.rx_icrc_errors += 1;
+                    return;
+                }
+            }
+        }
+        let ce = msg.tos & 0b11 == 0b11;
+        if ce {
+            counters.rx_ce += 1;
+        }
+        if let Some(c) = capture {
+            let head_len = ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
+            c.record(now, false, &head[..head_len], roce, &packet);
+        }
+        let headers = RoceHeaders {
+            bth: packet.bth,
+            ext: packet.ext(),
+        };
+        engine.handle_packet(
+            now,
+            msg.src.ip(),
+            ce,
+            &headers,
+            Payload::Bytes(packet.payload),
+        );
+    }
+
+    // ---- transmit -----------------------------------------------------------------------
+
+    fn transmit(&mut self, now: Instant) -> Result<bool, NetError> {
+        let mut progress = false;
+        loop {
+            if self.tx_sent == self.tx_msgs.len() {
+                self.tx_msgs.clear();
+                self.tx_packets.clear();
+                self.tx_sent = 0;
+                if self.stage(now) == 0 {
+                    return Ok(progress);
+                }
+            }
+            let sent = self.send_staged()?;
+            if sent == 0 {
+                self.counters.tx_blocked += 1;
+                return Ok(progress);
+            }
+            progress = true;
+        }
+    }
+
+    /// Hands staged messages to the kernel; returns how many it took.
+    fn send_staged(&mut self) -> Result<usize, NetError> {
+        let msgs = &self.tx_msgs[self.tx_sent..];
+        match self
+            .sender
+            .send(&self.socket, &self.tx_buf, &self.tx_packets, msgs)
+        {
+            Ok(n) => {
+                self.counters.tx_syscalls += 1;
+                for m in &msgs[..n] {
+                    self.counters.tx_datagrams += m.count as u64;
+                    if m.count > 1 {
+                        self.counters.tx_gso_batches += 1;
+                    }
+                }
+                self.tx_sent += n;
+                Ok(n)
+            }
+            // The kernel refused a segmented send (a device without the offload): once.
+            Err(e) if self.socket.gso && e.raw_os_error() == Some(libc::EIO) => {
+                self.socket.disable_gso();
+                self.unbatch();
+                self.send_staged()
+            }
+            Err(e) => Err(self.send_error(e)),
+        }
+    }
+
+    /// Splits every unsent GSO batch into single datagrams (their ICRCs were computed for
+    /// IPv4 identifications 0, 1, 2...: recompute each for identification 0).
+    fn unbatch(&mut self) {
+        let mut single = Vec::with_capacity(self.tx_packets.len());
+        for m in &self.tx_msgs[self.tx_sent..] {
+            for i in m.first..m.first + m.count {
+                let p = self.tx_packets[i];
+                let mut head = [0u8; MAX_IP_UDP];
+                let head_len = ip_udp_header(self.local, m.dst, p.len, 0, &mut head);
+                let roce = &mut self.tx_buf[p.offset..p.offset + p.len];
+                if let Ok(crc) = icrc::compute_split(&head[..head_len], roce) {
+                    let at = roce.len() - ICRC_LEN;
+                    roce[at..].copy_from_slice(&crc.to_le_bytes());
+                }
+                single.push(OutMsg {
+                    dst: m.dst,
+                    first: i,
+                    count: 1,
+                    segment: 0,
+                });
+            }
+        }
+        self.tx_msgs.truncate(self.tx_sent);
+        self.tx_msgs.extend(single);
+    }
+
+    fn send_error(&self, e: io::Error) -> NetError {
+        let dst = self.tx_msgs.get(self.tx_sent).map(|m| m.dst);
+        match (e.raw_os_error(), dst) {
+            (Some(libc::EMSGSIZE), Some(dst)) => NetError::TooBig {
+                dst,
+                len: self.tx_packets[self.tx_msgs[self.tx_sent].first].len,
+            },
+            (Some(libc::ENETUNREACH | libc::EHOSTUNREACH), Some(dst)) => {
+                NetError::Unreachable { dst, source: e }
+            }
+            _ => NetError::Io(e),
+        }
+    }
+
+    /// Takes packets from the engine into the send buffer, grouping runs of full-size
+    /// packets to one destination into GSO batches. Returns how many it took.
+    fn stage(&mut self, now: Instant) -> usize {
+        let gso = self.socket.gso;
+        while self.tx_packets.len() < TX_PACKETS {
+            let slot = self.tx_packets.len() * TX_SLOT;
+            let buf = &mut self.tx_buf[slot..slot + TX_SLOT];
+            let Some(t) = self
+                .engine
+                .poll_transmit(now, &mut buf[HEADER_ROOM..HEADER_ROOM + MAX_PAYLOAD])
+            else {
+                break;
+            };
+            let dst = SocketAddr::new(t.dst, self.peer_port);
+            let payload_len = t.payload_len as usize;
+            let Some(info) = t.headers.bth.opcode.info() else {
+                self.counters.tx_encode_errors += 1;
+                continue;
+            };
+            let header_len = BTH_LEN + info.ext_len;
+            let start = HEADER_ROOM - header_len;
+            if t.headers
+                .emit_headers(payload_len, &mut buf[start..HEADER_ROOM])
+                .is_err()
+            {
+                self.counters.tx_encode_errors += 1;
+                continue;
+            }
+            let pad = usize::from(pad_for(payload_len));
+            let end = HEADER_ROOM + payload_len + pad + ICRC_LEN;
+            buf[HEADER_ROOM + payload_len..end - ICRC_LEN].fill(0);
+            let len = end - start;
+
+            // Join the open batch if it goes to the same place and all its packets are full.
+            let index = self.tx_packets.len();
+            let joins = gso
+                && self.tx_msgs.last().is_some_and(|m| {
+                    m.dst == dst
+                        && m.count < MAX_GSO_SEGMENTS
+                        && (m.count + 1) * usize::from(m.segment) <= MAX_GSO_BYTES
+                        && self.tx_packets[m.first + m.count - 1].len == usize::from(m.segment)
+                        && len <= usize::from(m.segment)
+                });
+            let segment_index = if joins {
+                let m = self.tx_msgs.last_mut().expect("checked above");
+                m.count += 1;
+                m.count - 1
+            } else {
+                self.tx_msgs.push(OutMsg {
+                    dst,
+                    first: index,
+                    count: 1,
+                    segment: len as u16,
+                });
+                0
+            };
+            // Segment k of a GSO batch leaves with IPv4 identification k (and a single
+            // datagram, from an unconnected Don't-Fragment socket, with 0).
+            let mut head = [0u8; MAX_IP_UDP];
+            let head_len = ip_udp_header(self.local, dst, len, segment_index as u16, &mut head);
+            let roce = &mut buf[start..end];
+            let crc = icrc::compute_split(&head[..head_len], roce).unwrap_or(0);
+            roce[len - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+            if let Some(c) = self.capture.as_mut() {
+                if let Ok(p) = RocePacket::parse(roce) {
+                    c.record(now, true, &head[..head_len], roce, &p);
+                }
+            }
+            self.tx_packets.push(OutPacket {
+                offset: slot + start,
+                len,
+            });
+        }
+        self.tx_packets.len()
+    }
+}
+
+impl AsRawFd for Device {
+    /// The socket: readable when datagrams wait (for epoll, mio or an async runtime; call
+    /// [`Device::poll`] when it is, and by [`Device::next_deadline`] at the latest).
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.fd()
+    }
+}
+
+/// Writes the IP and UDP headers a RoCE packet of `roce_len` bytes from `src` to `dst`
+/// travels under (as the ICRC sees them: Don't-Fragment set, identification `ip_id`, TTL 64,
+/// no checksums) into `out`; returns their length.
+pub(crate) fn ip_udp_header(
+    src: SocketAddr,
+    dst: SocketAddr,
+    roce_len: usize,
+    ip_id: u16,
+    out: &mut [u8; MAX_IP_UDP],
+) -> usize {
+    let udp_len = (8 + roce_len) as u16;
+    let ip_len = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            out[0] = 0x45;
+            out[1] = 0;
+            out[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+            out[4..6].copy_from_slice(&ip_id.to_be_bytes());
+            out[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+            out[8] = 64;
+            out[9] = 17;
+            out[10..12].fill(0);
+            out[12..16].copy_from_slice(&s.octets());
+            out[16..20].copy_from_slice(&d.octets());
+            20
+        }
+        (s, d) => {
+            let to_v6 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            out[0] = 0x60;
+            out[1..4].fill(0);
+            out[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            out[6] = 17;
+            out[7] = 64;
+            out[8..24].copy_from_slice(&to_v6(s).octets());
+            out[24..40].copy_from_slice(&to_v6(d).octets());
+            40
+        }
+    };
+    let udp = &mut out[ip_len..ip_len + 8];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    udp[6..8].fill(0);
+    ip_len + 8
+}

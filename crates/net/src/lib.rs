@@ -1,0 +1,83 @@
+//! The real datapath: one [`sluice_core::Engine`] driven over a UDP socket as a [`Device`],
+//! perftest's connection exchange ([`perftest`]), and a capture of what goes over the wire
+//! ([`Capture`]).
+//!
+//! RoCE v2 on an ordinary UDP socket: the kernel writes the IP and UDP headers, so the ICRC
+//! (which covers them) is computed over the headers the kernel will write. Sends go out on
+//! an unconnected socket with Don't-Fragment set, where Linux writes IPv4 identification 0
+//! (and k for segment k of a GSO batch). Receives cannot see the IP header; the device
+//! rebuilds it, and where the sender wrote a non-zero identification (Linux Soft-RoCE does)
+//! it finds the identification that makes the ICRC match, if one exists
+//! ([`sluice_wire::icrc::Ipv4IdSolver`]).
+
+mod capture;
+mod device;
+pub mod perftest;
+mod sys;
+
+use std::io;
+use std::net::SocketAddr;
+
+pub use capture::{Capture, CaptureFilter};
+pub use device::{DEFAULT_TOS, Device, DeviceConfig};
+
+/// The MTU of the route from `local` to `peer` (the link's, or a smaller path MTU the kernel
+/// learnt): what a RoCE packet plus its IP and UDP headers must fit in.
+pub fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<u32> {
+    sys::route_mtu(local, peer)
+}
+
+/// What can go wrong in the datapath, said so that a user can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error(
+        "a device needs a specific local address (the ICRC covers it), not the unspecified one"
+    )]
+    UnspecifiedAddress,
+    #[error("cannot bind UDP {addr}: {source}{hint}", hint = bind_hint(source))]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error(
+        "a {len}-byte RoCE packet does not fit the path to {dst} with Don't-Fragment set: \
+         choose a smaller path MTU (-m) or raise the link MTU"
+    )]
+    TooBig { dst: SocketAddr, len: usize },
+    #[error("{dst} is unreachable: {source}")]
+    Unreachable { dst: SocketAddr, source: io::Error },
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn bind_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => {
+            " (another RoCE stack, e.g. a Soft-RoCE device or another sluice, holds the port)"
+        }
+        io::ErrorKind::AddrNotAvailable => " (the address is not configured on this host)",
+        _ => "",
+    }
+}
+
+/// What the datapath counted (the engine counts the transport: `Engine::counters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    pub rx_datagrams: u64,
+    pub rx_syscalls: u64,
+    /// Not a RoCE v2 packet (dropped).
+    pub rx_malformed: u64,
+    /// The ICRC matched no header the packet can have travelled under (dropped).
+    pub rx_icrc_errors: u64,
+    /// IPv4 packets whose ICRC was computed over a non-zero identification (accepted).
+    pub rx_ipv4_id_nonzero: u64,
+    /// Larger than the receive buffer (dropped).
+    pub rx_truncated: u64,
+    /// Arrived marked Congestion Experienced.
+    pub rx_ce: u64,
+    pub tx_datagrams: u64,
+    pub tx_syscalls: u64,
+    /// Sends the kernel segmented (GSO).
+    pub tx_gso_batches: u64,
+    /// Times the socket buffer was full.
+    pub tx_blocked: u64,
+    /// Packets the engine produced that could not be encoded (a bug if ever non-zero).
+    pub tx_encode_errors: u64,
+}

@@ -1,0 +1,1755 @@
+//! perftest's out-of-band connection exchange, so that Sluice can stand in for either end of an
+//! `ib_write_bw`-style run over RoCE v2, and two Sluice ends can use the same exchange.
+//!
+//! Before any RoCE packet flows, perftest's two processes talk over one TCP connection (port
+//! 18515): they swap version strings, page and cache-line sizes, the path MTU, and then each
+//! queue pair's address (QPN, PSN, rkey, buffer address, GID) as fixed-width hex text. The same
+//! QP message doubles as a barrier at fixed points of each test. `docs/perftest.md` describes
+//! every message and what each test then does over RoCE; this module implements it for the
+//! default options (no rdma_cm, RC, not bidirectional, one message size).
+//!
+//! A [`Session`] walks one test through the exchange in the order perftest does:
+//!
+//! 1. [`Session::start`] right after the TCP connection is up (the client connects, the
+//!    server accepts): versions, system data and MTU.
+//! 2. Create the QPs and the memory region, then [`Session::exchange_dests`] with one [`Dest`]
+//!    per QP: returns the peer's.
+//! 3. Move the QPs to RTR (and to RTS where this side sends), then [`Session::connected`].
+//! 4. Post receives where the test has them, then [`Session::start_traffic`]: a barrier for
+//!    the SEND tests, nothing for the others. Traffic may start when it returns.
+//! 5. [`Session::finish`]: the end-of-test barrier and, for the WRITE/READ/atomic bandwidth
+//!    tests, the report the client sends the server. The client calls it when its traffic is
+//!    done. The server calls it as soon as traffic may start (in `ib_write_lat` and
+//!    `ib_send_lat`, after its own traffic) and it returns when the client is done, so keep
+//!    the datapath running on another thread meanwhile.
+//!
+//! Nothing here times out by itself: set a read timeout on the stream (a perftest that waits
+//! for traffic waits forever), and it is reported as [`PerftestError::TimedOut`].
+//!
+//! Every read waits for the whole message; messages are written with one `write` each because
+//! perftest reads each with a single `read(2)` and fails if it comes up short.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv6Addr};
+use std::ops::Range;
+use std::str::FromStr;
+
+use sluice_core::Mtu;
+
+/// The TCP port perftest listens on unless given `-p`.
+pub const DEFAULT_PORT: u16 = 18515;
+
+/// The version we announce. Peers check only that it is at least 5.70; below 6.28 a newer
+/// perftest skips its parameter negotiation (which we do not speak). 6.06 is what Debian
+/// bookworm's perftest (4.5-0.17) announces.
+pub const VERSION: &str = "6.06";
+
+/// The oldest peer perftest itself accepts (`check_version_compatibility`).
+const MIN_PEER_VERSION: f64 = 5.70;
+
+/// Bytes of the version message (`MAX_VERSION`): the text, NUL-padded.
+const VERSION_LEN: usize = 16;
+
+/// Bytes of one QP message in the RoCE format, with the GID (`KEY_MSG_SIZE_GID`): 107
+/// characters and the terminating NUL.
+pub const DEST_MSG_LEN: usize = 108;
+
+/// Bytes of the InfiniBand format without a GID (`KEY_MSG_SIZE`), which we only recognise in
+/// order to say what went wrong.
+const DEST_MSG_LEN_NO_GID: usize = 59;
+
+/// perftest's page size default (`cycle_buffer`); remote addresses cycle within it.
+pub const DEFAULT_CYCLE_BUFFER: u32 = 4096;
+
+/// perftest's cache-line default; consecutive remote addresses are this far apart at least.
+pub const DEFAULT_CACHE_LINE_SIZE: u32 = 64;
+
+/// QP attributes perftest sets on every RC queue pair (`ctx_modify_qp_to_rtr`/`_rts`), so
+/// that a Sluice end behaves the same: timeout 14 (4.096 us x 2^14 = 67 ms, `-u` changes it),
+/// 7 retries, RNR retry forever, RNR timer code 12 (0.64 ms).
+pub const QP_TIMEOUT: u8 = 14;
+/// See [`QP_TIMEOUT`].
+pub const QP_RETRY_CNT: u8 = 7;
+/// See [`QP_TIMEOUT`].
+pub const QP_RNR_RETRY: u8 = 7;
+/// See [`QP_TIMEOUT`].
+pub const QP_MIN_RNR_TIMER: u8 = 12;
+
+/// Which end of the TCP connection we are. perftest decides by the host name argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Given a host name: connects, and writes first in every exchange. Drives the traffic
+    /// in the bandwidth tests and in the READ and atomic latency tests.
+    Client,
+    /// Given no host name: listens, reads first in every exchange.
+    Server,
+}
+
+/// The RDMA operation a test measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    Send,
+    Write,
+    Read,
+    /// FETCH_AND_ADD (adds 1) by default, or CMP_AND_SWAP (compare 0, swap 0), on 8 bytes.
+    Atomic,
+}
+
+/// One of perftest's RC tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Test {
+    WriteBw,
+    ReadBw,
+    SendBw,
+    AtomicBw,
+    WriteLat,
+    ReadLat,
+    SendLat,
+    AtomicLat,
+}
+
+impl Test {
+    pub const ALL: [Test; 8] = [
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::SendBw,
+        Test::AtomicBw,
+        Test::WriteLat,
+        Test::ReadLat,
+        Test::SendLat,
+        Test::AtomicLat,
+    ];
+
+    /// The perftest binary, e.g. `ib_write_bw`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "ib_write_bw",
+            Test::ReadBw => "ib_read_bw",
+            Test::SendBw => "ib_send_bw",
+            Test::AtomicBw => "ib_atomic_bw",
+            Test::WriteLat => "ib_write_lat",
+            Test::ReadLat => "ib_read_lat",
+            Test::SendLat => "ib_send_lat",
+            Test::AtomicLat => "ib_atomic_lat",
+        }
+    }
+
+    pub const fn verb(self) -> Verb {
+        match self {
+            Test::WriteBw | Test::WriteLat => Verb::Write,
+            Test::ReadBw | Test::ReadLat => Verb::Read,
+            Test::SendBw | Test::SendLat => Verb::Send,
+            Test::AtomicBw | Test::AtomicLat => Verb::Atomic,
+        }
+    }
+
+    pub const fn is_latency(self) -> bool {
+        matches!(
+            self,
+            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+        )
+    }
+
+    /// perftest's default message size (`-s`): 64 KiB for bandwidth, 2 bytes for latency, and
+    /// always 8 for atomics.
+    pub const fn default_size(self) -> u64 {
+        match (self.verb(), self.is_latency()) {
+            (Verb::Atomic, _) => 8,
+            (_, true) => 2,
+            (_, false) => 65536,
+        }
+    }
+
+    /// perftest's default iteration count (`-n`) per QP.
+    pub const fn default_iters(self) -> u64 {
+        if self.is_latency() { 1000 } else { 5000 }
+    }
+}
+
+impl fmt::Display for Test {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A test name that is none of perftest's RC tests.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown perftest test {0:?}: expected one of ib_write_bw, ib_read_bw, ib_send_bw, \
+     ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat, ib_atomic_lat (the ib_ is optional)"
+)]
+pub struct UnknownTest(pub String);
+
+impl FromStr for Test {
+    type Err = UnknownTest;
+
+    /// Accepts the binary name with or without `ib_`: `ib_write_bw` or `write_bw`.
+    fn from_str(s: &str) -> Result<Test, UnknownTest> {
+        let bare = s.strip_prefix("ib_").unwrap_or(s);
+        Test::ALL
+            .into_iter()
+            .find(|t| &t.name()[3..] == bare)
+            .ok_or_else(|| UnknownTest(s.to_string()))
+    }
+}
+
+/// One queue pair's address as perftest exchanges it (`struct pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Dest {
+    /// InfiniBand LID; 0 on RoCE.
+    pub lid: u16,
+    /// READ and atomic requests this side accepts outstanding as responder: its
+    /// `max_dest_rd_atomic`, and the peer's `max_rd_atomic`. perftest sends 1 in the SEND and
+    /// WRITE tests, and `-o` or the device's `max_qp_rd_atom` in the READ and atomic tests.
+    pub out_reads: u16,
+    /// The QP number (24 bits).
+    pub qpn: u32,
+    /// The first PSN this side sends (24 bits): its `sq_psn`, the peer's `rq_psn`.
+    pub psn: u32,
+    /// The rkey of the region the peer's WRITEs, READs and atomics target.
+    pub rkey: u32,
+    /// Where in that region they start (the peer adds offsets, see `docs/perftest.md`).
+    pub vaddr: u64,
+    /// This side's GID; on RoCE v2 the IPv4-mapped or IPv6 address RoCE packets go to.
+    pub gid: [u8; 16],
+}
+
+/// Why QP data could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestError {
+    #[error("{got} bytes, expected {want}")]
+    Length { got: usize, want: usize },
+    #[error("no terminating NUL")]
+    Unterminated,
+    #[error("not ASCII text")]
+    NotText,
+    #[error("{got} colon-separated fields, expected 23 each followed by ':' in {text:?}")]
+    FieldCount { got: usize, text: String },
+    #[error("field {name} is {text:?}, expected {width} hex digits")]
+    Field {
+        name: &'static str,
+        text: String,
+        width: usize,
+    },
+    #[error("{name} {value:#x} does not fit in {bits} bits")]
+    OutOfRange {
+        name: &'static str,
+        value: u64,
+        bits: u32,
+    },
+}
+
+/// The fields of the RoCE format in order, with their widths in hex digits
+/// (`KEY_PRINT_FMT_GID`: `%04x:%04x:%06x:%06x:%08x:%016llx:` then 16 x `%02x:` then `%08x:`).
+const FIELDS: [(&str, usize); 6] = [
+    ("LID", 4),
+    ("out_reads", 4),
+    ("QPN", 6),
+    ("PSN", 6),
+    ("rkey", 8),
+    ("vaddr", 16),
+];
+
+impl Dest {
+    /// perftest's wire text: 107 ASCII characters and a NUL, e.g.
+    /// `0000:0001:000011:3c0ffe:00001234:00007f0000001000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:01:00000000:`
+    /// The trailing `00000000` is the XRC SRQ number, always 0 for RC.
+    pub fn encode(&self) -> Result<[u8; DEST_MSG_LEN], DestError> {
+        for (name, value) in [("QPN", self.qpn), ("PSN", self.psn)] {
+            if value >= 1 << 24 {
+                return Err(DestError::OutOfRange {
+                    name,
+                    value: value.into(),
+                    bits: 24,
+                });
+            }
+        }
+        let mut text = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+        );
+        for byte in self.gid {
+            text.push_str(&format!("{byte:02x}:"));
+        }
+        text.push_str("00000000:");
+        // Every field has a fixed width once the ranges above hold, so this cannot differ.
+        debug_assert_eq!(text.len(), DEST_MSG_LEN - 1);
+        let mut msg = [0u8; DEST_MSG_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        Ok(msg)
+    }
+
+    /// Parses perftest's wire text. Strict about the layout: every field its exact width of
+    /// hex digits (either case) and a ':', then the NUL.
+    pub fn decode(msg: &[u8]) -> Result<Dest, DestError> {
+        if msg.len() != DEST_MSG_LEN {
+            return Err(DestError::Length {
+                got: msg.len(),
+                want: DEST_MSG_LEN,
+            });
+        }
+        let nul = msg
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(DestError::Unterminated)?;
+        let text = std::str::from_utf8(&msg[..nul])
+            .ok()
+            .filter(|t| t.is_ascii())
+            .ok_or(DestError::NotText)?;
+        // 6 fields, 16 GID bytes and the SRQ number, each followed by ':', so splitting
+        // leaves an empty 24th piece.
+        let parts: Vec<&str> = text.split(':').collect();
+        if parts.len() != 24 || !parts[23].is_empty() {
+            return Err(DestError::FieldCount {
+                got: parts.len().saturating_sub(1),
+                text: text.to_string(),
+            });
+        }
+        let mut values = [0u64; 6];
+        for (value, ((name, width), part)) in values.iter_mut().zip(FIELDS.iter().zip(&parts)) {
+            *value = hex_field(part, name, *width)?;
+        }
+        let mut gid = [0u8; 16];
+        for (byte, part) in gid.iter_mut().zip(&parts[6..22]) {
+            *byte = hex_field(part, "GID byte", 2)? as u8;
+        }
+        // The SRQ number only matters for XRC; check its shape and drop it.
+        hex_field(parts[22], "SRQ number", 8)?;
+        Ok(Dest {
+            lid: values[0] as u16,
+            out_reads: values[1] as u16,
+            qpn: values[2] as u32,
+            psn: values[3] as u32,
+            rkey: values[4] as u32,
+            vaddr: values[5],
+            gid,
+        })
+    }
+
+    /// The GID of an address: IPv4 addresses map to `::ffff:a.b.c.d`, as RoCE v2 does.
+    pub fn gid_for(ip: IpAddr) -> [u8; 16] {
+        match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        }
+    }
+
+    /// The address RoCE v2 packets to this side go to: IPv4 for an IPv4-mapped GID.
+    pub fn gid_ip(&self) -> IpAddr {
+        let v6 = Ipv6Addr::from(self.gid);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+
+    /// Whether the GID stands for an IPv4 address, as perftest's `ipv6_addr_v4mapped` decides
+    /// it (which also counts IPv4-encoded multicast `ff0e::ffff:a.b.c.d`).
+    pub fn is_ipv4_gid(&self) -> bool {
+        let g = &self.gid;
+        let mapped_tail = g[4..10].iter().all(|&b| b == 0) && g[10..12] == [0xff, 0xff];
+        mapped_tail && (g[..4] == [0; 4] || g[..4] == [0xff, 0x0e, 0, 0])
+    }
+}
+
+fn hex_field(text: &str, name: &'static str, width: usize) -> Result<u64, DestError> {
+    let bad = || DestError::Field {
+        name,
+        text: text.to_string(),
+        width,
+    };
+    if text.len() != width || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    // At most 16 hex digits, so this fits.
+    u64::from_str_radix(text, 16).map_err(|_| bad())
+}
+
+impl fmt::Display for Dest {
+    /// Like perftest's "remote address" line, with the GID as an address.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LID {:#06x} QPN {:#08x} PSN {:#08x} OUT {:#06x} RKey {:#010x} VAddr {:#018x} GID {}",
+            self.lid,
+            self.qpn,
+            self.psn,
+            self.out_reads,
+            self.rkey,
+            self.vaddr,
+            Ipv6Addr::from(self.gid)
+        )
+    }
+}
+
+/// What this side brings to the first exchanges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalParams {
+    /// perftest's `cycle_buffer`, the page size: both ends use the larger of the two, and
+    /// remote addresses cycle within that many bytes from the peer's `vaddr`.
+    pub cycle_buffer: u32,
+    /// Both ends use the larger; small messages go to addresses this far apart at least.
+    pub cache_line_size: u32,
+    /// The path MTU this side wants (perftest: `-m`, else the port's active MTU). Both ends
+    /// use the smaller.
+    pub mtu: Mtu,
+}
+
+impl LocalParams {
+    /// perftest's page and cache-line defaults with the given MTU.
+    pub fn new(mtu: Mtu) -> LocalParams {
+        LocalParams {
+            cycle_buffer: DEFAULT_CYCLE_BUFFER,
+            cache_line_size: DEFAULT_CACHE_LINE_SIZE,
+            mtu,
+        }
+    }
+}
+
+/// What both ends settled on in [`Session::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The peer's version text, e.g. `6.06`.
+    pub peer_version: String,
+    /// The larger page size of the two.
+    pub cycle_buffer: u32,
+    /// The larger cache line of the two.
+    pub cache_line_size: u32,
+    /// The MTU the peer asked for.
+    pub peer_mtu: Mtu,
+    /// The path MTU both use: the smaller of the two.
+    pub mtu: Mtu,
+}
+
+/// A bandwidth result as perftest exchanges it (`struct bw_report_data`, the fields it sends).
+/// The bandwidths are in MB/s (2^20 bytes per second) unless perftest runs with
+/// `--report_gbits` (Gb/s); the message rate is in millions per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwReport {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Messages, summed over all QPs.
+    pub iters: u64,
+    pub bw_peak: f64,
+    pub bw_avg: f64,
+    pub msg_rate: f64,
+}
+
+/// Where in the exchange something went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Version,
+    SystemData,
+    Mtu,
+    /// The first round of QP data (QP index).
+    QpData(usize),
+    /// The rounds after the QPs are connected.
+    ConnectSync,
+    /// The SEND tests' barrier once receives are posted.
+    StartSync,
+    /// The barrier after the traffic of a bandwidth test.
+    EndSync,
+    Report,
+    /// The barrier perftest's `ctx_close_connection` does.
+    Close,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stage::Version => f.write_str("the version exchange"),
+            Stage::SystemData => f.write_str("the page and cache-line size exchange"),
+            Stage::Mtu => f.write_str("the MTU exchange"),
+            Stage::QpData(qp) => write!(f, "the QP data exchange for QP {qp}"),
+            Stage::ConnectSync => f.write_str("the sync after connecting the QPs"),
+            Stage::StartSync => f.write_str("the sync before traffic"),
+            Stage::EndSync => f.write_str("the end-of-test sync"),
+            Stage::Report => f.write_str("the bandwidth report exchange"),
+            Stage::Close => f.write_str("the closing sync"),
+        }
+    }
+}
+
+/// What can go wrong in the exchange, said so that a user can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum PerftestError {
+    #[error("perftest exchange, {stage}: {source}")]
+    Io {
+        stage: Stage,
+        #[source]
+        source: io::Error,
+    },
+    /// `got` of the `want` bytes of the message we were reading had come (both 0 if the
+    /// peer went away while we were writing).
+    #[error(
+        "the peer closed the connection during {stage}{}: its output should say why (e.g. a \
+         failed test, or options that do not match ours)",
+        progress(*.got, *.want)
+    )]
+    PeerClosed {
+        stage: Stage,
+        got: usize,
+        want: usize,
+    },
+    #[error(
+        "timed out waiting for the peer during {stage}{}: is it still running its traffic, or \
+         waiting for ours? (the stream's read timeout expired)",
+        progress(*.got, *.want)
+    )]
+    TimedOut {
+        stage: Stage,
+        got: usize,
+        want: usize,
+    },
+    #[error(
+        "the peer announced perftest version {peer:?}; perftest only talks to 5.70 or newer \
+         (we announce {VERSION})"
+    )]
+    VersionTooOld { peer: String },
+    #[error("malformed message from the peer in {stage}: {detail}")]
+    Malformed { stage: Stage, detail: String },
+    #[error("malformed QP data from the peer in {stage}: {source}")]
+    BadDest {
+        stage: Stage,
+        #[source]
+        source: DestError,
+    },
+    #[error(
+        "the peer sent {got}-byte QP data (the InfiniBand format, without a GID) where RoCE \
+         uses {want} bytes: run perftest on a RoCE device, with -x GID_INDEX"
+    )]
+    NoGid { got: usize, want: usize },
+    #[error(
+        "GID types differ: ours {ours} is {}, the peer's {peer} is {}: give perftest a GID index \
+         (-x) of the same IP version as ours",
+        if *.ours_ipv4 { "IPv4" } else { "IPv6" },
+        if *.ours_ipv4 { "IPv6" } else { "IPv4" }
+    )]
+    GidTypeMismatch {
+        ours: Ipv6Addr,
+        peer: Ipv6Addr,
+        ours_ipv4: bool,
+    },
+    #[error(
+        "the peer's QP data in {stage} is [{now}] where QP {qp} was [{first}]: do both ends run \
+         the same test with the same number of QPs (-q)?"
+    )]
+    DestChanged {
+        stage: Stage,
+        qp: usize,
+        first: Dest,
+        now: Dest,
+    },
+    #[error("cannot send our QP data for QP {qp}: {source}")]
+    LocalDest {
+        qp: usize,
+        #[source]
+        source: DestError,
+    },
+    #[error("{0}")]
+    Usage(&'static str),
+}
+
+fn progress(got: usize, want: usize) -> String {
+    if want == 0 {
+        String::new()
+    } else {
+        format!(" ({got} of {want} bytes of its message came)")
+    }
+}
+
+/// Where a session is in the sequence; each step may only follow the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Started,
+    DestsExchanged,
+    Connected,
+    TrafficStarted,
+    Finished,
+    /// A step failed after it had started talking: the two ends are out of step for good.
+    Failed,
+}
+
+/// One perftest test's exchange over one stream, in either role. See the module documentation
+/// for the order of the calls.
+#[derive(Debug)]
+pub struct Session<S> {
+    stream: S,
+    role: Role,
+    test: Test,
+    negotiated: Negotiated,
+    local: Vec<[u8; DEST_MSG_LEN]>,
+    peer: Vec<Dest>,
+    phase: Phase,
+}
+
+impl<S: Read + Write> Session<S> {
+    /// Versions, page and cache-line sizes, and the MTU (perftest's `exchange_versions`,
+    /// `check_sys_data`, `check_mtu`), as soon as the connection is up.
+    pub fn start(
+        mut stream: S,
+        role: Role,
+        test: Test,
+        params: LocalParams,
+    ) -> Result<Session<S>, PerftestError> {
+        if params.cycle_buffer == 0 || params.cache_line_size == 0 {
+            return Err(PerftestError::Usage(
+                "page and cache-line sizes must be positive",
+            ));
+        }
+        let mut ours = [0u8; VERSION_LEN];
+        ours[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+        let theirs = exchange(&mut stream, role, &ours, Stage::Version)?;
+        let peer_version = parse_version(&theirs)?;
+
+        // Peers from 5.32 on send these; we only talk to 5.70 and newer.
+        let cycle = exchange(
+            &mut stream,
+            role,
+            &params.cycle_buffer.to_be_bytes(),
+            Stage::SystemData,
+        )?;
+        let cache = exchange(
+            &mut stream,
+            role,
+            &params.cache_line_size.to_be_bytes(),
+            Stage::SystemData,
+        )?;
+        let peer_cycle = positive_be(cycle, "page size")?;
+        let peer_cache = positive_be(cache, "cache-line size")?;
+
+        // From 5.31 on: the ibv_mtu enum value as one decimal digit and a NUL.
+        let mtu_msg = [b'0' + mtu_code(params.mtu), 0];
+        let peer_mtu = parse_mtu(exchange(&mut stream, role, &mtu_msg, Stage::Mtu)?)?;
+        let mtu = if peer_mtu.bytes() < params.mtu.bytes() {
+            peer_mtu
+        } else {
+            params.mtu
+        };
+
+        Ok(Session {
+            stream,
+            role,
+            test,
+            negotiated: Negotiated {
+                peer_version,
+                cycle_buffer: params.cycle_buffer.max(peer_cycle),
+                cache_line_size: params.cache_line_size.max(peer_cache),
+                peer_mtu,
+                mtu,
+            },
+            local: Vec::new(),
+            peer: Vec::new(),
+            phase: Phase::Started,
+        })
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn test(&self) -> Test {
+        self.test
+    }
+
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.negotiated
+    }
+
+    /// The peer's QP data, one per QP, once [`Session::exchange_dests`] returned.
+    pub fn peer_dests(&self) -> &[Dest] {
+        &self.peer
+    }
+
+    /// Swaps QP data, QP by QP in order (perftest's first `ctx_hand_shake` loop; the latency
+    /// tests other than SEND do one extra exchange of QP 0 first). Both ends must have the
+    /// same number of QPs: perftest does not send it, and a mismatch shows up at the latest in
+    /// [`Session::connected`]. Fails if the GIDs are of different IP versions, as perftest's
+    /// `ctx_check_gid_compatibility` does.
+    pub fn exchange_dests(&mut self, local: &[Dest]) -> Result<&[Dest], PerftestError> {
+        self.expect(Phase::Started, "exchange_dests must follow start, once")?;
+        if local.is_empty() {
+            return Err(PerftestError::Usage("exchange_dests needs at least one QP"));
+        }
+        // Encode everything first: a bad local value fails before anything is sent.
+        self.local = local
+            .iter()
+            .enumerate()
+            .map(|(qp, d)| {
+                d.encode()
+                    .map_err(|source| PerftestError::LocalDest { qp, source })
+            })
+            .collect::<Result<_, _>>()?;
+
+        self.phase = Phase::Failed; // until this step succeeds
+        let early = if self.test.is_latency() && self.test.verb() != Verb::Send {
+            Some(self.hand_shake(0, Stage::QpData(0))?)
+        } else {
+            None
+        };
+        self.peer = Vec::with_capacity(local.len());
+        for qp in 0..local.len() {
+            let dest = self.hand_shake(qp, Stage::QpData(qp))?;
+            self.peer.push(dest);
+        }
+        if let Some(first) = early {
+            self.check_same(Stage::QpData(0), 0, first)?;
+        }
+
+        let ours = local[0];
+        let peer = self.peer[0];
+        if ours.is_ipv4_gid() != peer.is_ipv4_gid() {
+            return Err(PerftestError::GidTypeMismatch {
+                ours: Ipv6Addr::from(ours.gid),
+                peer: Ipv6Addr::from(peer.gid),
+                ours_ipv4: ours.is_ipv4_gid(),
+            });
+        }
+        self.phase = Phase::DestsExchanged;
+        Ok(&self.peer)
+    }
+
+    /// Call once this side's QPs are in RTR, and in RTS where this side sends (a perftest
+    /// server of a bandwidth test stays in RTR). perftest swaps all QP data once more (SEND
+    /// tests: QP 0 alone, then every QP; the others: every QP, then QP 0 alone) and checks
+    /// nothing; we check that the peer repeats what it sent, which catches a different test
+    /// or QP count on the two ends. When this returns the peer's QPs are in RTR, so for all
+    /// but the SEND tests traffic may start.
+    pub fn connected(&mut self) -> Result<(), PerftestError> {
+        self.expect(
+            Phase::DestsExchanged,
+            "connected must follow exchange_dests",
+        )?;
+        self.phase = Phase::Failed;
+        let send = self.test.verb() == Verb::Send;
+        if send {
+            self.sync(0, Stage::ConnectSync)?;
+        }
+        for qp in 0..self.local.len() {
+            self.sync(qp, Stage::ConnectSync)?;
+        }
+        if !send {
+            self.sync(0, Stage::ConnectSync)?;
+        }
+        self.phase = Phase::Connected;
+        Ok(())
+    }
+
+    /// Call when this side is ready for traffic: in the SEND tests, once receives are posted
+    /// (perftest's server posts them all before this barrier, and its client starts sending
+    /// right after). Does nothing in the other tests.
+    pub fn start_traffic(&mut self) -> Result<(), PerftestError> {
+        self.expect(Phase::Connected, "start_traffic must follow connected")?;
+        self.phase = Phase::Failed;
+        if self.test.verb() == Verb::Send {
+            self.sync(0, Stage::StartSync)?;
+        }
+        self.phase = Phase::TrafficStarted;
+        Ok(())
+    }
+
+    /// The end of the test. The client calls it when its traffic is done; the server calls
+    /// it right after [`Session::start_traffic`] in every test but `ib_write_lat` and
+    /// `ib_send_lat` (where it has traffic of its own to finish first), and it returns once
+    /// the client is done.
+    ///
+    /// - WRITE, READ and atomic bandwidth: a barrier, the client's report to the server
+    ///   (`xchg_bw_reports`, which also carries the server's, meaningless, back), and a
+    ///   closing barrier. Returns the client's report on the server and `None` on the
+    ///   client; `report` is what the client reports (the server sends zeros whatever it is).
+    /// - SEND bandwidth, SEND/READ/atomic latency: a closing barrier (`ctx_close_connection`).
+    /// - WRITE latency: nothing; perftest just exits.
+    ///
+    /// perftest before 23.07 then writes "done" and closes; nobody reads it, so we neither
+    /// write nor expect it. Drop the stream afterwards.
+    pub fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerftestError> {
+        self.expect(Phase::TrafficStarted, "finish must follow start_traffic")?;
+        self.phase = Phase::Failed;
+        let peer_report = match self.test {
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+                self.sync(0, Stage::EndSync)?;
+                let ours = match self.role {
+                    Role::Client => report.unwrap_or_default(),
+                    Role::Server => BwReport::default(),
+                };
+                let theirs = self.exchange_report(&ours)?;
+                self.sync(0, Stage::Close)?;
+                match self.role {
+                    Role::Server => Some(theirs),
+                    Role::Client => None,
+                }
+            }
+            Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
+                self.sync(0, Stage::Close)?;
+                None
+            }
+            Test::WriteLat => None,
+        };
+        self.phase = Phase::Finished;
+        Ok(peer_report)
+    }
+
+    /// The stream, e.g. to close it or to look at what is left.
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+
+    fn expect(&self, phase: Phase, what: &'static str) -> Result<(), PerftestError> {
+        match self.phase {
+            p if p == phase => Ok(()),
+            Phase::Failed => Err(PerftestError::Usage(
+                "an earlier step of this exchange failed; start a new connection",
+            )),
+            _ => Err(PerftestError::Usage(what)),
+        }
+    }
+
+    /// One `ctx_hand_shake`: our QP data for `qp` out, the peer's in.
+    fn hand_shake(&mut self, qp: usize, stage: Stage) -> Result<Dest, PerftestError> {
+        let ours = self.local[qp];
+        match self.role {
+            Role::Client => {
+                write_msg(&mut self.stream, &ours, stage)?;
+                read_dest(&mut self.stream, stage)
+            }
+            Role::Server => {
+                let theirs = read_dest(&mut self.stream, stage)?;
+                write_msg(&mut self.stream, &ours, stage)?;
+                Ok(theirs)
+            }
+        }
+    }
+
+    /// A `ctx_hand_shake` used as a barrier: the peer must repeat its QP data for `qp`.
+    fn sync(&mut self, qp: usize, stage: Stage) -> Result<(), PerftestError> {
+        let now = self.hand_shake(qp, stage)?;
+        self.check_same(stage, qp, now)
+    }
+
+    fn check_same(&self, stage: Stage, qp: usize, now: Dest) -> Result<(), PerftestError> {
+        let first = self.peer[qp];
+        if now == first {
+            Ok(())
+        } else {
+            Err(PerftestError::DestChanged {
+                stage,
+                qp,
+                first,
+                now,
+            })
+        }
+    }
+
+    /// `xchg_bw_reports`: each field is its own exchange, 8 bytes big-endian (the doubles as
+    /// their IEEE bits), in this order.
+    fn exchange_report(&mut self, ours: &BwReport) -> Result<BwReport, PerftestError> {
+        let fields = [
+            ours.size,
+            ours.iters,
+            ours.bw_peak.to_bits(),
+            ours.bw_avg.to_bits(),
+            ours.msg_rate.to_bits(),
+        ];
+        let mut theirs = [0u64; 5];
+        for (mine, peer) in fields.iter().zip(theirs.iter_mut()) {
+            let got = exchange(
+                &mut self.stream,
+                self.role,
+                &mine.to_be_bytes(),
+                Stage::Report,
+            )?;
+            *peer = u64::from_be_bytes(got);
+        }
+        Ok(BwReport {
+            size: theirs[0],
+            iters: theirs[1],
+            bw_peak: f64::from_bits(theirs[2]),
+            bw_avg: f64::from_bits(theirs[3]),
+            msg_rate: f64::from_bits(theirs[4]),
+        })
+    }
+}
+
+/// `ctx_xchg_data`: the client writes then reads, the server reads then writes.
+fn exchange<S: Read + Write, const N: usize>(
+    stream: &mut S,
+    role: Role,
+    ours: &[u8; N],
+    stage: Stage,
+) -> Result<[u8; N], PerftestError> {
+    let mut theirs = [0u8; N];
+    match role {
+        Role::Client => {
+            write_msg(stream, ours, stage)?;
+            read_range(stream, &mut theirs, 0..N, stage)?;
+        }
+        Role::Server => {
+            read_range(stream, &mut theirs, 0..N, stage)?;
+            write_msg(stream, ours, stage)?;
+        }
+    }
+    Ok(theirs)
+}
+
+/// One message in one `write` where the stream allows: perftest reads each message with a
+/// single `read(2)` and gives up if it returns less.
+fn write_msg<S: Write>(stream: &mut S, msg: &[u8], stage: Stage) -> Result<(), PerftestError> {
+    stream
+        .write_all(msg)
+        .and_then(|()| stream.flush())
+        .map_err(|source| io_error(stage, source, 0, 0))
+}
+
+/// Fills `msg[range]`; errors count what of the whole message had come.
+fn read_range<S: Read>(
+    stream: &mut S,
+    msg: &mut [u8],
+    range: Range<usize>,
+    stage: Stage,
+) -> Result<(), PerftestError> {
+    let mut got = range.start;
+    while got < range.end {
+        match stream.read(&mut msg[got..range.end]) {
+            Ok(0) => {
+                return Err(PerftestError::PeerClosed {
+                    stage,
+                    got,
+                    want: msg.len(),
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(io_error(stage, source, got, msg.len())),
+        }
+    }
+    Ok(())
+}
+
+/// A reset or broken pipe is the peer going away: say so the same way as a clean close. A
+/// read timeout set on the stream shows up as `WouldBlock` (Unix) or `TimedOut` (Windows).
+fn io_error(stage: Stage, source: io::Error, got: usize, want: usize) -> PerftestError {
+    match source.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => PerftestError::PeerClosed { stage, got, want },
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            PerftestError::TimedOut { stage, got, want }
+        }
+        _ => PerftestError::Io { stage, source },
+    }
+}
+
+/// Reads one QP message. The InfiniBand format is 59 bytes with its NUL last, where the RoCE
+/// format always has a ':': look there before waiting for the rest, so that a peer without
+/// a GID gets an error instead of both ends waiting for each other.
+fn read_dest<S: Read>(stream: &mut S, stage: Stage) -> Result<Dest, PerftestError> {
+    let mut msg = [0u8; DEST_MSG_LEN];
+    read_range(stream, &mut msg, 0..DEST_MSG_LEN_NO_GID, stage)?;
+    if msg[DEST_MSG_LEN_NO_GID - 1] == 0 {
+        return Err(PerftestError::NoGid {
+            got: DEST_MSG_LEN_NO_GID,
+            want: DEST_MSG_LEN,
+        });
+    }
+    read_range(stream, &mut msg, DEST_MSG_LEN_NO_GID..DEST_MSG_LEN, stage)?;
+    Dest::decode(&msg).map_err(|source| PerftestError::BadDest { stage, source })
+}
+
+/// The version text up to its NUL; the number it starts with must be at least 5.70, read the
+/// way `atof` reads it.
+fn parse_version(msg: &[u8; VERSION_LEN]) -> Result<String, PerftestError> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(VERSION_LEN);
+    let text = String::from_utf8_lossy(&msg[..end]).into_owned();
+    let trimmed = text.trim_start();
+    let number_len = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    match trimmed[..number_len].parse::<f64>() {
+        Ok(v) if v >= MIN_PEER_VERSION => Ok(text),
+        Ok(_) => Err(PerftestError::VersionTooOld { peer: text }),
+        Err(_) => Err(PerftestError::Malformed {
+            stage: Stage::Version,
+            detail: format!(
+                "version {text:?} is not a number: is the peer perftest, and is it using the \
+                 TCP exchange (no -R on one side only)?"
+            ),
+        }),
+    }
+}
+
+fn positive_be(bytes: [u8; 4], what: &str) -> Result<u32, PerftestError> {
+    let value = i32::from_be_bytes(bytes);
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| PerftestError::Malformed {
+            stage: Stage::SystemData,
+            detail: format!("{what} {value}"),
+        })
+}
+
+/// `enum ibv_mtu`: 1 = 256 up to 5 = 4096.
+fn mtu_code(mtu: Mtu) -> u8 {
+    match mtu {
+        Mtu::M256 => 1,
+        Mtu::M512 => 2,
+        Mtu::M1024 => 3,
+        Mtu::M2048 => 4,
+        Mtu::M4096 => 5,
+    }
+}
+
+fn parse_mtu(msg: [u8; 2]) -> Result<Mtu, PerftestError> {
+    let code = match msg {
+        [digit @ b'1'..=b'5', 0] => digit - b'0',
+        _ => {
+            return Err(PerftestError::Malformed {
+                stage: Stage::Mtu,
+                detail: format!(
+                    "MTU {msg:02x?}, expected one digit 1-5 (256-4096 bytes) and a NUL"
+                ),
+            });
+        }
+    };
+    Ok(Mtu::ALL[usize::from(code) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
+    use std::thread;
+    use std::time::Duration;
+
+    /// ::ffff:192.0.2.1
+    const GID_HOST: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
+
+    fn dest(qpn: u32, psn: u32) -> Dest {
+        Dest {
+            lid: 0,
+            out_reads: 1,
+            qpn,
+            psn,
+            rkey: 0x1234,
+            vaddr: 0x7f00_0000_1000,
+            gid: GID_HOST,
+        }
+    }
+
+    /// Written by hand from KEY_PRINT_FMT_GID.
+    const DEST_TEXT: &str = "0000:0001:000011:3c0ffe:00001234:00007f0000001000:\
+        00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:01:00000000:";
+
+    fn dest_bytes(text: &str) -> Vec<u8> {
+        let mut v = text.as_bytes().to_vec();
+        v.push(0);
+        v
+    }
+
+    #[test]
+    fn encodes_the_exact_text() {
+        let msg = dest(0x11, 0x3c0ffe).encode().unwrap();
+        assert_eq!(DEST_TEXT.len(), 107);
+        assert_eq!(msg.to_vec(), dest_bytes(DEST_TEXT));
+    }
+
+    #[test]
+    fn decodes_the_exact_text() {
+        assert_eq!(
+            Dest::decode(&dest_bytes(DEST_TEXT)).unwrap(),
+            dest(0x11, 0x3c0ffe)
+        );
+    }
+
+    /// Sent by Debian bookworm's ib_write_bw (perftest 6.06) on Soft-RoCE with -x 1, captured
+    /// in the rxe-lab VM.
+    #[test]
+    fn decodes_a_message_from_real_perftest() {
+        let msg = dest_bytes(
+            "0000:0001:000011:f63b5a:00000201:00007f95bb42f000:\
+             00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:",
+        );
+        let d = Dest::decode(&msg).unwrap();
+        assert_eq!(
+            d,
+            Dest {
+                lid: 0,
+                out_reads: 1,
+                qpn: 0x11,
+                psn: 0xf63b5a,
+                rkey: 0x201,
+                vaddr: 0x7f95_bb42_f000,
+                gid: Dest::gid_for("192.0.2.2".parse().unwrap()),
+            }
+        );
+        assert_eq!(d.encode().unwrap().to_vec(), msg);
+    }
+
+    #[test]
+    fn round_trips() {
+        let cases = [
+            Dest::default(),
+            dest(1, 0),
+            Dest {
+                lid: 0xffff,
+                out_reads: 0xffff,
+                qpn: 0xff_ffff,
+                psn: 0xff_ffff,
+                rkey: u32::MAX,
+                vaddr: u64::MAX,
+                gid: [0xff; 16],
+            },
+            Dest {
+                gid: Dest::gid_for("fe80::1:2".parse().unwrap()),
+                out_reads: 128,
+                ..dest(0x1234, 0xabcdef)
+            },
+        ];
+        for d in cases {
+            assert_eq!(Dest::decode(&d.encode().unwrap()).unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn accepts_upper_case_hex() {
+        // perftest's sprintf writes lower case; its strtol would read either.
+        let msg = dest_bytes(&DEST_TEXT.to_uppercase());
+        assert_eq!(Dest::decode(&msg).unwrap(), dest(0x11, 0x3c0ffe));
+    }
+
+    #[test]
+    fn refuses_values_the_format_cannot_carry() {
+        assert_eq!(
+            dest(1 << 24, 0).encode(),
+            Err(DestError::OutOfRange {
+                name: "QPN",
+                value: 1 << 24,
+                bits: 24
+            })
+        );
+        assert!(matches!(
+            dest(1, 1 << 24).encode(),
+            Err(DestError::OutOfRange { name: "PSN", .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_malformed_messages() {
+        let good = dest_bytes(DEST_TEXT);
+        let replace = |at: usize, with: &[u8]| {
+            let mut m = good.clone();
+            m[at..at + with.len()].copy_from_slice(with);
+            m
+        };
+        assert_eq!(
+            Dest::decode(&good[..59]),
+            Err(DestError::Length { got: 59, want: 108 })
+        );
+        assert_eq!(
+            Dest::decode(&[]),
+            Err(DestError::Length { got: 0, want: 108 })
+        );
+        assert_eq!(
+            Dest::decode(&replace(107, b":")),
+            Err(DestError::Unterminated)
+        );
+        assert_eq!(Dest::decode(&replace(3, &[0xc3])), Err(DestError::NotText));
+        assert!(matches!(
+            Dest::decode(&replace(5, b"00g1")),
+            Err(DestError::Field {
+                name: "out_reads",
+                ..
+            })
+        ));
+        // A field one digit short and the next one digit long: same length, wrong layout.
+        assert!(matches!(
+            Dest::decode(&replace(9, b"0:0")),
+            Err(DestError::Field {
+                name: "out_reads",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Dest::decode(&replace(50, b"+1")),
+            Err(DestError::Field {
+                name: "GID byte",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Dest::decode(&replace(106, b"0")),
+            Err(DestError::FieldCount { got: 22, .. })
+        ));
+        assert!(matches!(
+            Dest::decode(&replace(40, &[0])),
+            Err(DestError::FieldCount { .. })
+        ));
+        assert!(matches!(
+            Dest::decode(&[0u8; 108]),
+            Err(DestError::FieldCount { got: 0, .. })
+        ));
+        assert!(matches!(
+            Dest::decode(&replace(98, b"0000000x")),
+            Err(DestError::Field {
+                name: "SRQ number",
+                ..
+            })
+        ));
+    }
+
+    /// A small xorshift: random and mutated messages must give a result, never a panic.
+    #[test]
+    fn decode_never_panics() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let good = dest_bytes(DEST_TEXT);
+        let alphabet = b"0123456789abcdefABCDEF:\0 xg\xff";
+        for round in 0..20_000 {
+            let mut msg = if round % 2 == 0 {
+                good.clone()
+            } else {
+                (0..108).map(|_| next() as u8).collect()
+            };
+            for _ in 0..(next() % 4 + 1) {
+                let at = (next() % 108) as usize;
+                msg[at] = alphabet[(next() % alphabet.len() as u64) as usize];
+            }
+            if let Ok(d) = Dest::decode(&msg) {
+                // Whatever decodes re-encodes to a valid message of the same values.
+                assert_eq!(Dest::decode(&d.encode().unwrap()).unwrap(), d);
+            }
+        }
+    }
+
+    #[test]
+    fn gids_and_addresses() {
+        let d = dest(1, 1);
+        assert_eq!(d.gid_ip(), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
+        assert!(d.is_ipv4_gid());
+        assert_eq!(Dest::gid_for(d.gid_ip()), GID_HOST);
+        let v6 = Dest {
+            gid: Dest::gid_for("fe80::5054:ff:fe12:3456".parse().unwrap()),
+            ..d
+        };
+        assert!(!v6.is_ipv4_gid());
+        assert_eq!(
+            v6.gid_ip(),
+            "fe80::5054:ff:fe12:3456".parse::<IpAddr>().unwrap()
+        );
+        let mut mcast = [0u8; 16];
+        mcast[..2].copy_from_slice(&[0xff, 0x0e]);
+        mcast[10..].copy_from_slice(&[0xff, 0xff, 239, 1, 1, 1]);
+        assert!(Dest { gid: mcast, ..d }.is_ipv4_gid());
+        assert_eq!(
+            d.to_string(),
+            "LID 0x0000 QPN 0x000001 PSN 0x000001 OUT 0x0001 RKey 0x00001234 \
+             VAddr 0x00007f0000001000 GID ::ffff:192.0.2.1"
+        );
+    }
+
+    #[test]
+    fn versions() {
+        let msg = |s: &str| {
+            let mut m = [0u8; VERSION_LEN];
+            m[..s.len()].copy_from_slice(s.as_bytes());
+            m
+        };
+        assert_eq!(parse_version(&msg("6.06")).unwrap(), "6.06");
+        assert_eq!(parse_version(&msg("5.70")).unwrap(), "5.70");
+        assert_eq!(parse_version(&msg("6.29 extra")).unwrap(), "6.29 extra");
+        assert_eq!(parse_version(&[b'9'; 16]).unwrap().len(), 16);
+        assert!(matches!(
+            parse_version(&msg("5.6")),
+            Err(PerftestError::VersionTooOld { .. })
+        ));
+        assert!(matches!(
+            parse_version(&msg("")),
+            Err(PerftestError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse_version(&msg("\u{1}x")),
+            Err(PerftestError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn mtus() {
+        for mtu in Mtu::ALL {
+            assert_eq!(parse_mtu([b'0' + mtu_code(mtu), 0]).unwrap(), mtu);
+        }
+        for bad in [[b'0', 0], [b'6', 0], [b'5', b'5'], [0, 0]] {
+            assert!(matches!(
+                parse_mtu(bad),
+                Err(PerftestError::Malformed {
+                    stage: Stage::Mtu,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn test_names() {
+        for t in Test::ALL {
+            assert_eq!(t.name().parse::<Test>().unwrap(), t);
+            assert_eq!(t.name()[3..].parse::<Test>().unwrap(), t);
+        }
+        assert!("ib_foo_bw".parse::<Test>().is_err());
+        assert_eq!(Test::AtomicLat.default_size(), 8);
+        assert_eq!(Test::SendLat.default_size(), 2);
+        assert_eq!(Test::ReadBw.default_size(), 65536);
+    }
+
+    /// A connected pair of TCP streams on 127.0.0.1, with timeouts so that a protocol bug
+    /// fails the test instead of hanging it.
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        for s in [&client, &server] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        (client, server)
+    }
+
+    struct Side {
+        role: Role,
+        params: LocalParams,
+        dests: Vec<Dest>,
+        report: Option<BwReport>,
+    }
+
+    struct Outcome {
+        negotiated: Negotiated,
+        peer: Vec<Dest>,
+        report: Option<BwReport>,
+    }
+
+    /// One side of a whole test, as the perf tool would drive it (minus the traffic).
+    fn run(stream: TcpStream, test: Test, side: Side) -> Result<Outcome, PerftestError> {
+        let mut s = Session::start(stream, side.role, test, side.params)?;
+        let peer = s.exchange_dests(&side.dests)?.to_vec();
+        s.connected()?;
+        s.start_traffic()?;
+        let report = s.finish(side.report)?;
+        Ok(Outcome {
+            negotiated: s.negotiated().clone(),
+            peer,
+            report,
+        })
+    }
+
+    fn both(
+        test: Test,
+        client: Side,
+        server: Side,
+    ) -> (
+        Result<Outcome, PerftestError>,
+        Result<Outcome, PerftestError>,
+    ) {
+        let (c, s) = pair();
+        let server = thread::spawn(move || run(s, test, server));
+        let client = run(c, test, client);
+        (client, server.join().unwrap())
+    }
+
+    fn dests(n: u32, base: u32) -> Vec<Dest> {
+        (0..n)
+            .map(|i| Dest {
+                vaddr: 0x1000 * u64::from(i + 1),
+                ..dest(base + i, (base + i) * 0x111)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sluice_to_sluice_every_test() {
+        let report = BwReport {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 1234.5,
+            bw_avg: 1200.25,
+            msg_rate: 0.019,
+        };
+        for test in Test::ALL {
+            for qps in [1, 3] {
+                let client = Side {
+                    role: Role::Client,
+                    params: LocalParams::new(Mtu::M4096),
+                    dests: dests(qps, 0x100),
+                    report: Some(report),
+                };
+                let server = Side {
+                    role: Role::Server,
+                    params: LocalParams {
+                        cycle_buffer: 65536,
+                        cache_line_size: 128,
+                        mtu: Mtu::M1024,
+                    },
+                    dests: dests(qps, 0x200),
+                    report: None,
+                };
+                let (c, s) = both(test, client, server);
+                let (c, s) = (c.unwrap(), s.unwrap());
+                assert_eq!(c.peer, dests(qps, 0x200), "{test}");
+                assert_eq!(s.peer, dests(qps, 0x100), "{test}");
+                for n in [&c.negotiated, &s.negotiated] {
+                    assert_eq!(n.peer_version, VERSION);
+                    assert_eq!((n.cycle_buffer, n.cache_line_size), (65536, 128));
+                    assert_eq!(n.mtu, Mtu::M1024);
+                }
+                assert_eq!(c.negotiated.peer_mtu, Mtu::M1024);
+                assert_eq!(s.negotiated.peer_mtu, Mtu::M4096);
+                let bw_report = matches!(test, Test::WriteBw | Test::ReadBw | Test::AtomicBw);
+                assert_eq!(s.report, bw_report.then_some(report), "{test}");
+                assert_eq!(c.report, None);
+            }
+        }
+    }
+
+    #[test]
+    fn different_qp_counts_are_caught() {
+        for test in [Test::WriteBw, Test::SendBw, Test::ReadLat] {
+            let side = |role, n| Side {
+                role,
+                params: LocalParams::new(Mtu::M1024),
+                dests: dests(n, 0x10),
+                report: None,
+            };
+            let (c, s) = both(test, side(Role::Client, 2), side(Role::Server, 1));
+            // One end sees the mismatch; the other then sees it leave.
+            let errors = [c.err(), s.err()];
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| matches!(e, Some(PerftestError::DestChanged { .. }))),
+                "{test}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn different_gid_types_are_caught() {
+        let side = |role, gid| Side {
+            role,
+            params: LocalParams::new(Mtu::M1024),
+            dests: vec![Dest { gid, ..dest(1, 1) }],
+            report: None,
+        };
+        let v6 = Dest::gid_for("fe80::1".parse().unwrap());
+        let (c, s) = both(
+            Test::WriteBw,
+            side(Role::Client, GID_HOST),
+            side(Role::Server, v6),
+        );
+        for e in [c.err(), s.err()] {
+            let e = e.unwrap();
+            assert!(matches!(e, PerftestError::GidTypeMismatch { .. }));
+            assert!(e.to_string().contains("-x"), "{e}");
+        }
+    }
+
+    /// The bytes a perftest server would exchange with our client, written out by hand from
+    /// perftest's source: the script plays the server and checks every byte we send.
+    #[test]
+    fn client_speaks_perftest_bytes() {
+        let (client, mut server) = pair();
+        let peer = thread::spawn(move || {
+            let mut expect = |want: &[u8], reply: &[u8]| {
+                let mut got = vec![0u8; want.len()];
+                server.read_exact(&mut got).unwrap();
+                assert_eq!(got, want, "{}", String::from_utf8_lossy(&got));
+                server.write_all(reply).unwrap();
+            };
+            expect(
+                b"6.06\0\0\0\0\0\0\0\0\0\0\0\0",
+                b"6.13\0\0\0\0\0\0\0\0\0\0\0\0",
+            );
+            expect(&[0, 0, 0x10, 0], &[0, 0, 0x10, 0]); // page size 4096
+            expect(&[0, 0, 0, 64], &[0, 0, 0, 64]); // cache line 64
+            expect(b"5\0", b"3\0"); // we want 4096, the peer 1024
+            let ours = dest_bytes(DEST_TEXT);
+            let theirs = dest_bytes(
+                "0000:0001:000012:0abcde:00000100:00005555deadb000:\
+                 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:",
+            );
+            // ib_write_bw: N, then N after connecting, then one more.
+            for _ in 0..3 {
+                expect(&ours, &theirs);
+            }
+            // End sync, report (size, iters, peak, avg, rate), close.
+            expect(&ours, &theirs);
+            expect(&65536u64.to_be_bytes(), &[0xaa; 8]);
+            expect(&5000u64.to_be_bytes(), &[0xaa; 8]);
+            expect(&1.5f64.to_be_bytes(), &[0xaa; 8]);
+            expect(&[0x40, 0x93, 0x4a, 0, 0, 0, 0, 0], &[0xaa; 8]); // 1234.5
+            expect(&0.25f64.to_be_bytes(), &[0xaa; 8]);
+            expect(&ours, &theirs);
+            // Nothing after the closing sync: we send no "done".
+            let mut rest = Vec::new();
+            server.read_to_end(&mut rest).unwrap();
+            assert!(rest.is_empty());
+        });
+        let mut s = Session::start(
+            client,
+            Role::Client,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M4096),
+        )
+        .unwrap();
+        assert_eq!(s.negotiated().peer_version, "6.13");
+        assert_eq!(s.negotiated().mtu, Mtu::M1024);
+        let peer_dest = s.exchange_dests(&[dest(0x11, 0x3c0ffe)]).unwrap()[0];
+        assert_eq!(peer_dest.qpn, 0x12);
+        assert_eq!(peer_dest.vaddr, 0x5555_dead_b000);
+        assert_eq!(peer_dest.gid_ip(), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)));
+        s.connected().unwrap();
+        s.start_traffic().unwrap();
+        let report = BwReport {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 1.5,
+            bw_avg: 1234.5,
+            msg_rate: 0.25,
+        };
+        assert_eq!(s.finish(Some(report)).unwrap(), None);
+        s.into_inner().shutdown(Shutdown::Both).unwrap();
+        peer.join().unwrap();
+    }
+
+    /// The same for our server against a perftest ib_read_lat client: one extra QP exchange
+    /// before the first round, and the closing sync right after connecting.
+    #[test]
+    fn server_speaks_perftest_bytes() {
+        let (mut client, server) = pair();
+        let peer = thread::spawn(move || {
+            let mut step = |send: &[u8], want: &[u8]| {
+                client.write_all(send).unwrap();
+                let mut got = vec![0u8; want.len()];
+                client.read_exact(&mut got).unwrap();
+                assert_eq!(got, want, "{}", String::from_utf8_lossy(&got));
+            };
+            step(
+                b"6.06\0\0\0\0\0\0\0\0\0\0\0\0",
+                b"6.06\0\0\0\0\0\0\0\0\0\0\0\0",
+            );
+            step(&[0, 1, 0, 0], &[0, 0, 0x10, 0]); // the peer has 64 KiB pages
+            step(&[0, 0, 0, 64], &[0, 0, 0, 64]);
+            step(b"5\0", b"4\0");
+            let theirs = dest_bytes(
+                "0000:0080:000012:0abcde:00000100:00005555deadb000:\
+                 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:",
+            );
+            let ours = dest_bytes(DEST_TEXT);
+            // 1 early + N + N + 1, then the closing sync.
+            for _ in 0..5 {
+                step(&theirs, &ours);
+            }
+        });
+        let mut s = Session::start(
+            server,
+            Role::Server,
+            Test::ReadLat,
+            LocalParams::new(Mtu::M2048),
+        )
+        .unwrap();
+        assert_eq!(s.negotiated().cycle_buffer, 65536);
+        assert_eq!(s.negotiated().mtu, Mtu::M2048);
+        assert_eq!(s.negotiated().peer_mtu, Mtu::M4096);
+        let peer_dest = s.exchange_dests(&[dest(0x11, 0x3c0ffe)]).unwrap()[0];
+        assert_eq!(peer_dest.out_reads, 0x80);
+        s.connected().unwrap();
+        s.start_traffic().unwrap();
+        assert_eq!(s.finish(None).unwrap(), None);
+        peer.join().unwrap();
+    }
+
+    /// Plays a perftest client up to its first QP message.
+    fn perftest_client_preamble(client: &mut TcpStream) {
+        let mut buf = [0u8; 16];
+        client.write_all(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0").unwrap();
+        client.read_exact(&mut buf).unwrap();
+        for msg in [&[0, 0, 0x10, 0][..], &[0, 0, 0, 64], b"5\0"] {
+            client.write_all(msg).unwrap();
+            client.read_exact(&mut buf[..msg.len()]).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_peer_that_leaves_mid_message_is_reported() {
+        let (mut client, server) = pair();
+        let peer = thread::spawn(move || {
+            perftest_client_preamble(&mut client);
+            client.write_all(&DEST_TEXT.as_bytes()[..70]).unwrap();
+        });
+        let mut s = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+        )
+        .unwrap();
+        let e = s.exchange_dests(&[dest(1, 1)]).unwrap_err();
+        peer.join().unwrap();
+        assert!(
+            matches!(
+                e,
+                PerftestError::PeerClosed {
+                    stage: Stage::QpData(0),
+                    got: 70,
+                    want: 108
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("(70 of 108 bytes"), "{e}");
+        // The two ends are out of step now: nothing more may be tried on this session.
+        assert!(matches!(
+            s.exchange_dests(&[dest(1, 1)]),
+            Err(PerftestError::Usage(m)) if m.contains("earlier step")
+        ));
+    }
+
+    #[test]
+    fn an_infiniband_peer_is_told_to_use_a_gid() {
+        let (mut client, server) = pair();
+        let peer = thread::spawn(move || {
+            perftest_client_preamble(&mut client);
+            // KEY_PRINT_FMT: no GID, 58 characters and the NUL; then perftest waits.
+            let mut ib = b"0001:0001:000012:0abcde:00000100:00005555deadb000:00000000".to_vec();
+            ib.push(0);
+            client.write_all(&ib).unwrap();
+            let mut rest = Vec::new();
+            let _ = client.read_to_end(&mut rest);
+        });
+        let mut s = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+        )
+        .unwrap();
+        let e = s.exchange_dests(&[dest(1, 1)]).unwrap_err();
+        assert!(
+            matches!(e, PerftestError::NoGid { got: 59, want: 108 }),
+            "{e}"
+        );
+        drop(s);
+        peer.join().unwrap();
+    }
+
+    #[test]
+    fn a_peer_that_leaves_early_is_reported() {
+        let (client, mut server) = pair();
+        let peer = thread::spawn(move || {
+            let mut buf = [0u8; 10];
+            server.read_exact(&mut buf).unwrap();
+            // perftest exits like this when the version is too old for it.
+        });
+        let e = Session::start(
+            client,
+            Role::Client,
+            Test::SendBw,
+            LocalParams::new(Mtu::M1024),
+        )
+        .unwrap_err();
+        peer.join().unwrap();
+        assert!(
+            matches!(
+                e,
+                PerftestError::PeerClosed {
+                    stage: Stage::Version,
+                    got: 0,
+                    want: 16
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("version exchange"), "{e}");
+    }
+
+    #[test]
+    fn a_read_timeout_is_reported_as_such() {
+        let (client, mut server) = pair();
+        client
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let e = Session::start(
+            client,
+            Role::Client,
+            Test::SendBw,
+            LocalParams::new(Mtu::M1024),
+        )
+        .unwrap_err();
+        server.read_exact(&mut buf).unwrap();
+        assert!(
+            matches!(
+                e,
+                PerftestError::TimedOut {
+                    stage: Stage::Version,
+                    got: 0,
+                    want: 16
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_old_or_foreign_peer_is_refused() {
+        for (reply, old) in [
+            (&b"5.60\0\0\0\0\0\0\0\0\0\0\0\0"[..], true),
+            (b"HTTP/1.1 400 Bad", false),
+        ] {
+            let (client, mut server) = pair();
+            let reply = reply.to_vec();
+            let peer = thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                server.read_exact(&mut buf).unwrap();
+                server.write_all(&reply).unwrap();
+            });
+            let e = Session::start(
+                client,
+                Role::Client,
+                Test::WriteBw,
+                LocalParams::new(Mtu::M1024),
+            )
+            .unwrap_err();
+            peer.join().unwrap();
+            if old {
+                assert!(matches!(e, PerftestError::VersionTooOld { .. }), "{e}");
+                assert!(e.to_string().contains("5.70"), "{e}");
+            } else {
+                assert!(matches!(e, PerftestError::Malformed { .. }), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn steps_out_of_order_are_refused() {
+        let (c, s) = pair();
+        let server = thread::spawn(move || {
+            Session::start(s, Role::Server, Test::WriteBw, LocalParams::new(Mtu::M1024)).unwrap()
+        });
+        let mut client =
+            Session::start(c, Role::Client, Test::WriteBw, LocalParams::new(Mtu::M1024)).unwrap();
+        let _server = server.join().unwrap();
+        assert!(matches!(client.connected(), Err(PerftestError::Usage(_))));
+        assert!(matches!(client.finish(None), Err(PerftestError::Usage(_))));
+        assert!(matches!(
+            client.exchange_dests(&[]),
+            Err(PerftestError::Usage(_))
+        ));
+        assert!(matches!(
+            client.exchange_dests(&[dest(1 << 24, 0)]),
+            Err(PerftestError::LocalDest { qp: 0, .. })
+        ));
+    }
+}

@@ -1,0 +1,524 @@
+//! The system calls of the datapath: a UDP socket with Don't-Fragment, a fixed TOS byte, ECN
+//! reporting, GSO and GRO, and batched `sendmmsg`/`recvmmsg`. This is the only module of the
+//! crate with unsafe code; every block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+
+use libc::{c_int, c_void, socklen_t};
+
+// Linux UDP socket options that the libc crate does not export for glibc targets.
+const UDP_SEGMENT: c_int = 103;
+const UDP_GRO: c_int = 104;
+const SO_SNDBUFFORCE: c_int = 32;
+const SO_RCVBUFFORCE: c_int = 33;
+
+/// Room for the control messages of one received datagram: its TOS or traffic class, and the
+/// GRO segment size (both an int). Kept as `u64`s so that the buffer is aligned for `cmsghdr`.
+const RX_CMSG_WORDS: usize = 8;
+/// Room for one UDP_SEGMENT control message (a u16), aligned likewise.
+const TX_CMSG_WORDS: usize = 4;
+
+/// The most datagrams one `sendmmsg` or `recvmmsg` call moves.
+pub(crate) const MAX_BATCH: usize = 64;
+/// The most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
+pub(crate) const MAX_GSO_SEGMENTS: usize = 64;
+/// The most bytes of UDP payload one GSO send or one GRO receive carries.
+pub(crate) const MAX_GSO_BYTES: usize = 65_000;
+
+/// A bound, non-blocking UDP socket set up for RoCE v2.
+#[derive(Debug)]
+pub(crate) struct Socket {
+    socket: UdpSocket,
+    /// The kernel segments our batches (UDP_SEGMENT).
+    pub(crate) gso: bool,
+    /// The kernel coalesces received datagrams of one flow (UDP_GRO).
+    pub(crate) gro: bool,
+}
+
+fn check(rc: c_int) -> io::Result<c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn set_int(fd: RawFd, level: c_int, name: c_int, value: c_int) -> io::Result<()> {
+    // SAFETY: `value` lives across the call and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const value).cast::<c_void>(),
+            size_of::<c_int>() as socklen_t,
+        )
+    };
+    check(rc).map(drop)
+}
+
+fn get_int(fd: RawFd, level: c_int, name: c_int) -> io::Result<c_int> {
+    let mut value: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: `value` and `len` live across the call; `len` is the size of `value`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&raw mut value).cast::<c_void>(),
+            &raw mut len,
+        )
+    };
+    check(rc).map(|_| value)
+}
+
+impl Socket {
+    /// Binds `local` with Don't-Fragment set (so that the kernel writes IPv4 identification 0,
+    /// which the ICRC covers), the whole TOS/traffic-class byte `tos` on every packet, the
+    /// received TOS reported (for ECN), GRO on receive where the kernel has it, and socket
+    /// buffers of `buffer_bytes`.
+    pub(crate) fn bind(local: SocketAddr, tos: u8, buffer_bytes: usize) -> io::Result<Socket> {
+        let socket = UdpSocket::bind(local)?;
+        socket.set_nonblocking(true)?;
+        let fd = socket.as_raw_fd();
+        if local.is_ipv4() {
+            set_int(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )?;
+            set_int(fd, libc::IPPROTO_IP, libc::IP_TOS, c_int::from(tos))?;
+            set_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        } else {
+            set_int(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IPV6_PMTUDISC_DO,
+            )?;
+            set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)?;
+            set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, c_int::from(tos))?;
+            set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        }
+        let bytes = buffer_bytes.min(c_int::MAX as usize) as c_int;
+        // The forcing variants pass the system limit (they need CAP_NET_ADMIN); else ask.
+        for (force, plain) in [
+            (SO_SNDBUFFORCE, libc::SO_SNDBUF),
+            (SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        ] {
+            if set_int(fd, libc::SOL_SOCKET, force, bytes).is_err() {
+                set_int(fd, libc::SOL_SOCKET, plain, bytes)?;
+            }
+        }
+        let gso = get_int(fd, libc::SOL_UDP, UDP_SEGMENT).is_ok();
+        let gro = set_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        Ok(Socket { socket, gso, gro })
+    }
+
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    /// Turns GSO off (after the kernel refused a segmented send, or by configuration).
+    pub(crate) fn disable_gso(&mut self) {
+        self.gso = false;
+    }
+
+    /// Turns GRO off (by configuration).
+    pub(crate) fn disable_gro(&mut self) -> io::Result<()> {
+        if self.gro {
+            set_int(self.fd(), libc::SOL_UDP, UDP_GRO, 0)?;
+            self.gro = false;
+        }
+        Ok(())
+    }
+}
+
+/// A socket address in the kernel's form.
+#[derive(Clone, Copy)]
+struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: socklen_t,
+}
+
+impl RawAddr {
+    fn new(addr: SocketAddr) -> RawAddr {
+        // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+                unsafe { (&raw mut storage).cast::<libc::sockaddr_in>().write(sin) };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+                unsafe { (&raw mut storage).cast::<libc::sockaddr_in6>().write(sin6) };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        RawAddr {
+            storage,
+            len: len as socklen_t,
+        }
+    }
+
+    fn socket_addr(&self) -> Option<SocketAddr> {
+        match c_int::from(self.storage.ss_family) {
+            libc::AF_INET if self.len as usize >= size_of::<libc::sockaddr_in>() => {
+                // SAFETY: the kernel wrote a sockaddr_in (family and length say so).
+                let sin = unsafe { (&raw const self.storage).cast::<libc::sockaddr_in>().read() };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 if self.len as usize >= size_of::<libc::sockaddr_in6>() => {
+                // SAFETY: the kernel wrote a sockaddr_in6 (family and length say so).
+                let sin6 = unsafe {
+                    (&raw const self.storage)
+                        .cast::<libc::sockaddr_in6>()
+                        .read()
+                };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                    u16::from_be(sin6.sin6_port),
+                    sin6.sin6_flowinfo,
+                    sin6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One datagram, or one GSO batch of datagrams, to send: packets `first..first + count` of
+/// the packet list, back to back. With `count > 1` the kernel cuts the batch into datagrams of
+/// `segment` bytes (every packet but the last must be exactly that long).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutMsg {
+    pub(crate) dst: SocketAddr,
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+    pub(crate) segment: u16,
+}
+
+/// Where one packet to send lies in the send buffer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OutPacket {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// Reusable kernel-side arrays for `sendmmsg`: nothing is allocated per call.
+pub(crate) struct Sender {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<RawAddr>,
+    cmsgs: Vec<[u64; TX_CMSG_WORDS]>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+impl Sender {
+    pub(crate) fn new() -> Sender {
+        // SAFETY: mmsghdr and iovec are plain old data; zeroes (null pointers) are valid values
+        // and every pointer is set before a call uses it.
+        let (hdr, iov) = unsafe { (zeroed::<libc::mmsghdr>(), zeroed::<libc::iovec>()) };
+        Sender {
+            hdrs: vec![hdr; MAX_BATCH],
+            iovs: vec![iov; MAX_BATCH * MAX_GSO_SEGMENTS],
+            names: vec![RawAddr::new(SocketAddr::from(([0, 0, 0, 0], 0))); MAX_BATCH],
+            cmsgs: vec![[0; TX_CMSG_WORDS]; MAX_BATCH],
+        }
+    }
+
+    /// Sends up to [`MAX_BATCH`] messages of `packets` in `buf` in one system call. Returns
+    /// how many messages went; `Ok(0)` when the socket buffer is full (try again when the
+    /// socket is writable).
+    pub(crate) fn send(
+        &mut self,
+        socket: &Socket,
+        buf: &[u8],
+        packets: &[OutPacket],
+        msgs: &[OutMsg],
+    ) -> io::Result<usize> {
+        let n = msgs.len().min(MAX_BATCH);
+        let mut iov_at = 0;
+        for (i, m) in msgs[..n].iter().enumerate() {
+            assert!(
+                m.count >= 1 && m.count <= MAX_GSO_SEGMENTS,
+                "a batch the kernel takes"
+            );
+            self.names[i] = RawAddr::new(m.dst);
+            for (k, p) in packets[m.first..m.first + m.count].iter().enumerate() {
+                self.iovs[iov_at + k] = libc::iovec {
+                    // The kernel only reads through this pointer (sendmmsg).
+                    iov_base: buf[p.offset..p.offset + p.len].as_ptr() as *mut c_void,
+                    iov_len: p.len,
+                };
+            }
+            let hdr = &mut self.hdrs[i].msg_hdr;
+            hdr.msg_name = (&raw mut self.names[i].storage).cast::<c_void>();
+            hdr.msg_namelen = self.names[i].len;
+            hdr.msg_iov = &raw mut self.iovs[iov_at];
+            hdr.msg_iovlen = m.count as _;
+            hdr.msg_flags = 0;
+            iov_at += m.count;
+            if m.count > 1 {
+                let space = cmsg_space(size_of::<u16>());
+                hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast::<c_void>();
+                hdr.msg_controllen = space as _;
+                // SAFETY: msg_control points at `space` bytes of this message's own aligned
+                // cmsg buffer (TX_CMSG_WORDS * 8 >= CMSG_SPACE(2)); CMSG_FIRSTHDR and
+                // CMSG_DATA stay inside it.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(hdr);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(m.segment);
+                }
+            } else {
+                hdr.msg_control = std::ptr::null_mut();
+                hdr.msg_controllen = 0;
+            }
+        }
+        // SAFETY: the first `n` headers point at live names, iovecs (into `buf`, which outlives
+        // the call) and control buffers, all owned by `self` or borrowed for the call.
+        let rc = unsafe { libc::sendmmsg(socket.fd(), self.hdrs.as_mut_ptr(), n as u32, 0) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(rc as usize)
+    }
+}
+
+fn cmsg_space(len: usize) -> usize {
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    unsafe { libc::CMSG_SPACE(len as u32) as usize }
+}
+
+/// What the kernel said about one received datagram (or GRO batch).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InMsg {
+    pub(crate) src: SocketAddr,
+    pub(crate) len: usize,
+    /// The size of each coalesced datagram (GRO); `len` when the kernel did not coalesce.
+    pub(crate) segment: usize,
+    /// The TOS / traffic-class byte it arrived with.
+    pub(crate) tos: u8,
+}
+
+/// Reusable arrays and buffers for `recvmmsg`: `MAX_BATCH` slots of `slot` bytes each.
+pub(crate) struct Receiver {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<RawAddr>,
+    cmsgs: Vec<[u64; RX_CMSG_WORDS]>,
+    buf: Vec<u8>,
+    slot: usize,
+    msgs: Vec<InMsg>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Receiver {
+    /// Buffers for `MAX_BATCH` datagrams (or GRO batches) of up to `slot` bytes each.
+    pub(crate) fn new(slot: usize) -> Receiver {
+        // SAFETY: as in `Sender::new`.
+        let (hdr, iov) = unsafe { (zeroed::<libc::mmsghdr>(), zeroed::<libc::iovec>()) };
+        Receiver {
+            hdrs: vec![hdr; MAX_BATCH],
+            iovs: vec![iov; MAX_BATCH],
+            names: vec![RawAddr::new(SocketAddr::from(([0, 0, 0, 0], 0))); MAX_BATCH],
+            cmsgs: vec![[0; RX_CMSG_WORDS]; MAX_BATCH],
+            buf: vec![0; slot * MAX_BATCH],
+            slot,
+            msgs: Vec::with_capacity(MAX_BATCH),
+        }
+    }
+
+    /// Receives what is waiting, up to [`MAX_BATCH`] messages, in one system call; none when
+    /// nothing is. Datagrams cut short by the buffer are dropped and counted in `truncated`.
+    pub(crate) fn recv(&mut self, socket: &Socket, truncated: &mut u64) -> io::Result<usize> {
+        for i in 0..MAX_BATCH {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.buf[i * self.slot..].as_mut_ptr().cast::<c_void>(),
+                iov_len: self.slot,
+            };
+            let hdr = &mut self.hdrs[i].msg_hdr;
+            hdr.msg_name = (&raw mut self.names[i].storage).cast::<c_void>();
+            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as socklen_t;
+            hdr.msg_iov = &raw mut self.iovs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast::<c_void>();
+            hdr.msg_controllen = size_of::<[u64; RX_CMSG_WORDS]>() as _;
+            hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points at live, writable buffers of the stated sizes, owned by
+        // `self` for the duration of the call.
+        let rc = unsafe {
+            libc::recvmmsg(
+                socket.fd(),
+                self.hdrs.as_mut_ptr(),
+                MAX_BATCH as u32,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        self.msgs.clear();
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                // An ICMP error for an earlier send (peer port closed): not fatal here.
+                io::ErrorKind::ConnectionRefused => Ok(0),
+                _ => Err(e),
+            };
+        }
+        for i in 0..rc as usize {
+            let hdr = &self.hdrs[i].msg_hdr;
+            let len = self.hdrs[i].msg_len as usize;
+            if hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                *truncated += 1;
+                continue;
+            }
+            self.names[i].len = hdr.msg_namelen;
+            let Some(src) = self.names[i].socket_addr() else {
+                continue;
+            };
+            let (mut segment, mut tos) = (len, 0u8);
+            // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG_* macros
+            // walk only inside it, and each payload read is of the size the kernel wrote.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(hdr);
+                while !c.is_null() {
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::SOL_UDP, UDP_GRO) => {
+                            segment = data.cast::<c_int>().read_unaligned() as usize;
+                        }
+                        (libc::IPPROTO_IP, libc::IP_TOS) => tos = data.read(),
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                            tos = data.cast::<c_int>().read_unaligned() as u8;
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(hdr, c);
+                }
+            }
+            self.msgs.push(InMsg {
+                src,
+                len,
+                segment: segment.clamp(1, len.max(1)),
+                tos,
+            });
+        }
+        Ok(self.msgs.len())
+    }
+
+    /// The messages of the last `recv`, with their bytes.
+    pub(crate) fn message(&self, i: usize) -> (InMsg, &[u8]) {
+        let m = self.msgs[i];
+        (m, &self.buf[i * self.slot..i * self.slot + m.len])
+    }
+}
+
+/// The MTU of the route from `local` to `peer`, as the kernel knows it (the link MTU, or a
+/// smaller path MTU it learnt).
+pub(crate) fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<u32> {
+    let socket = UdpSocket::bind(SocketAddr::new(local, 0))?;
+    socket.connect(SocketAddr::new(peer, 4791))?;
+    let fd = socket.as_raw_fd();
+    let mtu = if peer.is_ipv4() {
+        set_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
+        get_int(fd, libc::IPPROTO_IP, libc::IP_MTU)?
+    } else {
+        set_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+        get_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU)?
+    };
+    Ok(mtu.max(0) as u32)
+}
+
+/// Waits until `fd` is readable (or writable too, if `writable`), or `timeout_ns` passes
+/// (`None`: forever). Returns whether it is ready.
+pub(crate) fn wait(fd: RawFd, writable: bool, timeout_ns: Option<u64>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+        revents: 0,
+    };
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfd` and the optional timespec live across the call.
+    let rc = unsafe { libc::ppoll(&raw mut pfd, 1, ts_ptr, std::ptr::null()) };
+    match check(rc) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+// SAFETY: the raw pointers inside the kernel-side arrays are rewritten before every system
+// call and never dereferenced outside one; between calls they are dead values. Moving the
+// arrays to another thread moves nothing they point into that is not moved with them.
+unsafe impl Send for Sender {}
+// SAFETY: as for `Sender`; the receive buffers the pointers refer to are owned by `Receiver`.
+unsafe impl Send for Receiver {}
