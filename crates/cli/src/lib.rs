@@ -2,5 +2,6 @@
 //! tests call it directly and `main.rs` stays a thin argument parser.
 
 pub mod check;
+pub mod perf;
 pub mod psn_ranges;
 pub mod synth;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use sluice_cli::perf::{self, Test};
 use sluice_cli::{check, synth};
 use sluice_wire::ROCE_V2_PORT;
 
@@ -25,6 +26,110 @@ enum Command {
     /// Work with packet captures.
     #[command(subcommand)]
     Pcap(PcapCommand),
+    /// perftest's tests over Sluice's own RoCE v2 datapath (interoperates with perftest).
+    #[command(subcommand)]
+    Perf(PerfCommand),
+}
+
+#[derive(Subcommand)]
+enum PerfCommand {
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    WriteBw(PerfArgs),
+    /// RDMA WRITE latency, ping-pong (ib_write_lat).
+    WriteLat(PerfArgs),
+    /// RDMA READ bandwidth (ib_read_bw).
+    ReadBw(PerfArgs),
+    /// RDMA READ latency (ib_read_lat).
+    ReadLat(PerfArgs),
+    /// SEND bandwidth (ib_send_bw).
+    SendBw(PerfArgs),
+    /// SEND latency, ping-pong (ib_send_lat).
+    SendLat(PerfArgs),
+    /// Atomic bandwidth (ib_atomic_bw).
+    AtomicBw(PerfArgs),
+    /// Atomic latency (ib_atomic_lat).
+    AtomicLat(PerfArgs),
+}
+
+/// perftest-like options. Without a host, serve one client; with one, connect to it.
+#[derive(Args)]
+struct PerfArgs {
+    /// The server to connect to (as perftest takes it).
+    host: Option<String>,
+    /// The server to connect to.
+    #[arg(long, conflicts_with = "host")]
+    connect: Option<String>,
+    /// Run both ends here over real UDP sockets on 127.0.0.1 and 127.0.0.2.
+    #[arg(long, conflicts_with_all = ["host", "connect"])]
+    loopback: bool,
+    /// TCP port of the connection exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Message size in bytes (default: 65536 for bandwidth, 2 for latency, 8 for atomics).
+    #[arg(short = 's', long)]
+    size: Option<u32>,
+    /// Every size from 2 bytes to 8 MiB.
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Messages per QP (default: 5000 for bandwidth, 1000 for latency).
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u64>,
+    /// Run for this many seconds instead of a number of messages.
+    #[arg(short = 'D', long = "duration")]
+    duration: Option<f64>,
+    /// Queue pairs.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: u32,
+    /// Messages in flight per QP.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: u32,
+    /// Receives posted per QP (SEND tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    rx_depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long = "mtu")]
+    mtu: Option<u32>,
+    /// Send messages up to this size inline.
+    #[arg(short = 'I', long = "inline-size", default_value_t = 0)]
+    inline_size: u32,
+    /// Ask for a completion every this many messages.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    cq_mod: u32,
+    /// Atomic operation: FETCH_AND_ADD or CMP_AND_SWAP.
+    #[arg(short = 'A', long = "atomic-type", default_value = "FETCH_AND_ADD")]
+    atomic_type: String,
+    /// Report bandwidth in Gbit/s (default MB/s, as perftest).
+    #[arg(long)]
+    report_gbits: bool,
+    /// One JSON object per result on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Spin on the socket, never sleep (by default a side spins 20 us, then sleeps until a
+    /// packet or timer; spinning only pays when every side has a core of its own).
+    #[arg(long)]
+    busy_poll: bool,
+    /// UDP port of RoCE v2 (4791 for any standard peer).
+    #[arg(long, default_value_t = ROCE_V2_PORT)]
+    roce_port: u16,
+    /// Local address to serve on (default: all; RoCE then uses the address the client
+    /// reached).
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    /// Write every RoCE packet sent and received to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Which packets to capture: tx or rx, qp=N, op=send+write+read+ack+atomic+cnp.
+    #[arg(long, default_value = "", requires = "pcap")]
+    pcap_filter: String,
+    /// Bytes of each packet (from the IP header) to keep in the capture.
+    #[arg(long, default_value_t = 65535, requires = "pcap")]
+    pcap_snaplen: u32,
+    /// Give up when no message completes for this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    stall_timeout: f64,
+    /// Keep trying to reach a server that refuses the connection for this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    connect_timeout: f64,
 }
 
 #[derive(Subcommand)]
@@ -72,7 +177,88 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Pcap(PcapCommand::Check(args)) => run_check(&args),
         Command::Pcap(PcapCommand::Synth(args)) => run_synth(&args),
+        Command::Perf(cmd) => run_perf(cmd),
     }
+}
+
+fn run_perf(cmd: PerfCommand) -> ExitCode {
+    let (test, a) = match cmd {
+        PerfCommand::WriteBw(a) => (Test::WriteBw, a),
+        PerfCommand::WriteLat(a) => (Test::WriteLat, a),
+        PerfCommand::ReadBw(a) => (Test::ReadBw, a),
+        PerfCommand::ReadLat(a) => (Test::ReadLat, a),
+        PerfCommand::SendBw(a) => (Test::SendBw, a),
+        PerfCommand::SendLat(a) => (Test::SendLat, a),
+        PerfCommand::AtomicBw(a) => (Test::AtomicBw, a),
+        PerfCommand::AtomicLat(a) => (Test::AtomicLat, a),
+    };
+    let options = match perf_options(test, &a) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sluice perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = if a.loopback {
+        perf::run_loopback(&options)
+    } else {
+        perf::run(&options)
+    };
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice perf: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
+    let seconds = |what: &str, s: f64| {
+        if s.is_finite() && s > 0.0 && s < 1e6 {
+            Ok(std::time::Duration::from_secs_f64(s))
+        } else {
+            Err(format!("{what} {s}: a positive number of seconds"))
+        }
+    };
+    let compare_swap = match a.atomic_type.as_str() {
+        "FETCH_AND_ADD" => false,
+        "CMP_AND_SWAP" => true,
+        other => return Err(format!("-A {other}: FETCH_AND_ADD or CMP_AND_SWAP")),
+    };
+    let capture = match &a.pcap {
+        None => None,
+        Some(path) => Some(perf::CaptureOptions {
+            path: path.clone(),
+            filter: sluice_net::CaptureFilter::parse(&a.pcap_filter)
+                .map_err(|e| format!("--pcap-filter: {e}"))?,
+            snaplen: a.pcap_snaplen.clamp(64, 65535),
+        }),
+    };
+    Ok(perf::Options {
+        connect: a.connect.clone().or_else(|| a.host.clone()),
+        port: a.port,
+        size: a.size,
+        all_sizes: a.all,
+        iterations: a.iters,
+        duration: a.duration.map(|d| seconds("-D", d)).transpose()?,
+        qps: a.qps,
+        tx_depth: a.tx_depth,
+        rx_depth: a.rx_depth,
+        mtu: a.mtu,
+        inline_size: a.inline_size,
+        cq_mod: a.cq_mod,
+        compare_swap,
+        report_gbits: a.report_gbits,
+        json: a.json,
+        busy_poll: a.busy_poll,
+        roce_port: a.roce_port,
+        bind: a.bind,
+        capture,
+        stall_timeout: seconds("--stall-timeout", a.stall_timeout)?,
+        connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
+        ..perf::Options::new(test)
+    })
 }
 
 fn run_check(args: &CheckArgs) -> ExitCode {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# `sluice perf` against Linux perftest on Soft-RoCE (the kernel's rdma_rxe), in the rxe-lab VM
+# of the steering repo's shared/ folder: every test in both roles, at a small size and at one
+# larger than the path MTU. Needs root. Skips cleanly (exit 0, "SKIPPED") without the lab.
+#
+# Each case runs perftest in the VM (ib_*_bw / ib_*_lat -d rxe0 -x 1) and `sluice perf` on the
+# host side of the lab's tap link, once with perftest as the server and once as the client.
+# A case passes when both ends exit 0 and Sluice reports the full iteration count. The whole
+# tap capture must then pass `sluice pcap check` (every ICRC: Soft-RoCE's and ours).
+#
+# PERFTEST_CASES="write_bw read_lat" limits the tests; PERFTEST_ITERS sets -n (default 200).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LAB=${RXE_LAB:-../shared/rxe-lab}
+if [ ! -x "$LAB/vm.sh" ]; then echo "SKIPPED: no rxe-lab at $LAB"; exit 0; fi
+LAB_DIR=${RXE_LAB_DIR:-$(sed -n 's/^LAB=\${RXE_LAB_DIR:-\(.*\)}$/\1/p' "$LAB/vm.sh")}
+if [ "$(id -u)" != 0 ]; then echo "SKIPPED: the rxe-lab needs root"; exit 0; fi
+
+"$LAB/build.sh"
+cargo build --release --locked -p sluice-cli --bin sluice
+SLUICE=$PWD/target/release/sluice
+OUT=target/perftest-interop
+rm -rf "$OUT"; mkdir -p "$OUT"
+ITERS=${PERFTEST_ITERS:-200}
+TESTS=${PERFTEST_CASES:-"write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat"}
+
+# The cases, one per line: id test role-of-perftest size
+cases=()
+for t in $TESTS; do
+  case $t in atomic_*) sizes="8" ;; *_lat) sizes="64 8192" ;; *) sizes="64 65536" ;; esac
+  for role in server client; do
+    for s in $sizes; do cases+=("${#cases[@]} $t $role $s"); done
+  done
+done
+
+# The guest runs perftest for each case in order. As a client it retries until the host's
+# sluice server listens (perftest gives up at once when nobody does).
+{
+  echo 'cd /share; : > guest-results.txt'
+  for c in "${cases[@]}"; do
+    set -- $c
+    id=$1 t=$2 role=$3 s=$4
+    args="-d rxe0 -x 1 -F -s $s -n $ITERS --report_gbits"
+    if [ "$role" = server ]; then
+      echo "timeout 120 ib_$t $args > case-$id.txt 2>&1; echo \"$id \$?\" >> guest-results.txt"
+    else
+      echo "rc=1; for i in \$(seq 60); do timeout 120 ib_$t $args 192.0.2.1 > case-$id.txt 2>&1 && { rc=0; break; }; grep -q 'Couldn.t connect\|Unable to open\|refused' case-$id.txt || { rc=\$?; break; }; sleep 1; done; echo \"$id \$rc\" >> guest-results.txt"
+    fi
+  done
+  echo 'exit 0'
+} > "$OUT/guest.sh"
+
+"$LAB/vm.sh" start "$OUT/guest.sh"
+"$LAB/vm.sh" host dumpcap -q -i tap0 -f "udp port 4791" -w "$PWD/$OUT/tap.pcapng" & DUMPCAP=$!
+sleep 2
+
+: > "$OUT/host-results.txt"
+for c in "${cases[@]}"; do
+  set -- $c
+  id=$1 t=$2 role=$3 s=$4
+  sub=${t/_/-}
+  if [ "$role" = server ]; then
+    peer=(--connect 192.0.2.2 --connect-timeout 60)
+  else
+    peer=()
+  fi
+  rc=0
+  timeout 150 "$LAB/vm.sh" host "$SLUICE" perf "$sub" "${peer[@]}" -s "$s" -n "$ITERS" --json \
+    --stall-timeout 30 > "$OUT/sluice-$id.json" 2> "$OUT/sluice-$id.err" || rc=$?
+  # A complete run reports every iteration (a server of read_lat/atomic_lat only serves:
+  # perftest's exit status says whether it got every response).
+  case "$role $t" in
+    "client read_lat"|"client atomic_lat") ;;
+    *) if [ "$rc" = 0 ] && ! grep -q "\"iterations\":$ITERS" "$OUT/sluice-$id.json"; then rc=99; fi ;;
+  esac
+  echo "$id $rc" >> "$OUT/host-results.txt"
+done
+
+guest_rc=0
+"$LAB/vm.sh" wait > "$OUT/guest.log" || guest_rc=$?
+sleep 1; kill "$DUMPCAP" 2>/dev/null || true; wait "$DUMPCAP" 2>/dev/null || true
+cp "$LAB_DIR"/share/case-*.txt "$LAB_DIR/share/guest-results.txt" "$OUT/" 2>/dev/null || true
+
+status=0
+printf '%-11s %-9s %-7s %-8s %-8s %s\n' test perftest size sluice perftest result
+for c in "${cases[@]}"; do
+  set -- $c
+  id=$1 t=$2 role=$3 s=$4
+  h=$(awk -v id="$id" '$1==id{print $2}' "$OUT/host-results.txt")
+  g=$(awk -v id="$id" '$1==id{print $2}' "$OUT/guest-results.txt" 2>/dev/null)
+  verdict=PASS
+  [ "$h" = 0 ] && [ "$g" = 0 ] || { verdict=FAIL; status=1; }
+  printf '%-11s %-9s %-7s %-8s %-8s %s\n' "$t" "$role" "$s" "${h:-?}" "${g:-?}" "$verdict"
+  if [ "$verdict" = FAIL ]; then
+    sed 's/^/    sluice: /' "$OUT/sluice-$id.err" | tail -5
+    tail -5 "$OUT/case-$id.txt" 2>/dev/null | sed 's/^/    perftest: /'
+  fi
+done
+echo "--- sluice pcap check (the tap capture: Soft-RoCE's packets and ours)"
+"$SLUICE" pcap check "$OUT/tap.pcapng" | head -30 || { echo "FAIL: capture check"; status=1; }
+[ "$status" = 0 ] && echo "perftest interop: PASS" || echo "perftest interop: FAIL"
+exit "$status"

@@ -1,0 +1,228 @@
+//! `sluice perf`: perftest's tests (`ib_write_bw` and friends) over Sluice's own datapath,
+//! able to stand in for either end of a perftest run against Linux Soft-RoCE or a RoCE NIC.
+
+mod report;
+mod session;
+mod traffic;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use report::Report;
+
+pub use sluice_net::perftest::{Role, Test, Verb};
+
+/// The test's name without perftest's `ib_`: `write_bw`.
+pub fn short_name(test: Test) -> &'static str {
+    &test.name()[3..]
+}
+
+/// Everything a run is configured with (perftest's options where it has them).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub test: Test,
+    /// `None`: serve (wait for a client); `Some(host)`: connect to it.
+    pub connect: Option<String>,
+    /// The TCP port of the connection exchange.
+    pub port: u16,
+    /// Message size in bytes; `None`: the test's default.
+    pub size: Option<u32>,
+    /// Every size from 2 bytes to 8 MiB, doubling (perftest `-a`).
+    pub all_sizes: bool,
+    /// Messages per QP; `None`: the test's default (ignored with `duration`).
+    pub iterations: Option<u64>,
+    /// Run for this long instead of a number of iterations.
+    pub duration: Option<Duration>,
+    pub qps: u32,
+    /// Messages in flight per QP (bandwidth tests).
+    pub tx_depth: u32,
+    /// Receives posted per QP (SEND tests).
+    pub rx_depth: u32,
+    /// Path MTU; `None`: the largest that fits the route to the peer (both ends then use the
+    /// smaller of their two).
+    pub mtu: Option<u32>,
+    /// The size up to which SENDs and WRITEs are sent inline.
+    pub inline_size: u32,
+    /// Ask for a completion every this many messages (bandwidth tests).
+    pub cq_mod: u32,
+    /// Atomics: compare-and-swap instead of fetch-and-add.
+    pub compare_swap: bool,
+    pub report_gbits: bool,
+    pub json: bool,
+    /// Print nothing (the server end of a loopback run).
+    pub quiet: bool,
+    /// Never sleep on the socket: spin (lowest latency when every side has a core of its
+    /// own; on fewer cores it starves the kernel's packet processing).
+    pub busy_poll: bool,
+    /// The UDP port RoCE runs on (4791; other values for tests on one address).
+    pub roce_port: u16,
+    /// The local address for RoCE and the TCP exchange (default: what the exchange picks).
+    pub bind: Option<IpAddr>,
+    pub capture: Option<CaptureOptions>,
+    /// Give up when no message completes for this long.
+    pub stall_timeout: Duration,
+    /// How long a client keeps trying to reach a server that refuses the connection.
+    pub connect_timeout: Duration,
+}
+
+/// `--pcap` and friends.
+#[derive(Debug, Clone)]
+pub struct CaptureOptions {
+    pub path: PathBuf,
+    pub filter: sluice_net::CaptureFilter,
+    pub snaplen: u32,
+}
+
+impl Options {
+    /// perftest's defaults for `test`, as a server.
+    pub fn new(test: Test) -> Options {
+        Options {
+            test,
+            connect: None,
+            port: sluice_net::perftest::DEFAULT_PORT,
+            size: None,
+            all_sizes: false,
+            iterations: None,
+            duration: None,
+            qps: 1,
+            tx_depth: 128,
+            rx_depth: 512,
+            mtu: None,
+            inline_size: 0,
+            cq_mod: 100,
+            compare_swap: false,
+            report_gbits: true,
+            json: false,
+            quiet: false,
+            busy_poll: false,
+            roce_port: sluice_wire::ROCE_V2_PORT,
+            bind: None,
+            capture: None,
+            stall_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The message sizes this run covers.
+    pub fn sizes(&self) -> Vec<u32> {
+        if self.all_sizes {
+            let min = if self.test.verb() == Verb::Atomic {
+                8
+            } else {
+                2
+            };
+            let max = if self.test.verb() == Verb::Atomic {
+                8
+            } else {
+                1 << 23
+            };
+            let mut v = Vec::new();
+            let mut s = min;
+            while s <= max {
+                v.push(s);
+                s *= 2;
+            }
+            v
+        } else {
+            vec![self.size.unwrap_or(self.test.default_size() as u32)]
+        }
+    }
+
+    pub fn iterations(&self) -> u64 {
+        self.iterations.unwrap_or(self.test.default_iters())
+    }
+}
+
+/// Why a run failed, said so that a user can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("connection exchange: {0}")]
+    Exchange(String),
+    #[error(transparent)]
+    Net(#[from] sluice_net::NetError),
+    #[error("verbs: {0}")]
+    Verbs(#[from] sluice_core::Error),
+    #[error("{message}\n{counters}")]
+    Transport { message: String, counters: String },
+    #[error("capture: {0}")]
+    Capture(std::io::Error),
+}
+
+/// Runs the test of `options` in the role it names, printing results as it goes (a table, or
+/// one JSON object per line). Returns the reports.
+pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
+    validate(options)?;
+    session::run(options)
+}
+
+/// Runs both ends in this process, over real UDP sockets on 127.0.0.1 (client) and 127.0.0.2
+/// (server): the server in a thread, the client here. Returns the client's reports.
+pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
+    validate(options)?;
+    let server_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let listener = session::listen(SocketAddr::new(server_ip, options.port))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| PerfError::Exchange(e.to_string()))?
+        .port();
+    let server_options = Options {
+        quiet: true,
+        capture: None,
+        ..options.clone()
+    };
+    let server = std::thread::Builder::new()
+        .name("sluice-perf-server".into())
+        .spawn(move || session::serve(&server_options, listener, true))
+        .map_err(|e| PerfError::Usage(format!("cannot start the server thread: {e}")))?;
+    let client_options = Options {
+        connect: Some(server_ip.to_string()),
+        port,
+        bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        ..options.clone()
+    };
+    let client = session::run(&client_options);
+    let server = server
+        .join()
+        .unwrap_or_else(|_| Err(PerfError::Usage("the server thread panicked".into())));
+    let reports = client?;
+    server?;
+    Ok(reports)
+}
+
+fn validate(o: &Options) -> Result<(), PerfError> {
+    let usage = |m: String| Err(PerfError::Usage(m));
+    if o.qps == 0 || o.qps > 1 << 16 {
+        return usage(format!("-q {}: between 1 and 65536 QPs", o.qps));
+    }
+    if let Some(m) = o.mtu {
+        if !matches!(m, 256 | 512 | 1024 | 2048 | 4096) {
+            return usage(format!(
+                "-m {m}: the path MTU is 256, 512, 1024, 2048 or 4096"
+            ));
+        }
+    }
+    if o.tx_depth == 0 || o.tx_depth > 8192 {
+        return usage(format!("-t {}: between 1 and 8192", o.tx_depth));
+    }
+    if o.rx_depth == 0 || o.rx_depth > 8192 {
+        return usage(format!("-r {}: between 1 and 8192", o.rx_depth));
+    }
+    if o.cq_mod == 0 {
+        return usage("-Q 0: ask for a completion at least every 1 message".into());
+    }
+    for s in o.sizes() {
+        if o.test.verb() == Verb::Atomic && s != 8 {
+            return usage(format!("-s {s}: atomics move exactly 8 bytes"));
+        }
+        if s == 0 || s > 1 << 31 {
+            return usage(format!("-s {s}: between 1 byte and 2 GiB"));
+        }
+    }
+    if o.iterations == Some(0) {
+        return usage("-n 0: at least one iteration".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! Results: perftest-like tables, or one JSON object per result.
+
+use serde::Serialize;
+
+use super::traffic::Measured;
+use super::{Options, Test};
+
+/// One result line: a test at one message size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub test: &'static str,
+    /// `client` or `server`.
+    pub role: &'static str,
+    pub bytes: u32,
+    /// Messages completed (per side, all QPs together).
+    pub iterations: u64,
+    pub qps: u32,
+    pub mtu: u32,
+    pub duration_s: f64,
+    pub bw_avg_gbps: f64,
+    pub msg_rate_mpps: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_min_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_typical_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_avg_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_stdev_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_p99_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_p999_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_max_us: Option<f64>,
+    /// Packets the engine resent (a loss or reordering signal).
+    pub retransmitted_packets: u64,
+    pub retransmit_timeouts: u64,
+}
+
+impl Report {
+    pub(crate) fn new(
+        o: &Options,
+        role: &'static str,
+        size: u32,
+        mtu: u32,
+        m: &mut Measured,
+        retransmitted_packets: u64,
+        retransmit_timeouts: u64,
+    ) -> Report {
+        let secs = m.elapsed.as_secs_f64();
+        let rate = if secs > 0.0 {
+            m.messages as f64 / secs
+        } else {
+            0.0
+        };
+        let mut r = Report {
+            test: super::short_name(o.test),
+            role,
+            bytes: size,
+            iterations: m.messages,
+            qps: o.qps,
+            mtu,
+            duration_s: secs,
+            bw_avg_gbps: rate * f64::from(size) * 8.0 / 1e9,
+            msg_rate_mpps: rate / 1e6,
+            t_min_us: None,
+            t_typical_us: None,
+            t_avg_us: None,
+            t_stdev_us: None,
+            t_p99_us: None,
+            t_p999_us: None,
+            t_max_us: None,
+            retransmitted_packets,
+            retransmit_timeouts,
+        };
+        if !m.samples.is_empty() {
+            let s = &mut m.samples;
+            s.sort_unstable();
+            let us = |ns: u64| ns as f64 / 1e3;
+            let at = |q: f64| s[((s.len() as f64 * q) as usize).min(s.len() - 1)];
+            let avg = s.iter().map(|&x| x as f64).sum::<f64>() / s.len() as f64;
+            let var = s.iter().map(|&x| (x as f64 - avg).powi(2)).sum::<f64>() / s.len() as f64;
+            r.t_min_us = Some(us(s[0]));
+            r.t_typical_us = Some(us(at(0.5)));
+            r.t_avg_us = Some(avg / 1e3);
+            r.t_stdev_us = Some(var.sqrt() / 1e3);
+            r.t_p99_us = Some(us(at(0.99)));
+            r.t_p999_us = Some(us(at(0.999)));
+            r.t_max_us = Some(us(s[s.len() - 1]));
+        }
+        r
+    }
+
+    /// The report a perftest client sends its server (bandwidth in Gb/s, as with
+    /// `--report_gbits`).
+    pub(crate) fn to_perftest(&self) -> sluice_net::perftest::BwReport {
+        sluice_net::perftest::BwReport {
+            size: u64::from(self.bytes),
+            iters: self.iterations,
+            bw_peak: self.bw_avg_gbps,
+            bw_avg: self.bw_avg_gbps,
+            msg_rate: self.msg_rate_mpps,
+        }
+    }
+
+    /// Takes the client's numbers (a server of a WRITE, READ or atomic bandwidth test
+    /// measures nothing itself). perftest sends MB/s unless run with `--report_gbits`; a
+    /// value above 1000 cannot be Gb/s here and is taken as MB/s.
+    pub(crate) fn adopt(&mut self, r: &sluice_net::perftest::BwReport) {
+        self.iterations = r.iters;
+        self.msg_rate_mpps = r.msg_rate;
+        self.bw_avg_gbps = if r.bw_avg > 1000.0 {
+            r.bw_avg * 1_048_576.0 * 8.0 / 1e9
+        } else {
+            r.bw_avg
+        };
+        if r.msg_rate > 0.0 {
+            self.duration_s = r.iters as f64 / (r.msg_rate * 1e6);
+        }
+    }
+
+    /// The table heading for `test`.
+    pub fn heading(test: Test, report_gbits: bool) -> String {
+        if test.is_latency() {
+            format!(
+                " {:<10} {:<12} {:>12} {:>12} {:>16} {:>12} {:>14} {:>20} {:>22}",
+                "#bytes",
+                "#iterations",
+                "t_min[usec]",
+                "t_max[usec]",
+                "t_typical[usec]",
+                "t_avg[usec]",
+                "t_stdev[usec]",
+                "99% percentile[usec]",
+                "99.9% percentile[usec]"
+            )
+        } else {
+            let unit = if report_gbits { "Gb/sec" } else { "MB/sec" };
+            format!(
+                " {:<10} {:<12} {:>20} {:>16} {:>14}",
+                "#bytes",
+                "#iterations",
+                format!("BW average[{unit}]"),
+                "MsgRate[Mpps]",
+                "Resent[pkts]"
+            )
+        }
+    }
+
+    /// The table row.
+    pub fn row(&self, report_gbits: bool) -> String {
+        match (self.t_min_us, self.t_typical_us) {
+            (Some(min), Some(typical)) => format!(
+                " {:<10} {:<12} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>20.2} {:>22.2}",
+                self.bytes,
+                self.iterations,
+                min,
+                self.t_max_us.unwrap_or(0.0),
+                typical,
+                self.t_avg_us.unwrap_or(0.0),
+                self.t_stdev_us.unwrap_or(0.0),
+                self.t_p99_us.unwrap_or(0.0),
+                self.t_p999_us.unwrap_or(0.0),
+            ),
+            _ => {
+                let bw = if report_gbits {
+                    self.bw_avg_gbps
+                } else {
+                    self.bw_avg_gbps * 1e3 / 8.0 / 1.048_576
+                };
+                format!(
+                    " {:<10} {:<12} {:>20.2} {:>16.6} {:>14}",
+                    self.bytes, self.iterations, bw, self.msg_rate_mpps, self.retransmitted_packets
+                )
+            }
+        }
+    }
+}

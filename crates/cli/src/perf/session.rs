@@ -1,0 +1,426 @@
+//! One end of a perf run: the TCP connection exchange (perftest's), the device, the memory
+//! region and queue pairs, and the end-of-test synchronisation.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use sluice_core::{
+    Access, Connection, CqId, EngineConfig, Memory, MrInfo, Mtu, QpCaps, QpConfig, QpNum, Rng,
+};
+use sluice_net::perftest::{self, BwReport, Dest, LocalParams};
+use sluice_net::{Capture, Device, DeviceConfig};
+use sluice_wire::Psn;
+
+use super::report::Report;
+use super::traffic::{self, Measured};
+use super::{Options, PerfError, Role, Test, Verb};
+
+/// The exchange with the peer, on its own handle of the TCP connection.
+type Exchange = perftest::Session<TcpStream>;
+
+/// One QP of the run and the peer memory it targets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpEnd {
+    pub(crate) qpn: QpNum,
+    /// The local region (send data from its start; receive into `recv_addr`).
+    pub(crate) mr: MrInfo,
+    pub(crate) recv_addr: u64,
+    pub(crate) recv_offset: usize,
+    pub(crate) remote_addr: u64,
+    pub(crate) remote_rkey: u32,
+}
+
+/// Everything one end holds during a run.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) dev: Device,
+    pub(crate) role: Role,
+    pub(crate) cq: CqId,
+    pub(crate) qps: Vec<QpEnd>,
+    pub(crate) busy_poll: bool,
+    /// The size of every receive posted (the largest message of the run).
+    pub(crate) recv_size: u32,
+    /// For peeking: has the peer started the end-of-test exchange?
+    stream: TcpStream,
+    exchange: Exchange,
+    index: HashMap<u32, usize>,
+    /// When the TCP connection was last checked for the peer's end-of-test message.
+    last_check: Instant,
+    peer_done: bool,
+    mtu: u32,
+}
+
+impl Session {
+    pub(crate) fn index_of(&self, qp: QpNum) -> usize {
+        self.index[&qp.0]
+    }
+
+    /// Whether the peer has started the end-of-test synchronisation (checked at most every
+    /// millisecond: it costs a system call).
+    pub(crate) fn peer_finished(&mut self) -> Result<bool, PerfError> {
+        if self.peer_done || self.last_check.elapsed() < Duration::from_millis(1) {
+            return Ok(self.peer_done);
+        }
+        self.last_check = Instant::now();
+        self.stream.set_nonblocking(true).map_err(exchange_io)?;
+        let mut byte = [0u8; 1];
+        let ready = match self.stream.peek(&mut byte) {
+            Ok(0) => return Err(PerfError::Exchange("the peer closed the connection".into())),
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) => return Err(exchange_io(e)),
+        };
+        self.stream.set_nonblocking(false).map_err(exchange_io)?;
+        self.peer_done = ready;
+        Ok(ready)
+    }
+
+    /// A transport error, with the counters that explain it.
+    pub(crate) fn transport_error(&mut self, message: String) -> PerfError {
+        let c = *self.dev.engine().counters();
+        let n = *self.dev.counters();
+        PerfError::Transport {
+            message,
+            counters: format!(
+                "engine: tx {} pkts, rx {} pkts, retransmitted {}, timeouts {}, NAKs received \
+                 (seq/rnr/error) {}/{}/{}, drops (unknown QP/wrong peer/state) {}/{}/{}\n\
+                 datapath: rx datagrams {}, ICRC errors {}, malformed {}, tx datagrams {}",
+                c.tx_packets,
+                c.rx_packets,
+                c.retransmitted_packets,
+                c.retransmit_timeouts,
+                c.naks_received_sequence,
+                c.naks_received_rnr,
+                c.naks_received_error,
+                c.drops_unknown_qp,
+                c.drops_wrong_peer,
+                c.drops_bad_state,
+                n.rx_datagrams,
+                n.rx_icrc_errors,
+                n.rx_malformed,
+                n.tx_datagrams
+            ),
+        }
+    }
+
+    /// The end of the test (perftest's barriers, and the client's report to the server in
+    /// the WRITE/READ/atomic bandwidth tests). Returns the client's report on such a server.
+    fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerfError> {
+        self.stream.set_nonblocking(false).map_err(exchange_io)?;
+        self.exchange.finish(report).map_err(exchange_err)
+    }
+}
+
+fn exchange_err(e: perftest::PerftestError) -> PerfError {
+    PerfError::Exchange(e.to_string())
+}
+
+fn exchange_io(e: io::Error) -> PerfError {
+    PerfError::Exchange(e.to_string())
+}
+
+/// Listens for perf clients.
+pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener, PerfError> {
+    TcpListener::bind(addr).map_err(|e| {
+        PerfError::Exchange(format!(
+            "cannot listen on TCP {addr}: {e}{}",
+            if e.kind() == io::ErrorKind::AddrInUse {
+                " (another perf server runs? choose another port with -p)"
+            } else {
+                ""
+            }
+        ))
+    })
+}
+
+/// Runs the role `o` names: serve one client, or connect to a server.
+pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
+    match &o.connect {
+        None => {
+            let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+            let listener = listen(SocketAddr::new(ip, o.port))?;
+            serve(o, listener, false)
+        }
+        Some(host) => {
+            let addrs: Vec<SocketAddr> = (host.as_str(), o.port)
+                .to_socket_addrs()
+                .map_err(|e| PerfError::Exchange(format!("cannot resolve {host}: {e}")))?
+                .collect();
+            let stream = connect(&addrs, o.connect_timeout).map_err(|e| {
+                PerfError::Exchange(format!(
+                    "cannot reach {host} port {} (TCP): {e} (is `sluice perf` or perftest \
+                     serving there?)",
+                    o.port
+                ))
+            })?;
+            session(o, stream, Role::Client)
+        }
+    }
+}
+
+fn connect(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    // A server started a moment ago may not listen yet: retry refusals for a while.
+    let until = Instant::now() + timeout;
+    loop {
+        for a in addrs {
+            match TcpStream::connect_timeout(a, timeout.max(Duration::from_secs(1))) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        if Instant::now() >= until || last.kind() != io::ErrorKind::ConnectionRefused {
+            return Err(last);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Serves one client on `listener` (a loopback run serves exactly one; a standalone server
+/// too, as perftest does).
+pub(crate) fn serve(
+    o: &Options,
+    listener: TcpListener,
+    _loopback: bool,
+) -> Result<Vec<Report>, PerfError> {
+    if !o.json && !o.quiet {
+        eprintln!(
+            "waiting for a client on TCP {} ({})",
+            listener.local_addr().map_err(exchange_io)?,
+            o.test.name()
+        );
+    }
+    let (stream, _) = listener.accept().map_err(exchange_io)?;
+    session(o, stream, Role::Server)
+}
+
+/// Sets up one end over an established TCP connection and runs every size.
+fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, PerfError> {
+    stream.set_nodelay(true).map_err(exchange_io)?;
+    let local_ip = stream.local_addr().map_err(exchange_io)?.ip();
+    let peer_ip = stream.peer_addr().map_err(exchange_io)?.ip();
+    let sizes = o.sizes();
+    let max_size = *sizes.iter().max().expect("at least one size");
+    let mut s = open(o, stream, role, local_ip, peer_ip, max_size)?;
+    let mut reports = Vec::new();
+    if !o.json && !o.quiet {
+        eprintln!(
+            "{} {} {}, {} QP(s), path MTU {}, GSO/GRO {:?}",
+            super::short_name(o.test),
+            if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            },
+            s.dev.local_addr(),
+            s.qps.len(),
+            s.mtu,
+            s.dev.offloads()
+        );
+        println!("{}", Report::heading(o.test, o.report_gbits));
+    }
+    // A server of a test where only the client sends serves every size in one go (the
+    // client's sizes need no barrier) and measures nothing itself.
+    let passive_server = role == Role::Server
+        && !(o.test.is_latency() && matches!(o.test.verb(), Verb::Write | Verb::Send));
+    for (i, &size) in sizes.iter().enumerate() {
+        let last = i + 1 == sizes.len() || passive_server;
+        let before = *s.dev.engine().counters();
+        let mut m: Measured = if passive_server {
+            traffic::bw_responder(&mut s)?
+        } else if o.test.is_latency() {
+            traffic::latency(&mut s, o, size)?
+        } else {
+            traffic::bw_requester(&mut s, o, size)?
+        };
+        let after = *s.dev.engine().counters();
+        let mut report = Report::new(
+            o,
+            if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            },
+            size,
+            s.mtu,
+            &mut m,
+            after.retransmitted_packets - before.retransmitted_packets,
+            after.retransmit_timeouts - before.retransmit_timeouts,
+        );
+        if last {
+            let ours = (role == Role::Client).then(|| report.to_perftest());
+            if let Some(theirs) = s.finish(ours)? {
+                // A perftest-style server prints the client's numbers as its own.
+                report.adopt(&theirs);
+            }
+        }
+        // A passive server reports what it received (SEND) or the client's numbers.
+        let measured = !passive_server || o.test == Test::SendBw || report.iterations > 0;
+        if measured && !o.quiet {
+            if o.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("a report serialises")
+                );
+            } else {
+                println!("{}", report.row(o.report_gbits));
+            }
+        }
+        reports.push(report);
+        if passive_server {
+            break;
+        }
+    }
+    if let Some(c) = s.dev.take_capture() {
+        let n = c.finish().map_err(PerfError::Capture)?;
+        if !o.json && !o.quiet {
+            eprintln!("captured {n} packets");
+        }
+    }
+    Ok(reports)
+}
+
+/// The largest path MTU whose packets (with IP, UDP, the largest RoCE headers and the ICRC)
+/// fit the route to `peer`.
+fn default_mtu(local: IpAddr, peer: IpAddr) -> u32 {
+    let route = sluice_net::route_mtu(local, peer).unwrap_or(1500);
+    let overhead = if peer.is_ipv4() { 20 } else { 40 } + 8 + 12 + 32 + 4;
+    [4096, 2048, 1024, 512]
+        .into_iter()
+        .find(|m| m + overhead <= route)
+        .unwrap_or(256)
+}
+
+/// Opens the device, creates the objects and goes through perftest's exchange up to the
+/// start of traffic.
+fn open(
+    o: &Options,
+    stream: TcpStream,
+    role: Role,
+    local_ip: IpAddr,
+    peer_ip: IpAddr,
+    max_size: u32,
+) -> Result<Session, PerfError> {
+    let mtu = o.mtu.unwrap_or_else(|| default_mtu(local_ip, peer_ip));
+    let path_mtu =
+        Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
+    let handle = stream.try_clone().map_err(exchange_io)?;
+    let mut exchange =
+        Exchange::start(handle, role, o.test, LocalParams::new(path_mtu)).map_err(exchange_err)?;
+    let negotiated = exchange.negotiated().clone();
+
+    let mut config = DeviceConfig::new(local_ip);
+    config.local.set_port(o.roce_port);
+    config.peer_port = o.roce_port;
+    config.engine = EngineConfig {
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+        ..EngineConfig::default()
+    };
+    let seed = config.engine.seed;
+    let mut dev = Device::open(config)?;
+    let engine = dev.engine();
+    let pd = engine.alloc_pd();
+    // One region for every QP: data is sent from its first half and lands in its second. A
+    // perftest peer spreads small messages over a page from our address: keep a page at least.
+    let half = u64::from(max_size)
+        .max(u64::from(negotiated.cycle_buffer))
+        .next_multiple_of(u64::from(negotiated.cache_line_size));
+    let buf = vec![0u8; (2 * half) as usize].into_boxed_slice();
+    let addr = 0x1000_0000u64;
+    let mr = engine.register_mr(
+        pd,
+        addr,
+        Memory::Bytes(buf),
+        Access::ALL | Access::LOCAL_WRITE,
+    )?;
+    let qps = o.qps;
+    let cq_entries = (qps * (o.tx_depth + o.rx_depth + 8)).clamp(64, 1 << 20);
+    let cq = engine.create_cq(cq_entries)?;
+    let caps = QpCaps {
+        max_send_wr: o.tx_depth.max(2),
+        max_recv_wr: o.rx_depth.max(2),
+        max_inline: o.inline_size.max(256),
+        ..QpCaps::default()
+    };
+    let mut rng = Rng::new(seed);
+    let mut local = Vec::with_capacity(qps as usize);
+    let mut qpns = Vec::with_capacity(qps as usize);
+    for _ in 0..qps {
+        let qpn = engine.create_qp(QpConfig {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            caps,
+        })?;
+        qpns.push(qpn);
+        local.push(Dest {
+            lid: 0,
+            out_reads: OUT_READS,
+            qpn: qpn.0,
+            psn: rng.next_u32() & 0xFF_FFFF,
+            rkey: mr.rkey,
+            vaddr: addr + half,
+            gid: Dest::gid_for(local_ip),
+        });
+    }
+    let peer = exchange
+        .exchange_dests(&local)
+        .map_err(exchange_err)?
+        .to_vec();
+    let path_mtu = negotiated.mtu;
+    let mut index = HashMap::with_capacity(qps as usize);
+    let mut ends = Vec::with_capacity(qps as usize);
+    for (i, (qpn, (l, r))) in qpns.iter().zip(local.iter().zip(peer.iter())).enumerate() {
+        let mut c = Connection::new(
+            r.gid_ip(),
+            r.qpn,
+            path_mtu,
+            Psn::new(r.psn),
+            Psn::new(l.psn),
+        );
+        // We accept OUT_READS; we keep at most what the peer accepts outstanding at it.
+        c.max_dest_rd_atomic = OUT_READS as u8;
+        c.max_rd_atomic = r.out_reads.clamp(1, OUT_READS) as u8;
+        engine.connect(*qpn, &c)?;
+        index.insert(qpn.0, i);
+        ends.push(QpEnd {
+            qpn: *qpn,
+            mr,
+            recv_addr: addr + half,
+            recv_offset: half as usize,
+            remote_addr: r.vaddr,
+            remote_rkey: r.rkey,
+        });
+    }
+    exchange.connected().map_err(exchange_err)?;
+    if let Some(cap) = &o.capture {
+        let now = dev.now();
+        let capture = Capture::create(&cap.path, cap.filter.clone(), cap.snaplen, now)
+            .map_err(PerfError::Capture)?;
+        dev.set_capture(Some(capture));
+    }
+    let mut s = Session {
+        dev,
+        role,
+        cq,
+        qps: ends,
+        busy_poll: o.busy_poll,
+        recv_size: max_size,
+        stream,
+        exchange,
+        index,
+        last_check: Instant::now(),
+        peer_done: false,
+        mtu: path_mtu.bytes(),
+    };
+    traffic::post_initial_receives(&mut s, o)?;
+    s.exchange.start_traffic().map_err(exchange_err)?;
+    Ok(s)
+}
+
+/// READs and atomics we accept outstanding (and announce as out_reads).
+const OUT_READS: u16 = 16;

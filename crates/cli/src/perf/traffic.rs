@@ -1,0 +1,398 @@
+//! The traffic of each test: what each side posts, what it waits for, what it times.
+
+use std::time::{Duration, Instant};
+
+use sluice_core::{Completion, SendOp, SendWr, Sge, WcStatus};
+
+use super::session::{QpEnd, Session};
+use super::{Options, PerfError, Role, Verb};
+
+/// What one run of a test measured on this side.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Measured {
+    /// Messages completed (and timed).
+    pub(crate) messages: u64,
+    pub(crate) elapsed: Duration,
+    /// One sample per message, nanoseconds (latency tests only).
+    pub(crate) samples: Vec<u64>,
+}
+
+/// Polls the device once; if nothing happened (and unless busy polling), sleeps on the socket
+/// until a packet or the next timer. Sleeping at once measured best on a 2-core machine: a
+/// spinning thread there delays the kernel softirq that delivers its own packets.
+fn pump(s: &mut Session) -> Result<(), PerfError> {
+    if !s.dev.poll()? && !s.busy_poll {
+        s.dev.wait(Some(Duration::from_millis(1)))?;
+    }
+    Ok(())
+}
+
+/// The next completion, if any; an unsuccessful one is a transport error.
+fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
+    let cq = s.cq;
+    match s.dev.engine().poll_cq(cq) {
+        Ok(Some(c)) if c.status == WcStatus::Success => Ok(Some(c)),
+        Ok(Some(c)) => Err(s.transport_error(format!(
+            "QP {:#x}: work request {} completed with {:?}",
+            c.qp.0, c.wr_id, c.status
+        ))),
+        Ok(None) => Ok(None),
+        Err(_) => Err(s.transport_error("completion queue overrun".into())),
+    }
+}
+
+/// The operation a requester posts for `verb` on `qp`, reaching `size` bytes of the peer.
+fn send_op(verb: Verb, qp: &QpEnd, compare_swap: bool, n: u64) -> SendOp {
+    match verb {
+        Verb::Write => SendOp::Write {
+            remote_addr: qp.remote_addr,
+            rkey: qp.remote_rkey,
+        },
+        Verb::Read => SendOp::Read {
+            remote_addr: qp.remote_addr,
+            rkey: qp.remote_rkey,
+        },
+        Verb::Send => SendOp::Send,
+        Verb::Atomic if compare_swap => SendOp::CompareSwap {
+            remote_addr: qp.remote_addr,
+            rkey: qp.remote_rkey,
+            compare: n,
+            swap: n + 1,
+        },
+        Verb::Atomic => SendOp::FetchAdd {
+            remote_addr: qp.remote_addr,
+            rkey: qp.remote_rkey,
+            add: 1,
+        },
+    }
+}
+
+fn post(
+    s: &mut Session,
+    q: usize,
+    op: SendOp,
+    size: u32,
+    wr_id: u64,
+    signaled: bool,
+    inline_size: u32,
+) -> Result<(), PerfError> {
+    let qp = &s.qps[q];
+    let sge = [Sge {
+        lkey: qp.mr.lkey,
+        addr: qp.mr.addr,
+        len: size,
+    }];
+    let inline = size <= inline_size && matches!(op, SendOp::Send | SendOp::Write { .. });
+    let wr = SendWr {
+        signaled,
+        inline,
+        ..SendWr::new(wr_id, op, &sge)
+    };
+    let qpn = qp.qpn;
+    s.dev.engine().post_send(qpn, &wr)?;
+    Ok(())
+}
+
+fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
+    let qp = &s.qps[q];
+    // Every receive can hold the largest message of the run.
+    let sge = [Sge {
+        lkey: qp.mr.lkey,
+        addr: qp.recv_addr,
+        len: s.recv_size,
+    }];
+    let qpn = qp.qpn;
+    s.dev
+        .engine()
+        .post_recv(qpn, &sluice_core::RecvWr { wr_id, sgl: &sge })?;
+    Ok(())
+}
+
+/// Bandwidth, requester side: keep `tx_depth` messages in flight on every QP, ask for a
+/// completion every `cq_mod`, until each QP completed its iterations (or the duration passed).
+pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
+    let verb = o.test.verb();
+    let iterations = if o.duration.is_some() {
+        u64::MAX
+    } else {
+        o.iterations()
+    };
+    let cq_mod = u64::from(o.cq_mod.min(o.tx_depth));
+    let n = s.qps.len();
+    let mut posted = vec![0u64; n];
+    let mut completed = vec![0u64; n];
+    let mut last_signaled = vec![0u64; n];
+    let start = Instant::now();
+    let stop_at = o.duration.map(|d| start + d);
+    let mut last_progress = start;
+    let mut stopping = false;
+    loop {
+        if let Some(t) = stop_at {
+            if !stopping && Instant::now() >= t {
+                stopping = true;
+            }
+        }
+        for q in 0..n {
+            while !stopping
+                && posted[q] < iterations
+                && posted[q] - completed[q] < u64::from(o.tx_depth)
+            {
+                let seq = posted[q];
+                let signaled = (seq + 1) % cq_mod == 0 || seq + 1 == iterations;
+                let op = send_op(verb, &s.qps[q], o.compare_swap, seq);
+                post(s, q, op, size, seq, signaled, o.inline_size)?;
+                posted[q] += 1;
+                if signaled {
+                    last_signaled[q] = seq + 1;
+                }
+            }
+        }
+        pump(s)?;
+        while let Some(c) = next_completion(s)? {
+            let q = s.index_of(c.qp);
+            completed[q] = completed[q].max(c.wr_id + 1);
+            last_progress = Instant::now();
+        }
+        // Done when every QP's last signaled message completed (and, by iterations, when
+        // every message was posted).
+        let done = (0..n)
+            .all(|q| completed[q] >= last_signaled[q] && (stopping || posted[q] >= iterations));
+        if done {
+            break;
+        }
+        if last_progress.elapsed() > o.stall_timeout {
+            return Err(
+                s.transport_error(format!("no message completed for {:?}", o.stall_timeout))
+            );
+        }
+    }
+    Ok(Measured {
+        messages: completed.iter().sum(),
+        elapsed: start.elapsed(),
+        samples: Vec::new(),
+    })
+}
+
+/// Posts the receives a test needs before its traffic starts: `rx_depth` per QP for the SEND
+/// bandwidth server, a window on QP 0 for SEND latency on both sides.
+pub(crate) fn post_initial_receives(s: &mut Session, o: &Options) -> Result<(), PerfError> {
+    if o.test.verb() != Verb::Send {
+        return Ok(());
+    }
+    let (qps, depth) = match (o.test.is_latency(), s.role) {
+        (false, Role::Server) => (s.qps.len(), o.rx_depth),
+        (true, _) => (1, o.rx_depth.min(64)),
+        (false, Role::Client) => return Ok(()),
+    };
+    for q in 0..qps {
+        for i in 0..u64::from(depth) {
+            post_recv(s, q, i)?;
+        }
+    }
+    Ok(())
+}
+
+/// The responder of a test where it only serves (and, for SEND, reposts receives): runs
+/// until the client starts the end-of-test exchange. Counts the messages received.
+pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
+    let mut received = 0u64;
+    let mut start = None;
+    let mut last = Instant::now();
+    loop {
+        pump(s)?;
+        while let Some(c) = next_completion(s)? {
+            let q = s.index_of(c.qp);
+            received += 1;
+            start.get_or_insert_with(Instant::now);
+            last = Instant::now();
+            post_recv(s, q, c.wr_id)?;
+        }
+        if s.peer_finished()? {
+            break;
+        }
+    }
+    Ok(Measured {
+        messages: received,
+        elapsed: start.map_or(Duration::ZERO, |t| last - t),
+        samples: Vec::new(),
+    })
+}
+
+/// Latency: one message at a time on QP 0, as perftest's `run_iter_lat*` do.
+pub(crate) fn latency(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
+    match (o.test.verb(), s.role) {
+        (Verb::Write, _) => write_ping_pong(s, o, size),
+        (Verb::Send, _) => send_ping_pong(s, o, size),
+        // READ and atomics: the server only serves (see `bw_responder`).
+        _ => round_trips(s, o, size),
+    }
+}
+
+/// READ or atomic latency: the client's requests, one at a time; a sample is a round trip.
+fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
+    let iterations = o.iterations();
+    let mut samples = Vec::with_capacity(iterations.min(1 << 24) as usize);
+    let start = Instant::now();
+    let deadline = o.duration.map(|d| start + d);
+    let mut i = 0;
+    while i < iterations && deadline.is_none_or(|d| Instant::now() < d) {
+        let t0 = Instant::now();
+        let op = send_op(o.test.verb(), &s.qps[0], o.compare_swap, i);
+        post(s, 0, op, size, i, true, o.inline_size)?;
+        wait_for_send(s, o, i)?;
+        samples.push(t0.elapsed().as_nanos() as u64);
+        i += 1;
+    }
+    Ok(Measured {
+        messages: i,
+        elapsed: start.elapsed(),
+        samples,
+    })
+}
+
+/// WRITE ping-pong (perftest's `run_iter_lat_write`): each side's k-th WRITE carries k (mod
+/// 256) in its last byte; a side writes its k-th once the peer's k-th landed, except that the
+/// server writes its first at once. A sample is half the time between the client's writes.
+fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
+    let iterations = o.iterations();
+    let server = s.role == Role::Server;
+    let mut stamps = Vec::with_capacity(iterations.min(1 << 24) as usize + 1);
+    let (mut sent, mut received) = (0u64, 0u64);
+    let start = Instant::now();
+    while sent < iterations || received < iterations {
+        if received < iterations && !(server && sent == 0) {
+            received += 1;
+            wait_for_mark(s, o, size, received)?;
+        }
+        if sent < iterations {
+            sent += 1;
+            let (lkey, at) = (s.qps[0].mr.lkey, (size - 1) as usize);
+            if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
+                b[at] = sent as u8;
+            }
+            let op = send_op(Verb::Write, &s.qps[0], false, sent);
+            post(s, 0, op, size, sent, true, o.inline_size)?;
+            stamps.push(Instant::now());
+        }
+    }
+    let elapsed = start.elapsed();
+    drain_sends(s, o)?;
+    let samples = if server {
+        Vec::new()
+    } else {
+        stamps
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_nanos() as u64 / 2)
+            .collect()
+    };
+    Ok(Measured {
+        messages: sent,
+        elapsed,
+        samples,
+    })
+}
+
+/// SEND ping-pong (perftest's `run_iter_lat_send`): the client sends first, each side
+/// answers each receive. A sample is half the client's round trip.
+fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
+    let iterations = o.iterations();
+    let client = s.role == Role::Client;
+    let mut samples = Vec::with_capacity(iterations.min(1 << 24) as usize);
+    let start = Instant::now();
+    for i in 0..iterations {
+        let t0 = Instant::now();
+        if !client {
+            wait_for_receive(s, o, i)?;
+        }
+        post(s, 0, SendOp::Send, size, i + 1, true, o.inline_size)?;
+        if client {
+            wait_for_receive(s, o, i)?;
+            samples.push(t0.elapsed().as_nanos() as u64 / 2);
+        }
+    }
+    let elapsed = start.elapsed();
+    drain_sends(s, o)?;
+    Ok(Measured {
+        messages: iterations,
+        elapsed,
+        samples,
+    })
+}
+
+/// Waits until the last byte of our receive area shows `mark` (the peer's WRITE number).
+fn wait_for_mark(s: &mut Session, o: &Options, size: u32, mark: u64) -> Result<(), PerfError> {
+    let since = Instant::now();
+    let (lkey, at) = (s.qps[0].mr.lkey, s.qps[0].recv_offset + (size - 1) as usize);
+    loop {
+        if s.dev.engine().mr_bytes(lkey).map(|b| b[at]) == Some(mark as u8) {
+            return Ok(());
+        }
+        // Reap our own WRITEs' completions so the send queue never fills.
+        while next_completion(s)?.is_some() {}
+        if since.elapsed() > o.stall_timeout {
+            return Err(s.transport_error(format!(
+                "WRITE {mark} from the peer did not land within {:?}",
+                o.stall_timeout
+            )));
+        }
+        pump(s)?;
+    }
+}
+
+/// Waits for a receive completion (the peer's `i`-th SEND) and reposts the receive.
+fn wait_for_receive(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+    let since = Instant::now();
+    loop {
+        while let Some(c) = next_completion(s)? {
+            if c.opcode == sluice_core::WcOpcode::Recv {
+                post_recv(s, 0, c.wr_id)?;
+                return Ok(());
+            }
+        }
+        if since.elapsed() > o.stall_timeout {
+            return Err(s.transport_error(format!(
+                "SEND {i} from the peer did not arrive within {:?}",
+                o.stall_timeout
+            )));
+        }
+        pump(s)?;
+    }
+}
+
+/// Waits until every send of QP 0 completed (was acknowledged), so that nothing is left
+/// in flight when the end-of-test exchange stops the datapath.
+fn drain_sends(s: &mut Session, o: &Options) -> Result<(), PerfError> {
+    let since = Instant::now();
+    let qpn = s.qps[0].qpn;
+    while s.dev.engine().qp_queues(qpn).is_some_and(|q| q.send > 0) {
+        while let Some(c) = next_completion(s)? {
+            if c.opcode == sluice_core::WcOpcode::Recv {
+                post_recv(s, 0, c.wr_id)?;
+            }
+        }
+        if since.elapsed() > o.stall_timeout {
+            return Err(s.transport_error("our last message was never acknowledged".into()));
+        }
+        pump(s)?;
+    }
+    Ok(())
+}
+
+/// Waits for our own request `i` to complete (READ, atomics).
+fn wait_for_send(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+    let since = Instant::now();
+    loop {
+        while let Some(c) = next_completion(s)? {
+            if c.wr_id == i {
+                return Ok(());
+            }
+        }
+        if since.elapsed() > o.stall_timeout {
+            return Err(s.transport_error(format!(
+                "request {i} did not complete within {:?}",
+                o.stall_timeout
+            )));
+        }
+        pump(s)?;
+    }
+}

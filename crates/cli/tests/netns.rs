@@ -1,0 +1,347 @@
+//! `sluice perf` between two network namespaces joined by a veth pair, which the test makes
+//! itself: every test (WRITE, READ, SEND, atomics; bandwidth and latency), each capture
+//! checked by `sluice pcap check` (every ICRC) and decoded by tshark; then a WRITE and a READ
+//! under real loss, corruption and duplication on the veth (`../shared/impair`, when present).
+//!
+//! Needs root and iproute2; skips (passing, with a note) without them, unless
+//! `SLUICE_REQUIRE_NETNS=1`, which CI sets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+/// One namespace pair at a time (the tests share names).
+static LOCK: Mutex<()> = Mutex::new(());
+
+fn required() -> bool {
+    std::env::var("SLUICE_REQUIRE_NETNS").is_ok_and(|v| v == "1")
+}
+
+fn can_run() -> bool {
+    // SAFETY-free check for root: `id -u`.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let ip = Command::new("ip").arg("-V").output().is_ok();
+    if !(root && ip) {
+        assert!(
+            !required(),
+            "SLUICE_REQUIRE_NETNS=1 but root and iproute2 are not both available"
+        );
+        eprintln!("SKIPPED: needs root and iproute2 (ip netns)");
+        return false;
+    }
+    true
+}
+
+fn sh(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Two namespaces, `A` (10.77.0.1) and `B` (10.77.0.2), joined by a veth with MTU 9000;
+/// removed on drop.
+struct Pair {
+    a: String,
+    b: String,
+}
+
+impl Pair {
+    fn new(tag: &str) -> Pair {
+        let id = std::process::id() % 10_000;
+        let (a, b) = (format!("sla{tag}{id}"), format!("slb{tag}{id}"));
+        for ns in [&a, &b] {
+            let _ = sh(&["ip", "netns", "del", ns]);
+            assert!(sh(&["ip", "netns", "add", ns]).status.success());
+        }
+        let run = |ns: &str, cmd: &str| {
+            let mut args = vec!["ip", "-n", ns];
+            args.extend(cmd.split(' '));
+            let o = sh(&args);
+            assert!(
+                o.status.success(),
+                "{ns}: {cmd}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        run(
+            &a,
+            &format!("link add veth0 type veth peer name veth1 netns {b}"),
+        );
+        run(&a, "link set veth0 mtu 9000 up");
+        run(&b, "link set veth1 mtu 9000 up");
+        run(&a, "addr add 10.77.0.1/24 dev veth0");
+        run(&b, "addr add 10.77.0.2/24 dev veth1");
+        run(&a, "link set lo up");
+        run(&b, "link set lo up");
+        Pair { a, b }
+    }
+
+    fn exec(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.a]);
+        let _ = sh(&["ip", "netns", "del", &self.b]);
+    }
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("netns")
+        .join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn wait_ok(mut child: Child, what: &str, timeout: Duration) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let o = child.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(status.success(), "{what} failed ({status}):\n{text}");
+            return text;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish in {timeout:?}:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `test` with `extra` options: server in B, client in A capturing to a pcap. Returns
+/// the client's JSON lines and the capture's path.
+fn perf(pair: &Pair, test: &str, extra: &[&str], dir: &Path) -> (Vec<serde_json::Value>, PathBuf) {
+    let pcap = dir.join(format!("{test}.pcap"));
+    let mut server_args = vec![SLUICE, "perf", test, "--json"];
+    server_args.extend_from_slice(extra);
+    let server = pair
+        .exec(&pair.b, &server_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pcap_s = pcap.to_str().unwrap();
+    let mut client_args = vec![
+        SLUICE,
+        "perf",
+        test,
+        "--json",
+        "--connect",
+        "10.77.0.2",
+        "--pcap",
+        pcap_s,
+    ];
+    client_args.extend_from_slice(extra);
+    let client = pair
+        .exec(&pair.a, &client_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = wait_ok(client, &format!("client {test}"), Duration::from_secs(60));
+    wait_ok(server, &format!("server {test}"), Duration::from_secs(10));
+    let results: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!results.is_empty(), "no result from {test}:\n{text}");
+    (results, pcap)
+}
+
+/// `sluice pcap check` passes the capture (every packet well formed, every ICRC right) and
+/// returns its JSON summary.
+fn check_capture(pcap: &Path) -> serde_json::Value {
+    let o = sh(&[SLUICE, "pcap", "check", "--json", pcap.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "pcap check {}: {text}", pcap.display());
+    serde_json::from_str(&text).unwrap()
+}
+
+/// tshark (when installed) decodes every packet of the capture as RoCE (InfiniBand BTH).
+fn tshark_opcodes(pcap: &Path) -> Option<Vec<String>> {
+    let o = Command::new("tshark")
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.opcode",
+        ])
+        .output()
+        .ok()?;
+    o.status.success().then(|| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+#[test]
+fn every_test_between_namespaces() {
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let pair = Pair::new("t");
+    let dir = out_dir("every");
+    // (test, extra options, opcodes the capture must hold)
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        (
+            "write-bw",
+            &["-s", "10000", "-n", "200", "-m", "4096"],
+            &[
+                "RC_RDMA_WRITE_FIRST",
+                "RC_RDMA_WRITE_LAST",
+                "RC_ACKNOWLEDGE",
+            ],
+        ),
+        (
+            "read-bw",
+            &["-s", "5000", "-n", "100", "-m", "1024"],
+            &[
+                "RC_RDMA_READ_REQUEST",
+                "RC_RDMA_READ_RESPONSE_FIRST",
+                "RC_RDMA_READ_RESPONSE_MIDDLE",
+                "RC_RDMA_READ_RESPONSE_LAST",
+            ],
+        ),
+        (
+            "send-bw",
+            &["-s", "3000", "-n", "200", "-m", "2048"],
+            &["RC_SEND_FIRST", "RC_SEND_LAST"],
+        ),
+        (
+            "atomic-bw",
+            &["-n", "200"],
+            &["RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"],
+        ),
+        (
+            "atomic-lat",
+            &["-n", "50", "-A", "CMP_AND_SWAP"],
+            &["RC_COMPARE_SWAP", "RC_ATOMIC_ACKNOWLEDGE"],
+        ),
+        (
+            "write-lat",
+            &["-s", "64", "-n", "100"],
+            &["RC_RDMA_WRITE_ONLY"],
+        ),
+        (
+            "read-lat",
+            &["-s", "64", "-n", "100"],
+            &["RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"],
+        ),
+        ("send-lat", &["-s", "64", "-n", "100"], &["RC_SEND_ONLY"]),
+    ];
+    for (test, extra, opcodes) in cases {
+        let (results, pcap) = perf(&pair, test, extra, &dir);
+        let r = &results[0];
+        let n: u64 = extra
+            .windows(2)
+            .find(|w| w[0] == "-n")
+            .map(|w| w[1].parse().unwrap())
+            .unwrap();
+        assert_eq!(r["iterations"].as_u64(), Some(n), "{test}: {r}");
+        if test.ends_with("-lat") {
+            assert!(r["t_typical_us"].as_f64().unwrap() > 0.0, "{test}: {r}");
+        } else {
+            assert!(r["bw_avg_gbps"].as_f64().unwrap() > 0.0, "{test}: {r}");
+        }
+        let summary = check_capture(&pcap);
+        let by_opcode = summary["by_opcode"].as_array().expect("by_opcode");
+        for op in *opcodes {
+            assert!(
+                by_opcode
+                    .iter()
+                    .any(|c| c["name"] == *op && c["packets"].as_u64() > Some(0)),
+                "{test}: no {op} in the capture: {by_opcode:?}"
+            );
+        }
+        if let Some(ops) = tshark_opcodes(&pcap) {
+            assert_eq!(
+                ops.len() as u64,
+                summary["roce_packets"].as_u64().unwrap(),
+                "{test}: tshark decodes every packet"
+            );
+            assert!(
+                ops.iter().all(|o| !o.is_empty()),
+                "{test}: tshark saw a non-RoCE packet"
+            );
+        }
+    }
+}
+
+#[test]
+fn write_and_read_survive_real_loss() {
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let impair = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/impair/impair.sh");
+    if !impair.exists() {
+        eprintln!("SKIPPED: no ../shared/impair");
+        return;
+    }
+    let pair = Pair::new("l");
+    let impair = impair.to_str().unwrap();
+    for (ns, dev) in [(&pair.a, "veth0"), (&pair.b, "veth1")] {
+        let o = sh(&[
+            impair,
+            "attach",
+            ns,
+            dev,
+            "--drop",
+            "2",
+            "--corrupt",
+            "0.5",
+            "--dup",
+            "0.5",
+        ]);
+        assert!(
+            o.status.success(),
+            "impair: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let dir = out_dir("lossy");
+    for test in ["write-bw", "read-bw", "send-bw"] {
+        let (results, _) = perf(
+            &pair,
+            test,
+            &["-s", "20000", "-n", "300", "-m", "4096"],
+            &dir,
+        );
+        let r = &results[0];
+        assert_eq!(r["iterations"].as_u64(), Some(300), "{test}: {r}");
+        assert!(
+            r["retransmitted_packets"].as_u64().unwrap() > 0,
+            "{test}: loss forced resends: {r}"
+        );
+    }
+    let stats = sh(&[impair, "stats", &pair.a, "veth0"]);
+    eprintln!("impair: {}", String::from_utf8_lossy(&stats.stdout));
+}

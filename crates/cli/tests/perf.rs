@@ -1,0 +1,122 @@
+//! `sluice perf --loopback`: both ends in one process over real UDP sockets on 127.0.0.1 and
+//! 127.0.0.2, every test, its JSON, and the errors a user meets.
+
+use std::process::Command;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Runs `sluice perf ARGS --loopback --json` on RoCE port `port` (tests run in parallel: each
+/// gets its own) and returns the JSON results.
+fn loopback(args: &[&str], port: u16) -> Vec<serde_json::Value> {
+    let port = port.to_string();
+    let o = Command::new(SLUICE)
+        .args(["perf"])
+        .args(args)
+        .args(["--loopback", "--json", "-p", "0", "--roce-port", &port])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "sluice perf {args:?}: {}\n{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_test_runs_over_loopback_and_reports_json() {
+    let tests = [
+        ("write-bw", "write_bw", "1000"),
+        ("read-bw", "read_bw", "70000"),
+        ("send-bw", "send_bw", "5000"),
+        ("atomic-bw", "atomic_bw", "8"),
+        ("write-lat", "write_lat", "2"),
+        ("read-lat", "read_lat", "4096"),
+        ("send-lat", "send_lat", "100"),
+        ("atomic-lat", "atomic_lat", "8"),
+    ];
+    for (i, (sub, name, size)) in tests.into_iter().enumerate() {
+        let results = loopback(&[sub, "-s", size, "-n", "300"], 24_000 + i as u16);
+        assert_eq!(results.len(), 1, "{sub}: one size, one result");
+        let r = &results[0];
+        assert_eq!(r["test"], name);
+        assert_eq!(r["bytes"].as_u64(), Some(size.parse().unwrap()));
+        assert_eq!(r["iterations"].as_u64(), Some(300), "{sub}: {r}");
+        assert_eq!(r["qps"].as_u64(), Some(1));
+        assert!(r["bw_avg_gbps"].as_f64().unwrap() > 0.0, "{sub}: {r}");
+        assert!(r["msg_rate_mpps"].as_f64().unwrap() > 0.0, "{sub}: {r}");
+        if sub.ends_with("-lat") {
+            let t = |k: &str| {
+                r[k].as_f64()
+                    .unwrap_or_else(|| panic!("{sub}: no {k}: {r}"))
+            };
+            assert!(t("t_min_us") > 0.0);
+            assert!(t("t_min_us") <= t("t_typical_us"));
+            assert!(t("t_typical_us") <= t("t_p99_us"));
+            assert!(t("t_p99_us") <= t("t_max_us"));
+        } else {
+            assert!(
+                r.get("t_typical_us").is_none(),
+                "{sub}: no latency fields: {r}"
+            );
+        }
+    }
+}
+
+#[test]
+fn many_queue_pairs_and_all_sizes() {
+    let r = loopback(&["write-bw", "-q", "256", "-s", "4096", "-n", "20"], 24_100);
+    assert_eq!(r[0]["qps"].as_u64(), Some(256));
+    assert_eq!(r[0]["iterations"].as_u64(), Some(256 * 20));
+    // -a: every size from 2 bytes to 8 MiB, each its own result.
+    let r = loopback(&["write-bw", "-a", "-n", "5"], 24_101);
+    let sizes: Vec<u64> = r.iter().map(|x| x["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, (1..=23).map(|k| 1u64 << k).collect::<Vec<_>>());
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    let run = |args: &[&str]| {
+        let o = Command::new(SLUICE)
+            .arg("perf")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    // Nobody serves on that port.
+    let (code, err) = run(&[
+        "write-bw",
+        "--connect",
+        "127.0.0.1",
+        "-p",
+        "1",
+        "--connect-timeout",
+        "0.2",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot reach 127.0.0.1 port 1"), "{err}");
+    for (args, says) in [
+        (&["write-bw", "-m", "1500"][..], "-m 1500"),
+        (&["atomic-bw", "-s", "16"][..], "exactly 8 bytes"),
+        (&["write-bw", "-q", "0"][..], "-q 0"),
+        (&["send-lat", "-n", "0"][..], "-n 0"),
+        (
+            &["write-bw", "--pcap", "x.pcap", "--pcap-filter", "nope"][..],
+            "--pcap-filter",
+        ),
+    ] {
+        let (code, err) = run(args);
+        assert!(
+            code == Some(2) || code == Some(1),
+            "{args:?}: {code:?} {err}"
+        );
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
