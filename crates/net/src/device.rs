@@ -55,7 +55,7 @@ impl DeviceConfig {
             tos: DEFAULT_TOS,
             engine: EngineConfig::default(),
             offload: true,
-            socket_buffer: 8 << 20,
+            socket_buffer: 32 << 20,
         }
     }
 }
@@ -159,16 +159,21 @@ impl Device {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Does whatever can be done now without blocking: receives a batch of datagrams, fires
-    /// due timers, sends what the engine has. Returns whether anything happened.
+    /// Does whatever can be done now without blocking: sends what the engine has (what the
+    /// application posted, and ACKs and responses owed for what arrived last time), receives a
+    /// batch of datagrams, fires due timers. Returns whether anything happened; call it again
+    /// until it returns `false` before [`Device::wait`]ing.
+    ///
+    /// Sending comes first so that what an application posts in reply to a message leaves in
+    /// one system call with the ACK of that message, and reaches the peer in one wake-up.
     pub fn poll(&mut self) -> Result<bool, NetError> {
         let now = self.now();
-        let mut progress = self.receive(now)?;
+        let mut progress = self.transmit(now)?;
+        progress |= self.receive(now)?;
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
             progress = true;
         }
-        progress |= self.transmit(now)?;
         Ok(progress)
     }
 

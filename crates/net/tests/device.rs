@@ -286,3 +286,81 @@ fn the_capture_holds_every_packet_with_a_valid_icrc() {
     assert!(CaptureFilter::parse("qp=0x1000000").is_err());
     assert!(CaptureFilter::parse("sideways").is_err());
 }
+
+#[test]
+fn ipv6_carries_the_same_traffic() {
+    const V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    let open = || {
+        let mut config = DeviceConfig::new(V6);
+        config.local.set_port(0);
+        Device::open(config)
+    };
+    let (Ok(mut a), Ok(mut b)) = (open(), open()) else {
+        eprintln!("SKIPPED: no IPv6 loopback here");
+        return;
+    };
+    a.set_peer_port(b.local_addr().port());
+    b.set_peer_port(a.local_addr().port());
+    let mut ends = Vec::new();
+    for (dev, fill) in [(&mut a, 0x5Au8), (&mut b, 0)] {
+        let e = dev.engine();
+        let pd = e.alloc_pd();
+        let mr = e
+            .register_mr(
+                pd,
+                BASE,
+                Memory::Bytes(vec![fill; 50_000].into()),
+                Access::ALL,
+            )
+            .unwrap();
+        let cq = e.create_cq(64).unwrap();
+        let qp = e
+            .create_qp(QpConfig {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                caps: Default::default(),
+            })
+            .unwrap();
+        ends.push((mr, cq, qp));
+    }
+    let [(amr, acq, aqp), (bmr, _, bqp)] = [ends[0], ends[1]];
+    let c =
+        |dest: QpNum, rq, sq| Connection::new(V6, dest.0, Mtu::M2048, Psn::new(rq), Psn::new(sq));
+    a.engine().connect(aqp, &c(bqp, 1, 2)).unwrap();
+    b.engine().connect(bqp, &c(aqp, 2, 1)).unwrap();
+    let sge = [Sge {
+        lkey: amr.lkey,
+        addr: BASE,
+        len: 50_000,
+    }];
+    let op = SendOp::Write {
+        remote_addr: BASE,
+        rkey: bmr.rkey,
+    };
+    a.engine()
+        .post_send(aqp, &SendWr::new(9, op, &sge))
+        .unwrap();
+    let start = Instant::now();
+    let done = loop {
+        a.poll().unwrap();
+        b.poll().unwrap();
+        if let Some(c) = a.engine().poll_cq(acq).unwrap() {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the WRITE completed"
+        );
+    };
+    assert_eq!(done.status, WcStatus::Success);
+    assert!(
+        b.engine()
+            .mr_bytes(bmr.lkey)
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0x5A)
+    );
+    assert_eq!(b.counters().rx_icrc_errors, 0);
+    assert_eq!(b.counters().rx_ipv4_id_nonzero, 0);
+}
