@@ -85,14 +85,24 @@ fn ip_version(buf: &[u8]) -> Result<(usize, Layer)> {
 /// and `roce` (at least a BTH and an ICRC): the callers have checked those lengths.
 #[inline(always)]
 fn masked_crc(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
-    let ip_len = ip_udp.len() - UDP_LEN;
-    let fixed = ip_udp.len() + BTH_LEN;
+    // One copy of the code per header length, so that the header copies are of fixed size.
+    if ip_udp.len() == IPV4_LEN + UDP_LEN {
+        masked_crc_of::<{ IPV4_LEN + UDP_LEN }>(ip_udp, roce)
+    } else {
+        masked_crc_of::<{ IPV6_LEN + UDP_LEN }>(ip_udp, roce)
+    }
+}
+
+/// [`masked_crc`] for an `ip_udp` of `HEADERS` bytes.
+#[inline(always)]
+fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+    let ip_len = HEADERS - UDP_LEN;
 
     // Mask a copy of the fixed headers; the rest of the packet is hashed in place.
     let mut head = [0u8; IPV6_LEN + UDP_LEN + BTH_LEN];
-    let head = &mut head[..fixed];
-    head[..ip_udp.len()].copy_from_slice(ip_udp);
-    head[ip_udp.len()..].copy_from_slice(&roce[..BTH_LEN]);
+    let head = &mut head[..HEADERS + BTH_LEN];
+    head[..HEADERS].copy_from_slice(&ip_udp[..HEADERS]);
+    head[HEADERS..].copy_from_slice(&roce[..BTH_LEN]);
     if ip_len == IPV4_LEN {
         if head[0] & 0x0F != 5 {
             return Err(Error::UnsupportedIp("IPv4 options"));
@@ -108,7 +118,7 @@ fn masked_crc(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
     }
     head[ip_len + 6] = 0xFF; // UDP checksum
     head[ip_len + 7] = 0xFF;
-    head[ip_len + UDP_LEN + 4] = 0xFF; // BTH FECN, BECN, reserved
+    head[HEADERS + 4] = 0xFF; // BTH FECN, BECN, reserved
 
     let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
     crc.update(head);
