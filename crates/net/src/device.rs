@@ -177,6 +177,19 @@ impl Device {
         Ok(progress)
     }
 
+    /// Polls until nothing is left to do now: in particular, sends the ACKs owed for what the
+    /// last poll received. Call it before going quiet (ending a run, closing the device), or
+    /// a peer may wait for an ACK that was never sent.
+    pub fn flush(&mut self) -> Result<(), NetError> {
+        // Bounded: each round either moves packets or returns false.
+        for _ in 0..1024 {
+            if !self.poll()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
     /// engine's next timer is due, or `timeout` passes, whichever comes first.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {

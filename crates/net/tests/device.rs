@@ -364,3 +364,47 @@ fn ipv6_carries_the_same_traffic() {
     assert_eq!(b.counters().rx_icrc_errors, 0);
     assert_eq!(b.counters().rx_ipv4_id_nonzero, 0);
 }
+
+#[test]
+fn flush_sends_the_ack_owed_for_what_was_received() {
+    let (mut a, mut b) = pair(4096, true, Mtu::M1024);
+    let sge = [Sge {
+        lkey: a.mr.lkey,
+        addr: BASE,
+        len: 100,
+    }];
+    let op = SendOp::Write {
+        remote_addr: BASE,
+        rkey: b.mr.rkey,
+    };
+    a.dev
+        .engine()
+        .post_send(a.qp, &SendWr::new(5, op, &sge))
+        .unwrap();
+    a.dev.flush().unwrap();
+    // B takes the WRITE in, flushes, and then goes quiet for good.
+    let start = Instant::now();
+    while b.dev.counters().rx_datagrams == 0 {
+        b.dev.poll().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the WRITE arrived"
+        );
+    }
+    b.dev.flush().unwrap();
+    // A completes from B's ACK alone, well before its retransmit timeout (67 ms) could
+    // have resent the WRITE.
+    let start = Instant::now();
+    let c = loop {
+        a.dev.poll().unwrap();
+        if let Some(c) = a.dev.engine().poll_cq(a.cq).unwrap() {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(50),
+            "the ACK was flushed"
+        );
+    };
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
+}

@@ -108,6 +108,8 @@ impl Session {
     /// The end of the test (perftest's barriers, and the client's report to the server in
     /// the WRITE/READ/atomic bandwidth tests). Returns the client's report on such a server.
     fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerfError> {
+        // The ACKs of the last messages received must leave before the datapath goes quiet.
+        self.dev.flush()?;
         self.stream.set_nonblocking(false).map_err(exchange_io)?;
         self.exchange.finish(report).map_err(exchange_err)
     }
