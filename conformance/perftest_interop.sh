@@ -44,7 +44,7 @@ done
     if [ "$role" = server ]; then
       echo "timeout 120 ib_$t $args > case-$id.txt 2>&1; echo \"$id \$?\" >> guest-results.txt"
     else
-      echo "rc=1; for i in \$(seq 60); do timeout 120 ib_$t $args 192.0.2.1 > case-$id.txt 2>&1 && { rc=0; break; }; grep -q 'Couldn.t connect\|Unable to open\|refused' case-$id.txt || { rc=\$?; break; }; sleep 1; done; echo \"$id \$rc\" >> guest-results.txt"
+      echo "for i in \$(seq 60); do timeout 120 ib_$t $args 192.0.2.1 > case-$id.txt 2>&1; rc=\$?; [ \$rc = 0 ] && break; grep -q 'Couldn.t connect\|Unable to open\|refused' case-$id.txt || break; sleep 1; done; echo \"$id \$rc\" >> guest-results.txt"
     fi
   done
   echo 'exit 0'
