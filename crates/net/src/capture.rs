@@ -9,7 +9,7 @@ use std::path::Path;
 
 use sluice_core::Instant;
 use sluice_wire::pcap::{PcapWriter, link_type};
-use sluice_wire::{Operation, RocePacket, internet_checksum};
+use sluice_wire::{Operation, RocePacket};
 
 /// Which packets a capture keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,8 +115,7 @@ impl Capture {
         })
     }
 
-    /// Records one packet: its IP and UDP headers (`ip_udp`, checksums left zero) and the
-    /// RoCE packet.
+    /// Records one packet: its IP and UDP headers (`ip_udp`) and the RoCE packet.
     pub(crate) fn record(
         &mut self,
         now: Instant,
@@ -130,10 +129,6 @@ impl Capture {
         }
         self.frame.clear();
         self.frame.extend_from_slice(ip_udp);
-        if ip_udp[0] >> 4 == 4 {
-            let sum = internet_checksum(&self.frame[..20], 0);
-            self.frame[10..12].copy_from_slice(&sum.to_be_bytes());
-        }
         let keep = self.snaplen.saturating_sub(ip_udp.len()).min(roce.len());
         self.frame.extend_from_slice(&roce[..keep]);
         let total = ip_udp.len() + roce.len();

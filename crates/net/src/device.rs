@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
-use sluice_wire::{BTH_LEN, ICRC_LEN, ROCE_V2_PORT, RoceHeaders, RocePacket, pad_for};
+use sluice_wire::{
+    BTH_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT, RoceHeaders, RocePacket,
+    UDP_HEADER_LEN, UdpHeader, pad_for,
+};
 
 use crate::capture::Capture;
 use crate::sys::{self, InMsg, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, OutMsg, OutPacket};
@@ -267,7 +270,10 @@ impl Device {
             }
         };
         let mut head = [0u8; MAX_IP_UDP];
-        let head_len = ip_udp_header(msg.src, local, roce.len(), 0, &mut head);
+        let Some(head_len) = ip_udp_header(msg.src, local, roce.len(), 0, &mut head) else {
+            counters.rx_malformed += 1;
+            return;
+        };
         let Ok(computed) = icrc::compute_split(&head[..head_len], roce) else {
             counters.rx_malformed += 1;
             return;
@@ -296,7 +302,9 @@ impl Device {
             counters.rx_ce += 1;
         }
         if let Some(c) = capture {
-            let head_len = ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
+            if ip_id != 0 {
+                ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
+            }
             c.record(now, false, &head[..head_len], roce, &packet);
         }
         let headers = RoceHeaders {
@@ -372,7 +380,8 @@ impl Device {
                 let mut head = [0u8; MAX_IP_UDP];
                 let head_len = ip_udp_header(self.local, m.dst, p.len, 0, &mut head);
                 let roce = &mut self.tx_buf[p.offset..p.offset + p.len];
-                if let Ok(crc) = icrc::compute_split(&head[..head_len], roce) {
+                let crc = head_len.and_then(|n| icrc::compute_split(&head[..n], roce).ok());
+                if let Some(crc) = crc {
                     let at = roce.len() - ICRC_LEN;
                     roce[at..].copy_from_slice(&crc.to_le_bytes());
                 }
@@ -461,9 +470,11 @@ impl Device {
             // Segment k of a GSO batch leaves with IPv4 identification k (and a single
             // datagram, from an unconnected Don't-Fragment socket, with 0).
             let mut head = [0u8; MAX_IP_UDP];
-            let head_len = ip_udp_header(self.local, dst, len, segment_index as u16, &mut head);
+            let head_len = ip_udp_header(self.local, dst, len, segment_index as u16, &mut head)
+                .expect("an MTU packet fits in an IP datagram");
             let roce = &mut buf[start..end];
-            let crc = icrc::compute_split(&head[..head_len], roce).unwrap_or(0);
+            let crc = icrc::compute_split(&head[..head_len], roce)
+                .expect("headers and packet built just above are well formed");
             roce[len - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
             if let Some(c) = self.capture.as_mut() {
                 if let Ok(p) = RocePacket::parse(roce) {
@@ -488,49 +499,46 @@ impl AsRawFd for Device {
 }
 
 /// Writes the IP and UDP headers a RoCE packet of `roce_len` bytes from `src` to `dst`
-/// travels under (as the ICRC sees them: Don't-Fragment set, identification `ip_id`, TTL 64,
-/// no checksums) into `out`; returns their length.
+/// travels under, as the ICRC sees them (Don't-Fragment set, identification `ip_id`; the
+/// fields the ICRC masks are left at defaults), into `out`; returns their length, or `None`
+/// for a datagram larger than IP allows.
 pub(crate) fn ip_udp_header(
     src: SocketAddr,
     dst: SocketAddr,
     roce_len: usize,
     ip_id: u16,
     out: &mut [u8; MAX_IP_UDP],
-) -> usize {
-    let udp_len = (8 + roce_len) as u16;
-    let ip_len = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            out[0] = 0x45;
-            out[1] = 0;
-            out[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-            out[4..6].copy_from_slice(&ip_id.to_be_bytes());
-            out[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
-            out[8] = 64;
-            out[9] = 17;
-            out[10..12].fill(0);
-            out[12..16].copy_from_slice(&s.octets());
-            out[16..20].copy_from_slice(&d.octets());
-            20
-        }
-        (s, d) => {
-            let to_v6 = |a: IpAddr| match a {
+) -> Option<usize> {
+    let ip = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpHeader::V4(Ipv4Header {
+            src,
+            dst,
+            tos: 0,
+            identification: ip_id,
+            dont_fragment: true,
+            ttl: 64,
+        }),
+        (src, dst) => {
+            let v6 = |a: IpAddr| match a {
                 IpAddr::V4(a) => a.to_ipv6_mapped(),
                 IpAddr::V6(a) => a,
             };
-            out[0] = 0x60;
-            out[1..4].fill(0);
-            out[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            out[6] = 17;
-            out[7] = 64;
-            out[8..24].copy_from_slice(&to_v6(s).octets());
-            out[24..40].copy_from_slice(&to_v6(d).octets());
-            40
+            IpHeader::V6(Ipv6Header {
+                src: v6(src),
+                dst: v6(dst),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            })
         }
     };
-    let udp = &mut out[ip_len..ip_len + 8];
-    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp[6..8].fill(0);
-    ip_len + 8
+    let ip_len = ip.header_len();
+    let udp_len = UDP_HEADER_LEN + roce_len;
+    ip.emit(ip_len + udp_len, out).ok()?;
+    let udp = UdpHeader {
+        src_port: src.port(),
+        dst_port: dst.port(),
+    };
+    udp.emit(udp_len, &mut out[ip_len..]).ok()?;
+    Some(ip_len + UDP_HEADER_LEN)
 }
