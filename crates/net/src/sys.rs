@@ -237,12 +237,38 @@ pub(crate) struct OutPacket {
     pub(crate) len: usize,
 }
 
-/// Reusable kernel-side arrays for `sendmmsg`: nothing is allocated per call.
-pub(crate) struct Sender {
+/// The arrays `sendmmsg` and `recvmmsg` read and write: `MAX_BATCH` message headers, socket
+/// addresses and control buffers of `CMSG_WORDS` words each, and `iovs` iovecs. Allocated
+/// once; the pointers inside are rewritten before every call.
+struct MsgArrays<const CMSG_WORDS: usize> {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     names: Vec<RawAddr>,
-    cmsgs: Vec<[u64; TX_CMSG_WORDS]>,
+    cmsgs: Vec<[u64; CMSG_WORDS]>,
+}
+
+impl<const CMSG_WORDS: usize> MsgArrays<CMSG_WORDS> {
+    fn new(iovs: usize) -> Self {
+        // SAFETY: mmsghdr and iovec are plain old data; zeroes (null pointers) are valid values
+        // and every pointer is set before a call uses it.
+        let (hdr, iov) = unsafe { (zeroed::<libc::mmsghdr>(), zeroed::<libc::iovec>()) };
+        MsgArrays {
+            hdrs: vec![hdr; MAX_BATCH],
+            iovs: vec![iov; iovs],
+            names: vec![RawAddr::new(SocketAddr::from(([0, 0, 0, 0], 0))); MAX_BATCH],
+            cmsgs: vec![[0; CMSG_WORDS]; MAX_BATCH],
+        }
+    }
+}
+
+// SAFETY: the raw pointers inside the arrays are rewritten before every system call and never
+// dereferenced outside one; between calls they are dead values, so moving the arrays to
+// another thread moves nothing they point into that is not moved with them.
+unsafe impl<const CMSG_WORDS: usize> Send for MsgArrays<CMSG_WORDS> {}
+
+/// Reusable kernel-side arrays for `sendmmsg`: nothing is allocated per call.
+pub(crate) struct Sender {
+    arrays: MsgArrays<TX_CMSG_WORDS>,
 }
 
 impl std::fmt::Debug for Sender {
@@ -253,14 +279,8 @@ impl std::fmt::Debug for Sender {
 
 impl Sender {
     pub(crate) fn new() -> Sender {
-        // SAFETY: mmsghdr and iovec are plain old data; zeroes (null pointers) are valid values
-        // and every pointer is set before a call uses it.
-        let (hdr, iov) = unsafe { (zeroed::<libc::mmsghdr>(), zeroed::<libc::iovec>()) };
         Sender {
-            hdrs: vec![hdr; MAX_BATCH],
-            iovs: vec![iov; MAX_BATCH * MAX_GSO_SEGMENTS],
-            names: vec![RawAddr::new(SocketAddr::from(([0, 0, 0, 0], 0))); MAX_BATCH],
-            cmsgs: vec![[0; TX_CMSG_WORDS]; MAX_BATCH],
+            arrays: MsgArrays::new(MAX_BATCH * MAX_GSO_SEGMENTS),
         }
     }
 
@@ -274,6 +294,7 @@ impl Sender {
         packets: &[OutPacket],
         msgs: &[OutMsg],
     ) -> io::Result<usize> {
+        let a = &mut self.arrays;
         let n = msgs.len().min(MAX_BATCH);
         let mut iov_at = 0;
         for (i, m) in msgs[..n].iter().enumerate() {
@@ -281,24 +302,24 @@ impl Sender {
                 m.count >= 1 && m.count <= MAX_GSO_SEGMENTS,
                 "a batch the kernel takes"
             );
-            self.names[i] = RawAddr::new(m.dst);
+            a.names[i] = RawAddr::new(m.dst);
             for (k, p) in packets[m.first..m.first + m.count].iter().enumerate() {
-                self.iovs[iov_at + k] = libc::iovec {
+                a.iovs[iov_at + k] = libc::iovec {
                     // The kernel only reads through this pointer (sendmmsg).
                     iov_base: buf[p.offset..p.offset + p.len].as_ptr() as *mut c_void,
                     iov_len: p.len,
                 };
             }
-            let hdr = &mut self.hdrs[i].msg_hdr;
-            hdr.msg_name = (&raw mut self.names[i].storage).cast::<c_void>();
-            hdr.msg_namelen = self.names[i].len;
-            hdr.msg_iov = &raw mut self.iovs[iov_at];
+            let hdr = &mut a.hdrs[i].msg_hdr;
+            hdr.msg_name = (&raw mut a.names[i].storage).cast::<c_void>();
+            hdr.msg_namelen = a.names[i].len;
+            hdr.msg_iov = &raw mut a.iovs[iov_at];
             hdr.msg_iovlen = m.count as _;
             hdr.msg_flags = 0;
             iov_at += m.count;
             if m.count > 1 {
                 let space = cmsg_space(size_of::<u16>());
-                hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast::<c_void>();
+                hdr.msg_control = a.cmsgs[i].as_mut_ptr().cast::<c_void>();
                 hdr.msg_controllen = space as _;
                 // SAFETY: msg_control points at `space` bytes of this message's own aligned
                 // cmsg buffer (TX_CMSG_WORDS * 8 >= CMSG_SPACE(2)); CMSG_FIRSTHDR and
@@ -317,7 +338,7 @@ impl Sender {
         }
         // SAFETY: the first `n` headers point at live names, iovecs (into `buf`, which outlives
         // the call) and control buffers, all owned by `self` or borrowed for the call.
-        let rc = unsafe { libc::sendmmsg(socket.fd(), self.hdrs.as_mut_ptr(), n as u32, 0) };
+        let rc = unsafe { libc::sendmmsg(socket.fd(), a.hdrs.as_mut_ptr(), n as u32, 0) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock {
@@ -347,10 +368,7 @@ pub(crate) struct InMsg {
 
 /// Reusable arrays and buffers for `recvmmsg`: `MAX_BATCH` slots of `slot` bytes each.
 pub(crate) struct Receiver {
-    hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-    names: Vec<RawAddr>,
-    cmsgs: Vec<[u64; RX_CMSG_WORDS]>,
+    arrays: MsgArrays<RX_CMSG_WORDS>,
     buf: Vec<u8>,
     slot: usize,
     msgs: Vec<InMsg>,
@@ -367,13 +385,8 @@ impl std::fmt::Debug for Receiver {
 impl Receiver {
     /// Buffers for `MAX_BATCH` datagrams (or GRO batches) of up to `slot` bytes each.
     pub(crate) fn new(slot: usize) -> Receiver {
-        // SAFETY: as in `Sender::new`.
-        let (hdr, iov) = unsafe { (zeroed::<libc::mmsghdr>(), zeroed::<libc::iovec>()) };
         Receiver {
-            hdrs: vec![hdr; MAX_BATCH],
-            iovs: vec![iov; MAX_BATCH],
-            names: vec![RawAddr::new(SocketAddr::from(([0, 0, 0, 0], 0))); MAX_BATCH],
-            cmsgs: vec![[0; RX_CMSG_WORDS]; MAX_BATCH],
+            arrays: MsgArrays::new(MAX_BATCH),
             buf: vec![0; slot * MAX_BATCH],
             slot,
             msgs: Vec::with_capacity(MAX_BATCH),
@@ -383,17 +396,18 @@ impl Receiver {
     /// Receives what is waiting, up to [`MAX_BATCH`] messages, in one system call; none when
     /// nothing is. Datagrams cut short by the buffer are dropped and counted in `truncated`.
     pub(crate) fn recv(&mut self, socket: &Socket, truncated: &mut u64) -> io::Result<usize> {
+        let a = &mut self.arrays;
         for i in 0..MAX_BATCH {
-            self.iovs[i] = libc::iovec {
+            a.iovs[i] = libc::iovec {
                 iov_base: self.buf[i * self.slot..].as_mut_ptr().cast::<c_void>(),
                 iov_len: self.slot,
             };
-            let hdr = &mut self.hdrs[i].msg_hdr;
-            hdr.msg_name = (&raw mut self.names[i].storage).cast::<c_void>();
+            let hdr = &mut a.hdrs[i].msg_hdr;
+            hdr.msg_name = (&raw mut a.names[i].storage).cast::<c_void>();
             hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as socklen_t;
-            hdr.msg_iov = &raw mut self.iovs[i];
+            hdr.msg_iov = &raw mut a.iovs[i];
             hdr.msg_iovlen = 1;
-            hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast::<c_void>();
+            hdr.msg_control = a.cmsgs[i].as_mut_ptr().cast::<c_void>();
             hdr.msg_controllen = size_of::<[u64; RX_CMSG_WORDS]>() as _;
             hdr.msg_flags = 0;
         }
@@ -402,7 +416,7 @@ impl Receiver {
         let rc = unsafe {
             libc::recvmmsg(
                 socket.fd(),
-                self.hdrs.as_mut_ptr(),
+                a.hdrs.as_mut_ptr(),
                 MAX_BATCH as u32,
                 0,
                 std::ptr::null_mut(),
@@ -419,14 +433,14 @@ impl Receiver {
             };
         }
         for i in 0..rc as usize {
-            let hdr = &self.hdrs[i].msg_hdr;
-            let len = self.hdrs[i].msg_len as usize;
+            let hdr = &a.hdrs[i].msg_hdr;
+            let len = a.hdrs[i].msg_len as usize;
             if hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 *truncated += 1;
                 continue;
             }
-            self.names[i].len = hdr.msg_namelen;
-            let Some(src) = self.names[i].socket_addr() else {
+            a.names[i].len = hdr.msg_namelen;
+            let Some(src) = a.names[i].socket_addr() else {
                 continue;
             };
             let (mut segment, mut tos) = (len, 0u8);
@@ -515,10 +529,3 @@ pub(crate) fn wait(fd: RawFd, writable: bool, timeout_ns: Option<u64>) -> io::Re
         Err(e) => Err(e),
     }
 }
-
-// SAFETY: the raw pointers inside the kernel-side arrays are rewritten before every system
-// call and never dereferenced outside one; between calls they are dead values. Moving the
-// arrays to another thread moves nothing they point into that is not moved with them.
-unsafe impl Send for Sender {}
-// SAFETY: as for `Sender`; the receive buffers the pointers refer to are owned by `Receiver`.
-unsafe impl Send for Receiver {}
