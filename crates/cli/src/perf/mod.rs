@@ -175,12 +175,11 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     };
     let server = std::thread::Builder::new()
         .name("sluice-perf-server".into())
-        .spawn(move || session::serve(&server_options, listener, true))
+        .spawn(move || session::serve(&server_options, listener))
         .map_err(|e| PerfError::Usage(format!("cannot start the server thread: {e}")))?;
     let client_options = Options {
         connect: Some(server_ip.to_string()),
         port,
-        bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         ..options.clone()
     };
     let client = session::run(&client_options);

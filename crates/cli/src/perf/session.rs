@@ -24,10 +24,6 @@ type Exchange = perftest::Session<TcpStream>;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QpEnd {
     pub(crate) qpn: QpNum,
-    /// The local region (send data from its start; receive into `recv_addr`).
-    pub(crate) mr: MrInfo,
-    pub(crate) recv_addr: u64,
-    pub(crate) recv_offset: usize,
     pub(crate) remote_addr: u64,
     pub(crate) remote_rkey: u32,
 }
@@ -39,6 +35,10 @@ pub(crate) struct Session {
     pub(crate) role: Role,
     pub(crate) cq: CqId,
     pub(crate) qps: Vec<QpEnd>,
+    /// The one region every QP uses: data is sent from its start and lands (the peer's
+    /// WRITEs, SENDs) from `recv_offset` on.
+    pub(crate) mr: MrInfo,
+    pub(crate) recv_offset: u64,
     pub(crate) busy_poll: bool,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
@@ -143,7 +143,7 @@ pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
         None => {
             let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
             let listener = listen(SocketAddr::new(ip, o.port))?;
-            serve(o, listener, false)
+            serve(o, listener)
         }
         Some(host) => {
             let addrs: Vec<SocketAddr> = (host.as_str(), o.port)
@@ -182,11 +182,7 @@ fn connect(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
 
 /// Serves one client on `listener` (a loopback run serves exactly one; a standalone server
 /// too, as perftest does).
-pub(crate) fn serve(
-    o: &Options,
-    listener: TcpListener,
-    _loopback: bool,
-) -> Result<Vec<Report>, PerfError> {
+pub(crate) fn serve(o: &Options, listener: TcpListener) -> Result<Vec<Report>, PerfError> {
     if !o.json && !o.quiet {
         eprintln!(
             "waiting for a client on TCP {} ({})",
@@ -391,9 +387,6 @@ fn open(
         index.insert(qpn.0, i);
         ends.push(QpEnd {
             qpn: *qpn,
-            mr,
-            recv_addr: addr + half,
-            recv_offset: half as usize,
             remote_addr: r.vaddr,
             remote_rkey: r.rkey,
         });
@@ -410,6 +403,8 @@ fn open(
         role,
         cq,
         qps: ends,
+        mr,
+        recv_offset: half,
         busy_poll: o.busy_poll,
         recv_size: max_size,
         stream,

@@ -78,8 +78,8 @@ fn post(
 ) -> Result<(), PerfError> {
     let qp = &s.qps[q];
     let sge = [Sge {
-        lkey: qp.mr.lkey,
-        addr: qp.mr.addr,
+        lkey: s.mr.lkey,
+        addr: s.mr.addr,
         len: size,
     }];
     let inline = size <= inline_size && matches!(op, SendOp::Send | SendOp::Write { .. });
@@ -97,8 +97,8 @@ fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
     let qp = &s.qps[q];
     // Every receive can hold the largest message of the run.
     let sge = [Sge {
-        lkey: qp.mr.lkey,
-        addr: qp.recv_addr,
+        lkey: s.mr.lkey,
+        addr: s.mr.addr + s.recv_offset,
         len: s.recv_size,
     }];
     let qpn = qp.qpn;
@@ -266,7 +266,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         }
         if sent < iterations {
             sent += 1;
-            let (lkey, at) = (s.qps[0].mr.lkey, (size - 1) as usize);
+            let (lkey, at) = (s.mr.lkey, (size - 1) as usize);
             if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
                 b[at] = sent as u8;
             }
@@ -319,80 +319,76 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
     })
 }
 
-/// Waits until the last byte of our receive area shows `mark` (the peer's WRITE number).
-fn wait_for_mark(s: &mut Session, o: &Options, size: u32, mark: u64) -> Result<(), PerfError> {
+/// Pumps the device until `done` says so, or fails with `what` after the stall timeout.
+fn wait_until(
+    s: &mut Session,
+    o: &Options,
+    what: impl Fn() -> String,
+    mut done: impl FnMut(&mut Session) -> Result<bool, PerfError>,
+) -> Result<(), PerfError> {
     let since = Instant::now();
-    let (lkey, at) = (s.qps[0].mr.lkey, s.qps[0].recv_offset + (size - 1) as usize);
-    loop {
-        if s.dev.engine().mr_bytes(lkey).map(|b| b[at]) == Some(mark as u8) {
-            return Ok(());
-        }
-        // Reap our own WRITEs' completions so the send queue never fills.
-        while next_completion(s)?.is_some() {}
+    while !done(s)? {
         if since.elapsed() > o.stall_timeout {
-            return Err(s.transport_error(format!(
-                "WRITE {mark} from the peer did not land within {:?}",
-                o.stall_timeout
-            )));
-        }
-        pump(s)?;
-    }
-}
-
-/// Waits for a receive completion (the peer's `i`-th SEND) and reposts the receive.
-fn wait_for_receive(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
-    let since = Instant::now();
-    loop {
-        while let Some(c) = next_completion(s)? {
-            if c.opcode == sluice_core::WcOpcode::Recv {
-                post_recv(s, 0, c.wr_id)?;
-                return Ok(());
-            }
-        }
-        if since.elapsed() > o.stall_timeout {
-            return Err(s.transport_error(format!(
-                "SEND {i} from the peer did not arrive within {:?}",
-                o.stall_timeout
-            )));
-        }
-        pump(s)?;
-    }
-}
-
-/// Waits until every send of QP 0 completed (was acknowledged), so that nothing is left
-/// in flight when the end-of-test exchange stops the datapath.
-fn drain_sends(s: &mut Session, o: &Options) -> Result<(), PerfError> {
-    let since = Instant::now();
-    let qpn = s.qps[0].qpn;
-    while s.dev.engine().qp_queues(qpn).is_some_and(|q| q.send > 0) {
-        while let Some(c) = next_completion(s)? {
-            if c.opcode == sluice_core::WcOpcode::Recv {
-                post_recv(s, 0, c.wr_id)?;
-            }
-        }
-        if since.elapsed() > o.stall_timeout {
-            return Err(s.transport_error("our last message was never acknowledged".into()));
+            let message = format!("{} within {:?}", what(), o.stall_timeout);
+            return Err(s.transport_error(message));
         }
         pump(s)?;
     }
     Ok(())
 }
 
-/// Waits for our own request `i` to complete (READ, atomics).
-fn wait_for_send(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
-    let since = Instant::now();
-    loop {
+/// Waits until the last byte of our receive area shows `mark` (the peer's WRITE number).
+fn wait_for_mark(s: &mut Session, o: &Options, size: u32, mark: u64) -> Result<(), PerfError> {
+    let (lkey, at) = (s.mr.lkey, (s.recv_offset + u64::from(size) - 1) as usize);
+    let what = || format!("WRITE {mark} from the peer did not land");
+    wait_until(s, o, what, |s| {
+        if s.dev.engine().mr_bytes(lkey).map(|b| b[at]) == Some(mark as u8) {
+            return Ok(true);
+        }
+        // Reap our own WRITEs' completions so the send queue never fills.
+        while next_completion(s)?.is_some() {}
+        Ok(false)
+    })
+}
+
+/// Waits for a receive completion (the peer's `i`-th SEND) and reposts the receive.
+fn wait_for_receive(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+    let what = || format!("SEND {i} from the peer did not arrive");
+    wait_until(s, o, what, |s| {
         while let Some(c) = next_completion(s)? {
-            if c.wr_id == i {
-                return Ok(());
+            if c.opcode == sluice_core::WcOpcode::Recv {
+                post_recv(s, 0, c.wr_id)?;
+                return Ok(true);
             }
         }
-        if since.elapsed() > o.stall_timeout {
-            return Err(s.transport_error(format!(
-                "request {i} did not complete within {:?}",
-                o.stall_timeout
-            )));
+        Ok(false)
+    })
+}
+
+/// Waits until every send of QP 0 completed (was acknowledged), so that nothing is left
+/// in flight when the end-of-test exchange stops the datapath.
+fn drain_sends(s: &mut Session, o: &Options) -> Result<(), PerfError> {
+    let qpn = s.qps[0].qpn;
+    let what = || "our last message was not acknowledged".to_string();
+    wait_until(s, o, what, |s| {
+        while let Some(c) = next_completion(s)? {
+            if c.opcode == sluice_core::WcOpcode::Recv {
+                post_recv(s, 0, c.wr_id)?;
+            }
         }
-        pump(s)?;
-    }
+        Ok(s.dev.engine().qp_queues(qpn).is_none_or(|q| q.send == 0))
+    })
+}
+
+/// Waits for our own request `i` to complete (READ, atomics).
+fn wait_for_send(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+    let what = || format!("request {i} did not complete");
+    wait_until(s, o, what, |s| {
+        while let Some(c) = next_completion(s)? {
+            if c.wr_id == i {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    })
 }
