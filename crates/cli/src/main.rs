@@ -208,7 +208,12 @@ fn run_perf(cmd: PerfCommand) -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice perf: {e}");
-            ExitCode::from(1)
+            // Bad options are 2, as clap's own errors; a run that failed is 1.
+            ExitCode::from(if matches!(e, perf::PerfError::Usage(_)) {
+                2
+            } else {
+                1
+            })
         }
     }
 }

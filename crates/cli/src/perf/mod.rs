@@ -149,6 +149,8 @@ pub enum PerfError {
     Transport { message: String, counters: String },
     #[error("capture: {0}")]
     Capture(std::io::Error),
+    #[error("loopback: {0}")]
+    Loopback(String),
 }
 
 /// Runs the test of `options` in the role it names, printing results as it goes (a table, or
@@ -176,7 +178,7 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     let server = std::thread::Builder::new()
         .name("sluice-perf-server".into())
         .spawn(move || session::serve(&server_options, listener))
-        .map_err(|e| PerfError::Usage(format!("cannot start the server thread: {e}")))?;
+        .map_err(|e| PerfError::Loopback(format!("cannot start the server thread: {e}")))?;
     let client_options = Options {
         connect: Some(server_ip.to_string()),
         port,
@@ -185,7 +187,7 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     let client = session::run(&client_options);
     let server = server
         .join()
-        .unwrap_or_else(|_| Err(PerfError::Usage("the server thread panicked".into())));
+        .unwrap_or_else(|_| Err(PerfError::Loopback("the server thread panicked".into())));
     let reports = client?;
     server?;
     Ok(reports)

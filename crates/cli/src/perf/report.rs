@@ -92,29 +92,31 @@ impl Report {
         r
     }
 
-    /// The report a perftest client sends its server (bandwidth in Gb/s, as with
-    /// `--report_gbits`).
-    pub(crate) fn to_perftest(&self) -> sluice_net::perftest::BwReport {
+    /// The report a perftest client sends its server: bandwidth in Gb/s when run with
+    /// `--report-gbits`, else in MB/s (2^20 bytes), as perftest's peer expects with the same
+    /// options.
+    pub(crate) fn to_perftest(&self, report_gbits: bool) -> sluice_net::perftest::BwReport {
+        let bw = if report_gbits {
+            self.bw_avg_gbps
+        } else {
+            gbps_to_mib_per_s(self.bw_avg_gbps)
+        };
         sluice_net::perftest::BwReport {
             size: u64::from(self.bytes),
             iters: self.iterations,
-            bw_peak: self.bw_avg_gbps,
-            bw_avg: self.bw_avg_gbps,
+            bw_peak: bw,
+            bw_avg: bw,
             msg_rate: self.msg_rate_mpps,
         }
     }
 
     /// Takes the client's numbers (a server of a WRITE, READ or atomic bandwidth test
-    /// measures nothing itself). perftest sends MB/s unless run with `--report_gbits`; a
-    /// value above 1000 cannot be Gb/s here and is taken as MB/s.
+    /// measures nothing itself). The bandwidth comes from the message rate and size, which
+    /// have one unit whatever the client's `--report_gbits`.
     pub(crate) fn adopt(&mut self, r: &sluice_net::perftest::BwReport) {
         self.iterations = r.iters;
         self.msg_rate_mpps = r.msg_rate;
-        self.bw_avg_gbps = if r.bw_avg > 1000.0 {
-            r.bw_avg * 1_048_576.0 * 8.0 / 1e9
-        } else {
-            r.bw_avg
-        };
+        self.bw_avg_gbps = r.msg_rate * 1e6 * r.size as f64 * 8.0 / 1e9;
         if r.msg_rate > 0.0 {
             self.duration_s = r.iters as f64 / (r.msg_rate * 1e6);
         }
@@ -167,7 +169,7 @@ impl Report {
                 let bw = if report_gbits {
                     self.bw_avg_gbps
                 } else {
-                    self.bw_avg_gbps * 1e3 / 8.0 / 1.048_576
+                    gbps_to_mib_per_s(self.bw_avg_gbps)
                 };
                 format!(
                     " {:<10} {:<12} {:>20.2} {:>16.6} {:>14}",
@@ -175,5 +177,48 @@ impl Report {
                 )
             }
         }
+    }
+}
+
+/// Gbit/s in perftest's MB/s (2^20 bytes per second).
+fn gbps_to_mib_per_s(gbps: f64) -> f64 {
+    gbps * 1e9 / 8.0 / 1_048_576.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_net::perftest::BwReport;
+
+    fn report() -> Report {
+        let o = Options::new(Test::WriteBw);
+        Report::new(&o, "server", 65536, 4096, &mut Measured::default(), 0, 0)
+    }
+
+    #[test]
+    fn a_client_report_is_read_the_same_in_either_unit() {
+        // 0.008 Mpps of 64 KiB = 4.194304 Gb/s = 500 MB/s (2^20): Soft-RoCE-like figures,
+        // where no threshold can tell the two units apart.
+        for bw in [4.194304, 500.0] {
+            let mut r = report();
+            r.adopt(&BwReport {
+                size: 65536,
+                iters: 5000,
+                bw_peak: bw,
+                bw_avg: bw,
+                msg_rate: 0.008,
+            });
+            assert!((r.bw_avg_gbps - 4.194304).abs() < 1e-9, "{}", r.bw_avg_gbps);
+            assert_eq!(r.iterations, 5000);
+            assert!((r.duration_s - 0.625).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn the_report_sent_follows_report_gbits() {
+        let mut r = report();
+        r.bw_avg_gbps = 52.4288;
+        assert!((r.to_perftest(true).bw_avg - 52.4288).abs() < 1e-9);
+        assert!((r.to_perftest(false).bw_avg - 6250.0).abs() < 1e-9);
     }
 }

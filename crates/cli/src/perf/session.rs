@@ -248,7 +248,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
         if last {
-            let ours = (role == Role::Client).then(|| report.to_perftest());
+            let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours)? {
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
