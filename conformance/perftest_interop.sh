@@ -11,12 +11,7 @@
 # PERFTEST_CASES="write_bw read_lat" limits the tests; PERFTEST_ITERS sets -n (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAB=${RXE_LAB:-../shared/rxe-lab}
-if [ ! -x "$LAB/vm.sh" ]; then echo "SKIPPED: no rxe-lab at $LAB"; exit 0; fi
-LAB_DIR=${RXE_LAB_DIR:-$(sed -n 's/^LAB=\${RXE_LAB_DIR:-\(.*\)}$/\1/p' "$LAB/vm.sh")}
-if [ "$(id -u)" != 0 ]; then echo "SKIPPED: the rxe-lab needs root"; exit 0; fi
-
-"$LAB/build.sh"
+. conformance/lab.sh
 cargo build --release --locked -p sluice-cli --bin sluice
 SLUICE=$PWD/target/release/sluice
 OUT=target/perftest-interop

@@ -13,13 +13,7 @@
 #  3. tshark decodes the same capture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAB=${RXE_LAB:-../shared/rxe-lab}
-if [ ! -x "$LAB/vm.sh" ]; then echo "SKIPPED: no rxe-lab at $LAB"; exit 0; fi
-# Where the lab keeps its image and share folder: its own default, read from its script.
-LAB_DIR=${RXE_LAB_DIR:-$(sed -n 's/^LAB=\${RXE_LAB_DIR:-\(.*\)}$/\1/p' "$LAB/vm.sh")}
-if [ "$(id -u)" != 0 ]; then echo "SKIPPED: the rxe-lab needs root"; exit 0; fi
-
-"$LAB/build.sh"
+. conformance/lab.sh
 cargo build --release --locked -p sluice-cli --bin sluice --example rxe_pingpong
 OUT=target/rxe-interop
 rm -rf "$OUT"; mkdir -p "$OUT"
