@@ -82,10 +82,15 @@ impl Pair {
         Pair { a, b }
     }
 
-    fn exec(&self, ns: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).args(args);
-        c
+    /// Starts `sluice perf TEST --json ARGS...` in namespace `ns`, its output captured.
+    fn perf(&self, ns: &str, test: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", ns, SLUICE, "perf", test, "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 }
 
@@ -134,32 +139,10 @@ fn wait_ok(mut child: Child, what: &str, timeout: Duration) -> String {
 /// the client's JSON lines and the capture's path.
 fn perf(pair: &Pair, test: &str, extra: &[&str], dir: &Path) -> (Vec<serde_json::Value>, PathBuf) {
     let pcap = dir.join(format!("{test}.pcap"));
-    let mut server_args = vec![SLUICE, "perf", test, "--json"];
-    server_args.extend_from_slice(extra);
-    let server = pair
-        .exec(&pair.b, &server_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pcap_s = pcap.to_str().unwrap();
-    let mut client_args = vec![
-        SLUICE,
-        "perf",
-        test,
-        "--json",
-        "--connect",
-        "10.77.0.2",
-        "--pcap",
-        pcap_s,
-    ];
+    let server = pair.perf(&pair.b, test, extra);
+    let mut client_args = vec!["--connect", "10.77.0.2", "--pcap", pcap.to_str().unwrap()];
     client_args.extend_from_slice(extra);
-    let client = pair
-        .exec(&pair.a, &client_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = pair.perf(&pair.a, test, &client_args);
     let text = wait_ok(client, &format!("client {test}"), Duration::from_secs(60));
     wait_ok(server, &format!("server {test}"), Duration::from_secs(10));
     let results: Vec<serde_json::Value> = text
