@@ -92,7 +92,7 @@ impl Options {
             inline_size: 0,
             cq_mod: 100,
             compare_swap: false,
-            report_gbits: true,
+            report_gbits: false,
             json: false,
             quiet: false,
             busy_poll: false,
