@@ -394,21 +394,37 @@ pub(crate) struct Requester {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Response {
     /// READ response packets for PSNs `psn ..` carrying `remaining` bytes from `va`.
+    /// `replay`: served again for a duplicate request.
     Read {
         psn: Psn,
         rkey: u32,
         va: u64,
         remaining: u32,
         first: bool,
+        replay: bool,
     },
     AtomicAck {
         psn: Psn,
         original: u64,
+        replay: bool,
     },
     Nak {
         psn: Psn,
         syndrome: sluice_wire::Syndrome,
     },
+}
+
+impl Response {
+    /// Whether it answers a new READ or atomic: the requester keeps at most
+    /// `max_dest_rd_atomic` of those outstanding, so that is the room they get. NAKs and
+    /// replays for duplicates share a small room of their own, so that a duplicate never
+    /// takes the place of a new request the requester is entitled to send.
+    pub(crate) fn answers_new_request(&self) -> bool {
+        matches!(
+            self,
+            Response::Read { replay: false, .. } | Response::AtomicAck { replay: false, .. }
+        )
+    }
 }
 
 /// A READ or atomic the responder executed, kept to answer duplicates of it.

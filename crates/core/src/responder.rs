@@ -16,18 +16,30 @@ use crate::requester::read_span;
 
 /// Whether a queue pair may owe one more READ response or atomic ACK: a requester with more
 /// READs and atomics outstanding than our `max_dest_rd_atomic` breaks the protocol.
-fn qp_has_room(qp: &crate::qp::Qp) -> bool {
-    let owed = qp
+fn room_for_new_request(qp: &crate::qp::Qp) -> bool {
+    let new = qp
         .resp
         .responses
         .iter()
-        .filter(|r| !matches!(r, Response::Nak { .. }))
+        .filter(|r| r.answers_new_request())
         .count();
-    owed < usize::from(qp.attrs.max_dest_rd_atomic)
+    new < usize::from(qp.attrs.max_dest_rd_atomic)
 }
 
-/// Room for NAKs in a queue pair's queue of owed responses, beyond its READs and atomics.
-const NAK_SLOTS: usize = 8;
+/// Whether a NAK or a replayed response (for a duplicate request) may still be queued.
+fn room_for_extra(qp: &crate::qp::Qp) -> bool {
+    let extra = qp
+        .resp
+        .responses
+        .iter()
+        .filter(|r| !r.answers_new_request())
+        .count();
+    extra < EXTRA_SLOTS
+}
+
+/// Room in a queue pair's queue of owed responses, beyond the answers to new READs and
+/// atomics, for NAKs and for responses replayed to duplicate requests.
+const EXTRA_SLOTS: usize = 8;
 
 /// Why a request is refused, and the NAK that says so.
 #[derive(Debug, Clone, Copy)]
@@ -321,7 +333,7 @@ impl Engine {
                     u64::from(reth.dma_len),
                     Access::REMOTE_READ,
                 )?;
-                if !qp_has_room(self.qp_mut(index)) {
+                if !room_for_new_request(self.qp_mut(index)) {
                     return Err(Refusal::InvalidRequest);
                 }
                 let span = read_span(reth.dma_len, mtu);
@@ -331,6 +343,7 @@ impl Engine {
                     va: reth.va,
                     remaining: reth.dma_len,
                     first: true,
+                    replay: false,
                 };
                 self.accept_rd_atomic(
                     index,
@@ -349,7 +362,7 @@ impl Engine {
                     return Err(Refusal::InvalidRequest);
                 }
                 self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
-                if !qp_has_room(self.qp_mut(index)) {
+                if !room_for_new_request(self.qp_mut(index)) {
                     return Err(Refusal::InvalidRequest);
                 }
                 let mut old = [0u8; 8];
@@ -366,6 +379,7 @@ impl Engine {
                 let response = Response::AtomicAck {
                     psn: bth.psn,
                     original,
+                    replay: false,
                 };
                 let resource = ResponderResource {
                     first_psn: bth.psn,
@@ -431,12 +445,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Queues a NAK, unless the queue of owed responses is at its bound (READ responses and
-    /// atomic ACKs for `max_dest_rd_atomic` requests, plus a few NAKs): then the NAK is
-    /// dropped and counted, and the requester's timer recovers. False if dropped.
+    /// Queues a NAK, unless the room for NAKs and replays is full (the queue of owed
+    /// responses holds answers to at most `max_dest_rd_atomic` new requests plus
+    /// `EXTRA_SLOTS` others): then the NAK is dropped and counted, and the requester's timer
+    /// recovers. False if dropped.
     fn owe(&mut self, index: u32, nak: Response) -> bool {
         let qp = self.qp_mut(index);
-        if qp.resp.responses.len() >= usize::from(qp.attrs.max_dest_rd_atomic) + NAK_SLOTS {
+        if !room_for_extra(qp) {
             self.counters.naks_dropped += 1;
             return false;
         }
@@ -557,7 +572,7 @@ impl Engine {
                     let d = r.first_psn.distance_to(psn);
                     r.atomic_original.is_none() && d >= 0 && (d as u32) < r.span
                 });
-                if !known || !qp_has_room(qp) {
+                if !known || !room_for_extra(qp) {
                     return;
                 }
                 if self
@@ -580,6 +595,7 @@ impl Engine {
                     va: reth.va,
                     remaining: reth.dma_len,
                     first: true,
+                    replay: true,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -589,10 +605,12 @@ impl Engine {
                     .iter()
                     .find(|r| r.first_psn == psn)
                     .and_then(|r| r.atomic_original);
-                if let Some(original) = saved {
-                    qp.resp
-                        .responses
-                        .push_back(Response::AtomicAck { psn, original });
+                if let Some(original) = saved.filter(|_| room_for_extra(qp)) {
+                    qp.resp.responses.push_back(Response::AtomicAck {
+                        psn,
+                        original,
+                        replay: true,
+                    });
                 }
             }
             _ => qp.resp.ack_due = true,
@@ -627,6 +645,7 @@ impl Engine {
                 va,
                 remaining,
                 first,
+                ..
             }) => {
                 let len = (*remaining).min(mtu);
                 let last = len == *remaining;
@@ -665,7 +684,7 @@ impl Engine {
                 self.mrs.read(key, at, &mut payload[..len as usize]);
                 (bth, ext, len)
             }
-            Some(&mut Response::AtomicAck { psn, original }) => {
+            Some(&mut Response::AtomicAck { psn, original, .. }) => {
                 qp.resp.responses.pop_front();
                 let ext = ExtHeaders {
                     aeth: Some(ok),

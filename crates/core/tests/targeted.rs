@@ -686,3 +686,53 @@ fn more_reads_and_atomics_than_the_responder_allows_are_refused() {
     let counter = u64::from_le_bytes(b.mr_bytes(mr.lkey).unwrap()[..8].try_into().unwrap());
     assert_eq!(counter, u64::from_le_bytes([CANARY; 8]).wrapping_add(16));
 }
+
+#[test]
+fn a_duplicate_read_never_takes_the_place_of_a_new_one() {
+    // Found by `sluice perf read-bw` under real duplication: the responder owed 15 READ
+    // responses, a duplicate READ was replayed (16 queued), and the requester's next new READ
+    // (legal: one of its 16 had completed) was refused as an invalid request.
+    let mut world = World::new(2, 16, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (b, mr) = (&mut world.engines[1], p.mr[1]);
+    let (from, now) = (world.addrs[0], world.now);
+    let read = |b: &mut Engine, psn: u32| {
+        let bth = sluice_wire::Bth::new(
+            sluice_wire::Opcode::RC_RDMA_READ_REQUEST,
+            p.qp[1].0,
+            sluice_wire::Psn::new(psn),
+        );
+        let reth = sluice_wire::Reth {
+            va: mr.addr,
+            rkey: mr.rkey,
+            dma_len: 64,
+        };
+        let ext = sluice_wire::ExtHeaders {
+            reth: Some(reth),
+            ..Default::default()
+        };
+        let headers = sluice_wire::RoceHeaders { bth, ext };
+        b.handle_packet(now, from, false, &headers, Payload::Len(0));
+    };
+    let mut buf = [0u8; 4096];
+    for i in 0..16 {
+        read(b, 100 + i);
+    }
+    // The answer to the first READ leaves: the requester may now send a seventeenth.
+    assert!(b.poll_transmit(now, &mut buf).is_some());
+    read(b, 101); // a duplicate, replayed
+    read(b, 116); // new, and within the requester's 16
+    assert_eq!(b.counters().naks_sent_invalid_request, 0);
+    assert_eq!(b.qp_state(p.qp[1]), Some(QpState::Rts));
+    // Duplicates beyond the room for replays are dropped: the queue stays bounded.
+    for _ in 0..20 {
+        read(b, 102);
+    }
+    let owed = b.qp_queues(p.qp[1]).unwrap().owed_responses;
+    assert_eq!(owed, 16 + 8, "16 new answers and 8 replays at most");
+    let mut responses = 0;
+    while b.poll_transmit(now, &mut buf).is_some() {
+        responses += 1;
+    }
+    assert_eq!(responses, owed);
+}
