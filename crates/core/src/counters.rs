@@ -22,6 +22,11 @@ pub struct Counters {
     pub naks_received_rnr: u64,
     pub naks_received_error: u64,
     pub cnps_received: u64,
+    /// CNPs a control law had sent (the DCQCN notification point).
+    pub cnps_sent: u64,
+    /// Control packets carrying credit sent, and received, for receiver-driven laws.
+    pub grants_sent: u64,
+    pub grants_received: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,
     /// Duplicate requests the responder answered again (or dropped).

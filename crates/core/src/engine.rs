@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_wire::{Operation, Psn, RoceHeaders};
 
-use crate::control::{Controller, Event, NoControl};
+use crate::control::{Actions, Controller, Deferred, Event, EventMask, Gate, NoControl};
 use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
 use crate::mr::{Access, Memory, MrInfo, MrTable};
 use crate::qp::{
@@ -44,6 +44,8 @@ pub struct EngineConfig {
     /// The requester asks for an ACK on the last packet of every message and on every
     /// this many packets in between.
     pub ack_request_every: u32,
+    /// The line rate control laws start from ([`Event::Start`]), in bits per second.
+    pub line_rate_bps: u64,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +58,7 @@ impl Default for EngineConfig {
             max_cq_entries: 1 << 20,
             max_outstanding_packets: 1024,
             ack_request_every: 64,
+            line_rate_bps: 100_000_000_000,
         }
     }
 }
@@ -162,6 +165,10 @@ pub struct Engine {
     timer_queued: Vec<Option<Instant>>,
     pub(crate) counters: Counters,
     controller: Box<dyn Controller>,
+    /// The events the controller wants (asked once).
+    interest: EventMask,
+    /// Actions the controller returned from its timers, applied at once (reused buffer).
+    deferred: Deferred,
 }
 
 impl Engine {
@@ -184,16 +191,63 @@ impl Engine {
             timers: BinaryHeap::new(),
             timer_queued: Vec::new(),
             counters: Counters::default(),
+            interest: controller.interest(),
             controller,
+            deferred: Vec::new(),
         }
     }
 
-    /// Tells the control law about `event` on queue pair `index`; it may change the knobs.
+    /// Tells the controller about `event` on queue pair `index` (if it asked for that kind)
+    /// and applies what it decides.
+    #[inline]
     pub(crate) fn emit(&mut self, index: u32, now: Instant, event: Event) {
-        let qp = self.qps[index as usize]
-            .as_mut()
-            .expect("a live queue pair index");
-        self.controller.on_event(now, qp.num, &event, &mut qp.knobs);
+        if !self.interest.contains(event.kind()) {
+            return;
+        }
+        let mut act = Actions::default();
+        self.controller.on_event(now, index, &event, &mut act);
+        if !act.is_empty() {
+            self.apply(index, act);
+        }
+    }
+
+    /// True if the controller decides packet by packet whether a request may go.
+    #[inline]
+    pub(crate) fn gates(&self) -> bool {
+        self.interest.gates()
+    }
+
+    /// Asks the controller whether a request packet of `bytes` may go now.
+    pub(crate) fn gate(&mut self, index: u32, now: Instant, bytes: u32) -> Gate {
+        self.controller.gate(now, index, bytes)
+    }
+
+    /// Carries out a control law's decisions for queue pair `index` (gone already: ignored).
+    fn apply(&mut self, index: u32, act: Actions) {
+        let Some(Some(qp)) = self.qps.get_mut(index as usize) else {
+            return;
+        };
+        if let Some(rate) = act.rate() {
+            qp.knobs.rate_bps = rate;
+        }
+        if let Some(window) = act.window() {
+            qp.knobs.window_bytes = window;
+        }
+        if let Some(port) = act.path() {
+            qp.knobs.path = Some(port);
+        }
+        let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
+        if act.cnp() {
+            qp.cnp_due = true;
+            wake = true;
+        }
+        if act.granted() > 0 {
+            qp.grant_due = qp.grant_due.saturating_add(act.granted());
+            wake = true;
+        }
+        if wake && matches!(qp.state, QpState::Rtr | QpState::Rts) {
+            self.schedule(index);
+        }
     }
 
     pub fn counters(&self) -> &Counters {
@@ -300,6 +354,7 @@ impl Engine {
         };
         let num = QpNum(FIRST_QPN + index);
         self.qps[index as usize] = Some(Qp::new(num, config));
+        self.controller.reset(index);
         Ok(num)
     }
 
@@ -421,6 +476,7 @@ impl Engine {
                 let num = qp.num;
                 let config = qp.config;
                 *qp = Qp::new(num, config);
+                self.controller.reset(index);
             }
         }
         Ok(())
@@ -641,6 +697,7 @@ impl Engine {
             sluice_wire::Transport::Cnp => {
                 self.counters.cnps_received += 1;
                 self.emit(index, now, Event::Cnp);
+                self.schedule(index);
                 return;
             }
             _ => {
@@ -707,17 +764,27 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] should next be called.
     pub fn next_timeout(&mut self) -> Option<Instant> {
+        let control = self.controller.next_timeout();
         while let Some(&Reverse((at, index))) = self.timers.peek() {
             if self.timer_queued[index as usize] == Some(at) {
-                return Some(at);
+                return Some(control.map_or(at, |c| c.min(at)));
             }
             self.timers.pop();
         }
-        None
+        control
     }
 
-    /// Fires every timer due at `now`: retransmissions, the end of RNR waits.
+    /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
+    /// the control plane's own (law timers, decoupled processing).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.controller.next_timeout().is_some_and(|at| at <= now) {
+            let mut deferred = std::mem::take(&mut self.deferred);
+            self.controller.on_timeout(now, &mut deferred);
+            for (index, act) in deferred.drain(..) {
+                self.apply(index, act);
+            }
+            self.deferred = deferred;
+        }
         while let Some(&Reverse((at, index))) = self.timers.peek() {
             if at > now {
                 break;

@@ -8,7 +8,7 @@
 //! never reads a clock, opens a socket or spawns a thread, so the same code runs over real
 //! UDP sockets and inside the simulator.
 
-mod control;
+pub mod control;
 mod counters;
 mod cq;
 mod engine;
@@ -21,7 +21,7 @@ mod responder;
 mod rng;
 mod time;
 
-pub use control::{Controller, Event, Knobs, NakKind, NoControl};
+pub use control::{Controller, Event, NoControl};
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
 pub use engine::{Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};

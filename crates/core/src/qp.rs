@@ -488,6 +488,17 @@ pub struct QueueDepths {
     pub resends: usize,
 }
 
+/// What the control law set for a queue pair (see `control::Actions`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Knobs {
+    /// Pacing rate in bits per second on the wire; `None` is line rate.
+    pub(crate) rate_bps: Option<u64>,
+    /// Request payload bytes allowed unacknowledged; `None` is the engine's window.
+    pub(crate) window_bytes: Option<u64>,
+    /// UDP source port.
+    pub(crate) path: Option<u16>,
+}
+
 /// One queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
@@ -500,7 +511,11 @@ pub(crate) struct Qp {
     /// In the engine's ready list.
     pub(crate) scheduled: bool,
     /// What the control law set.
-    pub(crate) knobs: crate::Knobs,
+    pub(crate) knobs: Knobs,
+    /// The control law asked for a CNP to the peer.
+    pub(crate) cnp_due: bool,
+    /// Credit the control law granted the peer, not sent yet.
+    pub(crate) grant_due: u64,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
     /// Pacing: no request packet before this time.
@@ -519,7 +534,9 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             scheduled: false,
-            knobs: crate::Knobs::default(),
+            knobs: Knobs::default(),
+            cnp_due: false,
+            grant_due: 0,
             control_started: false,
             next_send_at: crate::Instant::ZERO,
             rtt_probe: None,
@@ -537,9 +554,13 @@ impl Qp {
         }
     }
 
-    /// The UDP source port for this queue pair's packets: Soft-RoCE's choice, 0xC000 plus
-    /// a hash of the QPN, so that ECMP spreads queue pairs over paths.
+    /// The UDP source port for this queue pair's packets: the control law's path if it set
+    /// one, else Soft-RoCE's choice, 0xC000 plus a hash of the QPN, so that ECMP spreads
+    /// queue pairs over paths.
     pub(crate) fn src_port(&self) -> u16 {
+        if let Some(port) = self.knobs.path {
+            return port;
+        }
         let h = self.num.0.wrapping_mul(0x9E37_79B1);
         0xC000 | ((h >> 18) as u16 & 0x3FFF)
     }

@@ -78,19 +78,24 @@ impl Engine {
     ) -> Option<Transmit> {
         let ack_every = self.config.ack_request_every.max(1);
         let configured_window = self.config.max_outstanding_packets;
+        let line_rate_bps = self.config.line_rate_bps;
         let qp = self.qp_mut(index);
         if qp.state != QpState::Rts || qp.req.rnr_wait_until.is_some() {
             return None;
         }
         if !qp.control_started && qp.req.cursor < qp.req.sq.len() {
             qp.control_started = true;
-            self.emit(index, now, crate::Event::Start);
+            let mtu = qp.attrs.mtu;
+            self.emit(index, now, crate::Event::Start { mtu, line_rate_bps });
         }
         let qp = self.qp_mut(index);
+        // A window in bytes is enforced in whole packets of the path MTU.
         let window = qp
             .knobs
-            .window_packets
-            .unwrap_or(configured_window)
+            .window_bytes
+            .map_or(configured_window, |b| {
+                b.div_ceil(u64::from(qp.attrs.mtu)).min(u64::from(u32::MAX)) as u32
+            })
             .clamp(1, 1 << 23);
         if qp.knobs.rate_bps.is_some() && qp.next_send_at > now && qp.req.cursor < qp.req.sq.len() {
             // Paced: come back when the next packet may go.
@@ -164,6 +169,20 @@ impl Engine {
             wqe.span = span;
             wqe.started = true;
         }
+        if self.gates() {
+            // The control law's TX function (SwCC): may this packet go now?
+            let wqe = &self.qp_mut(index).req.sq[cursor];
+            let bytes = if wqe.op.is_read_or_atomic() {
+                0
+            } else {
+                (wqe.len - self.qp_mut(index).req.cursor_offset).min(mtu)
+            };
+            if self.gate(index, now, bytes) == crate::control::Gate::Hold {
+                return None;
+            }
+        }
+        let qp = self.qp_mut(index);
+        let req = &mut qp.req;
         let wqe = &req.sq[cursor];
         // A READ (re-)request asks for what is still missing, at the PSN of the first
         // missing response; responses that arrived since the cursor was placed count.
@@ -274,7 +293,12 @@ impl Engine {
             let gap = std::time::Duration::from_nanos(wire * 8 * 1_000_000_000 / rate);
             qp.next_send_at = qp.next_send_at.max(now) + gap;
         }
-        if !retransmission && qp.rtt_probe.is_none() {
+        // Time a packet that asks for an ACK: its sample is one round trip, not the time
+        // the rest of its message took to leave.
+        let answered = bth.ack_req
+            || bth.opcode == Opcode::RC_RDMA_READ_REQUEST
+            || ext.atomic_eth.is_some();
+        if !retransmission && answered && qp.rtt_probe.is_none() {
             qp.rtt_probe = Some((psn, now));
         }
         if let Some(at) = arm_at {
@@ -352,6 +376,7 @@ impl Engine {
         if !qp.req.confirmed.precedes(psn) {
             return false;
         }
+        let packets = qp.req.confirmed.distance_to(psn) as u32;
         qp.req.confirmed = psn;
         let rtt = match qp.rtt_probe {
             Some((probe, sent)) if probe.precedes(psn) => {
@@ -365,6 +390,7 @@ impl Engine {
             now,
             crate::Event::Ack {
                 confirmed: psn,
+                packets,
                 rtt,
             },
         );
@@ -391,7 +417,7 @@ impl Engine {
                     now,
                     crate::Event::Nak {
                         psn,
-                        kind: crate::NakKind::Sequence,
+                        kind: crate::control::NakKind::Sequence,
                     },
                 );
                 if advanced {
@@ -416,7 +442,7 @@ impl Engine {
                     now,
                     crate::Event::Nak {
                         psn,
-                        kind: crate::NakKind::Fatal,
+                        kind: crate::control::NakKind::Fatal,
                     },
                 );
                 let status = match code {
@@ -439,7 +465,7 @@ impl Engine {
             now,
             crate::Event::Nak {
                 psn,
-                kind: crate::NakKind::ReceiverNotReady,
+                kind: crate::control::NakKind::ReceiverNotReady,
             },
         );
         self.confirm(index, now, psn);

@@ -633,6 +633,24 @@ impl Engine {
         let pd = qp.config.pd;
         let ack = |syndrome| Aeth { syndrome, msn };
         let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
+        if qp.cnp_due {
+            // The control law's congestion notification goes before anything else.
+            qp.cnp_due = false;
+            if qp.state != QpState::Error {
+                let mut bth = Bth::new(Opcode::CNP, dest_qp, Psn::new(0));
+                bth.becn = true;
+                self.counters.cnps_sent += 1;
+                return Some(Transmit {
+                    dst,
+                    src_port,
+                    headers: RoceHeaders {
+                        bth,
+                        ext: ExtHeaders::default(),
+                    },
+                    payload_len: 0,
+                });
+            }
+        }
         if qp.state == QpState::Error
             && !matches!(qp.resp.responses.front(), Some(Response::Nak { .. }))
         {

@@ -7,27 +7,44 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use common::*;
+use sluice_core::control::{Actions, EventMask, Inline, Law};
 use sluice_core::*;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 
-/// Records every event, and sets fixed knobs on every queue pair.
+/// Records every event, and sets a fixed rate and window on every queue pair.
 #[derive(Debug, Clone, Default)]
 struct Recorder {
     events: Rc<RefCell<Vec<Event>>>,
-    knobs: Knobs,
+    rate_bps: Option<u64>,
+    window_bytes: Option<u64>,
 }
 
-impl Controller for Recorder {
-    fn on_event(&mut self, _: Instant, _: QpNum, event: &Event, knobs: &mut Knobs) {
+impl Law for Recorder {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::ALL
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, act: &mut Actions) {
         self.events.borrow_mut().push(*event);
-        *knobs = self.knobs;
+        if let Some(r) = self.rate_bps {
+            act.set_rate(r);
+        }
+        if let Some(w) = self.window_bytes {
+            act.set_window(w);
+        }
     }
 }
 
 fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {
     let mut world = World::new(2, 1, link);
     for (h, c) in controllers.into_iter().enumerate() {
-        world.engines[h] = Engine::with_controller(EngineConfig::default(), Box::new(c));
+        world.engines[h] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(c)));
     }
     world
 }
@@ -197,10 +214,7 @@ fn a_rate_limit_paces_the_queue_pair() {
     let line_rate = write(&mut world, &p, len);
 
     let limited = Recorder {
-        knobs: Knobs {
-            rate_bps: Some(1_000_000_000),
-            window_packets: None,
-        },
+        rate_bps: Some(1_000_000_000),
         ..Recorder::default()
     };
     let mut world = world_with([limited, Recorder::default()], Impairments::CLEAN);
@@ -226,10 +240,7 @@ fn a_rate_limit_paces_the_queue_pair() {
 #[test]
 fn a_window_of_one_waits_an_rtt_per_packet() {
     let one = Recorder {
-        knobs: Knobs {
-            rate_bps: None,
-            window_packets: Some(1),
-        },
+        window_bytes: Some(1024),
         ..Recorder::default()
     };
     let events = one.events.clone();

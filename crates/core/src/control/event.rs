@@ -1,0 +1,218 @@
+//! What a control law hears: one [`Event`] per transport happening on a queue pair, and the
+//! [`EventMask`] by which a law says which kinds it wants (SwCC's selective triggering: the
+//! engine does not even build the events nobody asked for).
+
+use std::time::Duration;
+
+use sluice_wire::Psn;
+
+/// Something that happened on one queue pair.
+///
+/// Events are small and `Copy`, so that SCR-style queues can hold and coalesce them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The queue pair is about to send its first request packet: set the initial rate and
+    /// window. `mtu` is its path MTU and `line_rate_bps` the engine's line rate.
+    Start { mtu: u32, line_rate_bps: u64 },
+    /// Request packets left: `bytes` of payload (several packets if coalesced). `psn` is the
+    /// last one; `retransmission` if any of them was resent.
+    Tx {
+        psn: Psn,
+        bytes: u32,
+        retransmission: bool,
+    },
+    /// Request packets arrived at the responder; `ce` if any was marked Congestion
+    /// Experienced in its IP header.
+    Rx { psn: Psn, bytes: u32, ce: bool },
+    /// The responder confirmed `packets` more request packets: every PSN before
+    /// `confirmed`. `rtt` is a sample from a packet that was sent once and asked for this
+    /// acknowledgement (Karn's rule: never from a retransmission).
+    Ack {
+        confirmed: Psn,
+        packets: u32,
+        rtt: Option<Duration>,
+    },
+    /// A NAK arrived.
+    Nak { psn: Psn, kind: NakKind },
+    /// A congestion notification packet (RoCE v2 CNP) arrived for this queue pair.
+    Cnp,
+    /// The retransmit timer fired.
+    Timeout,
+    /// A timer the law armed (`Actions::arm_timer`) fired.
+    Timer,
+    /// In-band network telemetry echoed back with an acknowledgement (`confirmed` as in
+    /// [`Event::Ack`]): one
+    /// record per switch hop, as HPCC uses it.
+    Telemetry { confirmed: Psn, path: IntPath },
+    /// The peer granted `bytes` more credit (a receiver-driven control packet).
+    Credit { bytes: u64 },
+    /// A hint from the application (its meaning is the law's).
+    Hint(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NakKind {
+    Sequence,
+    ReceiverNotReady,
+    Fatal,
+}
+
+/// The most switch hops a telemetry record covers (HPCC's 42-byte header holds five).
+pub const MAX_INT_HOPS: usize = 5;
+
+/// What one switch egress port stamped into a packet (HPCC's INT record). Counters and the
+/// timestamp wrap: a law only ever uses differences between two records of the same hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IntHop {
+    /// Queue length at the egress port when the packet left, in bytes.
+    pub qlen_bytes: u32,
+    /// Bytes the port had transmitted (wrapping).
+    pub tx_bytes: u32,
+    /// When the packet left the port, in nanoseconds (wrapping).
+    pub ts_ns: u32,
+    /// The port's line rate, in units of 100 Mbit/s.
+    pub rate_100mbps: u16,
+}
+
+impl IntHop {
+    pub fn rate_bps(&self) -> u64 {
+        u64::from(self.rate_100mbps) * 100_000_000
+    }
+}
+
+/// The telemetry of a packet's path: up to [`MAX_INT_HOPS`] records, first hop first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IntPath {
+    pub hops: [IntHop; MAX_INT_HOPS],
+    pub len: u8,
+}
+
+impl IntPath {
+    pub fn hops(&self) -> &[IntHop] {
+        &self.hops[..usize::from(self.len).min(MAX_INT_HOPS)]
+    }
+
+    /// Appends a hop's record; false if the path is already full.
+    pub fn push(&mut self, hop: IntHop) -> bool {
+        let n = usize::from(self.len);
+        if n >= MAX_INT_HOPS {
+            return false;
+        }
+        self.hops[n] = hop;
+        self.len += 1;
+        true
+    }
+}
+
+/// The kinds of [`Event`], one bit each in an [`EventMask`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum EventKind {
+    Start,
+    Tx,
+    Rx,
+    Ack,
+    Nak,
+    Cnp,
+    Timeout,
+    Timer,
+    Telemetry,
+    Credit,
+    Hint,
+}
+
+impl EventKind {
+    /// Every kind, in order.
+    pub const ALL: [EventKind; 11] = [
+        EventKind::Start,
+        EventKind::Tx,
+        EventKind::Rx,
+        EventKind::Ack,
+        EventKind::Nak,
+        EventKind::Cnp,
+        EventKind::Timeout,
+        EventKind::Timer,
+        EventKind::Telemetry,
+        EventKind::Credit,
+        EventKind::Hint,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+}
+
+impl Event {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Event::Start { .. } => EventKind::Start,
+            Event::Tx { .. } => EventKind::Tx,
+            Event::Rx { .. } => EventKind::Rx,
+            Event::Ack { .. } => EventKind::Ack,
+            Event::Nak { .. } => EventKind::Nak,
+            Event::Cnp => EventKind::Cnp,
+            Event::Timeout => EventKind::Timeout,
+            Event::Timer => EventKind::Timer,
+            Event::Telemetry { .. } => EventKind::Telemetry,
+            Event::Credit { .. } => EventKind::Credit,
+            Event::Hint(_) => EventKind::Hint,
+        }
+    }
+}
+
+/// A set of event kinds, plus [`EventMask::GATE`]: the law decides, packet by packet,
+/// whether a request packet may go (SwCC's TX function; see `Law::gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventMask(u32);
+
+impl EventMask {
+    pub const NONE: EventMask = EventMask(0);
+    pub const ALL: EventMask = EventMask((1 << EventKind::COUNT) - 1);
+    /// Ask the law before every request packet.
+    pub const GATE: EventMask = EventMask(1 << 31);
+
+    pub const fn of(kinds: &[EventKind]) -> EventMask {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < kinds.len() {
+            bits |= 1 << kinds[i] as u32;
+            i += 1;
+        }
+        EventMask(bits)
+    }
+
+    pub const fn union(self, other: EventMask) -> EventMask {
+        EventMask(self.0 | other.0)
+    }
+
+    #[inline]
+    pub const fn contains(self, kind: EventKind) -> bool {
+        self.0 & (1 << kind as u32) != 0
+    }
+
+    #[inline]
+    pub const fn gates(self) -> bool {
+        self.0 & Self::GATE.0 != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_hold_exactly_their_kinds() {
+        let m = EventMask::of(&[EventKind::Ack, EventKind::Cnp]);
+        for k in EventKind::ALL {
+            assert_eq!(m.contains(k), matches!(k, EventKind::Ack | EventKind::Cnp));
+            assert!(EventMask::ALL.contains(k));
+            assert!(!EventMask::NONE.contains(k));
+        }
+        assert!(!m.gates());
+        assert!(m.union(EventMask::GATE).gates());
+        assert!(!EventMask::ALL.gates());
+    }
+
+    #[test]
+    fn events_stay_small() {
+        // Coalescing queues hold one event per (queue pair, kind).
+        assert!(std::mem::size_of::<Event>() <= 96, "{}", std::mem::size_of::<Event>());
+    }
+}

@@ -1,0 +1,70 @@
+//! SwCC's model: the law runs on the event's own path, at once.
+
+use crate::Instant;
+
+use super::event::{Event, EventMask};
+use super::law::{Actions, Controller, Deferred, Gate, Law};
+use super::store::Store;
+
+/// Runs a [`Law`] inline: every event is handled as it happens, its actions applied before
+/// the engine goes on.
+#[derive(Debug)]
+pub struct Inline<L: Law> {
+    law: L,
+    store: Store<L>,
+}
+
+impl<L: Law> Inline<L> {
+    pub fn new(law: L) -> Self {
+        Inline {
+            law,
+            store: Store::new(),
+        }
+    }
+
+    pub fn law(&self) -> &L {
+        &self.law
+    }
+
+    /// The context of queue pair index `qp`, if it has one yet.
+    pub fn context(&self, qp: u32) -> Option<&L::Context> {
+        self.store.get(qp)
+    }
+}
+
+impl<L: Law> Controller for Inline<L> {
+    fn interest(&self) -> EventMask {
+        self.law.interest()
+    }
+
+    fn reset(&mut self, qp: u32) {
+        self.store.reset(qp);
+    }
+
+    #[inline]
+    fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
+        self.law.on_event(now, self.store.ctx(qp), event, act);
+        if let Some(timer) = act.take_timer() {
+            self.store.set_timer(qp, timer);
+        }
+    }
+
+    #[inline]
+    fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate {
+        self.law.gate(now, self.store.ctx(qp), bytes)
+    }
+
+    fn next_timeout(&mut self) -> Option<Instant> {
+        self.store.next_timer()
+    }
+
+    fn on_timeout(&mut self, now: Instant, out: &mut Deferred) {
+        while let Some((qp, _)) = self.store.pop_due(now) {
+            let mut act = Actions::default();
+            self.on_event(now, qp, &Event::Timer, &mut act);
+            if !act.is_empty() {
+                out.push((qp, act));
+            }
+        }
+    }
+}

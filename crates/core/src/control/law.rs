@@ -1,0 +1,218 @@
+//! The two traits of the control plane. A [`Law`] is what an algorithm author writes: one
+//! event plus the queue pair's context in, [`Actions`] out. A [`Controller`] is what the
+//! engine drives: it owns the contexts and decides when a law runs (at once, [`Inline`], or
+//! after SCR's queueing, [`Decoupled`]).
+//!
+//! [`Inline`]: super::Inline
+//! [`Decoupled`]: super::Decoupled
+
+use crate::Instant;
+
+use super::event::{Event, EventMask};
+
+/// The most bytes a law's per-queue-pair context may take (SwCC's 128-byte context slot).
+pub const MAX_CONTEXT_BYTES: usize = 128;
+
+/// A control law: congestion control, a rate limiter, a credit scheme.
+///
+/// It sees one event at a time with the queue pair's context (run to completion, no
+/// sharing), and answers through [`Actions`]. It never reads a clock: `now` is passed in.
+pub trait Law: std::fmt::Debug {
+    /// Per-queue-pair state, at most [`MAX_CONTEXT_BYTES`]; a new queue pair starts with
+    /// `Default`.
+    type Context: Copy + Default + std::fmt::Debug;
+
+    fn name(&self) -> &'static str;
+
+    /// The events this law reacts to (and [`EventMask::GATE`] if it gates packets). The
+    /// engine builds no other events: what a law does not ask for costs nothing.
+    fn interest(&self) -> EventMask;
+
+    /// React to `event`.
+    fn on_event(
+        &mut self,
+        now: Instant,
+        ctx: &mut Self::Context,
+        event: &Event,
+        act: &mut Actions,
+    );
+
+    /// SwCC's TX function: may a request packet carrying `bytes` of payload go now? Asked
+    /// only if [`Law::interest`] holds [`EventMask::GATE`]. On [`Gate::Hold`] the queue pair
+    /// waits until an action of the law calls [`Actions::wake`].
+    fn gate(&mut self, _now: Instant, _ctx: &mut Self::Context, _bytes: u32) -> Gate {
+        Gate::Send
+    }
+}
+
+/// The answer of [`Law::gate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Send,
+    Hold,
+}
+
+/// What a law decided for one queue pair; the engine applies it after the law returns.
+/// Every field left untouched leaves the engine's setting as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Actions {
+    rate: Option<Option<u64>>,
+    window: Option<Option<u64>>,
+    timer: Option<Option<Instant>>,
+    grant: u64,
+    cnp: bool,
+    path: Option<u16>,
+    wake: bool,
+}
+
+impl Actions {
+    /// Pace the queue pair's request packets at `bps` bits per second (headers included).
+    pub fn set_rate(&mut self, bps: u64) {
+        self.rate = Some(Some(bps.max(1)));
+    }
+
+    /// No pacing: line rate.
+    pub fn unpace(&mut self) {
+        self.rate = Some(None);
+    }
+
+    /// At most `bytes` of request payload unacknowledged (enforced in whole packets of the
+    /// path MTU, rounded up, at least one).
+    pub fn set_window(&mut self, bytes: u64) {
+        self.window = Some(Some(bytes));
+    }
+
+    /// Back to the engine's configured window.
+    pub fn clear_window(&mut self) {
+        self.window = Some(None);
+    }
+
+    /// Deliver [`Event::Timer`] to this queue pair at `at` (replacing an earlier request).
+    pub fn arm_timer(&mut self, at: Instant) {
+        self.timer = Some(Some(at));
+    }
+
+    pub fn cancel_timer(&mut self) {
+        self.timer = Some(None);
+    }
+
+    /// Send the peer a grant of `bytes` more credit (a control packet; it arrives there as
+    /// [`Event::Credit`]). Grants made before the engine sends one add up.
+    pub fn grant(&mut self, bytes: u64) {
+        self.grant = self.grant.saturating_add(bytes);
+    }
+
+    /// Send the peer a RoCE v2 congestion notification packet (the DCQCN notification point).
+    pub fn send_cnp(&mut self) {
+        self.cnp = true;
+    }
+
+    /// Send this queue pair's packets from UDP source port `port` (a path, under ECMP).
+    pub fn set_path(&mut self, port: u16) {
+        self.path = Some(port);
+    }
+
+    /// Ask the engine to try sending again (after [`Gate::Hold`]).
+    pub fn wake(&mut self) {
+        self.wake = true;
+    }
+
+    pub fn rate(&self) -> Option<Option<u64>> {
+        self.rate
+    }
+
+    pub fn window(&self) -> Option<Option<u64>> {
+        self.window
+    }
+
+    pub fn timer(&self) -> Option<Option<Instant>> {
+        self.timer
+    }
+
+    pub fn granted(&self) -> u64 {
+        self.grant
+    }
+
+    pub fn cnp(&self) -> bool {
+        self.cnp
+    }
+
+    pub fn path(&self) -> Option<u16> {
+        self.path
+    }
+
+    pub fn woken(&self) -> bool {
+        self.wake
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Actions::default()
+    }
+
+    /// Takes the timer request out (the controller keeps law timers; the engine never sees
+    /// them).
+    pub(crate) fn take_timer(&mut self) -> Option<Option<Instant>> {
+        self.timer.take()
+    }
+
+    /// Adds `later` on top of these: the later decision wins, grants add up.
+    pub fn merge(&mut self, later: Actions) {
+        self.rate = later.rate.or(self.rate);
+        self.window = later.window.or(self.window);
+        self.timer = later.timer.or(self.timer);
+        self.grant = self.grant.saturating_add(later.grant);
+        self.cnp |= later.cnp;
+        self.path = later.path.or(self.path);
+        self.wake |= later.wake;
+    }
+}
+
+/// Actions decided for queue pairs other than the one whose event is being handled, or
+/// later than it (decoupled processing, law timers): queue pair index and actions.
+pub type Deferred = Vec<(u32, Actions)>;
+
+/// The engine's side of the control plane. Queue pairs are named by their engine index
+/// (dense, reused after a queue pair is destroyed; [`Controller::reset`] says when).
+pub trait Controller: std::fmt::Debug {
+    /// The events the engine should build (see [`Law::interest`]). Asked once.
+    fn interest(&self) -> EventMask;
+
+    /// Queue pair `qp` is new: forget whatever an earlier one at this index left.
+    fn reset(&mut self, qp: u32);
+
+    /// An event on queue pair `qp`; actions for it go to `act`, applied when this returns.
+    fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions);
+
+    /// May a request packet of `bytes` go now on `qp`? (Asked only with [`EventMask::GATE`].)
+    fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate;
+
+    /// When [`Controller::on_timeout`] should next run.
+    fn next_timeout(&mut self) -> Option<Instant>;
+
+    /// Runs whatever is due at `now`, appending the resulting actions to `out`.
+    fn on_timeout(&mut self, now: Instant, out: &mut Deferred);
+}
+
+/// No control: line rate and the engine's window. Asks for no events at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoControl;
+
+impl Controller for NoControl {
+    fn interest(&self) -> EventMask {
+        EventMask::NONE
+    }
+
+    fn reset(&mut self, _: u32) {}
+
+    fn on_event(&mut self, _: Instant, _: u32, _: &Event, _: &mut Actions) {}
+
+    fn gate(&mut self, _: Instant, _: u32, _: u32) -> Gate {
+        Gate::Send
+    }
+
+    fn next_timeout(&mut self) -> Option<Instant> {
+        None
+    }
+
+    fn on_timeout(&mut self, _: Instant, _: &mut Deferred) {}
+}

@@ -1,0 +1,344 @@
+//! SCR's model: events wait in per-(queue pair, event kind) queues, where later events
+//! coalesce into the waiting one, until one of a fixed pool of run-to-completion processors
+//! takes them. Queue pair `q` always goes to processor `q mod P` (shared-nothing: a queue
+//! pair's context is only ever touched by one processor). The control loop is modelled:
+//! an event reaches its queue `loop_delay` after it happened, a processor spends
+//! `service_time` on each run of the law, and the actions take effect when the run ends.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::Instant;
+
+use super::event::{Event, EventKind, EventMask};
+use super::law::{Actions, Controller, Deferred, Gate, Law};
+use super::store::Store;
+
+/// How a new event merges into the one already waiting in its queue.
+#[derive(Debug, Clone, Copy)]
+pub enum Coalesce {
+    /// Sum what adds up (bytes sent or received, packets acknowledged, credit), keep the
+    /// latest of the rest (PSNs, RTT sample), OR the flags (CE mark, retransmission).
+    Accumulate,
+    /// The newest event replaces the waiting one.
+    KeepLatest,
+    /// The waiting event stays; newer ones are dropped.
+    KeepOldest,
+    /// The law's own rule: `merge(waiting, new)`.
+    Custom(fn(&mut Event, &Event)),
+}
+
+impl Coalesce {
+    fn merge(self, waiting: &mut Event, new: &Event) {
+        match self {
+            Coalesce::Accumulate => accumulate(waiting, new),
+            Coalesce::KeepLatest => *waiting = *new,
+            Coalesce::KeepOldest => {}
+            Coalesce::Custom(f) => f(waiting, new),
+        }
+    }
+}
+
+fn accumulate(waiting: &mut Event, new: &Event) {
+    match (waiting, new) {
+        (
+            Event::Tx {
+                psn,
+                bytes,
+                retransmission,
+            },
+            Event::Tx {
+                psn: p,
+                bytes: b,
+                retransmission: r,
+            },
+        ) => {
+            *psn = *p;
+            *bytes = bytes.saturating_add(*b);
+            *retransmission |= r;
+        }
+        (Event::Rx { psn, bytes, ce }, Event::Rx { psn: p, bytes: b, ce: c }) => {
+            *psn = *p;
+            *bytes = bytes.saturating_add(*b);
+            *ce |= c;
+        }
+        (
+            Event::Ack {
+                confirmed,
+                packets,
+                rtt,
+            },
+            Event::Ack {
+                confirmed: c,
+                packets: n,
+                rtt: r,
+            },
+        ) => {
+            *confirmed = *c;
+            *packets = packets.saturating_add(*n);
+            *rtt = r.or(*rtt);
+        }
+        (Event::Credit { bytes }, Event::Credit { bytes: b }) => {
+            *bytes = bytes.saturating_add(*b);
+        }
+        (w, n) => *w = *n,
+    }
+}
+
+/// The shape of the decoupled control loop.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrConfig {
+    /// Run-to-completion processors (SCR's thread pool); queue pair `q` goes to `q mod P`.
+    pub processors: u32,
+    /// From the event to its arrival in the queue (SCR's event triggering).
+    pub loop_delay: Duration,
+    /// A processor's time per run of the law (SCR measured ~4 us for Swift on a DPA).
+    pub service_time: Duration,
+    /// The coalescing rule of each event kind, indexed by `EventKind as usize`.
+    pub coalesce: [Coalesce; EventKind::COUNT],
+}
+
+impl Default for ScrConfig {
+    /// 4 processors, 2 us to reach the queue, 1 us per run; counters accumulate, signals
+    /// keep the latest, one-shot events keep the oldest.
+    fn default() -> Self {
+        let mut coalesce = [Coalesce::KeepOldest; EventKind::COUNT];
+        for k in [
+            EventKind::Tx,
+            EventKind::Rx,
+            EventKind::Ack,
+            EventKind::Credit,
+        ] {
+            coalesce[k as usize] = Coalesce::Accumulate;
+        }
+        for k in [EventKind::Nak, EventKind::Telemetry, EventKind::Hint] {
+            coalesce[k as usize] = Coalesce::KeepLatest;
+        }
+        ScrConfig {
+            processors: 4,
+            loop_delay: Duration::from_micros(2),
+            service_time: Duration::from_micros(1),
+            coalesce,
+        }
+    }
+}
+
+/// What the decoupled loop did, for the granularity measurements of SCR.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScrStats {
+    /// Events the engine handed in.
+    pub events: u64,
+    /// Events merged into one already waiting.
+    pub coalesced: u64,
+    /// Runs of the law.
+    pub runs: u64,
+    /// Runs on a TX event, and the payload bytes they covered.
+    pub tx_runs: u64,
+    pub tx_bytes: u64,
+}
+
+const EMPTY: u32 = u32::MAX;
+/// The queue pair of a waiting event whose queue pair was reset meanwhile.
+const ORPHAN: u32 = u32::MAX;
+
+/// A waiting event and the queue it belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    qp: u32,
+    event: Event,
+}
+
+#[derive(Debug, Default)]
+struct Processor {
+    /// Free from this time on.
+    busy_until: Instant,
+    /// Queues with an event waiting, in arrival order: (when it reached the queue, slot).
+    ready: VecDeque<(Instant, u32)>,
+    /// Actions of finished runs, in the order they take effect.
+    done: VecDeque<(Instant, u32, Actions)>,
+}
+
+impl Processor {
+    /// When this processor next has something to do.
+    fn next(&self) -> Option<Instant> {
+        let start = self.ready.front().map(|&(at, _)| at.max(self.busy_until));
+        let release = self.done.front().map(|&(at, _, _)| at);
+        match (start, release) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Runs a [`Law`] behind SCR's coalescing queues and processor pool.
+#[derive(Debug)]
+pub struct Decoupled<L: Law> {
+    law: L,
+    store: Store<L>,
+    config: ScrConfig,
+    /// Slot of the waiting event of each (queue pair, kind), or EMPTY.
+    slot_of: Vec<[u32; EventKind::COUNT]>,
+    slots: Vec<Waiting>,
+    free: Vec<u32>,
+    processors: Vec<Processor>,
+    stats: ScrStats,
+}
+
+impl<L: Law> Decoupled<L> {
+    pub fn new(law: L, config: ScrConfig) -> Self {
+        let n = config.processors.max(1) as usize;
+        Decoupled {
+            law,
+            store: Store::new(),
+            config,
+            slot_of: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            processors: (0..n).map(|_| Processor::default()).collect(),
+            stats: ScrStats::default(),
+        }
+    }
+
+    pub fn law(&self) -> &L {
+        &self.law
+    }
+
+    pub fn context(&self, qp: u32) -> Option<&L::Context> {
+        self.store.get(qp)
+    }
+
+    pub fn stats(&self) -> ScrStats {
+        self.stats
+    }
+
+    fn processor_of(&self, qp: u32) -> usize {
+        qp as usize % self.processors.len()
+    }
+
+    /// Queues `event` (or merges it into the one waiting) at time `at`.
+    fn enqueue(&mut self, at: Instant, qp: u32, event: &Event) {
+        self.stats.events += 1;
+        let kind = event.kind() as usize;
+        if self.slot_of.len() <= qp as usize {
+            self.slot_of.resize(qp as usize + 1, [EMPTY; EventKind::COUNT]);
+        }
+        let slot = self.slot_of[qp as usize][kind];
+        if slot != EMPTY {
+            self.stats.coalesced += 1;
+            self.config.coalesce[kind].merge(&mut self.slots[slot as usize].event, event);
+            return;
+        }
+        let waiting = Waiting { qp, event: *event };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = waiting;
+                s
+            }
+            None => {
+                self.slots.push(waiting);
+                self.slots.len() as u32 - 1
+            }
+        };
+        self.slot_of[qp as usize][kind] = slot;
+        let p = self.processor_of(qp);
+        self.processors[p]
+            .ready
+            .push_back((at + self.config.loop_delay, slot));
+    }
+
+    /// Starts every run due by `now`, in time order per processor.
+    fn start_due(&mut self, now: Instant) {
+        // Law timers become events like any other signal.
+        while let Some((qp, at)) = self.store.pop_due(now) {
+            self.enqueue(at, qp, &Event::Timer);
+        }
+        for p in 0..self.processors.len() {
+            loop {
+                let proc = &self.processors[p];
+                let Some(&(ready_at, slot)) = proc.ready.front() else {
+                    break;
+                };
+                let start = ready_at.max(proc.busy_until);
+                if start > now {
+                    break;
+                }
+                self.processors[p].ready.pop_front();
+                let Waiting { qp, event } = self.slots[slot as usize];
+                self.free.push(slot);
+                if qp == ORPHAN {
+                    continue; // its queue pair was reset while it waited
+                }
+                self.slot_of[qp as usize][event.kind() as usize] = EMPTY;
+                let mut act = Actions::default();
+                self.law
+                    .on_event(start, self.store.ctx(qp), &event, &mut act);
+                if let Some(timer) = act.take_timer() {
+                    self.store.set_timer(qp, timer);
+                }
+                self.stats.runs += 1;
+                if let Event::Tx { bytes, .. } = event {
+                    self.stats.tx_runs += 1;
+                    self.stats.tx_bytes += u64::from(bytes);
+                }
+                let end = start + self.config.service_time;
+                let proc = &mut self.processors[p];
+                proc.busy_until = end;
+                if !act.is_empty() {
+                    proc.done.push_back((end, qp, act));
+                }
+            }
+        }
+    }
+}
+
+impl<L: Law> Controller for Decoupled<L> {
+    fn interest(&self) -> EventMask {
+        self.law.interest()
+    }
+
+    fn reset(&mut self, qp: u32) {
+        self.store.reset(qp);
+        // Events still waiting for the old queue pair at this index are dropped.
+        if let Some(slots) = self.slot_of.get_mut(qp as usize) {
+            for s in slots.iter_mut() {
+                if *s != EMPTY {
+                    self.slots[*s as usize].qp = ORPHAN;
+                    *s = EMPTY;
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, qp: u32, event: &Event, _: &mut Actions) {
+        self.start_due(now);
+        self.enqueue(now, qp, event);
+    }
+
+    fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate {
+        // The TX decision stays on the packet's path (SwCC): it reads the context as the
+        // processors last left it.
+        self.law.gate(now, self.store.ctx(qp), bytes)
+    }
+
+    fn next_timeout(&mut self) -> Option<Instant> {
+        let timer = self.store.next_timer();
+        self.processors
+            .iter()
+            .filter_map(Processor::next)
+            .chain(timer)
+            .min()
+    }
+
+    fn on_timeout(&mut self, now: Instant, out: &mut Deferred) {
+        self.start_due(now);
+        for proc in &mut self.processors {
+            while let Some(&(at, qp, act)) = proc.done.front() {
+                if at > now {
+                    break;
+                }
+                proc.done.pop_front();
+                out.push((qp, act));
+            }
+        }
+    }
+}
