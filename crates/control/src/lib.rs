@@ -1,0 +1,16 @@
+//! The control laws of Sluice, each in one file, each a [`sluice_core::control::Law`] with
+//! its paper's parameters as defaults. Run one inline (`control::Inline`, SwCC) or behind
+//! SCR's queues (`control::Decoupled`); see `docs/control.md`.
+
+pub mod params;
+
+pub mod credit;
+pub mod dcqcn;
+pub mod dctcp;
+pub mod hpcc;
+pub mod line_rate;
+pub mod static_rate;
+pub mod swift;
+pub mod timely;
+
+pub use params::{ParamError, ParamInfo, Params};

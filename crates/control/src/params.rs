@@ -1,0 +1,82 @@
+//! Parameters of a law, settable by name from text (`sluice perf --cc-param NAME=VALUE`,
+//! scenario files). Every law's parameters default to its paper's values.
+
+/// A parameter could not be set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error("unknown parameter `{name}` (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("parameter `{name}`: `{value}` is not {expected}")]
+    Invalid {
+        name: String,
+        value: String,
+        expected: &'static str,
+    },
+}
+
+/// One parameter: its name, and what it means (unit and default included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamInfo {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// The parameters of one law.
+pub trait Params: Default + Clone + std::fmt::Debug {
+    /// Every parameter, in the order to show them.
+    const INFO: &'static [ParamInfo];
+
+    /// Sets parameter `name` from `value`.
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError>;
+}
+
+/// The error for a name no law knows.
+pub fn unknown<P: Params>(name: &str) -> ParamError {
+    ParamError::Unknown {
+        name: name.to_string(),
+        known: P::INFO
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// Parses a non-negative finite number.
+pub fn parse_f64(name: &str, value: &str) -> Result<f64, ParamError> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| ParamError::Invalid {
+            name: name.to_string(),
+            value: value.to_string(),
+            expected: "a non-negative number",
+        })
+}
+
+/// Parses a non-negative integer.
+pub fn parse_u64(name: &str, value: &str) -> Result<u64, ParamError> {
+    value
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| ParamError::Invalid {
+            name: name.to_string(),
+            value: value.to_string(),
+            expected: "a non-negative integer",
+        })
+}
+
+/// Parses a number that must lie in `lo..=hi`.
+pub fn parse_f64_in(name: &str, value: &str, lo: f64, hi: f64) -> Result<f64, ParamError> {
+    let v = parse_f64(name, value)?;
+    if v < lo || v > hi {
+        return Err(ParamError::Invalid {
+            name: name.to_string(),
+            value: value.to_string(),
+            expected: "within the parameter's range (see its help)",
+        });
+    }
+    Ok(v)
+}
