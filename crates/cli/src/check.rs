@@ -207,7 +207,8 @@ impl Checker {
         };
         *self.opcodes.entry(packet.bth.opcode.0).or_default() += 1;
         let response = match packet.info.operation {
-            Operation::Cnp => return, // a CNP's PSN carries no sequence
+            // CNPs and control packets carry no sequence in their PSN.
+            Operation::Cnp | Operation::CcControl => return,
             Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse => {
                 true
             }

@@ -95,6 +95,7 @@ fn random_roce(rng: &mut Rng, opcode: Opcode) -> (RoceHeaders, usize) {
         }),
         imm_dt: h.contains(HeaderSet::IMM_DT).then(|| rng.next_u32()),
         ieth: h.contains(HeaderSet::IETH).then(|| rng.next_u32()),
+        cc_control: None,
     };
     let payload_len = if !info.has_payload {
         0
@@ -178,7 +179,7 @@ pub fn synthesize(out: impl Write, options: &SynthOptions) -> std::io::Result<Ve
     let mut writer = PcapWriter::new(out, link_type::ETHERNET, 65_535)?;
     let mut plan = Vec::new();
     for _ in 0..options.per_opcode {
-        for opcode in Opcode::all() {
+        for opcode in Opcode::standard() {
             for v6 in [false, true] {
                 plan.push((opcode, v6));
             }

@@ -27,6 +27,8 @@ pub struct Counters {
     /// Control packets carrying credit sent, and received, for receiver-driven laws.
     pub grants_sent: u64,
     pub grants_received: u64,
+    /// Grants a law made on a queue pair that did not negotiate control packets.
+    pub grants_unsent: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,
     /// Duplicate requests the responder answered again (or dropped).

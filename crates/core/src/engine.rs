@@ -82,6 +82,9 @@ pub struct Connection {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub recovery: crate::Recovery,
+    /// Exchange Sluice's control packets (credit grants, opcode 0x18) with the peer. Only
+    /// when both ends agreed: a standard RoCE peer drops them.
+    pub cc_control: bool,
 }
 
 impl Connection {
@@ -108,6 +111,7 @@ impl Connection {
             max_rd_atomic: 16,
             max_dest_rd_atomic: 16,
             recovery: crate::Recovery::GoBackN,
+            cc_control: false,
         }
     }
 }
@@ -482,8 +486,23 @@ impl Engine {
         Ok(())
     }
 
+    /// Lets queue pair `qpn` send and receive Sluice's control packets (credit grants).
+    /// Call it only when the peer agreed at connection setup: standard RoCE peers drop
+    /// them, and without it grants a control law makes are not sent (and counted).
+    pub fn set_cc_control(&mut self, qpn: QpNum, on: bool) -> Result<(), Error> {
+        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
+        let qp = self
+            .qps
+            .get_mut(index as usize)
+            .and_then(|q| q.as_mut())
+            .ok_or(Error::NoSuchObject("queue pair"))?;
+        qp.attrs.cc_control = on;
+        Ok(())
+    }
+
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
+        self.set_cc_control(qpn, c.cc_control)?;
         self.modify_qp(qpn, Transition::Init { access: c.access })?;
         self.modify_qp(
             qpn,
@@ -705,6 +724,10 @@ impl Engine {
                 return;
             }
         }
+        if info.operation == Operation::CcControl {
+            self.on_cc_control(index, now, headers);
+            return;
+        }
         let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
@@ -725,6 +748,31 @@ impl Engine {
         }
         #[cfg(debug_assertions)]
         self.check_requester(index);
+        self.schedule(index);
+    }
+
+    /// A control packet from the peer: credit grants carry the total granted so far, so a
+    /// lost grant is made up by the next and a duplicate or late one adds nothing.
+    fn on_cc_control(&mut self, index: u32, now: Instant, headers: &RoceHeaders) {
+        let Some(Some(qp)) = self.qps.get_mut(index as usize) else {
+            return;
+        };
+        let (true, Some(c)) = (qp.attrs.cc_control, headers.ext.cc_control) else {
+            self.counters.drops_unexpected_opcode += 1;
+            return;
+        };
+        if c.kind != sluice_wire::CcControlKind::CreditTotal {
+            self.counters.drops_unexpected_opcode += 1;
+            return;
+        }
+        self.counters.grants_received += 1;
+        // Wrapping totals: news only if ahead of what we saw (by less than half the space).
+        let more = c.value.wrapping_sub(qp.credit_total_seen);
+        if more == 0 || more > u64::MAX / 2 {
+            return;
+        }
+        qp.credit_total_seen = c.value;
+        self.emit(index, now, Event::Credit { bytes: more });
         self.schedule(index);
     }
 

@@ -342,6 +342,8 @@ pub(crate) struct QpAttrs {
     pub(crate) rnr_retry: u8,
     pub(crate) max_rd_atomic: u8,
     pub(crate) recovery: Recovery,
+    /// Both ends agreed to exchange Sluice's control packets (credit grants).
+    pub(crate) cc_control: bool,
 }
 
 impl Default for QpAttrs {
@@ -358,6 +360,7 @@ impl Default for QpAttrs {
             rnr_retry: 7,
             max_rd_atomic: 0,
             recovery: Recovery::GoBackN,
+            cc_control: false,
         }
     }
 }
@@ -516,6 +519,10 @@ pub(crate) struct Qp {
     pub(crate) cnp_due: bool,
     /// Credit the control law granted the peer, not sent yet.
     pub(crate) grant_due: u64,
+    /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
+    pub(crate) granted_total: u64,
+    /// The largest credit total the peer has granted us.
+    pub(crate) credit_total_seen: u64,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
     /// Pacing: no request packet before this time.
@@ -537,6 +544,8 @@ impl Qp {
             knobs: Knobs::default(),
             cnp_due: false,
             grant_due: 0,
+            granted_total: 0,
+            credit_total_seen: 0,
             control_started: false,
             next_send_at: crate::Instant::ZERO,
             rtt_probe: None,

@@ -169,8 +169,11 @@ impl Engine {
             wqe.span = span;
             wqe.started = true;
         }
-        if self.gates() {
-            // The control law's TX function (SwCC): may this packet go now?
+        let fresh = !req.next_psn.precedes(req.max_sent);
+        if fresh && self.gates() {
+            // The control law's TX function (SwCC): may this packet go now? Resent packets
+            // are not asked: the credit a lost packet used is gone, and recovery must not
+            // wait for credit that can never come.
             let wqe = &self.qp_mut(index).req.sq[cursor];
             let bytes = if wqe.op.is_read_or_atomic() {
                 0

@@ -651,6 +651,29 @@ impl Engine {
                 });
             }
         }
+        if qp.grant_due > 0 {
+            let more = std::mem::take(&mut qp.grant_due);
+            if qp.attrs.cc_control && qp.state != QpState::Error {
+                qp.granted_total = qp.granted_total.wrapping_add(more);
+                let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
+                let ext = ExtHeaders {
+                    cc_control: Some(sluice_wire::CcControl {
+                        kind: sluice_wire::CcControlKind::CreditTotal,
+                        value: qp.granted_total,
+                    }),
+                    ..ExtHeaders::default()
+                };
+                self.counters.grants_sent += 1;
+                return Some(Transmit {
+                    dst,
+                    src_port,
+                    headers: RoceHeaders { bth, ext },
+                    payload_len: 0,
+                });
+            }
+            self.counters.grants_unsent += 1;
+        }
+        let qp = self.qp_mut(index);
         if qp.state == QpState::Error
             && !matches!(qp.resp.responses.front(), Some(Response::Nak { .. }))
         {

@@ -7,7 +7,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use common::*;
-use sluice_core::control::{Actions, EventMask, Inline, Law};
+use sluice_core::control::{
+    Actions, Decoupled, EventKind, EventMask, Gate, Inline, Law, ScrConfig,
+};
 use sluice_core::*;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 
@@ -260,4 +262,327 @@ fn a_window_of_one_waits_an_rtt_per_packet() {
         "{elapsed:?}"
     );
     assert!(!events.borrow().iter().any(|e| matches!(e, Event::Timeout)));
+}
+
+/// A law that records only the kinds it asks for.
+#[derive(Debug, Clone)]
+struct Picky {
+    mask: EventMask,
+    seen: Rc<RefCell<Vec<EventKind>>>,
+}
+
+impl Law for Picky {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "picky"
+    }
+
+    fn interest(&self) -> EventMask {
+        self.mask
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, _: &mut Actions) {
+        self.seen.borrow_mut().push(event.kind());
+    }
+}
+
+#[test]
+fn a_law_hears_only_the_kinds_it_asked_for() {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let law = Picky {
+        mask: EventMask::of(&[EventKind::Ack]),
+        seen: seen.clone(),
+    };
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.engines[0] =
+        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    write(&mut world, &p, 8 * 1024);
+    let seen = seen.borrow();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|k| *k == EventKind::Ack), "{seen:?}");
+}
+
+/// DCQCN's notification point in miniature: a CNP for every marked packet, and a sender
+/// that counts the CNPs it gets and arms a timer on the first.
+#[derive(Debug, Clone, Default)]
+struct Notifier {
+    cnps: Rc<RefCell<u32>>,
+    timers: Rc<RefCell<Vec<Instant>>>,
+}
+
+impl Law for Notifier {
+    type Context = bool;
+
+    fn name(&self) -> &'static str {
+        "notifier"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Rx, EventKind::Cnp, EventKind::Timer])
+    }
+
+    fn on_event(&mut self, now: Instant, armed: &mut bool, event: &Event, act: &mut Actions) {
+        match event {
+            Event::Rx { ce: true, .. } => act.send_cnp(),
+            Event::Cnp => {
+                *self.cnps.borrow_mut() += 1;
+                if !*armed {
+                    *armed = true;
+                    act.arm_timer(now + Duration::from_micros(55));
+                    act.set_path(0xC0DE);
+                }
+            }
+            Event::Timer => self.timers.borrow_mut().push(now),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
+    let law = Notifier::default();
+    let (cnps, timers) = (law.cnps.clone(), law.timers.clone());
+    let mut world = World::new(
+        2,
+        1,
+        Impairments {
+            ce_mark: 1.0,
+            ..Impairments::CLEAN
+        },
+    );
+    for h in 0..2 {
+        world.engines[h] = Engine::with_controller(
+            EngineConfig::default(),
+            Box::new(Inline::new(law.clone())),
+        );
+    }
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            mtu: Mtu::M1024,
+            ..PairOptions::default()
+        },
+    );
+    write(&mut world, &p, 10 * 1024);
+    world.run_until(Duration::from_micros(200), |_| false);
+    // Every one of the 10 data packets was marked and answered with a CNP (the CNPs and
+    // ACKs were marked too, but only requests count at a notification point).
+    assert_eq!(world.engines[1].counters().cnps_sent, 10);
+    assert_eq!(world.engines[0].counters().cnps_received, 10);
+    assert_eq!(*cnps.borrow(), 10);
+    let timers = timers.borrow();
+    assert_eq!(timers.len(), 1, "{timers:?}");
+}
+
+#[test]
+fn a_law_can_move_a_queue_pair_to_another_path() {
+    let law = Notifier::default();
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.engines[0] =
+        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mut payload = [0u8; 4096];
+    // Before any CNP: Soft-RoCE's port for the QPN. After one: the law's.
+    world.engines[0]
+        .post_send(
+            p.qp[0],
+            &SendWr::new(
+                1,
+                SendOp::Write {
+                    remote_addr: p.mr[1].addr,
+                    rkey: p.mr[1].rkey,
+                },
+                &[Sge {
+                    lkey: p.mr[0].lkey,
+                    addr: p.mr[0].addr,
+                    len: 8,
+                }],
+            ),
+        )
+        .unwrap();
+    let t = world.engines[0].poll_transmit(world.now, &mut payload).unwrap();
+    assert!(t.src_port >= 0xC000 && t.src_port != 0xC0DE);
+    let cnp = RoceHeaders {
+        bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
+        ext: ExtHeaders::default(),
+    };
+    world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
+    world.engines[0]
+        .post_send(
+            p.qp[0],
+            &SendWr::new(
+                2,
+                SendOp::Write {
+                    remote_addr: p.mr[1].addr,
+                    rkey: p.mr[1].rkey,
+                },
+                &[Sge {
+                    lkey: p.mr[0].lkey,
+                    addr: p.mr[0].addr,
+                    len: 8,
+                }],
+            ),
+        )
+        .unwrap();
+    let t = world.engines[0].poll_transmit(world.now, &mut payload).unwrap();
+    assert_eq!(t.src_port, 0xC0DE);
+}
+
+/// A receiver-driven credit scheme in miniature: the sender may send `initial` bytes, then
+/// only what the receiver grants (one grant per packet received).
+#[derive(Debug, Clone, Copy)]
+struct Credits {
+    initial: u64,
+}
+
+impl Law for Credits {
+    type Context = (bool, u64);
+
+    fn name(&self) -> &'static str {
+        "credits"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Start, EventKind::Rx, EventKind::Credit])
+            .union(EventMask::GATE)
+    }
+
+    fn on_event(&mut self, _: Instant, ctx: &mut (bool, u64), event: &Event, act: &mut Actions) {
+        match *event {
+            Event::Start { .. } => *ctx = (true, self.initial),
+            Event::Rx { bytes, .. } => act.grant(u64::from(bytes)),
+            Event::Credit { bytes } => {
+                ctx.1 += bytes;
+                act.wake();
+            }
+            _ => {}
+        }
+    }
+
+    fn gate(&mut self, _: Instant, ctx: &mut (bool, u64), bytes: u32) -> Gate {
+        if ctx.1 >= u64::from(bytes) {
+            ctx.1 -= u64::from(bytes);
+            Gate::Send
+        } else {
+            Gate::Hold
+        }
+    }
+}
+
+fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
+    let mut world = World::new(2, 7, link);
+    for h in 0..2 {
+        world.engines[h] = Engine::with_controller(
+            EngineConfig::default(),
+            Box::new(Inline::new(Credits { initial: 4096 })),
+        );
+    }
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            mtu: Mtu::M1024,
+            ..PairOptions::default()
+        },
+    );
+    for h in 0..2 {
+        world.engines[h].set_cc_control(p.qp[h], negotiated).unwrap();
+    }
+    (world, p)
+}
+
+#[test]
+fn grants_travel_as_control_packets_and_release_held_packets() {
+    let (mut world, p) = credit_world(true, Impairments::CLEAN);
+    write(&mut world, &p, 64 * 1024);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    // 4 packets went on the initial credit; the other 60 were each released by a grant.
+    assert!(b.grants_sent >= 60, "{b:?}");
+    assert_eq!(a.grants_received, b.grants_sent);
+    assert_eq!(a.drops_unexpected_opcode, 0);
+}
+
+#[test]
+fn grants_are_totals_so_lost_ones_are_made_up() {
+    let link = Impairments {
+        loss: 0.05,
+        ..Impairments::CLEAN
+    };
+    let (mut world, p) = credit_world(true, link);
+    write(&mut world, &p, 256 * 1024);
+    assert!(world.dropped_by_link > 0);
+}
+
+#[test]
+fn without_agreement_no_grant_leaves_and_the_sender_holds() {
+    let (mut world, p) = credit_world(false, Impairments::CLEAN);
+    let op = SendOp::Write {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey,
+    };
+    let sgl = [Sge {
+        lkey: p.mr[0].lkey,
+        addr: p.mr[0].addr,
+        len: 64 * 1024,
+    }];
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(1, op, &sgl))
+        .unwrap();
+    let cq = p.send_cq[0];
+    assert!(!world.run_until(Duration::from_millis(1), |w| w.engines[0].cq_len(cq) == 1));
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!(b.grants_sent, 0);
+    assert_eq!(b.grants_unsent, 4);
+    assert_eq!(a.tx_packets, 4, "only the initial credit went");
+}
+
+#[test]
+fn decoupled_processing_acts_after_the_modelled_loop_delay() {
+    // A law that halves the rate on a CNP; behind SCR's queues with 10 us of loop delay
+    // and 2 us of service time, the cut takes effect 12 us after the CNP.
+    #[derive(Debug, Clone, Default)]
+    struct Halver;
+    impl Law for Halver {
+        type Context = ();
+        fn name(&self) -> &'static str {
+            "halver"
+        }
+        fn interest(&self) -> EventMask {
+            EventMask::of(&[EventKind::Cnp])
+        }
+        fn on_event(&mut self, _: Instant, _: &mut (), _: &Event, act: &mut Actions) {
+            act.set_rate(1_000_000_000);
+        }
+    }
+    let config = ScrConfig {
+        processors: 1,
+        loop_delay: Duration::from_micros(10),
+        service_time: Duration::from_micros(2),
+        ..ScrConfig::default()
+    };
+    let mut engine = Engine::with_controller(
+        EngineConfig::default(),
+        Box::new(Decoupled::new(Halver, config)),
+    );
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    std::mem::swap(&mut world.engines[0], &mut engine);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let cnp = RoceHeaders {
+        bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
+        ext: ExtHeaders::default(),
+    };
+    let t0 = world.now;
+    for _ in 0..3 {
+        world.engines[0].handle_packet(t0, world.addrs[1], false, &cnp, Payload::Len(0));
+    }
+    assert_eq!(
+        world.engines[0].next_timeout(),
+        Some(t0 + Duration::from_micros(10))
+    );
+    world.engines[0].handle_timeout(t0 + Duration::from_micros(10));
+    assert_eq!(
+        world.engines[0].next_timeout(),
+        Some(t0 + Duration::from_micros(12))
+    );
 }

@@ -67,6 +67,7 @@ fn run_seed(seed: u64) -> Outcome {
         jitter: Duration::from_micros(rng.below(30)),
         delay: Duration::from_micros(5),
         gbps: 25,
+        ce_mark: 0.0,
     };
     let mut world = World::new(2, seed, link);
     let options = PairOptions {

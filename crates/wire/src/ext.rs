@@ -40,6 +40,52 @@ pub struct Deth {
     pub src_qp: u32,
 }
 
+/// Sluice's congestion-control control header (16 bytes, after the BTH of an
+/// `RC_CC_CONTROL` packet, opcode 0x18, which the IBTA reserves): one byte of kind, seven
+/// reserved (zero), and a 64-bit value. Sent only between peers that agreed to it at
+/// connection setup; see `docs/control.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CcControl {
+    pub kind: CcControlKind,
+    pub value: u64,
+}
+
+/// What a [`CcControl`] header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CcControlKind {
+    /// `value` is the total credit, in bytes, the receiver has granted the sender since the
+    /// queue pair connected (wrapping). A total, not an increment, so that a lost or
+    /// duplicated grant is repaired by the next one.
+    CreditTotal,
+    /// A kind this version does not know (kept, so it can be re-encoded as received).
+    Other(u8),
+}
+
+impl CcControl {
+    pub const LEN: usize = 16;
+
+    #[inline]
+    pub(crate) fn read(b: &[u8]) -> CcControl {
+        CcControl {
+            kind: match b[0] {
+                1 => CcControlKind::CreditTotal,
+                k => CcControlKind::Other(k),
+            },
+            value: be64(b, 8),
+        }
+    }
+
+    fn bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[0] = match self.kind {
+            CcControlKind::CreditTotal => 1,
+            CcControlKind::Other(k) => k,
+        };
+        b[8..].copy_from_slice(&self.value.to_be_bytes());
+        b
+    }
+}
+
 /// The extension headers of one packet. Which ones must be present is fixed by the opcode
 /// (see [`crate::OpcodeInfo::headers`]); the 16 reserved bytes of a CNP are implied by its
 /// opcode and not represented here.
@@ -54,6 +100,8 @@ pub struct ExtHeaders {
     pub imm_dt: Option<u32>,
     /// The R_Key to invalidate (IETH).
     pub ieth: Option<u32>,
+    /// Sluice's control header (opcode 0x18 only).
+    pub cc_control: Option<CcControl>,
 }
 
 #[inline]
@@ -132,6 +180,7 @@ impl ExtHeaders {
         add(self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH);
         add(self.imm_dt.is_some(), HeaderSet::IMM_DT);
         add(self.ieth.is_some(), HeaderSet::IETH);
+        add(self.cc_control.is_some(), HeaderSet::CC_CONTROL);
         set
     }
 
@@ -168,8 +217,12 @@ impl ExtHeaders {
         }
         if set.contains(HeaderSet::IETH) {
             ext.ieth = Some(read_u32(&buf[at..]));
+            at += 4;
         }
-        // CNP_RESERVED: 16 bytes that are ignored on receive.
+        // CNP_RESERVED: 16 bytes that are ignored on receive (a CNP has nothing else).
+        if set.contains(HeaderSet::CC_CONTROL) {
+            ext.cc_control = Some(CcControl::read(&buf[at..]));
+        }
         Ok(ext)
     }
 
@@ -221,6 +274,9 @@ impl ExtHeaders {
         }
         if set.contains(HeaderSet::CNP_RESERVED) {
             put(&[0u8; 16]);
+        }
+        if let Some(c) = self.cc_control {
+            put(&c.bytes());
         }
         debug_assert_eq!(at, len);
         Ok(len)

@@ -54,7 +54,7 @@ pub use bth::{BTH_LEN, Bth, DEFAULT_PKEY};
 pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetHeader};
-pub use ext::{AtomicAckEth, AtomicEth, Deth, ExtHeaders, Reth};
+pub use ext::{AtomicAckEth, AtomicEth, CcControl, CcControlKind, Deth, ExtHeaders, Reth};
 pub use ip::{
     IPV4_HEADER_LEN, IPV6_HEADER_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
     UDP_HEADER_LEN, UdpHeader, internet_checksum, udp6_checksum,

@@ -32,6 +32,9 @@ pub enum Operation {
     CompareSwap,
     FetchAdd,
     Cnp,
+    /// A Sluice congestion-control control packet (a credit grant), sent only to a peer
+    /// that negotiated it.
+    CcControl,
 }
 
 /// Where a packet sits in its message. Single-packet operations (READ requests, ACKs,
@@ -59,7 +62,7 @@ impl Position {
 /// A set of extension headers. Headers always appear on the wire in the order of the
 /// constants below (the IBTA order; RDETH, of the unsupported RD transport, would come first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct HeaderSet(u8);
+pub struct HeaderSet(u16);
 
 impl HeaderSet {
     pub const NONE: HeaderSet = HeaderSet(0);
@@ -79,9 +82,12 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 6);
     /// The 16 reserved bytes that follow the BTH of a CNP.
     pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 7);
+    /// Sluice's congestion-control control header (see [`crate::CcControl`]), carried
+    /// only by [`Opcode::RC_CC_CONTROL`]. 16 bytes.
+    pub const CC_CONTROL: HeaderSet = HeaderSet(1 << 8);
 
     /// Each header with its size in bytes, in wire order.
-    pub const ORDER: [(HeaderSet, usize); 8] = [
+    pub const ORDER: [(HeaderSet, usize); 9] = [
         (Self::DETH, 8),
         (Self::RETH, 16),
         (Self::ATOMIC_ETH, 28),
@@ -90,6 +96,7 @@ impl HeaderSet {
         (Self::IMM_DT, 4),
         (Self::IETH, 4),
         (Self::CNP_RESERVED, 16),
+        (Self::CC_CONTROL, 16),
     ];
 
     pub const fn union(self, other: HeaderSet) -> HeaderSet {
@@ -137,7 +144,7 @@ pub struct OpcodeInfo {
     /// Total length of the extension headers: `headers.wire_len()`, precomputed.
     pub ext_len: usize,
     /// Offset of each header of [`HeaderSet::ORDER`] after the BTH, or `u8::MAX` if absent.
-    offsets: [u8; 8],
+    offsets: [u8; HeaderSet::ORDER.len()],
 }
 
 impl OpcodeInfo {
@@ -189,6 +196,7 @@ opcodes! {
     RC_FETCH_ADD = 0x14,
     RC_SEND_LAST_WITH_INVALIDATE = 0x16,
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17,
+    RC_CC_CONTROL = 0x18,
     UC_SEND_FIRST = 0x20,
     UC_SEND_MIDDLE = 0x21,
     UC_SEND_LAST = 0x22,
@@ -216,6 +224,11 @@ impl Opcode {
     /// Every opcode in the table, in numeric order.
     pub fn all() -> impl Iterator<Item = Opcode> {
         (0..=255u8).map(Opcode).filter(|op| op.info().is_some())
+    }
+
+    /// Every IBTA opcode in the table (all but Sluice's own control opcode), in order.
+    pub fn standard() -> impl Iterator<Item = Opcode> {
+        Self::all().filter(|op| *op != Opcode::RC_CC_CONTROL)
     }
 
     /// The IBTA name, or `"UNKNOWN"`.
@@ -275,6 +288,8 @@ const fn describe_low(low: u8, rc: bool) -> Option<(Operation, Position, HeaderS
         0x14 => (FetchAdd, Only, H::ATOMIC_ETH, false),
         0x16 => (SendWithInvalidate, Last, H::IETH, true),
         0x17 => (SendWithInvalidate, Only, H::IETH, true),
+        // 0x18..=0x1F are reserved by the IBTA; Sluice uses 0x18 between peers that agreed.
+        0x18 => (CcControl, Only, H::CC_CONTROL, false),
         _ => return None,
     };
     Some(entry)
@@ -314,7 +329,7 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
         },
         _ => return None,
     };
-    let mut offsets = [u8::MAX; 8];
+    let mut offsets = [u8::MAX; HeaderSet::ORDER.len()];
     let mut at = 0;
     let mut i = 0;
     while i < HeaderSet::ORDER.len() {
@@ -363,6 +378,7 @@ static NAMES: [&str; 256] = {
     n[0x14] = "RC_FETCH_ADD";
     n[0x16] = "RC_SEND_LAST_WITH_INVALIDATE";
     n[0x17] = "RC_SEND_ONLY_WITH_INVALIDATE";
+    n[0x18] = "RC_CC_CONTROL";
     n[0x20] = "UC_SEND_FIRST";
     n[0x21] = "UC_SEND_MIDDLE";
     n[0x22] = "UC_SEND_LAST";
@@ -387,14 +403,14 @@ mod tests {
 
     #[test]
     fn table_has_every_rc_uc_ud_opcode_and_cnp() {
-        assert_eq!(Opcode::all().filter(|o| o.0 < 0x20).count(), 23);
+        assert_eq!(Opcode::all().filter(|o| o.0 < 0x20).count(), 24);
         assert_eq!(
             Opcode::all()
                 .filter(|o| (0x20..0x40).contains(&o.0))
                 .count(),
             12
         );
-        assert_eq!(Opcode::all().count(), 23 + 12 + 2 + 1);
+        assert_eq!(Opcode::all().count(), 24 + 12 + 2 + 1);
         for op in Opcode::all() {
             assert_ne!(op.name(), "UNKNOWN", "{:#04x}", op.0);
         }
@@ -403,7 +419,7 @@ mod tests {
     #[test]
     fn reserved_and_unsupported_opcodes_are_unknown() {
         for op in [
-            0x15, 0x18, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xA0, 0xFF,
+            0x15, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xA0, 0xFF,
         ] {
             assert!(Opcode(op).info().is_none(), "{op:#04x}");
         }

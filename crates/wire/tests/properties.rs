@@ -31,8 +31,9 @@ fn arb_ext(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
         (any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()),
         (arb_syndrome(), 0u32..1 << 24),
         (any::<u64>(), any::<u32>(), any::<u32>()),
+        (any::<u8>(), any::<u64>()),
     )
-        .prop_map(move |(deth, reth, atomic, aeth, (orig, imm, ieth))| {
+        .prop_map(move |(deth, reth, atomic, aeth, (orig, imm, ieth), cc)| {
             let has = |h| headers.contains(h);
             ExtHeaders {
                 deth: has(HeaderSet::DETH).then_some(Deth {
@@ -58,6 +59,13 @@ fn arb_ext(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
                     .then_some(AtomicAckEth { original: orig }),
                 imm_dt: has(HeaderSet::IMM_DT).then_some(imm),
                 ieth: has(HeaderSet::IETH).then_some(ieth),
+                cc_control: has(HeaderSet::CC_CONTROL).then_some(CcControl {
+                    kind: match cc.0 {
+                        1 => CcControlKind::CreditTotal,
+                        k => CcControlKind::Other(k),
+                    },
+                    value: cc.1,
+                }),
             }
         })
 }

@@ -37,9 +37,11 @@ pub trait Law: std::fmt::Debug {
         act: &mut Actions,
     );
 
-    /// SwCC's TX function: may a request packet carrying `bytes` of payload go now? Asked
-    /// only if [`Law::interest`] holds [`EventMask::GATE`]. On [`Gate::Hold`] the queue pair
-    /// waits until an action of the law calls [`Actions::wake`].
+    /// SwCC's TX function: may a new request packet carrying `bytes` of payload go now?
+    /// Asked only if [`Law::interest`] holds [`EventMask::GATE`], and only for packets sent
+    /// for the first time (recovery never waits for credit). On [`Gate::Send`] the packet
+    /// goes at once; on [`Gate::Hold`] the queue pair waits until an action of the law calls
+    /// [`Actions::wake`].
     fn gate(&mut self, _now: Instant, _ctx: &mut Self::Context, _bytes: u32) -> Gate {
         Gate::Send
     }

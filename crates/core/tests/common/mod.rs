@@ -27,6 +27,8 @@ pub struct Impairments {
     pub jitter: Duration,
     pub delay: Duration,
     pub gbps: u64,
+    /// Chance that a packet arrives marked Congestion Experienced.
+    pub ce_mark: f64,
 }
 
 impl Impairments {
@@ -38,6 +40,7 @@ impl Impairments {
         jitter: Duration::ZERO,
         delay: Duration::from_micros(5),
         gbps: 25,
+        ce_mark: 0.0,
     };
 }
 
@@ -105,21 +108,22 @@ impl World {
         let mut payload = [0u8; 4096];
         for h in 0..self.engines.len() {
             while let Some(t) = self.engines[h].poll_transmit(self.now, &mut payload) {
-                let bytes = self.encode(h, &t, &payload[..t.payload_len as usize]);
+                let ce = self.rng.chance(self.link.ce_mark);
+                let bytes = self.encode(h, &t, ce, &payload[..t.payload_len as usize]);
                 let to = self.host_of(t.dst);
                 self.send(h, to, bytes);
             }
         }
     }
 
-    fn encode(&self, from: usize, t: &Transmit, payload: &[u8]) -> Vec<u8> {
+    fn encode(&self, from: usize, t: &Transmit, ce: bool, payload: &[u8]) -> Vec<u8> {
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (self.addrs[from], t.dst) else {
             unreachable!()
         };
         let ip = IpHeader::V4(Ipv4Header {
             src,
             dst,
-            tos: 0x02,
+            tos: if ce { 0x03 } else { 0x02 },
             identification: 0,
             dont_fragment: true,
             ttl: 64,
