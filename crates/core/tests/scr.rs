@@ -1,0 +1,237 @@
+//! SCR's decoupled control loop: the coalescing strategies, the processor pool, and the
+//! granularity invariance principle (with more flows than processors, the bytes one run of
+//! the law covers stay the same as flows grow).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use sluice_core::Instant;
+use sluice_core::control::{
+    Actions, Coalesce, Controller, Decoupled, Event, EventKind, EventMask, Law, ScrConfig,
+};
+use sluice_wire::Psn;
+
+/// Records each event it runs on, with the queue pair's context (a run counter).
+#[derive(Debug, Clone, Default)]
+struct Log {
+    runs: Rc<RefCell<Vec<(Instant, Event)>>>,
+}
+
+impl Law for Log {
+    type Context = u32;
+
+    fn name(&self) -> &'static str {
+        "log"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::ALL
+    }
+
+    fn on_event(&mut self, now: Instant, n: &mut u32, event: &Event, act: &mut Actions) {
+        *n += 1;
+        self.runs.borrow_mut().push((now, *event));
+        act.set_rate(u64::from(*n) * 1_000_000);
+    }
+}
+
+fn us(n: u64) -> Instant {
+    Instant::from_nanos(n * 1000)
+}
+
+fn tx(psn: u32, bytes: u32) -> Event {
+    Event::Tx {
+        psn: Psn::new(psn),
+        bytes,
+        retransmission: psn == 2,
+    }
+}
+
+/// Three TX events for one queue pair while its processor is busy, with `rule` for TX.
+fn coalesced_tx(rule: Coalesce) -> (Event, Vec<(u32, Actions)>) {
+    let log = Log::default();
+    let runs = log.runs.clone();
+    let mut config = ScrConfig {
+        processors: 1,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(10),
+        ..ScrConfig::default()
+    };
+    config.coalesce[EventKind::Tx as usize] = rule;
+    let mut c = Decoupled::new(log, config);
+    let mut act = Actions::default();
+    // QP 0's hint keeps the only processor busy for 10 us.
+    c.on_event(us(0), 0, &Event::Hint(7), &mut act);
+    for (i, t) in [1, 2, 3].into_iter().enumerate() {
+        c.on_event(us(t), 1, &tx(i as u32 + 1, 100 * (i as u32 + 1)), &mut act);
+    }
+    assert!(act.is_empty(), "decoupled: nothing happens on the event's path");
+    let mut out = Vec::new();
+    while let Some(at) = c.next_timeout() {
+        c.on_timeout(at, &mut out);
+    }
+    let runs = runs.borrow();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1].0, us(10), "the TX queue is served when the processor frees");
+    assert_eq!(c.stats().coalesced, 2);
+    (runs[1].1, out)
+}
+
+#[test]
+fn accumulate_sums_bytes_keeps_the_latest_psn_and_ors_flags() {
+    let (e, out) = coalesced_tx(Coalesce::Accumulate);
+    assert_eq!(
+        e,
+        Event::Tx {
+            psn: Psn::new(3),
+            bytes: 600,
+            retransmission: true
+        }
+    );
+    // Each run's actions take effect when it ends: QP 0 at 10 us, QP 1 at 20 us.
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].0, 0);
+    assert_eq!(out[1].0, 1);
+    assert_eq!(out[1].1.rate(), Some(Some(1_000_000)));
+}
+
+#[test]
+fn keep_latest_and_keep_oldest_keep_one_event() {
+    assert_eq!(coalesced_tx(Coalesce::KeepLatest).0, tx(3, 300));
+    assert_eq!(coalesced_tx(Coalesce::KeepOldest).0, tx(1, 100));
+}
+
+#[test]
+fn a_custom_rule_is_the_laws_own() {
+    fn keep_biggest(waiting: &mut Event, new: &Event) {
+        if let (Event::Tx { bytes: a, .. }, Event::Tx { bytes: b, .. }) = (&waiting, new) {
+            if b > a {
+                *waiting = *new;
+            }
+        }
+    }
+    assert_eq!(coalesced_tx(Coalesce::Custom(keep_biggest)).0, tx(3, 300));
+}
+
+#[test]
+fn queue_pairs_go_to_processor_q_mod_p_and_run_in_parallel() {
+    let log = Log::default();
+    let runs = log.runs.clone();
+    let config = ScrConfig {
+        processors: 2,
+        loop_delay: Duration::from_micros(1),
+        service_time: Duration::from_micros(5),
+        ..ScrConfig::default()
+    };
+    let mut c = Decoupled::new(log, config);
+    let mut act = Actions::default();
+    for qp in 0..4 {
+        c.on_event(us(0), qp, &Event::Cnp, &mut act);
+    }
+    let mut out = Vec::new();
+    while let Some(at) = c.next_timeout() {
+        c.on_timeout(at, &mut out);
+    }
+    // QPs 0 and 2 share processor 0, QPs 1 and 3 processor 1: two rounds of two, QPs 0
+    // and 1 first (a mapping by q / 2 would finish 0 and 2 first).
+    let starts: Vec<u64> = runs.borrow().iter().map(|r| r.0.as_nanos()).collect();
+    assert_eq!(starts, vec![1_000, 1_000, 6_000, 6_000]);
+    let ends: Vec<u32> = out.iter().map(|o| o.0).collect();
+    assert_eq!(ends, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn law_timers_pass_through_the_queues_too() {
+    #[derive(Debug, Default)]
+    struct Ticker {
+        fired: Vec<Instant>,
+    }
+    impl Law for Ticker {
+        type Context = ();
+        fn name(&self) -> &'static str {
+            "ticker"
+        }
+        fn interest(&self) -> EventMask {
+            EventMask::of(&[EventKind::Cnp, EventKind::Timer])
+        }
+        fn on_event(&mut self, now: Instant, _: &mut (), e: &Event, act: &mut Actions) {
+            match e {
+                Event::Cnp => act.arm_timer(now + Duration::from_micros(50)),
+                _ => self.fired.push(now),
+            }
+        }
+    }
+    let config = ScrConfig {
+        processors: 1,
+        loop_delay: Duration::from_micros(2),
+        service_time: Duration::from_micros(1),
+        ..ScrConfig::default()
+    };
+    let mut c = Decoupled::new(Ticker::default(), config);
+    c.on_event(us(0), 5, &Event::Cnp, &mut Actions::default());
+    let mut out = Vec::new();
+    while let Some(at) = c.next_timeout() {
+        c.on_timeout(at, &mut out);
+    }
+    // The CNP runs at 2 us and arms 52 us; the timer event reaches its queue 2 us later.
+    assert_eq!(c.law().fired, vec![us(54)]);
+}
+
+/// Mean payload bytes per run of the law on TX events, for `flows` flows sharing a line
+/// of `gbps` with 1 KiB packets round-robin, `processors` processors of `service` each.
+fn bytes_per_run(flows: u32, processors: u32, service: Duration, gbps: u64) -> f64 {
+    #[derive(Debug)]
+    struct Nothing;
+    impl Law for Nothing {
+        type Context = ();
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+        fn interest(&self) -> EventMask {
+            EventMask::of(&[EventKind::Tx])
+        }
+        fn on_event(&mut self, _: Instant, _: &mut (), _: &Event, _: &mut Actions) {}
+    }
+    let config = ScrConfig {
+        processors,
+        loop_delay: Duration::ZERO,
+        service_time: service,
+        ..ScrConfig::default()
+    };
+    let mut c = Decoupled::new(Nothing, config);
+    let packet_ns = 1024 * 8 / gbps; // 1 KiB at the line rate
+    let mut out = Vec::new();
+    let mut act = Actions::default();
+    for i in 0..400_000u64 {
+        let now = Instant::from_nanos(i * packet_ns);
+        while let Some(at) = c.next_timeout().filter(|&at| at <= now) {
+            c.on_timeout(at, &mut out);
+        }
+        c.on_event(now, (i % u64::from(flows)) as u32, &tx(i as u32, 1024), &mut act);
+    }
+    let s = c.stats();
+    s.tx_bytes as f64 / s.tx_runs as f64
+}
+
+#[test]
+fn granularity_is_invariant_once_flows_outnumber_processors() {
+    let service = Duration::from_micros(1);
+    let (p, gbps) = (4, 64);
+    // Capacity: 4 runs per us; the line: 8 GB/s = 8,000 B per us -> 2,000 B per run.
+    let expected = (gbps as f64 / 8.0 * 1e9) * service.as_secs_f64() / f64::from(p);
+    let sizes = [8, 64, 512, 4096];
+    let measured: Vec<f64> = sizes
+        .iter()
+        .map(|&n| bytes_per_run(n, p, service, gbps))
+        .collect();
+    for (n, b) in sizes.iter().zip(&measured) {
+        assert!(
+            (b / expected - 1.0).abs() < 0.15,
+            "{n} flows: {b:.0} B per run, expected about {expected:.0} ({measured:?})"
+        );
+    }
+    // Fewer flows than processors: idle processors, coarser runs (SCR's Fig. 10b).
+    let one = bytes_per_run(1, p, service, gbps);
+    assert!(one > 3.0 * expected, "{one:.0}");
+}
