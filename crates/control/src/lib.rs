@@ -3,6 +3,7 @@
 //! SCR's queues (`control::Decoupled`); see `docs/control.md`.
 
 pub mod params;
+pub mod registry;
 
 pub mod credit;
 pub mod dcqcn;

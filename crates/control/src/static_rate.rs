@@ -96,6 +96,9 @@ mod tests {
         assert_eq!(p.rate_gbps, 40.0);
         assert!(p.set("rate_gbps", "-1").is_err());
         assert!(p.set("rate_gbps", "NaN").is_err());
-        assert!(matches!(p.set("rate", "1"), Err(ParamError::Unknown { .. })));
+        assert!(matches!(
+            p.set("rate", "1"),
+            Err(ParamError::Unknown { .. })
+        ));
     }
 }

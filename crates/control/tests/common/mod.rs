@@ -82,8 +82,11 @@ pub fn arb_event() -> impl Strategy<Value = (u64, Event)> {
                 retransmission,
             }
         }),
-        (psn.clone(), 0u32..=4096, any::<bool>())
-            .prop_map(|(psn, bytes, ce)| Event::Rx { psn, bytes, ce }),
+        (psn.clone(), 0u32..=4096, any::<bool>()).prop_map(|(psn, bytes, ce)| Event::Rx {
+            psn,
+            bytes,
+            ce
+        }),
         (
             psn.clone(),
             0u32..=1024,
@@ -258,16 +261,16 @@ pub fn benign_flow<L: Law>(
         &mut tx_ctx,
         &mut tx,
         start,
-        &Event::Start {
-            mtu,
-            line_rate_bps,
-        },
+        &Event::Start { mtu, line_rate_bps },
     )?;
     for e in warmup {
         run(law, &mut tx_ctx, &mut tx, start, e)?;
     }
     let (mut next_psn, mut acked) = (0u32, 0u32);
-    let mut next_send_at = start;
+    // Pacing as the engine does it: the next packet may go one packet time after the last
+    // one's slot, at the rate in force now.
+    let mut last_slot = start;
+    let mut last_bits = 0u64;
     let mut tail_bytes = 0u64;
     let mut sent_bytes = 0u64; // cumulative, for INT
     let mut armed = (None::<Instant>, None::<Instant>);
@@ -283,6 +286,7 @@ pub fn benign_flow<L: Law>(
                 let rate = tx.rate_bps.map_or(line, |r| (r as f64).min(line));
                 let in_flight = u64::from(next_psn - acked) * u64::from(mtu);
                 let window_ok = tx.window.is_none_or(|w| in_flight < w.max(1));
+                let next_send_at = last_slot + (last_bits as f64 * 1e9 / rate).ceil() as u64;
                 if now >= next_send_at && window_ok {
                     if interest.gates()
                         && law.gate(Instant::from_nanos(now), &mut tx_ctx, mtu) == Gate::Hold
@@ -292,7 +296,8 @@ pub fn benign_flow<L: Law>(
                         let psn = next_psn;
                         next_psn += 1;
                         let bits = wire_bytes(mtu) * 8;
-                        next_send_at = now + (bits as f64 * 1e9 / rate).ceil() as u64;
+                        (last_slot, last_bits) = (now, bits);
+                        let next_send_at = now + (bits as f64 * 1e9 / rate).ceil() as u64;
                         sent_bytes += wire_bytes(mtu);
                         if now >= tail_from {
                             tail_bytes += wire_bytes(mtu);

@@ -187,6 +187,11 @@ impl EventMask {
         self.0 & (1 << kind as u32) != 0
     }
 
+    /// No events and no gate: the law costs nothing per packet.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
     #[inline]
     pub const fn gates(self) -> bool {
         self.0 & Self::GATE.0 != 0
@@ -213,6 +218,10 @@ mod tests {
     #[test]
     fn events_stay_small() {
         // Coalescing queues hold one event per (queue pair, kind).
-        assert!(std::mem::size_of::<Event>() <= 96, "{}", std::mem::size_of::<Event>());
+        assert!(
+            std::mem::size_of::<Event>() <= 96,
+            "{}",
+            std::mem::size_of::<Event>()
+        );
     }
 }

@@ -1,0 +1,184 @@
+//! Nanoseconds per event for every law, run inline with its context in cache (1 QP) and
+//! spread over 16,384 QPs (contexts out of L1/L2), and behind SCR's decoupled queues
+//! (coalescing, 4 processors). Prints one table; every ratio is against a figure measured
+//! in the same run.
+//!
+//! `cargo bench -p sluice-control --bench laws` (`SLUICE_BENCH_EVENTS` events per run).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant as Clock};
+
+use sluice_control::registry::{LAWS, Mode, build};
+use sluice_core::Instant;
+use sluice_core::control::{
+    Actions, Controller, Event, EventKind, Gate, IntHop, IntPath, ScrConfig,
+};
+use sluice_wire::Psn;
+
+/// What a transport would hand a law per packet, in proportion: one TX and one RX per
+/// data packet, an ACK (with an RTT sample) and telemetry per packet, a credit per
+/// packet, and a CNP now and then. Kinds a law did not ask for are left out, as the
+/// engine leaves them out.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Event(Event),
+    Gate(u32),
+}
+
+fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
+    let interest = c.interest();
+    let mut out = Vec::with_capacity(len);
+    let mut i = 0u32;
+    let mut tx_bytes = 0u32;
+    while out.len() < len {
+        i = i.wrapping_add(1);
+        let psn = Psn::new(i);
+        let rtt = Duration::from_nanos(10_000 + u64::from(i * 7919 % 5_000));
+        tx_bytes = tx_bytes.wrapping_add(4201);
+        let mut path = IntPath::default();
+        path.push(IntHop {
+            qlen_bytes: i * 131 % 20_000,
+            tx_bytes,
+            ts_ns: i.wrapping_mul(336),
+            rate_100mbps: 1000,
+        });
+        let candidates = [
+            Event::Tx {
+                psn,
+                bytes: 4096,
+                retransmission: false,
+            },
+            Event::Rx {
+                psn,
+                bytes: 4096,
+                ce: i % 16 == 0,
+            },
+            Event::Ack {
+                confirmed: psn,
+                packets: 1,
+                rtt: Some(rtt),
+            },
+            Event::Telemetry {
+                confirmed: psn,
+                path,
+            },
+            Event::Credit { bytes: 4096 },
+        ];
+        if interest.gates() {
+            out.push(Step::Gate(4096));
+        }
+        for e in candidates {
+            if interest.contains(e.kind()) {
+                out.push(Step::Event(e));
+            }
+        }
+        if i % 256 == 0 && interest.contains(EventKind::Cnp) {
+            out.push(Step::Event(Event::Cnp));
+        }
+        if interest.is_empty() {
+            break;
+        }
+    }
+    out
+}
+
+/// Runs `events` steps over `qps` queue pairs (QP of step k: a fixed pseudo-random
+/// sequence), time moving 100 ns per step (10 M events/s); returns ns per step.
+fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> f64 {
+    let mut deferred = Vec::new();
+    for qp in 0..qps {
+        c.reset(qp);
+        let mut act = Actions::default();
+        c.on_event(
+            Instant::ZERO,
+            qp,
+            &Event::Start {
+                mtu: 4096,
+                line_rate_bps: 100_000_000_000,
+            },
+            &mut act,
+        );
+    }
+    let mut qp = 1u32;
+    let start = Clock::now();
+    let mut now = 1_000u64;
+    for k in 0..events {
+        now += 100;
+        let t = Instant::from_nanos(now);
+        qp = qp.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let q = (qp >> 8) % qps;
+        match steps[k % steps.len()] {
+            Step::Event(e) => {
+                let mut act = Actions::default();
+                c.on_event(t, q, &e, &mut act);
+                black_box(act);
+            }
+            Step::Gate(bytes) => {
+                black_box(c.gate(t, q, bytes) == Gate::Send);
+            }
+        }
+        if k % 8 == 0 && c.next_timeout().is_some_and(|at| at <= t) {
+            c.on_timeout(t, &mut deferred);
+            black_box(&deferred);
+            deferred.clear();
+        }
+    }
+    start.elapsed().as_nanos() as f64 / events as f64
+}
+
+fn best_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
+    (0..repeats).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let events: usize = std::env::var("SLUICE_BENCH_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000_000);
+    let scr = ScrConfig {
+        processors: 4,
+        loop_delay: Duration::from_micros(2),
+        service_time: Duration::from_nanos(200),
+        ..ScrConfig::default()
+    };
+    println!(
+        "ns per event ({events} events per run, best of 5; decoupled: 4 processors, 2 us \
+         loop delay, 200 ns service time, events 100 ns apart)"
+    );
+    println!(
+        "{:8} {:>10} {:>12} {:>8} {:>15} {:>9}",
+        "law", "inline 1QP", "inline 16kQP", "16k/1", "decoupled 16kQP", "dec/inl"
+    );
+    for law in LAWS {
+        let mut probe = build(law.name, &[], &Mode::Inline).expect("defaults build");
+        let steps = stream(probe.as_mut(), 4096);
+        if steps.is_empty() {
+            println!(
+                "{:8} asks for no events: costs nothing per packet",
+                law.name
+            );
+            continue;
+        }
+        let inline = |qps| {
+            best_of(5, || {
+                let mut c = build(law.name, &[], &Mode::Inline).unwrap();
+                run(c.as_mut(), &steps, qps, events)
+            })
+        };
+        let one = inline(1);
+        let many = inline(16_384);
+        let dec = best_of(5, || {
+            let mut c = build(law.name, &[], &Mode::Decoupled(scr)).unwrap();
+            run(c.as_mut(), &steps, 16_384, events)
+        });
+        println!(
+            "{:8} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2}",
+            law.name,
+            one,
+            many,
+            many / one,
+            dec,
+            dec / many
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! Laws by name: what `sluice perf --cc NAME --cc-param KEY=VALUE` and scenario files use.
+
+use sluice_core::Controller;
+use sluice_core::control::{Decoupled, Inline, Law, ScrConfig};
+
+use crate::params::{ParamError, ParamInfo, Params};
+use crate::{credit, dcqcn, dctcp, hpcc, line_rate, static_rate, swift, timely};
+
+/// How a law runs: on the event's own path (SwCC), or behind SCR's coalescing queues and
+/// processor pool.
+#[derive(Debug, Clone, Copy)]
+#[allow(clippy::large_enum_variant)] // built once per engine, never on a hot path
+pub enum Mode {
+    Inline,
+    Decoupled(ScrConfig),
+}
+
+/// What the registry knows of a law.
+#[derive(Debug, Clone, Copy)]
+pub struct LawInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamInfo],
+    /// It sends Sluice control packets (grants): both ends must run it.
+    pub control_packets: bool,
+}
+
+/// Every law, baseline first.
+pub const LAWS: &[LawInfo] = &[
+    LawInfo {
+        name: "none",
+        summary: "line rate, no reaction (the baseline)",
+        params: line_rate::LineRateParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "static",
+        summary: "every queue pair paced at one fixed rate",
+        params: static_rate::StaticRateParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "dcqcn",
+        summary: "DCQCN (Zhu et al. 2015): rate cut on CNPs, recovery by timer and byte counter; CNPs on ECN marks",
+        params: dcqcn::DcqcnParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "dctcp",
+        summary: "DCTCP-style window on the fraction of ECN-marked packets (echoed as CNPs)",
+        params: dctcp::DctcpParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "timely",
+        summary: "TIMELY (Mittal et al. 2015): rate from the RTT gradient",
+        params: timely::TimelyParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "swift",
+        summary: "Swift (Kumar et al. 2020): window on a delay target scaled by hops and flow count",
+        params: swift::SwiftParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "hpcc",
+        summary: "HPCC (Li et al. 2019): window from in-band telemetry (needs INT-stamping switches)",
+        params: hpcc::HpccParams::INFO,
+        control_packets: false,
+    },
+    LawInfo {
+        name: "credit",
+        summary: "receiver-driven credit (Homa/EQDS-like grants); both ends must run it",
+        params: credit::CreditParams::INFO,
+        control_packets: true,
+    },
+];
+
+/// A law could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("unknown congestion control `{name}` (known: {known})")]
+    UnknownLaw { name: String, known: String },
+    #[error("{law}: {source}")]
+    Param {
+        law: &'static str,
+        #[source]
+        source: ParamError,
+    },
+}
+
+pub fn info(name: &str) -> Option<&'static LawInfo> {
+    LAWS.iter().find(|l| l.name == name)
+}
+
+/// Builds law `name` with `params` (name, value) over its defaults, run as `mode`.
+pub fn build(
+    name: &str,
+    params: &[(String, String)],
+    mode: &Mode,
+) -> Result<Box<dyn Controller>, BuildError> {
+    let Some(info) = info(name) else {
+        return Err(BuildError::UnknownLaw {
+            name: name.to_string(),
+            known: LAWS.iter().map(|l| l.name).collect::<Vec<_>>().join(", "),
+        });
+    };
+    let err = |source| BuildError::Param {
+        law: info.name,
+        source,
+    };
+    match info.name {
+        "none" => make(line_rate::LineRate::new, params, mode),
+        "static" => make(static_rate::StaticRate::new, params, mode),
+        "dcqcn" => make(dcqcn::Dcqcn::new, params, mode),
+        "dctcp" => make(dctcp::Dctcp::new, params, mode),
+        "timely" => make(timely::Timely::new, params, mode),
+        "swift" => make(swift::Swift::new, params, mode),
+        "hpcc" => make(hpcc::Hpcc::new, params, mode),
+        "credit" => make(credit::Credit::new, params, mode),
+        _ => unreachable!("every law in LAWS is built here"),
+    }
+    .map_err(err)
+}
+
+fn make<P: Params, L: Law + 'static>(
+    new: fn(P) -> L,
+    params: &[(String, String)],
+    mode: &Mode,
+) -> Result<Box<dyn Controller>, ParamError> {
+    let mut p = P::default();
+    for (name, value) in params {
+        p.set(name, value)?;
+    }
+    let law = new(p);
+    Ok(match mode {
+        Mode::Inline => Box::new(Inline::new(law)),
+        Mode::Decoupled(config) => Box::new(Decoupled::new(law, *config)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_law_builds_with_its_defaults_in_both_modes() {
+        for law in LAWS {
+            for mode in [Mode::Inline, Mode::Decoupled(ScrConfig::default())] {
+                let c = build(law.name, &[], &mode).unwrap();
+                let _ = c.interest();
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_laws_and_parameters_are_named_in_the_error() {
+        let e = build("reno", &[], &Mode::Inline).err().unwrap();
+        assert!(
+            e.to_string().contains("unknown congestion control `reno`"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("dcqcn"), "{e}");
+        let e = build("static", &[("speed".into(), "1".into())], &Mode::Inline)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("unknown parameter `speed`"), "{e}");
+        assert!(e.to_string().contains("rate_gbps"), "{e}");
+    }
+}
