@@ -22,6 +22,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per run
 enum Command {
     /// Work with packet captures.
     #[command(subcommand)]
@@ -130,6 +131,18 @@ struct PerfArgs {
     /// Keep trying to reach a server that refuses the connection for this many seconds.
     #[arg(long, default_value_t = 5.0)]
     connect_timeout: f64,
+    /// Congestion control: none, static, dcqcn, dctcp, timely, swift, hpcc, credit
+    /// (`sluice perf --cc list` shows each with its parameters).
+    #[arg(long, default_value = "none")]
+    cc: String,
+    /// A parameter of the congestion control, NAME=VALUE (repeatable).
+    #[arg(long = "cc-param", value_name = "NAME=VALUE")]
+    cc_param: Vec<String>,
+    /// Run the congestion control behind SCR's coalescing queues and processors (instead
+    /// of inline on each event): P processors, each event reaching its queue after DELAY
+    /// microseconds, each run taking SERVICE microseconds.
+    #[arg(long = "cc-decoupled", value_name = "P,DELAY_US,SERVICE_US")]
+    cc_decoupled: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -192,6 +205,10 @@ fn run_perf(cmd: PerfCommand) -> ExitCode {
         PerfCommand::AtomicBw(a) => (Test::AtomicBw, a),
         PerfCommand::AtomicLat(a) => (Test::AtomicLat, a),
     };
+    if a.cc == "list" {
+        print_laws();
+        return ExitCode::SUCCESS;
+    }
     let options = match perf_options(test, &a) {
         Ok(o) => o,
         Err(e) => {
@@ -262,8 +279,61 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         capture,
         stall_timeout: seconds("--stall-timeout", a.stall_timeout)?,
         connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
+        cc: cc_options(a)?,
         ..perf::Options::new(test)
     })
+}
+
+/// `--cc list`: every law and its parameters.
+fn print_laws() {
+    for law in sluice_control::registry::LAWS {
+        println!("{:8} {}", law.name, law.summary);
+        for p in law.params {
+            println!("    --cc-param {}=...  {}", p.name, p.help);
+        }
+    }
+}
+
+/// `--cc`, `--cc-param` and `--cc-decoupled`, checked by building the law once.
+fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
+    let mut params = Vec::new();
+    for p in &a.cc_param {
+        let Some((name, value)) = p.split_once('=') else {
+            return Err(format!("--cc-param {p}: NAME=VALUE"));
+        };
+        params.push((name.trim().to_string(), value.trim().to_string()));
+    }
+    let mode = match &a.cc_decoupled {
+        None => sluice_control::registry::Mode::Inline,
+        Some(spec) => {
+            let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
+            let bad = || format!("--cc-decoupled {spec}: P,DELAY_US,SERVICE_US (e.g. 4,2,1)");
+            let [p, delay, service] = parts[..] else {
+                return Err(bad());
+            };
+            let processors: u32 = p.parse().ok().filter(|&p| p > 0).ok_or_else(bad)?;
+            let us = |s: &str| {
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .map(|v| std::time::Duration::from_nanos((v * 1000.0) as u64))
+                    .ok_or_else(bad)
+            };
+            sluice_control::registry::Mode::Decoupled(sluice_core::control::ScrConfig {
+                processors,
+                loop_delay: us(delay)?,
+                service_time: us(service)?,
+                ..sluice_core::control::ScrConfig::default()
+            })
+        }
+    };
+    let options = perf::CcOptions {
+        name: a.cc.clone(),
+        params,
+        mode,
+    };
+    options.build().map_err(|e| format!("--cc: {e}"))?;
+    Ok(options)
 }
 
 fn run_check(args: &CheckArgs) -> ExitCode {

@@ -117,3 +117,77 @@ fn errors_say_what_to_do() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A delay-based law limiting a real flow: TIMELY told that every RTT above 2 us is too
+/// high (loopback RTTs are tens of microseconds) brings the flow down to its floor and
+/// holds it there; told that everything below 100 ms is fine, it leaves the flow alone.
+/// The floor is only reached if the law sees the real RTT samples of the datapath.
+#[test]
+fn timely_holds_a_flow_to_its_floor_when_every_rtt_is_high() {
+    let run = |t_low: &str, t_high: &str, port| {
+        let r = loopback(
+            &[
+                "write-bw",
+                "-s",
+                "4096",
+                "-n",
+                "400",
+                "-t",
+                "16",
+                "--cc",
+                "timely",
+                "--cc-param",
+                &format!("t_low_us={t_low}"),
+                "--cc-param",
+                &format!("t_high_us={t_high}"),
+                "--cc-param",
+                "min_rate_mbps=200",
+            ],
+            port,
+        );
+        r[0]["bw_avg_gbps"].as_f64().unwrap()
+    };
+    let limited = run("1", "2", 24_300);
+    // 200 Mbit/s on the wire, of which 4096 of every 4201 bytes are payload; the first
+    // packets go faster while the rate falls.
+    assert!(
+        limited > 0.15 && limited < 0.26,
+        "TIMELY at its floor: {limited} Gbit/s"
+    );
+    let free = run("100000", "200000", 24_301);
+    assert!(
+        free > 4.0 * limited,
+        "TIMELY with no delay signal: {free} Gbit/s"
+    );
+}
+
+#[test]
+fn a_bad_congestion_control_is_a_usage_error() {
+    for args in [
+        &["write-bw", "--cc", "reno"][..],
+        &["write-bw", "--cc", "dcqcn", "--cc-param", "g=-1"],
+        &["write-bw", "--cc", "dcqcn", "--cc-param", "speed"],
+        &["write-bw", "--cc", "swift", "--cc-decoupled", "0,1,1"],
+    ] {
+        let o = Command::new(SLUICE)
+            .arg("perf")
+            .args(args)
+            .args(["--loopback"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--cc"), "{args:?}: {err}");
+    }
+    let o = Command::new(SLUICE)
+        .args(["perf", "write-bw", "--cc", "list"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    for law in [
+        "none", "static", "dcqcn", "dctcp", "timely", "swift", "hpcc", "credit",
+    ] {
+        assert!(out.contains(law), "{law} missing from --cc list: {out}");
+    }
+}

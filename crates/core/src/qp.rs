@@ -526,7 +526,10 @@ pub(crate) struct Qp {
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
     /// Pacing: no request packet before this time.
-    pub(crate) next_send_at: crate::Instant,
+    /// Pacing: the slot the last request packet took, and its bits on the wire. The next
+    /// may go one packet time later at the rate in force *now*, so a law that raises the
+    /// rate shortens the wait at once.
+    pub(crate) paced: (crate::Instant, u64),
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
 }
@@ -547,7 +550,7 @@ impl Qp {
             granted_total: 0,
             credit_total_seen: 0,
             control_started: false,
-            next_send_at: crate::Instant::ZERO,
+            paced: (crate::Instant::ZERO, 0),
             rtt_probe: None,
         }
     }
@@ -560,6 +563,18 @@ impl Qp {
             responder_resources: self.resp.resources.len(),
             held_packets: self.resp.reorder.as_ref().map_or(0, |r| r.held.len()),
             resends: self.req.resend.len(),
+        }
+    }
+
+    /// Pacing: no request packet before this time (no limit without a rate).
+    pub(crate) fn next_send_at(&self) -> crate::Instant {
+        match self.knobs.rate_bps {
+            Some(rate) if rate > 0 => {
+                let (slot, bits) = self.paced;
+                let gap = (u128::from(bits) * 1_000_000_000 / u128::from(rate)) as u64;
+                slot + std::time::Duration::from_nanos(gap)
+            }
+            _ => crate::Instant::ZERO,
         }
     }
 

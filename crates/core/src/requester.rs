@@ -97,9 +97,9 @@ impl Engine {
                 b.div_ceil(u64::from(qp.attrs.mtu)).min(u64::from(u32::MAX)) as u32
             })
             .clamp(1, 1 << 23);
-        if qp.knobs.rate_bps.is_some() && qp.next_send_at > now && qp.req.cursor < qp.req.sq.len() {
+        if qp.next_send_at() > now && qp.req.cursor < qp.req.sq.len() {
             // Paced: come back when the next packet may go.
-            let at = qp.next_send_at;
+            let at = qp.next_send_at();
             self.arm(index, at);
             return None;
         }
@@ -290,17 +290,15 @@ impl Engine {
             }
             _ => None,
         };
-        if let Some(rate) = qp.knobs.rate_bps.filter(|&r| r > 0) {
+        if qp.knobs.rate_bps.is_some_and(|r| r > 0) {
             // Bytes on the wire: payload, pad, RoCE headers and ICRC, UDP, IPv4, Ethernet.
             let wire = u64::from(payload_len) + 3 + 12 + 40 + 4 + 8 + 20 + 18;
-            let gap = std::time::Duration::from_nanos(wire * 8 * 1_000_000_000 / rate);
-            qp.next_send_at = qp.next_send_at.max(now) + gap;
+            qp.paced = (qp.next_send_at().max(now), wire * 8);
         }
         // Time a packet that asks for an ACK: its sample is one round trip, not the time
         // the rest of its message took to leave.
-        let answered = bth.ack_req
-            || bth.opcode == Opcode::RC_RDMA_READ_REQUEST
-            || ext.atomic_eth.is_some();
+        let answered =
+            bth.ack_req || bth.opcode == Opcode::RC_RDMA_READ_REQUEST || ext.atomic_eth.is_some();
         if !retransmission && answered && qp.rtt_probe.is_none() {
             qp.rtt_probe = Some((psn, now));
         }
@@ -779,7 +777,7 @@ impl Engine {
         if qp.state != QpState::Rts {
             return;
         }
-        if qp.knobs.rate_bps.is_some() && qp.next_send_at <= now {
+        if qp.knobs.rate_bps.is_some() && qp.next_send_at() <= now {
             self.schedule(index);
         }
         let qp = self.qp_mut(index);

@@ -46,7 +46,8 @@ impl Law for Recorder {
 fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {
     let mut world = World::new(2, 1, link);
     for (h, c) in controllers.into_iter().enumerate() {
-        world.engines[h] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(c)));
+        world.engines[h] =
+            Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(c)));
     }
     world
 }
@@ -295,8 +296,7 @@ fn a_law_hears_only_the_kinds_it_asked_for() {
         seen: seen.clone(),
     };
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] =
-        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
     let p = Pair::connect(&mut world, &PairOptions::default());
     write(&mut world, &p, 8 * 1024);
     let seen = seen.borrow();
@@ -353,10 +353,8 @@ fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
         },
     );
     for h in 0..2 {
-        world.engines[h] = Engine::with_controller(
-            EngineConfig::default(),
-            Box::new(Inline::new(law.clone())),
-        );
+        world.engines[h] =
+            Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law.clone())));
     }
     let p = Pair::connect(
         &mut world,
@@ -380,8 +378,7 @@ fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
 fn a_law_can_move_a_queue_pair_to_another_path() {
     let law = Notifier::default();
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] =
-        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
     let p = Pair::connect(&mut world, &PairOptions::default());
     let mut payload = [0u8; 4096];
     // Before any CNP: Soft-RoCE's port for the QPN. After one: the law's.
@@ -402,7 +399,9 @@ fn a_law_can_move_a_queue_pair_to_another_path() {
             ),
         )
         .unwrap();
-    let t = world.engines[0].poll_transmit(world.now, &mut payload).unwrap();
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
     assert!(t.src_port >= 0xC000 && t.src_port != 0xC0DE);
     let cnp = RoceHeaders {
         bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
@@ -426,7 +425,9 @@ fn a_law_can_move_a_queue_pair_to_another_path() {
             ),
         )
         .unwrap();
-    let t = world.engines[0].poll_transmit(world.now, &mut payload).unwrap();
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
     assert_eq!(t.src_port, 0xC0DE);
 }
 
@@ -445,8 +446,7 @@ impl Law for Credits {
     }
 
     fn interest(&self) -> EventMask {
-        EventMask::of(&[EventKind::Start, EventKind::Rx, EventKind::Credit])
-            .union(EventMask::GATE)
+        EventMask::of(&[EventKind::Start, EventKind::Rx, EventKind::Credit]).union(EventMask::GATE)
     }
 
     fn on_event(&mut self, _: Instant, ctx: &mut (bool, u64), event: &Event, act: &mut Actions) {
@@ -487,7 +487,9 @@ fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
         },
     );
     for h in 0..2 {
-        world.engines[h].set_cc_control(p.qp[h], negotiated).unwrap();
+        world.engines[h]
+            .set_cc_control(p.qp[h], negotiated)
+            .unwrap();
     }
     (world, p)
 }

@@ -66,14 +66,21 @@ fn coalesced_tx(rule: Coalesce) -> (Event, Vec<(u32, Actions)>) {
     for (i, t) in [1, 2, 3].into_iter().enumerate() {
         c.on_event(us(t), 1, &tx(i as u32 + 1, 100 * (i as u32 + 1)), &mut act);
     }
-    assert!(act.is_empty(), "decoupled: nothing happens on the event's path");
+    assert!(
+        act.is_empty(),
+        "decoupled: nothing happens on the event's path"
+    );
     let mut out = Vec::new();
     while let Some(at) = c.next_timeout() {
         c.on_timeout(at, &mut out);
     }
     let runs = runs.borrow();
     assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[1].0, us(10), "the TX queue is served when the processor frees");
+    assert_eq!(
+        runs[1].0,
+        us(10),
+        "the TX queue is served when the processor frees"
+    );
     assert_eq!(c.stats().coalesced, 2);
     (runs[1].1, out)
 }
@@ -208,7 +215,12 @@ fn bytes_per_run(flows: u32, processors: u32, service: Duration, gbps: u64) -> f
         while let Some(at) = c.next_timeout().filter(|&at| at <= now) {
             c.on_timeout(at, &mut out);
         }
-        c.on_event(now, (i % u64::from(flows)) as u32, &tx(i as u32, 1024), &mut act);
+        c.on_event(
+            now,
+            (i % u64::from(flows)) as u32,
+            &tx(i as u32, 1024),
+            &mut act,
+        );
     }
     let s = c.stats();
     s.tx_bytes as f64 / s.tx_runs as f64

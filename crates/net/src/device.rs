@@ -87,8 +87,17 @@ pub struct Device {
 }
 
 impl Device {
-    /// Opens a device: binds its socket and creates its engine.
+    /// Opens a device: binds its socket and creates its engine (no congestion control).
     pub fn open(config: DeviceConfig) -> Result<Device, NetError> {
+        Device::open_with_controller(config, Box::new(sluice_core::NoControl))
+    }
+
+    /// Opens a device whose engine runs `controller` (a control law, see
+    /// `sluice_core::control`).
+    pub fn open_with_controller(
+        config: DeviceConfig,
+        controller: Box<dyn sluice_core::Controller>,
+    ) -> Result<Device, NetError> {
         if config.local.ip().is_unspecified() {
             return Err(NetError::UnspecifiedAddress);
         }
@@ -105,7 +114,7 @@ impl Device {
         // A GRO batch holds up to 64 KiB; without GRO one datagram is at most an MTU packet.
         let slot = if socket.gro { 1 << 16 } else { 9216 };
         Ok(Device {
-            engine: Engine::new(config.engine),
+            engine: Engine::with_controller(config.engine, controller),
             socket,
             local,
             peer_port: config.peer_port,

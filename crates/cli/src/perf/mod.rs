@@ -64,6 +64,40 @@ pub struct Options {
     pub stall_timeout: Duration,
     /// How long a client keeps trying to reach a server that refuses the connection.
     pub connect_timeout: Duration,
+    /// The congestion control each end runs.
+    pub cc: CcOptions,
+}
+
+/// `--cc` and friends: which control law, its parameters, how it runs.
+#[derive(Debug, Clone)]
+pub struct CcOptions {
+    pub name: String,
+    pub params: Vec<(String, String)>,
+    pub mode: sluice_control::registry::Mode,
+}
+
+impl Default for CcOptions {
+    /// No congestion control.
+    fn default() -> Self {
+        CcOptions {
+            name: "none".to_string(),
+            params: Vec::new(),
+            mode: sluice_control::registry::Mode::Inline,
+        }
+    }
+}
+
+impl CcOptions {
+    pub fn build(
+        &self,
+    ) -> Result<Box<dyn sluice_core::Controller>, sluice_control::registry::BuildError> {
+        sluice_control::registry::build(&self.name, &self.params, &self.mode)
+    }
+
+    /// The law sends Sluice's control packets, so the peer must run it too.
+    pub fn control_packets(&self) -> bool {
+        sluice_control::registry::info(&self.name).is_some_and(|l| l.control_packets)
+    }
 }
 
 /// `--pcap` and friends.
@@ -101,6 +135,7 @@ impl Options {
             capture: None,
             stall_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            cc: CcOptions::default(),
         }
     }
 

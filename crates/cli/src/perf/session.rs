@@ -319,7 +319,10 @@ fn open(
         ..EngineConfig::default()
     };
     let seed = config.engine.seed;
-    let mut dev = Device::open(config)?;
+    let controller =
+        o.cc.build()
+            .map_err(|e| PerfError::Usage(format!("--cc: {e}")))?;
+    let mut dev = Device::open_with_controller(config, controller)?;
     let engine = dev.engine();
     let pd = engine.alloc_pd();
     // One region for every QP: data is sent from its first half and lands in its second. A
@@ -383,6 +386,9 @@ fn open(
         // We accept OUT_READS; we keep at most what the peer accepts outstanding at it.
         c.max_dest_rd_atomic = OUT_READS as u8;
         c.max_rd_atomic = r.out_reads.clamp(1, OUT_READS) as u8;
+        // perftest's exchange cannot negotiate Sluice's control packets: a law that needs
+        // them is the user's word that the peer runs it too.
+        c.cc_control = o.cc.control_packets();
         engine.connect(*qpn, &c)?;
         index.insert(qpn.0, i);
         ends.push(QpEnd {

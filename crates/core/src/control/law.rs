@@ -29,13 +29,7 @@ pub trait Law: std::fmt::Debug {
     fn interest(&self) -> EventMask;
 
     /// React to `event`.
-    fn on_event(
-        &mut self,
-        now: Instant,
-        ctx: &mut Self::Context,
-        event: &Event,
-        act: &mut Actions,
-    );
+    fn on_event(&mut self, now: Instant, ctx: &mut Self::Context, event: &Event, act: &mut Actions);
 
     /// SwCC's TX function: may a new request packet carrying `bytes` of payload go now?
     /// Asked only if [`Law::interest`] holds [`EventMask::GATE`], and only for packets sent

@@ -57,7 +57,14 @@ fn accumulate(waiting: &mut Event, new: &Event) {
             *bytes = bytes.saturating_add(*b);
             *retransmission |= r;
         }
-        (Event::Rx { psn, bytes, ce }, Event::Rx { psn: p, bytes: b, ce: c }) => {
+        (
+            Event::Rx { psn, bytes, ce },
+            Event::Rx {
+                psn: p,
+                bytes: b,
+                ce: c,
+            },
+        ) => {
             *psn = *p;
             *bytes = bytes.saturating_add(*b);
             *ce |= c;
@@ -220,7 +227,8 @@ impl<L: Law> Decoupled<L> {
         self.stats.events += 1;
         let kind = event.kind() as usize;
         if self.slot_of.len() <= qp as usize {
-            self.slot_of.resize(qp as usize + 1, [EMPTY; EventKind::COUNT]);
+            self.slot_of
+                .resize(qp as usize + 1, [EMPTY; EventKind::COUNT]);
         }
         let slot = self.slot_of[qp as usize][kind];
         if slot != EMPTY {
