@@ -777,8 +777,15 @@ impl Engine {
         if qp.state != QpState::Rts {
             return;
         }
-        if qp.knobs.rate_bps.is_some() && qp.next_send_at() <= now {
-            self.schedule(index);
+        if qp.knobs.rate_bps.is_some() {
+            // A pacing wait. The law may have lowered the rate since the timer was armed:
+            // then the packet is due later, and the timer goes again.
+            let due = qp.next_send_at();
+            if due <= now {
+                self.schedule(index);
+            } else if qp.req.cursor < qp.req.sq.len() {
+                self.arm(index, due);
+            }
         }
         let qp = self.qp_mut(index);
         if let Some(until) = qp.req.rnr_wait_until {

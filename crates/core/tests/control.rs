@@ -588,3 +588,55 @@ fn decoupled_processing_acts_after_the_modelled_loop_delay() {
         Some(t0 + Duration::from_micros(12))
     );
 }
+
+/// A law that cuts the rate on every ACK, after the engine armed its pacing timer for the
+/// next packet at the old rate: the packet is then due later, and must still go (this
+/// stalled a real TIMELY flow once).
+#[test]
+fn a_rate_cut_while_a_packet_waits_for_its_slot_does_not_stall() {
+    #[derive(Debug, Clone)]
+    struct Cutter;
+    impl Law for Cutter {
+        type Context = ();
+        fn name(&self) -> &'static str {
+            "cutter"
+        }
+        fn interest(&self) -> EventMask {
+            EventMask::of(&[EventKind::Start, EventKind::Ack])
+        }
+        fn on_event(&mut self, _: Instant, _: &mut (), e: &Event, act: &mut Actions) {
+            match e {
+                Event::Start { .. } => act.set_rate(500_000_000),
+                _ => act.set_rate(100_000_000),
+            }
+        }
+    }
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.engines[0] =
+        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(Cutter)));
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            mtu: Mtu::M1024,
+            ..PairOptions::default()
+        },
+    );
+    // Three one-packet WRITEs: each asks for an ACK, which arrives (after ~10 us) while the
+    // next packet waits for its 18 us slot at 500 Mbit/s.
+    for i in 0..3 {
+        let op = SendOp::Write {
+            remote_addr: p.mr[1].addr,
+            rkey: p.mr[1].rkey,
+        };
+        let sgl = [Sge {
+            lkey: p.mr[0].lkey,
+            addr: p.mr[0].addr,
+            len: 1024,
+        }];
+        world.engines[0]
+            .post_send(p.qp[0], &SendWr::new(i, op, &sgl))
+            .unwrap();
+    }
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 3));
+}
