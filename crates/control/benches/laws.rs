@@ -75,8 +75,8 @@ fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
         if i % 256 == 0 && interest.contains(EventKind::Cnp) {
             out.push(Step::Event(Event::Cnp));
         }
-        if interest.is_empty() {
-            break;
+        if out.is_empty() {
+            break; // the law asks for none of the per-packet events
         }
     }
     out
@@ -154,7 +154,7 @@ fn main() {
         let steps = stream(probe.as_mut(), 4096);
         if steps.is_empty() {
             println!(
-                "{:8} asks for no events: costs nothing per packet",
+                "{:8} asks for no per-packet event: costs nothing per packet",
                 law.name
             );
             continue;
