@@ -500,6 +500,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Hands the control law of queue pair `qpn` an application hint (`Event::Hint`): a
+    /// tenant's share, a deadline, a priority; its meaning is the law's.
+    pub fn post_hint(&mut self, now: Instant, qpn: QpNum, hint: u64) -> Result<(), Error> {
+        let index = Self::index(qpn)
+            .filter(|&i| matches!(self.qps.get(i as usize), Some(Some(_))))
+            .ok_or(Error::NoSuchObject("queue pair"))?;
+        self.emit(index, now, Event::Hint(hint));
+        Ok(())
+    }
+
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
         self.set_cc_control(qpn, c.cc_control)?;

@@ -304,6 +304,26 @@ fn a_law_hears_only_the_kinds_it_asked_for() {
     assert!(seen.iter().all(|k| *k == EventKind::Ack), "{seen:?}");
 }
 
+#[test]
+fn an_application_hint_reaches_the_law() {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let law = Picky {
+        mask: EventMask::of(&[EventKind::Hint]),
+        seen: seen.clone(),
+    };
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    world.engines[0].post_hint(world.now, p.qp[0], 7).unwrap();
+    assert!(
+        world.engines[0]
+            .post_hint(world.now, QpNum(9999), 7)
+            .is_err()
+    );
+    write(&mut world, &p, 1024);
+    assert_eq!(*seen.borrow(), vec![EventKind::Hint]);
+}
+
 /// DCQCN's notification point in miniature: a CNP for every marked packet, and a sender
 /// that counts the CNPs it gets and arms a timer on the first.
 #[derive(Debug, Clone, Default)]
