@@ -23,7 +23,11 @@ pub struct LawInfo {
     pub params: &'static [ParamInfo],
     /// It sends Sluice control packets (grants): both ends must run it.
     pub control_packets: bool,
+    /// Builds it from (name, value) parameters over its defaults.
+    build: Builder,
 }
+
+type Builder = fn(&[(String, String)], &Mode) -> Result<Box<dyn Controller>, ParamError>;
 
 /// Every law, baseline first.
 pub const LAWS: &[LawInfo] = &[
@@ -32,48 +36,56 @@ pub const LAWS: &[LawInfo] = &[
         summary: "line rate, no reaction (the baseline)",
         params: line_rate::LineRateParams::INFO,
         control_packets: false,
+        build: |p, m| make(line_rate::LineRate::new, p, m),
     },
     LawInfo {
         name: "static",
         summary: "every queue pair paced at one fixed rate",
         params: static_rate::StaticRateParams::INFO,
         control_packets: false,
+        build: |p, m| make(static_rate::StaticRate::new, p, m),
     },
     LawInfo {
         name: "dcqcn",
         summary: "DCQCN (Zhu et al. 2015): rate cut on CNPs, recovery by timer and byte counter; CNPs on ECN marks",
         params: dcqcn::DcqcnParams::INFO,
         control_packets: false,
+        build: |p, m| make(dcqcn::Dcqcn::new, p, m),
     },
     LawInfo {
         name: "dctcp",
         summary: "DCTCP-style window on the fraction of ECN-marked packets (echoed as CNPs)",
         params: dctcp::DctcpParams::INFO,
         control_packets: false,
+        build: |p, m| make(dctcp::Dctcp::new, p, m),
     },
     LawInfo {
         name: "timely",
         summary: "TIMELY (Mittal et al. 2015): rate from the RTT gradient",
         params: timely::TimelyParams::INFO,
         control_packets: false,
+        build: |p, m| make(timely::Timely::new, p, m),
     },
     LawInfo {
         name: "swift",
         summary: "Swift (Kumar et al. 2020): window on a delay target scaled by hops and flow count",
         params: swift::SwiftParams::INFO,
         control_packets: false,
+        build: |p, m| make(swift::Swift::new, p, m),
     },
     LawInfo {
         name: "hpcc",
         summary: "HPCC (Li et al. 2019): window from in-band telemetry (needs INT-stamping switches)",
         params: hpcc::HpccParams::INFO,
         control_packets: false,
+        build: |p, m| make(hpcc::Hpcc::new, p, m),
     },
     LawInfo {
         name: "credit",
         summary: "receiver-driven credit (Homa/EQDS-like grants); both ends must run it",
         params: credit::CreditParams::INFO,
         control_packets: true,
+        build: |p, m| make(credit::Credit::new, p, m),
     },
 ];
 
@@ -106,22 +118,10 @@ pub fn build(
             known: LAWS.iter().map(|l| l.name).collect::<Vec<_>>().join(", "),
         });
     };
-    let err = |source| BuildError::Param {
+    (info.build)(params, mode).map_err(|source| BuildError::Param {
         law: info.name,
         source,
-    };
-    match info.name {
-        "none" => make(line_rate::LineRate::new, params, mode),
-        "static" => make(static_rate::StaticRate::new, params, mode),
-        "dcqcn" => make(dcqcn::Dcqcn::new, params, mode),
-        "dctcp" => make(dctcp::Dctcp::new, params, mode),
-        "timely" => make(timely::Timely::new, params, mode),
-        "swift" => make(swift::Swift::new, params, mode),
-        "hpcc" => make(hpcc::Hpcc::new, params, mode),
-        "credit" => make(credit::Credit::new, params, mode),
-        _ => unreachable!("every law in LAWS is built here"),
-    }
-    .map_err(err)
+    })
 }
 
 fn make<P: Params, L: Law + 'static>(
