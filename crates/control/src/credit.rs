@@ -463,6 +463,5 @@ mod tests {
             (act.granted(), act.timer()),
             (100, Some(Some(at(1_000_000))))
         );
-        assert!(std::mem::size_of::<CreditContext>() <= sluice_core::control::MAX_CONTEXT_BYTES);
     }
 }

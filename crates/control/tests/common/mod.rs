@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice_core::Instant;
-use sluice_core::control::{
-    Actions, Event, EventKind, Gate, IntHop, IntPath, Law, MAX_CONTEXT_BYTES, NakKind,
-};
+use sluice_core::control::{Actions, Event, Gate, IntHop, IntPath, Law, NakKind};
 use sluice_wire::Psn;
 
 /// What a law may set.
@@ -131,7 +129,6 @@ pub fn run_random<L: Law>(
     events: &[(u64, Event)],
     bounds: &Bounds,
 ) -> Result<(), String> {
-    assert!(std::mem::size_of::<L::Context>() <= MAX_CONTEXT_BYTES);
     let mut ctx = L::Context::default();
     let mut knobs = Knobs::default();
     let mut now = Instant::from_nanos(1_000_000);
@@ -411,9 +408,4 @@ pub fn benign_flow<L: Law>(
         tail_rate_bps: tail_bytes as f64 * 8.0 / tail_s,
         knobs: tx,
     })
-}
-
-/// Every kind a law could be handed (for laws that must ignore the rest).
-pub fn all_kinds() -> [EventKind; EventKind::COUNT] {
-    EventKind::ALL
 }

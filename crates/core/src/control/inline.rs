@@ -25,11 +25,6 @@ impl<L: Law> Inline<L> {
     pub fn law(&self) -> &L {
         &self.law
     }
-
-    /// The context of queue pair index `qp`, if it has one yet.
-    pub fn context(&self, qp: u32) -> Option<&L::Context> {
-        self.store.get(qp)
-    }
 }
 
 impl<L: Law> Controller for Inline<L> {

@@ -210,10 +210,6 @@ impl<L: Law> Decoupled<L> {
         &self.law
     }
 
-    pub fn context(&self, qp: u32) -> Option<&L::Context> {
-        self.store.get(qp)
-    }
-
     pub fn stats(&self) -> ScrStats {
         self.stats
     }

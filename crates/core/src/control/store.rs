@@ -46,10 +46,6 @@ impl<L: Law> Store<L> {
         &mut self.contexts[qp as usize]
     }
 
-    pub(crate) fn get(&self, qp: u32) -> Option<&L::Context> {
-        self.contexts.get(qp as usize)
-    }
-
     pub(crate) fn reset(&mut self, qp: u32) {
         self.ensure(qp);
         self.contexts[qp as usize] = L::Context::default();
