@@ -1,7 +1,6 @@
 //! Laws by name: what `sluice perf --cc NAME --cc-param KEY=VALUE` and scenario files use.
 
-use sluice_core::Controller;
-use sluice_core::control::{Decoupled, Inline, Law, ScrConfig};
+use sluice_core::control::{Controller, Decoupled, Inline, Law, ScrConfig};
 
 use crate::params::{ParamError, ParamInfo, Params};
 use crate::{credit, dcqcn, dctcp, hpcc, line_rate, static_rate, swift, timely};

@@ -21,7 +21,6 @@ mod responder;
 mod rng;
 mod time;
 
-pub use control::{Controller, Event, NoControl};
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
 pub use engine::{Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};

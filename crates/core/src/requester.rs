@@ -86,7 +86,11 @@ impl Engine {
         if !qp.control_started && qp.req.cursor < qp.req.sq.len() {
             qp.control_started = true;
             let mtu = qp.attrs.mtu;
-            self.emit(index, now, crate::Event::Start { mtu, line_rate_bps });
+            self.emit(
+                index,
+                now,
+                crate::control::Event::Start { mtu, line_rate_bps },
+            );
         }
         let qp = self.qp_mut(index);
         // A window in bytes is enforced in whole packets of the path MTU.
@@ -311,7 +315,7 @@ impl Engine {
         self.emit(
             index,
             now,
-            crate::Event::Tx {
+            crate::control::Event::Tx {
                 psn,
                 bytes: payload_len,
                 retransmission,
@@ -389,7 +393,7 @@ impl Engine {
         self.emit(
             index,
             now,
-            crate::Event::Ack {
+            crate::control::Event::Ack {
                 confirmed: psn,
                 packets,
                 rtt,
@@ -416,7 +420,7 @@ impl Engine {
                 self.emit(
                     index,
                     now,
-                    crate::Event::Nak {
+                    crate::control::Event::Nak {
                         psn,
                         kind: crate::control::NakKind::Sequence,
                     },
@@ -441,7 +445,7 @@ impl Engine {
                 self.emit(
                     index,
                     now,
-                    crate::Event::Nak {
+                    crate::control::Event::Nak {
                         psn,
                         kind: crate::control::NakKind::Fatal,
                     },
@@ -464,7 +468,7 @@ impl Engine {
         self.emit(
             index,
             now,
-            crate::Event::Nak {
+            crate::control::Event::Nak {
                 psn,
                 kind: crate::control::NakKind::ReceiverNotReady,
             },
@@ -804,7 +808,7 @@ impl Engine {
                     return;
                 }
                 self.counters.retransmit_timeouts += 1;
-                self.emit(index, now, crate::Event::Timeout);
+                self.emit(index, now, crate::control::Event::Timeout);
                 if !self.use_retry(index) {
                     return;
                 }

@@ -64,7 +64,7 @@ impl Engine {
         self.emit(
             index,
             now,
-            crate::Event::Rx {
+            crate::control::Event::Rx {
                 psn,
                 bytes: payload.len(),
                 ce,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use sluice_core::control::{
-    Actions, Decoupled, EventKind, EventMask, Gate, Inline, Law, ScrConfig,
+    Actions, Decoupled, Event, EventKind, EventMask, Gate, Inline, Law, ScrConfig,
 };
 use sluice_core::*;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};

@@ -89,14 +89,14 @@ pub struct Device {
 impl Device {
     /// Opens a device: binds its socket and creates its engine (no congestion control).
     pub fn open(config: DeviceConfig) -> Result<Device, NetError> {
-        Device::open_with_controller(config, Box::new(sluice_core::NoControl))
+        Device::open_with_controller(config, Box::new(sluice_core::control::NoControl))
     }
 
     /// Opens a device whose engine runs `controller` (a control law, see
     /// `sluice_core::control`).
     pub fn open_with_controller(
         config: DeviceConfig,
-        controller: Box<dyn sluice_core::Controller>,
+        controller: Box<dyn sluice_core::control::Controller>,
     ) -> Result<Device, NetError> {
         if config.local.ip().is_unspecified() {
             return Err(NetError::UnspecifiedAddress);

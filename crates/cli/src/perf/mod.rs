@@ -90,7 +90,8 @@ impl Default for CcOptions {
 impl CcOptions {
     pub fn build(
         &self,
-    ) -> Result<Box<dyn sluice_core::Controller>, sluice_control::registry::BuildError> {
+    ) -> Result<Box<dyn sluice_core::control::Controller>, sluice_control::registry::BuildError>
+    {
         sluice_control::registry::build(&self.name, &self.params, &self.mode)
     }
 
