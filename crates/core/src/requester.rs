@@ -101,11 +101,13 @@ impl Engine {
                 b.div_ceil(u64::from(qp.attrs.mtu)).min(u64::from(u32::MAX)) as u32
             })
             .clamp(1, 1 << 23);
-        if qp.next_send_at() > now && qp.req.cursor < qp.req.sq.len() {
-            // Paced: come back when the next packet may go.
-            let at = qp.next_send_at();
-            self.arm(index, at);
-            return None;
+        if qp.req.cursor < qp.req.sq.len() {
+            let due = qp.next_send_at();
+            if due > now {
+                // Paced: come back when the next packet may go.
+                self.arm(index, due);
+                return None;
+            }
         }
         // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
         while let Some(p) = self.qp_mut(index).req.resend.pop_front() {
@@ -178,11 +180,12 @@ impl Engine {
             // The control law's TX function (SwCC): may this packet go now? Resent packets
             // are not asked: the credit a lost packet used is gone, and recovery must not
             // wait for credit that can never come.
-            let wqe = &self.qp_mut(index).req.sq[cursor];
+            let req = &self.qp_mut(index).req;
+            let wqe = &req.sq[cursor];
             let bytes = if wqe.op.is_read_or_atomic() {
                 0
             } else {
-                (wqe.len - self.qp_mut(index).req.cursor_offset).min(mtu)
+                (wqe.len - req.cursor_offset).min(mtu)
             };
             if self.gate(index, now, bytes) == crate::control::Gate::Hold {
                 return None;
