@@ -363,15 +363,10 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: QpNum) -> Result<(), Error> {
-        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
-        match self.qps.get_mut(index as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                self.free_qps.push(index);
-                Ok(())
-            }
-            _ => Err(Error::NoSuchObject("queue pair")),
-        }
+        let index = self.live(qpn)?;
+        self.qps[index as usize] = None;
+        self.free_qps.push(index);
+        Ok(())
     }
 
     /// How much queue pair `qpn` holds in each of its (bounded) queues.
@@ -387,6 +382,13 @@ impl Engine {
         qpn.0.checked_sub(FIRST_QPN)
     }
 
+    /// The index of live queue pair `qpn`.
+    fn live(&self, qpn: QpNum) -> Result<u32, Error> {
+        Self::index(qpn)
+            .filter(|&i| matches!(self.qps.get(i as usize), Some(Some(_))))
+            .ok_or(Error::NoSuchObject("queue pair"))
+    }
+
     fn qp(&self, qpn: QpNum) -> Option<&Qp> {
         self.qps.get(Self::index(qpn)? as usize)?.as_ref()
     }
@@ -399,12 +401,8 @@ impl Engine {
 
     /// Moves a queue pair along its state machine.
     pub fn modify_qp(&mut self, qpn: QpNum, transition: Transition) -> Result<(), Error> {
-        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
-        let qp = self
-            .qps
-            .get_mut(index as usize)
-            .and_then(|q| q.as_mut())
-            .ok_or(Error::NoSuchObject("queue pair"))?;
+        let index = self.live(qpn)?;
+        let qp = self.qp_mut(index);
         let state = qp.state;
         let refuse = |action| Err(Error::InvalidState { state, action });
         match transition {
@@ -490,22 +488,15 @@ impl Engine {
     /// Call it only when the peer agreed at connection setup: standard RoCE peers drop
     /// them, and without it grants a control law makes are not sent (and counted).
     pub fn set_cc_control(&mut self, qpn: QpNum, on: bool) -> Result<(), Error> {
-        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
-        let qp = self
-            .qps
-            .get_mut(index as usize)
-            .and_then(|q| q.as_mut())
-            .ok_or(Error::NoSuchObject("queue pair"))?;
-        qp.attrs.cc_control = on;
+        let index = self.live(qpn)?;
+        self.qp_mut(index).attrs.cc_control = on;
         Ok(())
     }
 
     /// Hands the control law of queue pair `qpn` an application hint (`Event::Hint`): a
     /// tenant's share, a deadline, a priority; its meaning is the law's.
     pub fn post_hint(&mut self, now: Instant, qpn: QpNum, hint: u64) -> Result<(), Error> {
-        let index = Self::index(qpn)
-            .filter(|&i| matches!(self.qps.get(i as usize), Some(Some(_))))
-            .ok_or(Error::NoSuchObject("queue pair"))?;
+        let index = self.live(qpn)?;
         self.emit(index, now, Event::Hint(hint));
         Ok(())
     }
@@ -549,12 +540,8 @@ impl Engine {
         sgl: &[crate::Sge],
         need: Access,
     ) -> Result<(u32, SgList, u32), Error> {
-        let index = Self::index(qpn).ok_or(Error::NoSuchObject("queue pair"))?;
-        let qp = self
-            .qps
-            .get(index as usize)
-            .and_then(|q| q.as_ref())
-            .ok_or(Error::NoSuchObject("queue pair"))?;
+        let index = self.live(qpn)?;
+        let qp = self.qps[index as usize].as_ref().expect("live");
         if sgl.len() > qp.config.caps.max_sge as usize {
             return Err(Error::InvalidArgument(
                 "more scatter/gather entries than max_sge",
@@ -710,9 +697,7 @@ impl Engine {
             self.counters.drops_bad_pkey += 1;
             return;
         }
-        let Some(index) = Self::index(QpNum(bth.dest_qp))
-            .filter(|&i| matches!(self.qps.get(i as usize), Some(Some(_))))
-        else {
+        let Ok(index) = self.live(QpNum(bth.dest_qp)) else {
             self.counters.drops_unknown_qp += 1;
             return;
         };
