@@ -86,22 +86,11 @@ impl Socket {
         let socket = UdpSocket::bind(local)?;
         socket.set_nonblocking(true)?;
         let fd = socket.as_raw_fd();
+        path_mtu_discovery(fd, local.is_ipv4())?;
         if local.is_ipv4() {
-            set_int(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
             set_int(fd, libc::IPPROTO_IP, libc::IP_TOS, c_int::from(tos))?;
             set_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
         } else {
-            set_int(
-                fd,
-                libc::IPPROTO_IPV6,
-                libc::IPV6_MTU_DISCOVER,
-                libc::IPV6_PMTUDISC_DO,
-            )?;
             set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)?;
             set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, c_int::from(tos))?;
             set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
@@ -486,24 +475,33 @@ pub(crate) fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::
     let socket = UdpSocket::bind(SocketAddr::new(local, 0))?;
     socket.connect(SocketAddr::new(peer, 4791))?;
     let fd = socket.as_raw_fd();
+    path_mtu_discovery(fd, peer.is_ipv4())?;
     let mtu = if peer.is_ipv4() {
+        get_int(fd, libc::IPPROTO_IP, libc::IP_MTU)?
+    } else {
+        get_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU)?
+    };
+    Ok(mtu.max(0) as u32)
+}
+
+/// Path MTU discovery on, fragmentation off: IPv4 packets leave with DF set (and, from an
+/// unconnected socket, IP identification 0).
+fn path_mtu_discovery(fd: c_int, ipv4: bool) -> io::Result<()> {
+    if ipv4 {
         set_int(
             fd,
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
-        )?;
-        get_int(fd, libc::IPPROTO_IP, libc::IP_MTU)?
+        )
     } else {
         set_int(
             fd,
             libc::IPPROTO_IPV6,
             libc::IPV6_MTU_DISCOVER,
             libc::IPV6_PMTUDISC_DO,
-        )?;
-        get_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU)?
-    };
-    Ok(mtu.max(0) as u32)
+        )
+    }
 }
 
 /// Waits until `fd` is readable (or writable too, if `writable`), or `timeout_ns` passes
