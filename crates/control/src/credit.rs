@@ -20,9 +20,11 @@
 //! returns its credit. Grants queue in timer order, not by remaining size (no SRPT: SwCC's
 //! Homa port has no switch priorities either).
 //!
-//! Credit spent on a packet that is lost never comes back. So that losses cannot stall a
-//! sender for ever, a sender that has neither sent nor been granted anything for
-//! `stall_us` gets its unscheduled credit back (`credit = max(credit, U)`; Homa recovers
+//! The engine never gates a resent packet, and its arrival earns a grant, so a lost data
+//! packet costs no credit for good. What can still strand a sender is the last grant of a
+//! burst getting lost (grants carry totals: only a later grant repairs one). So that this
+//! cannot stall a sender for ever, a sender that has neither sent nor been granted anything
+//! for `stall_us` gets its unscheduled credit back (`credit = max(credit, U)`; Homa recovers
 //! with RESEND instead). The bound `2U` keeps a late grant after that, or a peer granting
 //! more than it received, from letting a sender burst more than two BDPs.
 //!
