@@ -230,9 +230,19 @@ fuzz_target!(|data: &[u8]| {
     }
     two.pump(100_000_000); // 100 ms: enough for every retry to run its course
 
-    // A queue pair pair still ready to send delivers a fresh WRITE exactly.
+    // A queue pair pair still ready to send, and still in step, delivers a fresh WRITE
+    // exactly. Out of step means a forged request from the peer's address carried the PSN the
+    // responder expected: it was taken as the peer's own (RoCE has no way to tell them apart;
+    // a NIC does the same), so the peer's next request at that PSN is answered as a
+    // duplicate. That is the forger's doing, not a fault to look for here.
+    let in_step = |two: &Two| {
+        let (p0, p1) = (two.e[0].qp_psns(two.qp[0]), two.e[1].qp_psns(two.qp[1]));
+        p0.zip(p1)
+            .is_some_and(|(p0, p1)| p0.sq_psn == p1.rq_psn && p1.sq_psn == p0.rq_psn)
+    };
     if two.e[0].qp_state(two.qp[0]) == Some(QpState::Rts)
         && two.e[1].qp_state(two.qp[1]) == Some(QpState::Rts)
+        && in_step(&two)
     {
         while let Ok(Some(_)) = two.e[0].poll_cq(two.cq[0]) {}
         two.e[0].mr_bytes_mut(a.lkey).unwrap()[40_000..40_256].fill(0xAB);

@@ -374,6 +374,11 @@ impl Engine {
         self.qp(qpn).map(|q| q.depths())
     }
 
+    /// Where queue pair `qpn`'s send and receive PSN sequences stand.
+    pub fn qp_psns(&self, qpn: QpNum) -> Option<crate::QpPsns> {
+        self.qp(qpn).map(|q| q.psns())
+    }
+
     pub fn qp_state(&self, qpn: QpNum) -> Option<QpState> {
         self.qp(qpn).map(|q| q.state)
     }

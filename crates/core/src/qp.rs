@@ -491,6 +491,15 @@ pub struct QueueDepths {
     pub resends: usize,
 }
 
+/// Where a queue pair's two PSN sequences stand (`ibv_query_qp`'s `sq_psn` and `rq_psn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpPsns {
+    /// The PSN the next new request packet will carry.
+    pub sq_psn: Psn,
+    /// The PSN the next new request from the peer must carry.
+    pub rq_psn: Psn,
+}
+
 /// What the control law set for a queue pair (see `control::Actions`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Knobs {
@@ -525,7 +534,6 @@ pub(crate) struct Qp {
     pub(crate) credit_total_seen: u64,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
-    /// Pacing: no request packet before this time.
     /// Pacing: the slot the last request packet took, and its bits on the wire. The next
     /// may go one packet time later at the rate in force *now*, so a law that raises the
     /// rate shortens the wait at once.
@@ -552,6 +560,13 @@ impl Qp {
             control_started: false,
             paced: (crate::Instant::ZERO, 0),
             rtt_probe: None,
+        }
+    }
+
+    pub(crate) fn psns(&self) -> QpPsns {
+        QpPsns {
+            sq_psn: self.req.max_sent,
+            rq_psn: self.resp.epsn,
         }
     }
 

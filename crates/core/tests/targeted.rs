@@ -308,6 +308,15 @@ fn psns_wrap_at_2_pow_24() {
         &world.engines[1].mr_bytes(p.mr[1].lkey).unwrap()[..2560],
         &data[..]
     );
+    // Ten 256-byte packets from 2^24 - 3 wrap to PSN 7 on both sides; the other way nothing
+    // was sent.
+    let psns = |world: &World| [0, 1].map(|h| world.engines[h].qp_psns(p.qp[h]).unwrap());
+    let [a, b] = psns(&world);
+    assert_eq!((a.sq_psn.value(), b.rq_psn.value()), (7, 7));
+    assert_eq!(
+        (b.sq_psn.value(), a.rq_psn.value()),
+        ((1 << 24) - 1, (1 << 24) - 1)
+    );
     let read = SendOp::Read {
         remote_addr: p.mr[1].addr,
         rkey: p.mr[1].rkey,
@@ -321,6 +330,9 @@ fn psns_wrap_at_2_pow_24() {
         &world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..2560],
         &data[..]
     );
+    // The READ took ten PSNs, one per response packet.
+    let [a, b] = psns(&world);
+    assert_eq!((a.sq_psn.value(), b.rq_psn.value()), (17, 17));
 }
 
 #[test]
