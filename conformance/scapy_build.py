@@ -101,11 +101,27 @@ def main() -> None:
         good[bth_at + 3] ^= 0xFF
         add(Ether(bytes(good)), "icrc", f"{fam} P_Key changed")
 
-        # Malformed: a pad count larger than the payload, a reserved opcode, TVer 1,
-        # a READ request with payload, a truncated RETH.
+        # Sluice's CC extension header (TVer 1, negotiated between Sluice ends): the ICRC
+        # replaces its bytes after length and layout with ones, so a CCX whose telemetry
+        # bytes ARE ones gets the same ICRC from scapy's standard computation; switches may
+        # then rewrite the telemetry without invalidating it, but not the payload.
+        stamps = bytes([5, 1]) + b"\xFF" * 18
+        add(roce(v6, 0x0A, stamps + RETH(0x1000, 2, 4), b"ccx!", 0x58, 10, version=1), "ok", f"{fam} CCX timestamps")
+        ccx_at = 14 + (40 if v6 else 20) + 8 + 12
+        written = bytearray(bytes(roce(v6, 0x04, bytes([16, 2]) + b"\xFF" * 62, b"int", 0x59, 11, version=1)))
+        hops = struct.pack("!IIHH", 1000, 77, 3, 1000) + struct.pack("!IIHH", 5, 6, 0, 250)
+        written[ccx_at + 2:ccx_at + 64] = bytes([2, 0]) + hops + b"\0" * 36
+        add(Ether(bytes(written)), "ok", f"{fam} CCX INT written in flight")
+        flipped = bytearray(bytes(roce(v6, 0x04, stamps, b"data", 0x5A, 12, version=1)))
+        flipped[-6] ^= 0x01
+        add(Ether(bytes(flipped)), "icrc", f"{fam} CCX, corrupted payload")
+
+        # Malformed: a pad count larger than the payload, a reserved opcode, TVer 1 without
+        # a CCX, TVer 2, a READ request with payload, a truncated RETH.
         add(roce(v6, 0x0C, RETH(0, 1, 4), b"", 0x60, 1, padcount=3), "malformed", f"{fam} pad on READ request")
         add(roce(v6, 0x15, b"", b"", 0x61, 1), "malformed", f"{fam} reserved opcode 0x15")
-        add(roce(v6, 0x04, b"", b"abcd", 0x62, 1, version=1), "malformed", f"{fam} TVer 1")
+        add(roce(v6, 0x04, b"", b"abcd", 0x62, 1, version=1), "malformed", f"{fam} TVer 1 without a CCX")
+        add(roce(v6, 0x04, b"", b"abcd", 0x65, 1, version=2), "malformed", f"{fam} TVer 2")
         add(roce(v6, 0x0C, RETH(0, 1, 4), b"pay!", 0x63, 1), "malformed", f"{fam} READ request with payload")
         add(roce(v6, 0x0A, b"\0" * 8, b"", 0x64, 1), "malformed", f"{fam} truncated RETH")
 

@@ -207,10 +207,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let to = usize::from(flags & 1);
-        let mut headers = RoceHeaders {
-            bth: packet.bth,
-            ext: packet.ext(),
-        };
+        let mut headers = packet.headers();
         if flags & 2 != 0 {
             headers.bth.dest_qp = two.qp[to].0;
         }

@@ -6,10 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice_wire::{EthernetHeader, IpUdp, RoceHeaders, RocePacket, emit_datagram, icrc};
 
 fn reencode(p: &RocePacket<'_>) {
-    let headers = RoceHeaders {
-        bth: p.bth,
-        ext: p.ext(),
-    };
+    let headers = p.headers();
     let mut out = vec![0u8; headers.wire_len(p.payload.len()).unwrap()];
     let n = headers.emit(p.payload, &mut out).unwrap();
     let again = RocePacket::parse(&out[..n]).unwrap();
@@ -64,10 +61,7 @@ fuzz_target!(|data: &[u8]| {
             let n = emit_datagram(
                 &d.ip,
                 &d.udp,
-                &RoceHeaders {
-                    bth: p.bth,
-                    ext: p.ext(),
-                },
+                &p.headers(),
                 p.payload,
                 &mut out,
             )

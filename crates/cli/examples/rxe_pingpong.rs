@@ -165,6 +165,7 @@ fn main() -> Result<()> {
             ack_req: true,
             ..Bth::new(Opcode::RC_SEND_ONLY, peer_qpn, Psn::new(OUR_PSN))
         },
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
@@ -189,6 +190,7 @@ fn main() -> Result<()> {
                 pong = true;
                 let ack = RoceHeaders {
                     bth: Bth::new(Opcode::RC_ACKNOWLEDGE, peer_qpn, packet.bth.psn),
+                    ccx: None,
                     ext: ExtHeaders {
                         aeth: Some(Aeth {
                             syndrome: Syndrome::Ack(Credits::UNLIMITED),

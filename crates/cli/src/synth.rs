@@ -106,7 +106,14 @@ fn random_roce(rng: &mut Rng, opcode: Opcode) -> (RoceHeaders, usize) {
             _ => rng.below(4097) as usize,
         }
     };
-    (RoceHeaders { bth, ext }, payload_len)
+    (
+        RoceHeaders {
+            bth,
+            ccx: None,
+            ext,
+        },
+        payload_len,
+    )
 }
 
 /// Two endpoints exchanging packets: requests go from `a` to QP `qp_b` at `b`, responses

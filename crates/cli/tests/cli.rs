@@ -184,6 +184,7 @@ fn one_frame(buf: &mut [u8], opcode: Opcode, psn: Psn, payload: &[u8]) -> usize 
     };
     let roce = RoceHeaders {
         bth: Bth::new(opcode, 0x11, psn),
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     ETHERNET_HEADER_LEN

@@ -327,7 +327,11 @@ impl Engine {
         Some(Transmit {
             dst,
             src_port,
-            headers: RoceHeaders { bth, ext },
+            headers: RoceHeaders {
+                bth,
+                ccx: None,
+                ext,
+            },
             payload_len,
         })
     }

@@ -645,6 +645,7 @@ impl Engine {
                     src_port,
                     headers: RoceHeaders {
                         bth,
+                        ccx: None,
                         ext: ExtHeaders::default(),
                     },
                     payload_len: 0,
@@ -667,7 +668,11 @@ impl Engine {
                 return Some(Transmit {
                     dst,
                     src_port,
-                    headers: RoceHeaders { bth, ext },
+                    headers: RoceHeaders {
+                        bth,
+                        ccx: None,
+                        ext,
+                    },
                     payload_len: 0,
                 });
             }
@@ -763,7 +768,11 @@ impl Engine {
         Some(Transmit {
             dst,
             src_port,
-            headers: RoceHeaders { bth, ext },
+            headers: RoceHeaders {
+                bth,
+                ccx: None,
+                ext,
+            },
             payload_len,
         })
     }

@@ -134,6 +134,7 @@ fn the_control_law_sees_tx_rx_acks_with_rtt_and_cnps() {
     // A CNP for the queue pair reaches its control law.
     let cnp = RoceHeaders {
         bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
@@ -425,6 +426,7 @@ fn a_law_can_move_a_queue_pair_to_another_path() {
     assert!(t.src_port >= 0xC000 && t.src_port != 0xC0DE);
     let cnp = RoceHeaders {
         bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
@@ -594,6 +596,7 @@ fn decoupled_processing_acts_after_the_modelled_loop_delay() {
     let p = Pair::connect(&mut world, &PairOptions::default());
     let cnp = RoceHeaders {
         bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     let t0 = world.now;
@@ -672,6 +675,7 @@ fn a_grant_total_counts_once_whatever_the_order() {
     world.engines[0].set_cc_control(p.qp[0], true).unwrap();
     let grant = |total| RoceHeaders {
         bth: Bth::new(Opcode::RC_CC_CONTROL, p.qp[0].0, Psn::new(0)),
+        ccx: None,
         ext: ExtHeaders {
             cc_control: Some(sluice_wire::CcControl {
                 kind: sluice_wire::CcControlKind::CreditTotal,

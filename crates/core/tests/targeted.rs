@@ -688,7 +688,11 @@ fn more_reads_and_atomics_than_the_responder_allows_are_refused() {
             world.now,
             from,
             false,
-            &sluice_wire::RoceHeaders { bth, ext },
+            &sluice_wire::RoceHeaders {
+                bth,
+                ccx: None,
+                ext,
+            },
             Payload::Len(0),
         );
     }
@@ -723,7 +727,11 @@ fn a_duplicate_read_never_takes_the_place_of_a_new_one() {
             reth: Some(reth),
             ..Default::default()
         };
-        let headers = sluice_wire::RoceHeaders { bth, ext };
+        let headers = sluice_wire::RoceHeaders {
+            bth,
+            ccx: None,
+            ext,
+        };
         b.handle_packet(now, from, false, &headers, Payload::Len(0));
     };
     let mut buf = [0u8; 4096];

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    BTH_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT, RoceHeaders, RocePacket,
+    BTH_LEN, CCX_MAX_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT, RocePacket,
     UDP_HEADER_LEN, UdpHeader, pad_for,
 };
 
@@ -17,9 +17,9 @@ use crate::capture::Capture;
 use crate::sys::{self, InMsg, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, OutMsg, OutPacket};
 use crate::{NetCounters, NetError};
 
-/// Room kept before each packet's payload in the send buffer for its RoCE headers (BTH and
-/// the largest extension headers, 32 bytes).
-const HEADER_ROOM: usize = 64;
+/// Room kept before each packet's payload in the send buffer for its RoCE headers: the BTH,
+/// the largest CC extension header and the largest extension headers (an AtomicETH, 28 bytes).
+const HEADER_ROOM: usize = BTH_LEN + CCX_MAX_LEN + 28;
 /// The largest RoCE payload (path MTU 4096).
 const MAX_PAYLOAD: usize = 4096;
 /// One packet's slot in the send buffer: headers, payload, pad and ICRC.
@@ -316,10 +316,7 @@ impl Device {
             }
             c.record(now, false, &head[..head_len], roce, &packet);
         }
-        let headers = RoceHeaders {
-            bth: packet.bth,
-            ext: packet.ext(),
-        };
+        let headers = packet.headers();
         engine.handle_packet(
             now,
             msg.src.ip(),
@@ -435,11 +432,10 @@ impl Device {
             };
             let dst = SocketAddr::new(t.dst, self.peer_port);
             let payload_len = t.payload_len as usize;
-            let Some(info) = t.headers.bth.opcode.info() else {
+            let Ok(header_len) = t.headers.header_len() else {
                 self.counters.tx_encode_errors += 1;
                 continue;
             };
-            let header_len = BTH_LEN + info.ext_len;
             let start = HEADER_ROOM - header_len;
             if t.headers
                 .emit_headers(payload_len, &mut buf[start..HEADER_ROOM])

@@ -188,6 +188,7 @@ fn foreign_packet(from: SocketAddr, to: SocketAddr, qp: u32, id: u16) -> Vec<u8>
     };
     let roce = RoceHeaders {
         bth: Bth::new(Opcode::RC_SEND_ONLY, qp, Psn::new(3)),
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     let mut buf = [0u8; 256];

@@ -32,6 +32,7 @@ fn headers() -> (IpHeader, UdpHeader, RoceHeaders) {
             ack_req: true,
             ..Bth::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(1000))
         },
+        ccx: None,
         ext: ExtHeaders::default(),
     };
     (ip, udp, roce)

@@ -20,8 +20,10 @@ pub const BTH_LEN: usize = 12;
 /// Soft-RoCE use.
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
-/// A decoded BTH. Reserved bits are dropped on decode and written as zero; the transport
-/// version is always 0 (any other value is rejected with [`Error::BadVersion`]).
+/// A decoded BTH. Reserved bits are dropped on decode and written as zero. The transport
+/// version is not kept: 0 is RoCE v2, [`crate::CCX_TVER`] says a CC extension header follows
+/// (which [`crate::RocePacket`] decodes and [`crate::RoceHeaders`] writes), anything else is
+/// rejected with [`Error::BadVersion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bth {
     pub opcode: Opcode,
@@ -66,7 +68,7 @@ impl Bth {
     pub fn parse(buf: &[u8]) -> Result<Bth> {
         need(buf, BTH_LEN, Layer::Bth)?;
         let tver = buf[1] & 0x0F;
-        if tver != 0 {
+        if tver != 0 && tver != crate::CCX_TVER {
             return Err(Error::BadVersion(tver));
         }
         Ok(Bth {
@@ -128,8 +130,10 @@ mod tests {
     #[test]
     fn rejects_nonzero_tver_and_short_buffers() {
         let mut bytes = [0u8; BTH_LEN];
-        bytes[1] = 0x01;
-        assert_eq!(Bth::parse(&bytes), Err(Error::BadVersion(1)));
+        bytes[1] = 0x02;
+        assert_eq!(Bth::parse(&bytes), Err(Error::BadVersion(2)));
+        bytes[1] = 0x0F;
+        assert_eq!(Bth::parse(&bytes), Err(Error::BadVersion(15)));
         assert!(matches!(
             Bth::parse(&bytes[..11]),
             Err(Error::Truncated { .. })

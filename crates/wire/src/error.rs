@@ -41,9 +41,13 @@ pub enum Error {
         needed: usize,
         available: usize,
     },
-    /// The BTH transport version (TVer) is not 0, the only version RoCE v2 defines.
-    #[error("unsupported BTH transport version {0} (only 0 is defined)")]
+    /// The BTH transport version (TVer) is neither 0, the only version RoCE v2 defines, nor
+    /// 1, which announces Sluice's congestion-control extension header.
+    #[error("unsupported BTH transport version {0} (0 is RoCE v2, 1 adds a CCX)")]
     BadVersion(u8),
+    /// A congestion-control extension header (after a BTH with TVer 1) that is malformed.
+    #[error("bad CC extension header: {0}")]
+    BadCcx(&'static str),
     /// The IP version nibble is neither 4 nor 6, or disagrees with the framing.
     #[error("bad IP version {0}")]
     BadIpVersion(u8),

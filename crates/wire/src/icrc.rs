@@ -8,6 +8,10 @@
 //! traffic class, flow label and hop limit; the UDP checksum; BTH byte 4 (FECN, BECN and
 //! reserved bits). The four ICRC bytes on the wire are the CRC least significant byte first.
 //!
+//! Sluice's congestion-control extension header (a BTH with TVer 1, see [`crate::Ccx`]) is
+//! covered in its first two bytes (length and layout); the rest of it is replaced by ones,
+//! like the TTL, because switches write telemetry into it on the way.
+//!
 //! # Receiving on a UDP socket
 //!
 //! A receiver on an ordinary UDP socket gets the RoCE packet but not the IP and UDP headers
@@ -20,7 +24,7 @@
 //! strength (a corrupted packet passes with probability about 2^-16 instead of 2^-32).
 
 use crate::error::{Layer, Result, need};
-use crate::{BTH_LEN, Error, ICRC_LEN};
+use crate::{BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, Error, ICRC_LEN};
 
 /// The CRC-32 of eight 0xFF bytes (the masked LRH): the state every ICRC starts from.
 const LRH_CRC: u32 = 0x2144_DF1C;
@@ -122,7 +126,19 @@ fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32
 
     let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
     crc.update(head);
-    crc.update(&roce[BTH_LEN..roce.len() - ICRC_LEN]);
+    let mut rest = &roce[BTH_LEN..roce.len() - ICRC_LEN];
+    if roce[1] & 0x0F == CCX_TVER {
+        let ccx_len = rest.first().map_or(0, |&words| usize::from(words) * 4);
+        if !(4..=CCX_MAX_LEN).contains(&ccx_len) || ccx_len > rest.len() {
+            return Err(Error::BadCcx(
+                "length outside 4..=64 bytes or beyond the packet",
+            ));
+        }
+        crc.update(&rest[..CCX_COVERED_LEN]);
+        crc.update(&[0xFF; CCX_MAX_LEN][..ccx_len - CCX_COVERED_LEN]);
+        rest = &rest[ccx_len..];
+    }
+    crc.update(rest);
     Ok(crc.finalize())
 }
 
@@ -343,6 +359,7 @@ impl IdSystem {
 /// let udp = UdpHeader { src_port: 0xC001, dst_port: ROCE_V2_PORT };
 /// let roce = RoceHeaders {
 ///     bth: Bth::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(7)),
+///     ccx: None,
 ///     ext: ExtHeaders::default(),
 /// };
 /// let mut wire = [0u8; 128];

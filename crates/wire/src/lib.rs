@@ -2,7 +2,8 @@
 //!
 //! Everything a RoCE v2 packet can carry, decoded from and encoded to byte slices without
 //! allocating: the BTH and every extension header of the RC, UC and UD transports and the CNP
-//! ([`Bth`], [`ExtHeaders`], [`Aeth`]), the opcode table ([`Opcode::info`]), 24-bit PSN
+//! ([`Bth`], [`ExtHeaders`], [`Aeth`]), Sluice's negotiated congestion-control extension
+//! header ([`Ccx`]), the opcode table ([`Opcode::info`]), 24-bit PSN
 //! arithmetic ([`Psn`]), the ICRC ([`icrc`]), IPv4/IPv6/UDP framing ([`IpUdp`],
 //! [`emit_datagram`]), Ethernet, and capture files ([`pcap`]).
 //!
@@ -24,6 +25,7 @@
 //! let udp = UdpHeader { src_port: 0xC001, dst_port: ROCE_V2_PORT };
 //! let roce = RoceHeaders {
 //!     bth: Bth { ack_req: true, ..Bth::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(42)) },
+//!     ccx: None,
 //!     ext: ExtHeaders::default(),
 //! };
 //! let mut buf = [0u8; 1500];
@@ -38,6 +40,7 @@
 
 mod aeth;
 mod bth;
+mod ccx;
 mod datagram;
 mod error;
 mod ethernet;
@@ -51,6 +54,9 @@ mod psn;
 
 pub use aeth::{AETH_LEN, Aeth, Credits, NakCode, RnrTimer, Syndrome};
 pub use bth::{BTH_LEN, Bth, DEFAULT_PKEY};
+pub use ccx::{
+    CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, Ccx, CcxLayout, IntHop, IntPath, MAX_INT_HOPS,
+};
 pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetHeader};

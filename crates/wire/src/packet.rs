@@ -4,8 +4,8 @@ use crate::aeth::Aeth;
 use crate::error::{Layer, Result, need, room};
 use crate::ext::{read_u32, read_u64};
 use crate::{
-    AtomicAckEth, AtomicEth, BTH_LEN, Bth, Deth, Error, ExtHeaders, HeaderSet, OpcodeInfo, Reth,
-    Syndrome,
+    AtomicAckEth, AtomicEth, BTH_LEN, Bth, CCX_TVER, Ccx, Deth, Error, ExtHeaders, HeaderSet,
+    OpcodeInfo, Reth, Syndrome,
 };
 
 /// Length of the ICRC trailer in bytes.
@@ -21,12 +21,14 @@ pub const fn pad_for(payload_len: usize) -> u8 {
 /// headers (decoded on access, so a receiver pays only for the headers it reads) and the
 /// payload, all borrowing from the buffer.
 ///
-/// Decoding checks the structure (version, opcode, header and payload lengths, pad count, AETH
-/// syndrome) but not the ICRC, which covers the IP and UDP headers too: see
+/// Decoding checks the structure (version, CC extension header, opcode, header and payload
+/// lengths, pad count, AETH syndrome) but not the ICRC, which covers the IP and UDP headers too: see
 /// [`crate::IpUdp::roce`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     pub bth: Bth,
+    /// Sluice's congestion-control extension header, when the BTH announces one (TVer 1).
+    pub ccx: Option<Ccx>,
     /// The table entry for the opcode (decoding fails for opcodes without one).
     pub info: &'static OpcodeInfo,
     /// The extension header bytes, exactly `info.ext_len` of them.
@@ -46,9 +48,16 @@ impl<'a> RocePacket<'a> {
             .opcode
             .info()
             .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
-        let header_len = BTH_LEN + info.ext_len;
+        let (ccx, ccx_len) = if buf[1] & 0x0F == CCX_TVER {
+            let (ccx, len) = Ccx::parse(&buf[BTH_LEN..])?;
+            (Some(ccx), len)
+        } else {
+            (None, 0)
+        };
+        let ext_at = BTH_LEN + ccx_len;
+        let header_len = ext_at + info.ext_len;
         need(buf, header_len + ICRC_LEN, Layer::Extension)?;
-        let ext = &buf[BTH_LEN..header_len];
+        let ext = &buf[ext_at..header_len];
         if let Some(at) = info.offset_of(HeaderSet::AETH) {
             Syndrome::from_byte(ext[at])?;
         }
@@ -87,6 +96,7 @@ impl<'a> RocePacket<'a> {
         ]);
         Ok(RocePacket {
             bth,
+            ccx,
             info,
             ext,
             payload: &body[..body.len() - pad],
@@ -94,9 +104,18 @@ impl<'a> RocePacket<'a> {
         })
     }
 
-    /// Bytes of BTH and extension headers.
+    /// Bytes of BTH, CC extension header and extension headers.
     pub fn header_len(&self) -> usize {
-        BTH_LEN + self.info.ext_len
+        BTH_LEN + self.ccx.map_or(0, |c| c.wire_len()) + self.info.ext_len
+    }
+
+    /// The headers, as an encoder takes them: what re-encodes this packet.
+    pub fn headers(&self) -> RoceHeaders {
+        RoceHeaders {
+            bth: self.bth,
+            ccx: self.ccx,
+            ext: self.ext(),
+        }
     }
 
     /// Every extension header, decoded.
@@ -156,6 +175,8 @@ impl<'a> RocePacket<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RoceHeaders {
     pub bth: Bth,
+    /// Written after the BTH, whose TVer then says so; `None` for plain RoCE v2.
+    pub ccx: Option<Ccx>,
     pub ext: ExtHeaders,
 }
 
@@ -168,10 +189,21 @@ impl RoceHeaders {
             .info()
             .ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
         Ok(BTH_LEN
+            + self.ccx_len()
             + info.headers.wire_len()
             + payload_len
             + usize::from(pad_for(payload_len))
             + ICRC_LEN)
+    }
+
+    /// Bytes of BTH, CC extension header and extension headers.
+    pub fn header_len(&self) -> Result<usize> {
+        let info = self
+            .bth
+            .opcode
+            .info()
+            .ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
+        Ok(BTH_LEN + self.ccx_len() + info.ext_len)
     }
 
     /// Writes the BTH (with the pad count for `payload_len`) and the extension headers at the
@@ -188,16 +220,25 @@ impl RoceHeaders {
                 "payload given to an opcode without payload",
             ));
         }
-        let header_len = BTH_LEN + info.ext_len;
+        let ext_at = BTH_LEN + self.ccx_len();
+        let header_len = ext_at + info.ext_len;
         room(buf, header_len)?;
         let bth = Bth {
             pad_count: pad_for(payload_len),
             ..self.bth
         };
         bth.emit(buf)?;
+        if let Some(ccx) = &self.ccx {
+            buf[1] |= CCX_TVER;
+            ccx.emit(&mut buf[BTH_LEN..])?;
+        }
         self.ext
-            .emit(info.headers, self.bth.opcode.0, &mut buf[BTH_LEN..])?;
+            .emit(info.headers, self.bth.opcode.0, &mut buf[ext_at..])?;
         Ok(header_len)
+    }
+
+    fn ccx_len(&self) -> usize {
+        self.ccx.map_or(0, |c| c.wire_len())
     }
 
     /// Writes the whole packet (headers, payload, zero pad) into `buf` and returns its length
@@ -222,6 +263,7 @@ mod tests {
     fn write_only(payload: &[u8]) -> Vec<u8> {
         let headers = RoceHeaders {
             bth: Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 0x12, Psn::new(7)),
+            ccx: None,
             ext: ExtHeaders {
                 reth: Some(Reth {
                     va: 0x1000,
@@ -240,6 +282,7 @@ mod tests {
     fn ack() -> RoceHeaders {
         RoceHeaders {
             bth: Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)),
+            ccx: None,
             ext: ExtHeaders {
                 aeth: Some(Aeth {
                     syndrome: Syndrome::Ack(Credits::UNLIMITED),
@@ -304,6 +347,7 @@ mod tests {
     fn missing_or_extra_headers_are_refused() {
         let headers = RoceHeaders {
             bth: Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 1, Psn::new(1)),
+            ccx: None,
             ext: ExtHeaders::default(),
         };
         let mut buf = [0u8; 64];

@@ -91,17 +91,48 @@ fn arb_bth(opcode: Opcode) -> impl Strategy<Value = Bth> {
         })
 }
 
+/// No CCX half the time; otherwise either layout, INT with 0 to 5 hops whose queue lengths
+/// are whole wire units (so that they round-trip exactly).
+fn arb_ccx() -> impl Strategy<Value = Option<Ccx>> {
+    let hop = (any::<u16>(), any::<u32>(), any::<u32>(), any::<u16>()).prop_map(
+        |(qlen, tx_bytes, ts_ns, rate_100mbps)| IntHop {
+            qlen_bytes: u32::from(qlen) * IntHop::QLEN_UNIT,
+            tx_bytes,
+            ts_ns,
+            rate_100mbps,
+        },
+    );
+    prop_oneof![
+        2 => Just(None),
+        1 => any::<(u64, u64)>().prop_map(|(tx_ns, echo_ns)| Some(Ccx::Timestamps { tx_ns, echo_ns })),
+        1 => proptest::collection::vec(hop, 0..=MAX_INT_HOPS).prop_map(|hops| {
+            let mut path = IntPath::default();
+            hops.into_iter().for_each(|h| assert!(path.push(h)));
+            Some(Ccx::Int(path))
+        }),
+    ]
+}
+
 fn arb_roce() -> impl Strategy<Value = (RoceHeaders, Vec<u8>)> {
     arb_opcode().prop_flat_map(|opcode| {
         let info = opcode.info().unwrap();
         let max_payload = if info.has_payload { 4096 } else { 0 };
         (
             arb_bth(opcode),
+            arb_ccx(),
             arb_ext(info.headers),
             proptest::collection::vec(any::<u8>(), 0..=max_payload),
         )
-            .prop_map(|(bth, ext, payload)| (RoceHeaders { bth, ext }, payload))
+            .prop_map(|(bth, ccx, ext, payload)| (RoceHeaders { bth, ccx, ext }, payload))
     })
+}
+
+/// Where the bytes of `roce`'s CCX that the ICRC masks lie in a datagram whose IP header is
+/// `ip_len` bytes: an empty range without a CCX.
+fn ccx_masked(ip_len: usize, roce: &RoceHeaders) -> std::ops::Range<usize> {
+    let at = ip_len + UDP_HEADER_LEN + BTH_LEN;
+    roce.ccx
+        .map_or(at..at, |c| at + CCX_COVERED_LEN..at + c.wire_len())
 }
 
 fn arb_ip() -> impl Strategy<Value = IpHeader> {
@@ -239,6 +270,7 @@ fn the_ipv4_id_solver_rejects_corrupted_datagrams() {
         let payload: Vec<u8> = (0..rng.below(4097)).map(|_| rng.next() as u8).collect();
         let roce = RoceHeaders {
             bth: Bth::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(trial)),
+            ccx: None,
             ext: ExtHeaders::default(),
         };
         let sent = build(&IpHeader::V4(h), src_port, &roce, &payload);
@@ -254,10 +286,11 @@ fn the_ipv4_id_solver_rejects_corrupted_datagrams() {
         };
         bytes[bit / 8] ^= 0x80 >> (bit % 8);
         let (head, udp_payload) = received_v4(&h, src_port, &bytes);
-        let computed = icrc::compute_split(&head, udp_payload).unwrap();
-        if solver
-            .solve(bytes.len(), computed, icrc_found(&bytes))
-            .is_some()
+        // A flip that makes the packet malformed (TVer 1 without a CCX) is rejected too.
+        if let Ok(computed) = icrc::compute_split(&head, udp_payload)
+            && solver
+                .solve(bytes.len(), computed, icrc_found(&bytes))
+                .is_some()
         {
             bit_accepted += 1;
         }
@@ -279,10 +312,11 @@ fn the_ipv4_id_solver_rejects_corrupted_datagrams() {
         }
         bytes[at..at + run].copy_from_slice(&new);
         let (head, udp_payload) = received_v4(&h, src_port, &bytes);
-        let computed = icrc::compute_split(&head, udp_payload).unwrap();
-        if solver
-            .solve(bytes.len(), computed, icrc_found(&bytes))
-            .is_some()
+        // A flip that makes the packet malformed (TVer 1 without a CCX) is rejected too.
+        if let Ok(computed) = icrc::compute_split(&head, udp_payload)
+            && solver
+                .solve(bytes.len(), computed, icrc_found(&bytes))
+                .is_some()
         {
             run_accepted += 1;
         }
@@ -330,7 +364,9 @@ proptest! {
         prop_assert_eq!(datagram.udp, UdpHeader { src_port, dst_port: ROCE_V2_PORT });
         let packet = datagram.roce().unwrap();
         prop_assert_eq!(packet.bth, Bth { pad_count: pad_for(payload.len()), ..roce.bth });
+        prop_assert_eq!(packet.ccx, roce.ccx);
         prop_assert_eq!(packet.ext(), roce.ext);
+        prop_assert_eq!(packet.headers(), RoceHeaders { bth: packet.bth, ..roce });
         prop_assert_eq!(packet.payload, &payload[..]);
         prop_assert_eq!(bytes.len() % 4, ip.header_len() % 4);
         if let IpHeader::V6(h) = ip {
@@ -351,7 +387,7 @@ proptest! {
         } else {
             IpHeader::V4(Ipv4Header { src: Ipv4Addr::LOCALHOST, dst: Ipv4Addr::LOCALHOST, tos: 0, identification: 0, dont_fragment: true, ttl: 64 })
         };
-        let roce = RoceHeaders { bth: Bth::new(Opcode::RC_SEND_MIDDLE, 3, Psn::new(9)), ext: ExtHeaders::default() };
+        let roce = RoceHeaders { bth: Bth::new(Opcode::RC_SEND_MIDDLE, 3, Psn::new(9)), ccx: None, ext: ExtHeaders::default() };
         let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
         let bytes = build(&ip, 0xC000, &roce, &payload);
         let packet = IpUdp::parse(&bytes).unwrap().roce().unwrap();
@@ -371,7 +407,8 @@ proptest! {
         };
         let bit = pick.index(bytes.len() * 8);
         let byte = bit / 8;
-        let in_masked = masked.contains(&byte) || byte == ip_len + 6 || byte == ip_len + 7 || byte == ip_len + 8 + 4;
+        let in_masked = masked.contains(&byte) || byte == ip_len + 6 || byte == ip_len + 7 || byte == ip_len + 8 + 4
+            || ccx_masked(ip_len, &roce).contains(&byte);
         let v6_version_nibble = matches!(ip, IpHeader::V6(_)) && byte == 0 && bit % 8 < 4;
         prop_assume!(!in_masked || v6_version_nibble);
         bytes[byte] ^= 0x80 >> (bit % 8);
@@ -379,9 +416,10 @@ proptest! {
         prop_assert!(outcome.is_err(), "bit {} flipped and still accepted", bit);
     }
 
-    /// The fields the ICRC masks can change on the way without invalidating it.
+    /// The fields the ICRC masks (the CCX's telemetry among them) can change on the way
+    /// without invalidating it.
     #[test]
-    fn masked_fields_are_ignored(ip in arb_ip(), (roce, payload) in arb_roce(), noise: [u8; 8]) {
+    fn masked_fields_are_ignored(ip in arb_ip(), (roce, payload) in arb_roce(), noise: [u8; 8], telemetry: [u8; 62]) {
         let mut bytes = build(&ip, 0xC123, &roce, &payload);
         let before = icrc::compute(&bytes).unwrap();
         let ip_len = ip.header_len();
@@ -392,6 +430,8 @@ proptest! {
         bytes[ip_len + 6] = noise[5];
         bytes[ip_len + 7] = noise[6];
         bytes[ip_len + 12] = noise[7];
+        let ccx = ccx_masked(ip_len, &roce);
+        bytes[ccx.clone()].copy_from_slice(&telemetry[..ccx.len()]);
         prop_assert_eq!(icrc::compute(&bytes).unwrap(), before);
     }
 
@@ -414,15 +454,16 @@ proptest! {
     /// A valid BTH followed by random bytes: decoding never panics, and whatever it accepts
     /// re-encodes to the same structure.
     #[test]
-    fn random_bodies_behind_valid_opcodes(opcode in arb_opcode(), body in proptest::collection::vec(any::<u8>(), 0..128)) {
-        let mut bytes = vec![opcode.0, 0, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0, 0, 1];
+    fn random_bodies_behind_valid_opcodes(opcode in arb_opcode(), tver in 0u8..=1, body in proptest::collection::vec(any::<u8>(), 0..128)) {
+        let mut bytes = vec![opcode.0, tver, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0, 0, 1];
         bytes.extend_from_slice(&body);
         if let Ok(p) = RocePacket::parse(&bytes) {
-            let again = RoceHeaders { bth: p.bth, ext: p.ext() };
+            let again = p.headers();
             let mut out = vec![0u8; bytes.len() + 8];
             let n = again.emit(p.payload, &mut out).unwrap();
             let q = RocePacket::parse(&out[..n]).unwrap();
             prop_assert_eq!(q.bth, p.bth);
+            prop_assert_eq!(q.ccx, p.ccx);
             prop_assert_eq!(q.ext(), p.ext());
             prop_assert_eq!(q.payload, p.payload);
         }

@@ -57,52 +57,8 @@ pub enum NakKind {
     Fatal,
 }
 
-/// The most switch hops a telemetry record covers (HPCC's 42-byte header holds five).
-pub const MAX_INT_HOPS: usize = 5;
-
-/// What one switch egress port stamped into a packet (HPCC's INT record). Counters and the
-/// timestamp wrap: a law only ever uses differences between two records of the same hop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IntHop {
-    /// Queue length at the egress port when the packet left, in bytes.
-    pub qlen_bytes: u32,
-    /// Bytes the port had transmitted (wrapping).
-    pub tx_bytes: u32,
-    /// When the packet left the port, in nanoseconds (wrapping).
-    pub ts_ns: u32,
-    /// The port's line rate, in units of 100 Mbit/s.
-    pub rate_100mbps: u16,
-}
-
-impl IntHop {
-    pub fn rate_bps(&self) -> u64 {
-        u64::from(self.rate_100mbps) * 100_000_000
-    }
-}
-
-/// The telemetry of a packet's path: up to [`MAX_INT_HOPS`] records, first hop first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IntPath {
-    pub hops: [IntHop; MAX_INT_HOPS],
-    pub len: u8,
-}
-
-impl IntPath {
-    pub fn hops(&self) -> &[IntHop] {
-        &self.hops[..usize::from(self.len).min(MAX_INT_HOPS)]
-    }
-
-    /// Appends a hop's record; false if the path is already full.
-    pub fn push(&mut self, hop: IntHop) -> bool {
-        let n = usize::from(self.len);
-        if n >= MAX_INT_HOPS {
-            return false;
-        }
-        self.hops[n] = hop;
-        self.len += 1;
-        true
-    }
-}
+/// INT records travel in the CC extension header, so the wire crate defines them.
+pub use sluice_wire::{IntHop, IntPath, MAX_INT_HOPS};
 
 /// The kinds of [`Event`], one bit each in an [`EventMask`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

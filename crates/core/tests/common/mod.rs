@@ -11,9 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use sluice_core::*;
-use sluice_wire::{
-    IpHeader, IpUdp, Ipv4Header, ROCE_V2_PORT, RoceHeaders, UdpHeader, emit_datagram,
-};
+use sluice_wire::{IpHeader, IpUdp, Ipv4Header, ROCE_V2_PORT, UdpHeader, emit_datagram};
 
 /// What the link does to packets. The link serialises packets at `gbps` and delivers them
 /// after `delay`, in order, except that a packet is lost, duplicated or corrupted with the
@@ -186,10 +184,7 @@ impl World {
                 self.rejected_by_wire += 1;
                 continue;
             };
-            let headers = RoceHeaders {
-                bth: packet.bth,
-                ext: packet.ext(),
-            };
+            let headers = packet.headers();
             self.delivered += 1;
             let (from, ce) = (datagram.ip.src(), datagram.ip.ecn() == 3);
             self.engines[to].handle_packet(

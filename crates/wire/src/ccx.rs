@@ -1,0 +1,323 @@
+//! Sluice's congestion-control extension header (CCX): telemetry a control law needs that
+//! RoCE v2 has no field for (per-packet timestamps, INT records from switches), carried right
+//! after the BTH, before the IBTA extension headers, as SwCC proposes.
+//!
+//! A packet carries a CCX when its BTH transport version (TVer) is 1. Only queue pairs whose
+//! two ends agreed on a layout at connection setup send one; a standard RoCE peer drops
+//! packets with TVer 1, so nothing misreads it. Without a CCX the wire is plain RoCE v2.
+//!
+//! ```text
+//!  byte 0: length of the CCX in 4-byte words, this byte included (1..=16: 4..=64 bytes)
+//!  byte 1: layout (1 = timestamps, 2 = INT)
+//!  byte 2: layout-specific count (INT: hop records present)
+//!  byte 3: reserved, 0
+//!  4..   : the layout's fields, big-endian
+//!
+//!  timestamps (20 bytes): tx_ns u64   the sender's clock (ns) as the packet left
+//!                         echo_ns u64 in a response: the tx_ns of the request it answers;
+//!                                     0 in a request
+//!  INT (64 bytes, always): 5 hop slots of 12 bytes, first hop first, `count` of them filled:
+//!                         tx_bytes u32, ts_ns u32, qlen u16 (in 256-byte units, rounded up,
+//!                         saturating), rate u16 (100 Mbit/s units)
+//! ```
+//!
+//! The ICRC covers the length and layout bytes and treats the rest of the CCX like the IP TTL:
+//! replaced by ones, because switches write INT records into it in flight. An INT CCX is
+//! therefore sent full size with no hop filled, so that a switch never changes a length. The
+//! payload and every IBTA header stay covered.
+
+use crate::Error;
+use crate::error::{Layer, Result, need, room};
+use crate::ext::{read_u32, read_u64};
+
+/// BTH transport version that announces a CCX after the BTH.
+pub const CCX_TVER: u8 = 1;
+
+/// The longest CCX, in bytes.
+pub const CCX_MAX_LEN: usize = 64;
+
+/// Bytes at the start of a CCX that the ICRC covers (length and layout).
+pub const CCX_COVERED_LEN: usize = 2;
+
+/// The most switch hops a telemetry record covers (HPCC's 42-byte header holds five).
+pub const MAX_INT_HOPS: usize = 5;
+
+const LAYOUT_TIMESTAMPS: u8 = 1;
+const LAYOUT_INT: u8 = 2;
+const TIMESTAMPS_LEN: usize = 20;
+const INT_HOP_LEN: usize = 12;
+const INT_LEN: usize = 4 + MAX_INT_HOPS * INT_HOP_LEN;
+
+/// What one switch egress port stamped into a packet (HPCC's INT record). Counters and the
+/// timestamp wrap: a law only ever uses differences between two records of the same hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct IntHop {
+    /// Queue length at the egress port when the packet left, in bytes. The wire carries it in
+    /// [`IntHop::QLEN_UNIT`] units, rounded up and saturating at 16 MiB.
+    pub qlen_bytes: u32,
+    /// Bytes the port had transmitted (wrapping).
+    pub tx_bytes: u32,
+    /// When the packet left the port, in nanoseconds (wrapping).
+    pub ts_ns: u32,
+    /// The port's line rate, in units of 100 Mbit/s.
+    pub rate_100mbps: u16,
+}
+
+impl IntHop {
+    /// The granularity of a queue length on the wire, in bytes.
+    pub const QLEN_UNIT: u32 = 256;
+
+    pub fn rate_bps(&self) -> u64 {
+        u64::from(self.rate_100mbps) * 100_000_000
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        let qlen = self
+            .qlen_bytes
+            .div_ceil(Self::QLEN_UNIT)
+            .min(u32::from(u16::MAX)) as u16;
+        b[0..4].copy_from_slice(&self.tx_bytes.to_be_bytes());
+        b[4..8].copy_from_slice(&self.ts_ns.to_be_bytes());
+        b[8..10].copy_from_slice(&qlen.to_be_bytes());
+        b[10..12].copy_from_slice(&self.rate_100mbps.to_be_bytes());
+    }
+
+    fn read(b: &[u8]) -> IntHop {
+        IntHop {
+            tx_bytes: read_u32(b),
+            ts_ns: read_u32(&b[4..]),
+            qlen_bytes: u32::from(u16::from_be_bytes([b[8], b[9]])) * Self::QLEN_UNIT,
+            rate_100mbps: u16::from_be_bytes([b[10], b[11]]),
+        }
+    }
+}
+
+/// The telemetry of a packet's path: up to [`MAX_INT_HOPS`] records, first hop first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct IntPath {
+    pub hops: [IntHop; MAX_INT_HOPS],
+    pub len: u8,
+}
+
+impl IntPath {
+    pub fn hops(&self) -> &[IntHop] {
+        &self.hops[..usize::from(self.len).min(MAX_INT_HOPS)]
+    }
+
+    /// Appends a hop's record; false if the path is already full.
+    pub fn push(&mut self, hop: IntHop) -> bool {
+        let n = usize::from(self.len);
+        if n >= MAX_INT_HOPS {
+            return false;
+        }
+        self.hops[n] = hop;
+        self.len += 1;
+        true
+    }
+}
+
+/// Which CCX layout a queue pair's two ends agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CcxLayout {
+    Timestamps,
+    Int,
+}
+
+impl CcxLayout {
+    /// The layout's number on the wire (byte 1).
+    pub const fn wire(self) -> u8 {
+        match self {
+            CcxLayout::Timestamps => LAYOUT_TIMESTAMPS,
+            CcxLayout::Int => LAYOUT_INT,
+        }
+    }
+
+    /// The layout with wire number `n`, if there is one.
+    pub const fn from_wire(n: u8) -> Option<CcxLayout> {
+        match n {
+            LAYOUT_TIMESTAMPS => Some(CcxLayout::Timestamps),
+            LAYOUT_INT => Some(CcxLayout::Int),
+            _ => None,
+        }
+    }
+
+    /// Bytes a CCX of this layout takes on the wire.
+    pub const fn wire_len(self) -> usize {
+        match self {
+            CcxLayout::Timestamps => TIMESTAMPS_LEN,
+            CcxLayout::Int => INT_LEN,
+        }
+    }
+}
+
+/// A decoded CCX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ccx {
+    Timestamps { tx_ns: u64, echo_ns: u64 },
+    Int(IntPath),
+}
+
+impl Ccx {
+    pub const fn layout(&self) -> CcxLayout {
+        match self {
+            Ccx::Timestamps { .. } => CcxLayout::Timestamps,
+            Ccx::Int(_) => CcxLayout::Int,
+        }
+    }
+
+    /// Bytes this CCX takes on the wire.
+    pub const fn wire_len(&self) -> usize {
+        self.layout().wire_len()
+    }
+
+    /// Decodes the CCX at the start of `buf` (the bytes after a BTH with TVer 1); returns it
+    /// and its length. Never panics.
+    pub fn parse(buf: &[u8]) -> Result<(Ccx, usize)> {
+        need(buf, 4, Layer::Extension)?;
+        let len = usize::from(buf[0]) * 4;
+        let layout = CcxLayout::from_wire(buf[1]).ok_or(Error::BadCcx("unknown layout"))?;
+        if len != layout.wire_len() {
+            return Err(Error::BadCcx("length does not match the layout"));
+        }
+        need(buf, len, Layer::Extension)?;
+        let ccx = match layout {
+            CcxLayout::Timestamps => Ccx::Timestamps {
+                tx_ns: read_u64(&buf[4..]),
+                echo_ns: read_u64(&buf[12..]),
+            },
+            CcxLayout::Int => {
+                let count = buf[2];
+                if usize::from(count) > MAX_INT_HOPS {
+                    return Err(Error::BadCcx("more INT hops than the header holds"));
+                }
+                let mut path = IntPath {
+                    len: count,
+                    ..IntPath::default()
+                };
+                for (i, hop) in path.hops[..usize::from(count)].iter_mut().enumerate() {
+                    *hop = IntHop::read(&buf[4 + i * INT_HOP_LEN..]);
+                }
+                Ccx::Int(path)
+            }
+        };
+        Ok((ccx, len))
+    }
+
+    /// Encodes at the start of `buf`; returns the length written. Unused INT slots are zero.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let len = self.wire_len();
+        room(buf, len)?;
+        let out = &mut buf[..len];
+        out.fill(0);
+        out[0] = (len / 4) as u8;
+        out[1] = self.layout().wire();
+        match self {
+            Ccx::Timestamps { tx_ns, echo_ns } => {
+                out[4..12].copy_from_slice(&tx_ns.to_be_bytes());
+                out[12..20].copy_from_slice(&echo_ns.to_be_bytes());
+            }
+            Ccx::Int(path) => {
+                let hops = path.hops();
+                out[2] = hops.len() as u8;
+                for (i, hop) in hops.iter().enumerate() {
+                    hop.emit(&mut out[4 + i * INT_HOP_LEN..]);
+                }
+            }
+        }
+        Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_known_bytes() {
+        let ccx = Ccx::Timestamps {
+            tx_ns: 0x0102_0304_0506_0708,
+            echo_ns: 9,
+        };
+        let mut buf = [0xEEu8; 24];
+        assert_eq!(ccx.emit(&mut buf), Ok(20));
+        assert_eq!(&buf[..4], &[5, 1, 0, 0]);
+        assert_eq!(&buf[4..12], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&buf[12..20], &[0, 0, 0, 0, 0, 0, 0, 9]);
+        assert_eq!(buf[20], 0xEE, "nothing written past the header");
+        assert_eq!(Ccx::parse(&buf), Ok((ccx, 20)));
+    }
+
+    #[test]
+    fn int_round_trips_with_qlen_rounded_up_to_its_unit() {
+        let mut path = IntPath::default();
+        for i in 0..3u32 {
+            path.push(IntHop {
+                qlen_bytes: i * 1000,
+                tx_bytes: u32::MAX - i,
+                ts_ns: 77 + i,
+                rate_100mbps: 1000,
+            });
+        }
+        let mut buf = [0u8; 64];
+        assert_eq!(Ccx::Int(path).emit(&mut buf), Ok(64));
+        assert_eq!(&buf[..4], &[16, 2, 3, 0]);
+        let (back, 64) = Ccx::parse(&buf).unwrap() else {
+            panic!("an INT CCX is 64 bytes");
+        };
+        let Ccx::Int(back) = back else {
+            panic!("layout changed")
+        };
+        assert_eq!(back.len, 3);
+        for (i, (a, b)) in path.hops().iter().zip(back.hops()).enumerate() {
+            assert_eq!(
+                (a.tx_bytes, a.ts_ns, a.rate_100mbps),
+                (b.tx_bytes, b.ts_ns, 1000)
+            );
+            // 0 -> 0, 1000 -> 1024, 2000 -> 2048: never reads emptier than it was.
+            assert_eq!(b.qlen_bytes, [0, 1024, 2048][i]);
+        }
+        // A queue beyond 16 MiB saturates rather than wrapping to a small one.
+        let mut huge = IntPath::default();
+        huge.push(IntHop {
+            qlen_bytes: u32::MAX,
+            ..IntHop::default()
+        });
+        Ccx::Int(huge).emit(&mut buf).unwrap();
+        let (Ccx::Int(back), _) = Ccx::parse(&buf).unwrap() else {
+            panic!("layout changed")
+        };
+        assert_eq!(back.hops[0].qlen_bytes, u32::from(u16::MAX) * 256);
+    }
+
+    #[test]
+    fn malformed_headers_are_refused() {
+        let mut buf = [0u8; 64];
+        Ccx::Timestamps {
+            tx_ns: 1,
+            echo_ns: 2,
+        }
+        .emit(&mut buf)
+        .unwrap();
+        assert!(matches!(
+            Ccx::parse(&buf[..19]),
+            Err(Error::Truncated { .. })
+        ));
+        assert!(matches!(
+            Ccx::parse(&buf[..3]),
+            Err(Error::Truncated { .. })
+        ));
+        let mut wrong_len = buf;
+        wrong_len[0] = 6;
+        assert!(matches!(Ccx::parse(&wrong_len), Err(Error::BadCcx(_))));
+        let mut unknown = buf;
+        unknown[1] = 9;
+        assert!(matches!(Ccx::parse(&unknown), Err(Error::BadCcx(_))));
+        Ccx::Int(IntPath::default()).emit(&mut buf).unwrap();
+        buf[2] = 6;
+        assert!(matches!(Ccx::parse(&buf), Err(Error::BadCcx(_))));
+        assert!(matches!(
+            Ccx::Int(IntPath::default()).emit(&mut [0u8; 63]),
+            Err(Error::BufferTooSmall { .. })
+        ));
+    }
+}
