@@ -106,13 +106,16 @@ def main() -> None:
         # bytes ARE ones gets the same ICRC from scapy's standard computation; switches may
         # then rewrite the telemetry without invalidating it, but not the payload.
         stamps = bytes([5, 1]) + b"\xFF" * 18
-        add(roce(v6, 0x0A, stamps + RETH(0x1000, 2, 4), b"ccx!", 0x58, 10, version=1), "ok", f"{fam} CCX timestamps")
         ccx_at = 14 + (40 if v6 else 20) + 8 + 12
+        written = bytearray(bytes(roce(v6, 0x0A, stamps + RETH(0x1000, 2, 4), b"ccx!", 0x58, 10, version=1)))
+        written[ccx_at + 2:ccx_at + 20] = bytes([1, 0]) + struct.pack("!QQ", 123456789, 123000000)
+        add(Ether(bytes(written)), "ok", f"{fam} CCX timestamps")
         written = bytearray(bytes(roce(v6, 0x04, bytes([16, 2]) + b"\xFF" * 62, b"int", 0x59, 11, version=1)))
         hops = struct.pack("!IIHH", 1000, 77, 3, 1000) + struct.pack("!IIHH", 5, 6, 0, 250)
         written[ccx_at + 2:ccx_at + 64] = bytes([2, 0]) + hops + b"\0" * 36
         add(Ether(bytes(written)), "ok", f"{fam} CCX INT written in flight")
         flipped = bytearray(bytes(roce(v6, 0x04, stamps, b"data", 0x5A, 12, version=1)))
+        flipped[ccx_at + 2:ccx_at + 20] = bytes(18)
         flipped[-6] ^= 0x01
         add(Ether(bytes(flipped)), "icrc", f"{fam} CCX, corrupted payload")
 

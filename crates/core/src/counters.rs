@@ -40,5 +40,7 @@ pub struct Counters {
     pub drops_bad_state: u64,
     pub drops_bad_pkey: u64,
     pub drops_unexpected_opcode: u64,
+    /// Packets with a CC extension header the queue pair did not agree on.
+    pub drops_unnegotiated_ccx: u64,
     pub cq_overruns: u64,
 }

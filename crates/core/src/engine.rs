@@ -85,6 +85,10 @@ pub struct Connection {
     /// Exchange Sluice's control packets (credit grants, opcode 0x18) with the peer. Only
     /// when both ends agreed: a standard RoCE peer drops them.
     pub cc_control: bool,
+    /// Carry Sluice's CC extension header (after the BTH, TVer 1) in this layout: send
+    /// timestamps echoed by the peer (an RTT sample per ACK) or INT records switches fill
+    /// in (HPCC). Only when both ends agreed: a standard RoCE peer drops such packets.
+    pub ccx: Option<sluice_wire::CcxLayout>,
 }
 
 impl Connection {
@@ -112,6 +116,7 @@ impl Connection {
             max_dest_rd_atomic: 16,
             recovery: crate::Recovery::GoBackN,
             cc_control: false,
+            ccx: None,
         }
     }
 }
@@ -498,6 +503,19 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes queue pair `qpn` carry Sluice's CC extension header in `layout` (`None`: plain
+    /// RoCE v2). Call it only when the peer agreed at connection setup: a standard RoCE
+    /// peer drops such packets. Packets with a CCX of another layout are dropped and counted.
+    pub fn set_ccx(
+        &mut self,
+        qpn: QpNum,
+        layout: Option<sluice_wire::CcxLayout>,
+    ) -> Result<(), Error> {
+        let index = self.live(qpn)?;
+        self.qp_mut(index).attrs.ccx = layout;
+        Ok(())
+    }
+
     /// Hands the control law of queue pair `qpn` an application hint (`Event::Hint`): a
     /// tenant's share, a deadline, a priority; its meaning is the law's.
     pub fn post_hint(&mut self, now: Instant, qpn: QpNum, hint: u64) -> Result<(), Error> {
@@ -509,6 +527,7 @@ impl Engine {
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
         self.set_cc_control(qpn, c.cc_control)?;
+        self.set_ccx(qpn, c.ccx)?;
         self.modify_qp(qpn, Transition::Init { access: c.access })?;
         self.modify_qp(
             qpn,
@@ -724,11 +743,18 @@ impl Engine {
                 return;
             }
         }
+        let qp = self.qp_mut(index);
+        if headers
+            .ccx
+            .is_some_and(|c| qp.attrs.ccx != Some(c.layout()))
+        {
+            self.counters.drops_unnegotiated_ccx += 1;
+            return;
+        }
         if info.operation == Operation::CcControl {
             self.on_cc_control(index, now, headers);
             return;
         }
-        let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
             Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
@@ -738,17 +764,51 @@ impl Engine {
                 self.counters.drops_bad_state += 1;
                 return;
             }
-            self.on_response(index, now, headers, info, payload);
+            self.on_response_ccx(index, now, headers, info, payload);
         } else {
             if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
                 self.counters.drops_bad_state += 1;
                 return;
+            }
+            if headers.ccx.is_some() {
+                qp.ccx_echo = headers.ccx;
             }
             self.on_request(index, now, ce, headers, info, payload);
         }
         #[cfg(debug_assertions)]
         self.check_requester(index);
         self.schedule(index);
+    }
+
+    /// A response, with what its CC extension header says: the round trip its echoed
+    /// timestamp measures goes with the ACK event it causes (exact even for a resent
+    /// request: the echo names the transmission); an INT record is a telemetry event.
+    fn on_response_ccx(
+        &mut self,
+        index: u32,
+        now: Instant,
+        headers: &RoceHeaders,
+        info: &sluice_wire::OpcodeInfo,
+        payload: Payload<'_>,
+    ) {
+        use sluice_wire::Ccx;
+        let qp = self.qp_mut(index);
+        qp.ccx_rtt = match headers.ccx {
+            Some(Ccx::Timestamps {
+                echo_ns: Some(sent),
+                ..
+            }) if sent <= now.as_nanos() => {
+                Some(std::time::Duration::from_nanos(now.as_nanos() - sent))
+            }
+            _ => None,
+        };
+        self.on_response(index, now, headers, info, payload);
+        let qp = self.qp_mut(index);
+        qp.ccx_rtt = None;
+        if let Some(Ccx::Int(path)) = headers.ccx {
+            let confirmed = qp.req.confirmed;
+            self.emit(index, now, Event::Telemetry { confirmed, path });
+        }
     }
 
     /// A control packet from the peer: credit grants carry the total granted so far, so a
@@ -783,7 +843,7 @@ impl Engine {
     pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
         while let Some(index) = self.ready.pop_front() {
             let transmit = self
-                .next_response_packet(index, payload)
+                .next_response_packet(index, now, payload)
                 .or_else(|| self.next_request_packet(index, now, payload));
             let qp = self.qp_mut(index);
             match transmit {

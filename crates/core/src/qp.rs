@@ -344,6 +344,8 @@ pub(crate) struct QpAttrs {
     pub(crate) recovery: Recovery,
     /// Both ends agreed to exchange Sluice's control packets (credit grants).
     pub(crate) cc_control: bool,
+    /// The CC extension header layout the two ends agreed on; `None`: plain RoCE v2.
+    pub(crate) ccx: Option<sluice_wire::CcxLayout>,
 }
 
 impl Default for QpAttrs {
@@ -361,6 +363,7 @@ impl Default for QpAttrs {
             max_rd_atomic: 0,
             recovery: Recovery::GoBackN,
             cc_control: false,
+            ccx: None,
         }
     }
 }
@@ -540,6 +543,10 @@ pub(crate) struct Qp {
     pub(crate) paced: (crate::Instant, u64),
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
+    /// The CC extension header of the latest request from the peer: what responses echo.
+    pub(crate) ccx_echo: Option<sluice_wire::Ccx>,
+    /// While a response is handled: the round trip its echoed timestamp gives.
+    pub(crate) ccx_rtt: Option<std::time::Duration>,
 }
 
 impl Qp {
@@ -560,7 +567,30 @@ impl Qp {
             control_started: false,
             paced: (crate::Instant::ZERO, 0),
             rtt_probe: None,
+            ccx_echo: None,
+            ccx_rtt: None,
         }
+    }
+
+    /// The CC extension header for a packet leaving at `now`, if the ends agreed on one: a
+    /// request carries its send time (or an empty INT record for switches to fill); a
+    /// response echoes the latest request's time (or its INT record, HPCC's ACK).
+    pub(crate) fn ccx_out(&self, now: crate::Instant, response: bool) -> Option<sluice_wire::Ccx> {
+        use sluice_wire::{Ccx, CcxLayout, IntPath};
+        let echo = self.ccx_echo.filter(|_| response);
+        Some(match self.attrs.ccx? {
+            CcxLayout::Timestamps => Ccx::Timestamps {
+                tx_ns: now.as_nanos(),
+                echo_ns: match echo {
+                    Some(Ccx::Timestamps { tx_ns, .. }) => Some(tx_ns),
+                    _ => None,
+                },
+            },
+            CcxLayout::Int => match echo {
+                Some(int @ Ccx::Int(_)) => int,
+                _ => Ccx::Int(IntPath::default()),
+            },
+        })
     }
 
     pub(crate) fn psns(&self) -> QpPsns {

@@ -289,6 +289,7 @@ impl Engine {
         }
         let dst = qp.attrs.peer.expect("an RTS queue pair has a peer");
         let src_port = qp.src_port();
+        let qp_ccx = qp.ccx_out(now, false);
         let timeout = Self::retransmit_timeout(qp.attrs.timeout);
         let arm_at = match (qp.req.deadline, timeout) {
             (None, Some(t)) => {
@@ -329,7 +330,7 @@ impl Engine {
             src_port,
             headers: RoceHeaders {
                 bth,
-                ccx: None,
+                ccx: qp_ccx,
                 ext,
             },
             payload_len,
@@ -390,13 +391,15 @@ impl Engine {
         }
         let packets = qp.req.confirmed.distance_to(psn) as u32;
         qp.req.confirmed = psn;
-        let rtt = match qp.rtt_probe {
+        let probed = match qp.rtt_probe {
             Some((probe, sent)) if probe.precedes(psn) => {
                 qp.rtt_probe = None;
                 Some(now - sent)
             }
             _ => None,
         };
+        // An echoed send time measures the very transmission that was answered.
+        let rtt = qp.ccx_rtt.take().or(probed);
         self.emit(
             index,
             now,

@@ -622,6 +622,7 @@ impl Engine {
     pub(crate) fn next_response_packet(
         &mut self,
         index: u32,
+        now: crate::Instant,
         payload: &mut [u8],
     ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
@@ -725,7 +726,7 @@ impl Engine {
                     let qp = self.qp_mut(index);
                     qp.resp.responses.clear();
                     self.refuse(index, bth.psn, Refusal::RemoteAccess);
-                    return self.next_response_packet(index, payload);
+                    return self.next_response_packet(index, now, payload);
                 }
                 self.mrs.read(key, at, &mut payload[..len as usize]);
                 (bth, ext, len)
@@ -765,14 +766,11 @@ impl Engine {
             }
             None => return None,
         };
+        let ccx = self.qp_mut(index).ccx_out(now, true);
         Some(Transmit {
             dst,
             src_port,
-            headers: RoceHeaders {
-                bth,
-                ccx: None,
-                ext,
-            },
+            headers: RoceHeaders { bth, ccx, ext },
             payload_len,
         })
     }

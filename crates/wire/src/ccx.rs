@@ -9,13 +9,13 @@
 //! ```text
 //!  byte 0: length of the CCX in 4-byte words, this byte included (1..=16: 4..=64 bytes)
 //!  byte 1: layout (1 = timestamps, 2 = INT)
-//!  byte 2: layout-specific count (INT: hop records present)
+//!  byte 2: layout-specific count (timestamps: 1 if echo_ns is set; INT: hop records present)
 //!  byte 3: reserved, 0
 //!  4..   : the layout's fields, big-endian
 //!
 //!  timestamps (20 bytes): tx_ns u64   the sender's clock (ns) as the packet left
-//!                         echo_ns u64 in a response: the tx_ns of the request it answers;
-//!                                     0 in a request
+//!                         echo_ns u64 in a response: the tx_ns of the request it answers
+//!                                     (count 1); zero and not set in a request (count 0)
 //!  INT (64 bytes, always): 5 hop slots of 12 bytes, first hop first, `count` of them filled:
 //!                         tx_bytes u32, ts_ns u32, qlen u16 (in 256-byte units, rounded up,
 //!                         saturating), rate u16 (100 Mbit/s units)
@@ -153,7 +153,11 @@ impl CcxLayout {
 /// A decoded CCX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ccx {
-    Timestamps { tx_ns: u64, echo_ns: u64 },
+    /// `echo_ns`: in a response, the `tx_ns` of the request it answers.
+    Timestamps {
+        tx_ns: u64,
+        echo_ns: Option<u64>,
+    },
     Int(IntPath),
 }
 
@@ -183,7 +187,11 @@ impl Ccx {
         let ccx = match layout {
             CcxLayout::Timestamps => Ccx::Timestamps {
                 tx_ns: read_u64(&buf[4..]),
-                echo_ns: read_u64(&buf[12..]),
+                echo_ns: match buf[2] {
+                    0 => None,
+                    1 => Some(read_u64(&buf[12..])),
+                    _ => return Err(Error::BadCcx("a timestamp header echoes at most one")),
+                },
             },
             CcxLayout::Int => {
                 let count = buf[2];
@@ -214,7 +222,10 @@ impl Ccx {
         match self {
             Ccx::Timestamps { tx_ns, echo_ns } => {
                 out[4..12].copy_from_slice(&tx_ns.to_be_bytes());
-                out[12..20].copy_from_slice(&echo_ns.to_be_bytes());
+                if let Some(echo) = echo_ns {
+                    out[2] = 1;
+                    out[12..20].copy_from_slice(&echo.to_be_bytes());
+                }
             }
             Ccx::Int(path) => {
                 let hops = path.hops();
@@ -236,15 +247,26 @@ mod tests {
     fn timestamps_known_bytes() {
         let ccx = Ccx::Timestamps {
             tx_ns: 0x0102_0304_0506_0708,
-            echo_ns: 9,
+            echo_ns: Some(9),
         };
         let mut buf = [0xEEu8; 24];
         assert_eq!(ccx.emit(&mut buf), Ok(20));
-        assert_eq!(&buf[..4], &[5, 1, 0, 0]);
+        assert_eq!(&buf[..4], &[5, 1, 1, 0]);
         assert_eq!(&buf[4..12], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&buf[12..20], &[0, 0, 0, 0, 0, 0, 0, 9]);
         assert_eq!(buf[20], 0xEE, "nothing written past the header");
         assert_eq!(Ccx::parse(&buf), Ok((ccx, 20)));
+        // A request echoes nothing, and a time of zero is a time like any other.
+        let request = Ccx::Timestamps {
+            tx_ns: 0,
+            echo_ns: None,
+        };
+        request.emit(&mut buf).unwrap();
+        assert_eq!(
+            &buf[..20],
+            &[[5, 1, 0, 0], [0; 4], [0; 4], [0; 4], [0; 4]].concat()[..]
+        );
+        assert_eq!(Ccx::parse(&buf), Ok((request, 20)));
     }
 
     #[test]
@@ -294,7 +316,7 @@ mod tests {
         let mut buf = [0u8; 64];
         Ccx::Timestamps {
             tx_ns: 1,
-            echo_ns: 2,
+            echo_ns: Some(2),
         }
         .emit(&mut buf)
         .unwrap();
@@ -312,6 +334,9 @@ mod tests {
         let mut unknown = buf;
         unknown[1] = 9;
         assert!(matches!(Ccx::parse(&unknown), Err(Error::BadCcx(_))));
+        let mut two_echoes = buf;
+        two_echoes[2] = 2;
+        assert!(matches!(Ccx::parse(&two_echoes), Err(Error::BadCcx(_))));
         Ccx::Int(IntPath::default()).emit(&mut buf).unwrap();
         buf[2] = 6;
         assert!(matches!(Ccx::parse(&buf), Err(Error::BadCcx(_))));

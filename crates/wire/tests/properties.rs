@@ -104,7 +104,7 @@ fn arb_ccx() -> impl Strategy<Value = Option<Ccx>> {
     );
     prop_oneof![
         2 => Just(None),
-        1 => any::<(u64, u64)>().prop_map(|(tx_ns, echo_ns)| Some(Ccx::Timestamps { tx_ns, echo_ns })),
+        1 => any::<(u64, Option<u64>)>().prop_map(|(tx_ns, echo_ns)| Some(Ccx::Timestamps { tx_ns, echo_ns })),
         1 => proptest::collection::vec(hop, 0..=MAX_INT_HOPS).prop_map(|hops| {
             let mut path = IntPath::default();
             hops.into_iter().for_each(|h| assert!(path.push(h)));
