@@ -71,6 +71,8 @@ pub struct World {
     pub int_ports: Vec<bool>,
     /// Bytes each host's outgoing link has sent (the INT `tx_bytes` counter).
     port_tx_bytes: Vec<u32>,
+    /// At INT ports: when each packet was queued and how many bytes were ahead of it.
+    pub queue_log: Vec<(Instant, u64)>,
 }
 
 impl World {
@@ -98,6 +100,7 @@ impl World {
             rejected_by_wire: 0,
             int_ports: vec![false; hosts],
             port_tx_bytes: vec![0; hosts],
+            queue_log: Vec::new(),
         }
     }
 
@@ -153,6 +156,7 @@ impl World {
         if self.int_ports[from] {
             // The queue ahead of this packet: what the link still has to send.
             let queued = (start - self.now).as_nanos() as u64 * self.link.gbps / 8;
+            self.queue_log.push((self.now, queued));
             stamp_int(
                 &mut bytes,
                 queued as u32,
