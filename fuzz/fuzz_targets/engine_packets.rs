@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use libfuzzer_sys::fuzz_target;
 use sluice_core::*;
-use sluice_wire::{Psn, RoceHeaders, RocePacket};
+use sluice_wire::{CcxLayout, Psn, RocePacket};
 
 struct Two {
     e: [Engine; 2],
@@ -20,7 +20,7 @@ struct Two {
 }
 
 impl Two {
-    fn new(recovery: Recovery) -> Two {
+    fn new(recovery: Recovery, ccx: Option<CcxLayout>) -> Two {
         let addr = [
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -67,6 +67,7 @@ impl Two {
                 timeout: 8,
                 min_rnr_timer: 1,
                 recovery,
+                ccx,
                 ..Connection::new(
                     addr[1 - h],
                     qp[1 - h].0,
@@ -127,7 +128,13 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Recovery::GoBackN
     };
-    let mut two = Two::new(recovery);
+    // Bits 5 and 6 pick the CC extension header the pair agreed on (none, or a layout).
+    let ccx = match data.first().map(|b| (b >> 5) & 3) {
+        Some(1) => Some(CcxLayout::Timestamps),
+        Some(2) => Some(CcxLayout::Int),
+        _ => None,
+    };
+    let mut two = Two::new(recovery, ccx);
     // Some real work in flight: a few WRITEs, a READ, a SEND with its receive.
     let (a, b) = (two.mr[0], two.mr[1]);
     two.e[1]

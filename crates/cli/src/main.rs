@@ -143,6 +143,12 @@ struct PerfArgs {
     /// microseconds, each run taking SERVICE microseconds.
     #[arg(long = "cc-decoupled", value_name = "P,DELAY_US,SERVICE_US")]
     cc_decoupled: Option<String>,
+    /// Carry Sluice's CC extension header after the BTH: `timestamps` (an RTT sample with
+    /// every ACK) or `int` (records from INT switches, for hpcc). The peer must be Sluice
+    /// run with the same value: perftest's exchange cannot agree on it, and a standard RoCE
+    /// peer drops such packets.
+    #[arg(long, default_value = "none", value_parser = ["none", "timestamps", "int"])]
+    ccx: String,
 }
 
 #[derive(Subcommand)]
@@ -331,6 +337,11 @@ fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
         name: a.cc.clone(),
         params,
         mode,
+        ccx: match a.ccx.as_str() {
+            "timestamps" => Some(sluice_wire::CcxLayout::Timestamps),
+            "int" => Some(sluice_wire::CcxLayout::Int),
+            _ => None,
+        },
     };
     options.build().map_err(|e| format!("--cc: {e}"))?;
     Ok(options)

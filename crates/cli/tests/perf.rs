@@ -187,3 +187,51 @@ fn a_bad_congestion_control_is_a_usage_error() {
         assert!(out.contains(law), "{law} missing from --cc list: {out}");
     }
 }
+
+/// `--ccx timestamps` on both ends: every packet of the run carries the header (captured
+/// on the wire, ICRC verified by `sluice pcap check`), and a delay law runs on it.
+#[test]
+fn both_ends_carry_the_timestamp_extension_header_when_asked() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let pcap = dir.join("perf-ccx-timestamps.pcap");
+    let pcap_arg = pcap.to_str().unwrap();
+    let args = [
+        "write-bw",
+        "-s",
+        "65536",
+        "-n",
+        "200",
+        "--cc",
+        "timely",
+        "--ccx",
+        "timestamps",
+        "--pcap",
+        pcap_arg,
+    ];
+    let bw = loopback(&args, 24_310)[0]["bw_avg_gbps"].as_f64().unwrap();
+    assert!(bw > 0.01, "{bw} Gbit/s");
+    let check = Command::new(SLUICE)
+        .args(["pcap", "check", pcap_arg])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let mut reader =
+        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
+    let (mut packets, mut echoes) = (0, 0);
+    while let Some(r) = reader.next_record().unwrap() {
+        let d = sluice_wire::IpUdp::parse(r.data).unwrap();
+        let p = d.roce().unwrap();
+        let Some(sluice_wire::Ccx::Timestamps { echo_ns, .. }) = p.ccx else {
+            panic!("a packet without the header: {:?}", p.bth);
+        };
+        packets += 1;
+        echoes += usize::from(echo_ns.is_some());
+    }
+    // The client's capture: 200 x 64 KiB in 4 KiB packets, and the ACKs that came back.
+    assert!(packets > 3200, "{packets} packets");
+    assert!(echoes > 0, "ACKs echo the request's send time");
+}

@@ -74,6 +74,8 @@ pub struct CcOptions {
     pub name: String,
     pub params: Vec<(String, String)>,
     pub mode: sluice_control::registry::Mode,
+    /// The CC extension header both ends carry (the user's word that the peer agrees).
+    pub ccx: Option<sluice_wire::CcxLayout>,
 }
 
 impl Default for CcOptions {
@@ -83,6 +85,7 @@ impl Default for CcOptions {
             name: "none".to_string(),
             params: Vec::new(),
             mode: sluice_control::registry::Mode::Inline,
+            ccx: None,
         }
     }
 }

@@ -389,6 +389,7 @@ fn open(
         // perftest's exchange cannot negotiate Sluice's control packets: a law that needs
         // them is the user's word that the peer runs it too.
         c.cc_control = o.cc.control_packets();
+        c.ccx = o.cc.ccx;
         engine.connect(*qpn, &c)?;
         index.insert(qpn.0, i);
         ends.push(QpEnd {
