@@ -24,12 +24,7 @@ fn transfer(law: Option<&str>) -> (Duration, u64, u64) {
     if let Some(name) = law {
         let params = [("base_rtt_us".to_string(), "12".to_string())];
         let controller = build(name, &params, &Mode::Inline).unwrap();
-        // HPCC reacts to every packet's telemetry: each asks for its ACK (as in the paper).
-        let config = EngineConfig {
-            ack_request_every: 1,
-            ..EngineConfig::default()
-        };
-        world.engines[0] = Engine::with_controller(config, controller);
+        world.engines[0] = Engine::with_controller(EngineConfig::default(), controller);
     }
     world.int_ports[0] = true;
     let p = Pair::connect(
