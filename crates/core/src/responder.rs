@@ -634,6 +634,17 @@ impl Engine {
         let pd = qp.config.pd;
         let ack = |syndrome| Aeth { syndrome, msn };
         let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
+        // CNPs and control packets: not sequenced, no payload, never a CC extension header.
+        let unsequenced = |bth, ext| Transmit {
+            dst,
+            src_port,
+            headers: RoceHeaders {
+                bth,
+                ccx: None,
+                ext,
+            },
+            payload_len: 0,
+        };
         if qp.cnp_due {
             // The control law's congestion notification goes before anything else.
             qp.cnp_due = false;
@@ -641,16 +652,7 @@ impl Engine {
                 let mut bth = Bth::new(Opcode::CNP, dest_qp, Psn::new(0));
                 bth.becn = true;
                 self.counters.cnps_sent += 1;
-                return Some(Transmit {
-                    dst,
-                    src_port,
-                    headers: RoceHeaders {
-                        bth,
-                        ccx: None,
-                        ext: ExtHeaders::default(),
-                    },
-                    payload_len: 0,
-                });
+                return Some(unsequenced(bth, ExtHeaders::default()));
             }
         }
         if qp.grant_due > 0 {
@@ -666,16 +668,7 @@ impl Engine {
                     ..ExtHeaders::default()
                 };
                 self.counters.grants_sent += 1;
-                return Some(Transmit {
-                    dst,
-                    src_port,
-                    headers: RoceHeaders {
-                        bth,
-                        ccx: None,
-                        ext,
-                    },
-                    payload_len: 0,
-                });
+                return Some(unsequenced(bth, ext));
             }
             self.counters.grants_unsent += 1;
         }

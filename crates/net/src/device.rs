@@ -9,8 +9,8 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    BTH_LEN, CCX_MAX_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT, RocePacket,
-    UDP_HEADER_LEN, UdpHeader, pad_for,
+    AtomicEth, BTH_LEN, CCX_MAX_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
+    RocePacket, UDP_HEADER_LEN, UdpHeader, pad_for,
 };
 
 use crate::capture::Capture;
@@ -19,7 +19,7 @@ use crate::{NetCounters, NetError};
 
 /// Room kept before each packet's payload in the send buffer for its RoCE headers: the BTH,
 /// the largest CC extension header and the largest extension headers (an AtomicETH, 28 bytes).
-const HEADER_ROOM: usize = BTH_LEN + CCX_MAX_LEN + 28;
+const HEADER_ROOM: usize = BTH_LEN + CCX_MAX_LEN + AtomicEth::LEN;
 /// The largest RoCE payload (path MTU 4096).
 const MAX_PAYLOAD: usize = 4096;
 /// One packet's slot in the send buffer: headers, payload, pad and ICRC.
