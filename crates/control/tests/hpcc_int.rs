@@ -36,18 +36,7 @@ fn transfer(law: Option<&str>) -> (Duration, u64, u64) {
             ..PairOptions::default()
         },
     );
-    let op = SendOp::Write {
-        remote_addr: p.mr[1].addr,
-        rkey: p.mr[1].rkey,
-    };
-    let sgl = [Sge {
-        lkey: p.mr[0].lkey,
-        addr: p.mr[0].addr,
-        len: LEN,
-    }];
-    world.engines[0]
-        .post_send(p.qp[0], &SendWr::new(1, op, &sgl))
-        .unwrap();
+    p.post_write(&mut world, 1, 0, LEN);
     let cq = p.send_cq[0];
     assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
     assert_eq!(

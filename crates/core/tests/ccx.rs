@@ -10,31 +10,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use common::*;
-use sluice_core::control::{Actions, Event, EventMask, Inline, Law};
+use sluice_core::control::{Event, Inline};
 use sluice_core::*;
 use sluice_wire::{CcxLayout, IntPath};
-
-/// Records every event.
-#[derive(Debug, Clone, Default)]
-struct Recorder {
-    events: Rc<RefCell<Vec<Event>>>,
-}
-
-impl Law for Recorder {
-    type Context = ();
-
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-
-    fn interest(&self) -> EventMask {
-        EventMask::ALL
-    }
-
-    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, _: &mut Actions) {
-        self.events.borrow_mut().push(*event);
-    }
-}
 
 /// Two hosts, a recorder on host 0, the pair connected with `ccx` on each side.
 fn connected(
@@ -60,18 +38,7 @@ fn connected(
 /// returns their statuses.
 fn writes(world: &mut World, p: &Pair, count: u64, len: u32) -> Vec<WcStatus> {
     for i in 0..count {
-        let op = SendOp::Write {
-            remote_addr: p.mr[1].addr + i * u64::from(len),
-            rkey: p.mr[1].rkey,
-        };
-        let sgl = [Sge {
-            lkey: p.mr[0].lkey,
-            addr: p.mr[0].addr + i * u64::from(len),
-            len,
-        }];
-        world.engines[0]
-            .post_send(p.qp[0], &SendWr::new(i, op, &sgl))
-            .unwrap();
+        p.post_write(world, i, i * u64::from(len), len);
     }
     let cq = p.send_cq[0];
     world.run_until(Duration::from_millis(50), |w| {

@@ -13,36 +13,6 @@ use sluice_core::control::{
 use sluice_core::*;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 
-/// Records every event, and sets a fixed rate and window on every queue pair.
-#[derive(Debug, Clone, Default)]
-struct Recorder {
-    events: Rc<RefCell<Vec<Event>>>,
-    rate_bps: Option<u64>,
-    window_bytes: Option<u64>,
-}
-
-impl Law for Recorder {
-    type Context = ();
-
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-
-    fn interest(&self) -> EventMask {
-        EventMask::ALL
-    }
-
-    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, act: &mut Actions) {
-        self.events.borrow_mut().push(*event);
-        if let Some(r) = self.rate_bps {
-            act.set_rate(r);
-        }
-        if let Some(w) = self.window_bytes {
-            act.set_window(w);
-        }
-    }
-}
-
 fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {
     let mut world = World::new(2, 1, link);
     for (h, c) in controllers.into_iter().enumerate() {
@@ -54,18 +24,7 @@ fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {
 
 fn write(world: &mut World, p: &Pair, len: u32) -> Duration {
     let start = world.now;
-    let op = SendOp::Write {
-        remote_addr: p.mr[1].addr,
-        rkey: p.mr[1].rkey,
-    };
-    let sgl = [Sge {
-        lkey: p.mr[0].lkey,
-        addr: p.mr[0].addr,
-        len,
-    }];
-    world.engines[0]
-        .post_send(p.qp[0], &SendWr::new(1, op, &sgl))
-        .unwrap();
+    p.post_write(world, 1, 0, len);
     let cq = p.send_cq[0];
     assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
     assert_eq!(Pair::completions(world, 0, cq)[0].status, WcStatus::Success);
@@ -132,11 +91,7 @@ fn the_control_law_sees_tx_rx_acks_with_rtt_and_cnps() {
     assert!(!a_events.iter().any(|e| matches!(e, Event::Timeout)));
 
     // A CNP for the queue pair reaches its control law.
-    let cnp = RoceHeaders {
-        bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
-        ccx: None,
-        ext: ExtHeaders::default(),
-    };
+    let cnp = p.cnp();
     world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
     assert_eq!(world.engines[0].counters().cnps_received, 1);
     assert_eq!(a_log.borrow().last(), Some(&Event::Cnp));
@@ -160,24 +115,7 @@ fn a_dead_link_shows_timeouts() {
             ..PairOptions::default()
         },
     );
-    let op = SendOp::Write {
-        remote_addr: p.mr[1].addr,
-        rkey: p.mr[1].rkey,
-    };
-    world.engines[0]
-        .post_send(
-            p.qp[0],
-            &SendWr::new(
-                1,
-                op,
-                &[Sge {
-                    lkey: p.mr[0].lkey,
-                    addr: p.mr[0].addr,
-                    len: 8,
-                }],
-            ),
-        )
-        .unwrap();
+    p.post_write(&mut world, 1, 0, 8);
     world.run_until(Duration::from_millis(50), |_| false);
     let timeouts = events
         .borrow()
@@ -403,50 +341,14 @@ fn a_law_can_move_a_queue_pair_to_another_path() {
     let p = Pair::connect(&mut world, &PairOptions::default());
     let mut payload = [0u8; 4096];
     // Before any CNP: Soft-RoCE's port for the QPN. After one: the law's.
-    world.engines[0]
-        .post_send(
-            p.qp[0],
-            &SendWr::new(
-                1,
-                SendOp::Write {
-                    remote_addr: p.mr[1].addr,
-                    rkey: p.mr[1].rkey,
-                },
-                &[Sge {
-                    lkey: p.mr[0].lkey,
-                    addr: p.mr[0].addr,
-                    len: 8,
-                }],
-            ),
-        )
-        .unwrap();
+    p.post_write(&mut world, 1, 0, 8);
     let t = world.engines[0]
         .poll_transmit(world.now, &mut payload)
         .unwrap();
     assert!(t.src_port >= 0xC000 && t.src_port != 0xC0DE);
-    let cnp = RoceHeaders {
-        bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
-        ccx: None,
-        ext: ExtHeaders::default(),
-    };
+    let cnp = p.cnp();
     world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
-    world.engines[0]
-        .post_send(
-            p.qp[0],
-            &SendWr::new(
-                2,
-                SendOp::Write {
-                    remote_addr: p.mr[1].addr,
-                    rkey: p.mr[1].rkey,
-                },
-                &[Sge {
-                    lkey: p.mr[0].lkey,
-                    addr: p.mr[0].addr,
-                    len: 8,
-                }],
-            ),
-        )
-        .unwrap();
+    p.post_write(&mut world, 2, 0, 8);
     let t = world.engines[0]
         .poll_transmit(world.now, &mut payload)
         .unwrap();
@@ -543,18 +445,7 @@ fn grants_are_totals_so_lost_ones_are_made_up() {
 #[test]
 fn without_agreement_no_grant_leaves_and_the_sender_holds() {
     let (mut world, p) = credit_world(false, Impairments::CLEAN);
-    let op = SendOp::Write {
-        remote_addr: p.mr[1].addr,
-        rkey: p.mr[1].rkey,
-    };
-    let sgl = [Sge {
-        lkey: p.mr[0].lkey,
-        addr: p.mr[0].addr,
-        len: 64 * 1024,
-    }];
-    world.engines[0]
-        .post_send(p.qp[0], &SendWr::new(1, op, &sgl))
-        .unwrap();
+    p.post_write(&mut world, 1, 0, 64 * 1024);
     let cq = p.send_cq[0];
     assert!(!world.run_until(Duration::from_millis(1), |w| w.engines[0].cq_len(cq) == 1));
     let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
@@ -594,11 +485,7 @@ fn decoupled_processing_acts_after_the_modelled_loop_delay() {
     let mut world = World::new(2, 1, Impairments::CLEAN);
     std::mem::swap(&mut world.engines[0], &mut engine);
     let p = Pair::connect(&mut world, &PairOptions::default());
-    let cnp = RoceHeaders {
-        bth: Bth::new(Opcode::CNP, p.qp[0].0, Psn::new(0)),
-        ccx: None,
-        ext: ExtHeaders::default(),
-    };
+    let cnp = p.cnp();
     let t0 = world.now;
     for _ in 0..3 {
         world.engines[0].handle_packet(t0, world.addrs[1], false, &cnp, Payload::Len(0));
@@ -649,18 +536,7 @@ fn a_rate_cut_while_a_packet_waits_for_its_slot_does_not_stall() {
     // Three one-packet WRITEs: each asks for an ACK, which arrives (after ~10 us) while the
     // next packet waits for its 18 us slot at 500 Mbit/s.
     for i in 0..3 {
-        let op = SendOp::Write {
-            remote_addr: p.mr[1].addr,
-            rkey: p.mr[1].rkey,
-        };
-        let sgl = [Sge {
-            lkey: p.mr[0].lkey,
-            addr: p.mr[0].addr,
-            len: 1024,
-        }];
-        world.engines[0]
-            .post_send(p.qp[0], &SendWr::new(i, op, &sgl))
-            .unwrap();
+        p.post_write(&mut world, i, 0, 1024);
     }
     let cq = p.send_cq[0];
     assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 3));

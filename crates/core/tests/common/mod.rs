@@ -386,4 +386,71 @@ impl Pair {
         }
         out
     }
+
+    /// Posts WRITE `wr_id` of `len` bytes from host 0's region at `offset` to host 1's
+    /// region at the same offset.
+    pub fn post_write(&self, world: &mut World, wr_id: u64, offset: u64, len: u32) {
+        let op = SendOp::Write {
+            remote_addr: self.mr[1].addr + offset,
+            rkey: self.mr[1].rkey,
+        };
+        let sgl = [Sge {
+            lkey: self.mr[0].lkey,
+            addr: self.mr[0].addr + offset,
+            len,
+        }];
+        world.engines[0]
+            .post_send(self.qp[0], &SendWr::new(wr_id, op, &sgl))
+            .unwrap();
+    }
+
+    /// A RoCE v2 CNP to host 0's queue pair.
+    pub fn cnp(&self) -> sluice_wire::RoceHeaders {
+        sluice_wire::RoceHeaders {
+            bth: sluice_wire::Bth::new(
+                sluice_wire::Opcode::CNP,
+                self.qp[0].0,
+                sluice_wire::Psn::new(0),
+            ),
+            ccx: None,
+            ext: sluice_wire::ExtHeaders::default(),
+        }
+    }
+}
+
+/// A control law that records every event, and sets a fixed rate and window (if given) on
+/// every queue pair at each one.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    pub events: std::rc::Rc<std::cell::RefCell<Vec<sluice_core::control::Event>>>,
+    pub rate_bps: Option<u64>,
+    pub window_bytes: Option<u64>,
+}
+
+impl sluice_core::control::Law for Recorder {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn interest(&self) -> sluice_core::control::EventMask {
+        sluice_core::control::EventMask::ALL
+    }
+
+    fn on_event(
+        &mut self,
+        _: Instant,
+        _: &mut (),
+        event: &sluice_core::control::Event,
+        act: &mut sluice_core::control::Actions,
+    ) {
+        self.events.borrow_mut().push(*event);
+        if let Some(r) = self.rate_bps {
+            act.set_rate(r);
+        }
+        if let Some(w) = self.window_bytes {
+            act.set_window(w);
+        }
+    }
 }
