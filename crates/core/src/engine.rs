@@ -178,6 +178,9 @@ pub struct Engine {
     interest: EventMask,
     /// Actions the controller returned from its timers, applied at once (reused buffer).
     deferred: Deferred,
+    /// While a response is handled: the round trip its echoed send time measures, for the
+    /// ACK event it causes.
+    pub(crate) echoed_rtt: Option<std::time::Duration>,
 }
 
 impl Engine {
@@ -203,6 +206,7 @@ impl Engine {
             interest: controller.interest(),
             controller,
             deferred: Vec::new(),
+            echoed_rtt: None,
         }
     }
 
@@ -770,8 +774,12 @@ impl Engine {
                 self.counters.drops_bad_state += 1;
                 return;
             }
-            if headers.ccx.is_some() {
-                qp.ccx_echo = headers.ccx;
+            if let Some(ccx) = headers.ccx {
+                // Kept out of line (boxed once per queue pair): most never carry a CCX.
+                match &mut qp.ccx_echo {
+                    Some(kept) => **kept = ccx,
+                    slot => *slot = Some(Box::new(ccx)),
+                }
             }
             self.on_request(index, now, ce, headers, info, payload);
         }
@@ -792,8 +800,7 @@ impl Engine {
         payload: Payload<'_>,
     ) {
         use sluice_wire::Ccx;
-        let qp = self.qp_mut(index);
-        qp.ccx_rtt = match headers.ccx {
+        self.echoed_rtt = match headers.ccx {
             Some(Ccx::Timestamps {
                 echo_ns: Some(sent),
                 ..
@@ -803,10 +810,9 @@ impl Engine {
             _ => None,
         };
         self.on_response(index, now, headers, info, payload);
-        let qp = self.qp_mut(index);
-        qp.ccx_rtt = None;
+        self.echoed_rtt = None;
         if let Some(Ccx::Int(path)) = headers.ccx {
-            let confirmed = qp.req.confirmed;
+            let confirmed = self.qp_mut(index).req.confirmed;
             self.emit(index, now, Event::Telemetry { confirmed, path });
         }
     }

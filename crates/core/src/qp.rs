@@ -544,9 +544,7 @@ pub(crate) struct Qp {
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
     /// The CC extension header of the latest request from the peer: what responses echo.
-    pub(crate) ccx_echo: Option<sluice_wire::Ccx>,
-    /// While a response is handled: the round trip its echoed timestamp gives.
-    pub(crate) ccx_rtt: Option<std::time::Duration>,
+    pub(crate) ccx_echo: Option<Box<sluice_wire::Ccx>>,
 }
 
 impl Qp {
@@ -568,7 +566,6 @@ impl Qp {
             paced: (crate::Instant::ZERO, 0),
             rtt_probe: None,
             ccx_echo: None,
-            ccx_rtt: None,
         }
     }
 
@@ -577,7 +574,7 @@ impl Qp {
     /// response echoes the latest request's time (or its INT record, HPCC's ACK).
     pub(crate) fn ccx_out(&self, now: crate::Instant, response: bool) -> Option<sluice_wire::Ccx> {
         use sluice_wire::{Ccx, CcxLayout, IntPath};
-        let echo = self.ccx_echo.filter(|_| response);
+        let echo = self.ccx_echo.as_deref().copied().filter(|_| response);
         Some(match self.attrs.ccx? {
             CcxLayout::Timestamps => Ccx::Timestamps {
                 tx_ns: now.as_nanos(),

@@ -403,7 +403,7 @@ impl Engine {
             _ => None,
         };
         // An echoed send time measures the very transmission that was answered.
-        let rtt = qp.ccx_rtt.take().or(probed);
+        let rtt = self.echoed_rtt.take().or(probed);
         self.emit(
             index,
             now,
