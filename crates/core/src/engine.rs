@@ -705,7 +705,10 @@ impl Engine {
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
     /// Anything that does not belong is dropped and counted; requests are answered as the
     /// protocol prescribes. `ce` says whether the IP header carried the Congestion
-    /// Experienced mark.
+    /// Experienced mark. `now` is when the packet arrived: a driver that has the host's
+    /// receive timestamp passes it, even if other calls since were made at later times (it
+    /// must not be earlier than the `now` of anything this engine sent before the packet
+    /// arrived); RTT samples and the responder's hold time (see `Ccx`) are measured from it.
     pub fn handle_packet(
         &mut self,
         now: Instant,
@@ -776,9 +779,10 @@ impl Engine {
             }
             if let Some(ccx) = headers.ccx {
                 // Kept out of line (boxed once per queue pair): most never carry a CCX.
+                let echo = crate::qp::CcxEcho { ccx, arrived: now };
                 match &mut qp.ccx_echo {
-                    Some(kept) => **kept = ccx,
-                    slot => *slot = Some(Box::new(ccx)),
+                    Some(kept) => **kept = echo,
+                    slot => *slot = Some(Box::new(echo)),
                 }
             }
             self.on_request(index, now, ce, headers, info, payload);

@@ -544,7 +544,16 @@ pub(crate) struct Qp {
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
     /// The CC extension header of the latest request from the peer: what responses echo.
-    pub(crate) ccx_echo: Option<Box<sluice_wire::Ccx>>,
+    pub(crate) ccx_echo: Option<Box<CcxEcho>>,
+}
+
+/// The CC extension header of a request, kept for the responses that echo it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CcxEcho {
+    pub(crate) ccx: sluice_wire::Ccx,
+    /// When the request arrived: a timestamp echo is advanced by the time since, so that
+    /// the requester's RTT sample leaves out how long this host held the request.
+    pub(crate) arrived: crate::Instant,
 }
 
 impl Qp {
@@ -571,7 +580,8 @@ impl Qp {
 
     /// The CC extension header for a packet leaving at `now`, if the ends agreed on one: a
     /// request carries its send time (or an empty INT record for switches to fill); a
-    /// response echoes the latest request's time (or its INT record, HPCC's ACK).
+    /// response echoes the latest request's time, advanced by how long this host held that
+    /// request (or echoes its INT record, HPCC's ACK).
     pub(crate) fn ccx_out(&self, now: crate::Instant, response: bool) -> Option<sluice_wire::Ccx> {
         use sluice_wire::{Ccx, CcxLayout, IntPath};
         let echo = self.ccx_echo.as_deref().copied().filter(|_| response);
@@ -579,12 +589,18 @@ impl Qp {
             CcxLayout::Timestamps => Ccx::Timestamps {
                 tx_ns: now.as_nanos(),
                 echo_ns: match echo {
-                    Some(Ccx::Timestamps { tx_ns, .. }) => Some(tx_ns),
+                    Some(CcxEcho {
+                        ccx: Ccx::Timestamps { tx_ns, .. },
+                        arrived,
+                    }) => Some(tx_ns.wrapping_add((now - arrived).as_nanos() as u64)),
                     _ => None,
                 },
             },
             CcxLayout::Int => match echo {
-                Some(int @ Ccx::Int(_)) => int,
+                Some(CcxEcho {
+                    ccx: int @ Ccx::Int(_),
+                    ..
+                }) => int,
                 _ => Ccx::Int(IntPath::default()),
             },
         })

@@ -94,6 +94,36 @@ fn echoed_timestamps_time_every_ack() {
 }
 
 #[test]
+fn echoed_timestamps_leave_out_the_time_the_peer_held_the_request() {
+    // Host 1 answers 40 us after each packet arrives (a software stack waking up).
+    let both = Some(CcxLayout::Timestamps);
+    let (mut world, p, events) = connected([both, both], Impairments::CLEAN);
+    world.answer_delay[1] = Duration::from_micros(40);
+    assert_eq!(writes(&mut world, &p, 8, 1024), vec![WcStatus::Success; 8]);
+    let (acks, rtts) = rtt_samples(&events.borrow());
+    assert!(acks > 0 && rtts.len() == acks, "{acks} ACKs: {rtts:?}");
+    // The echo is advanced by the hold, so the samples are the network's round trip, as
+    // with a host that answers at once (10-14 us above).
+    for rtt in &rtts {
+        assert!(
+            *rtt >= Duration::from_micros(10) && *rtt < Duration::from_micros(14),
+            "{rtts:?}"
+        );
+    }
+
+    // Without the header the probe's sample is all of it: the network and the 40 us.
+    let (mut world, p, events) = connected([None, None], Impairments::CLEAN);
+    world.answer_delay[1] = Duration::from_micros(40);
+    assert_eq!(writes(&mut world, &p, 8, 1024), vec![WcStatus::Success; 8]);
+    let (_, rtts) = rtt_samples(&events.borrow());
+    assert!(!rtts.is_empty());
+    assert!(
+        rtts.iter().all(|r| *r >= Duration::from_micros(50)),
+        "{rtts:?}"
+    );
+}
+
+#[test]
 fn echoed_timestamps_time_resent_packets_too() {
     let both = Some(CcxLayout::Timestamps);
     let link = Impairments {

@@ -14,7 +14,9 @@
 //!  4..   : the layout's fields, big-endian
 //!
 //!  timestamps (20 bytes): tx_ns u64   the sender's clock (ns) as the packet left
-//!                         echo_ns u64 in a response: the tx_ns of the request it answers
+//!                         echo_ns u64 in a response: the tx_ns of the request it answers,
+//!                                     plus the time the responder held that request, so
+//!                                     that arrival - echo_ns is the network's round trip
 //!                                     (count 1); zero and not set in a request (count 0)
 //!  INT (64 bytes, always): 5 hop slots of 12 bytes, first hop first, `count` of them filled:
 //!                         tx_bytes u32, ts_ns u32, qlen u16 (in 256-byte units, rounded up,
@@ -153,7 +155,8 @@ impl CcxLayout {
 /// A decoded CCX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ccx {
-    /// `echo_ns`: in a response, the `tx_ns` of the request it answers.
+    /// `echo_ns`: in a response, the `tx_ns` of the request it answers plus the time the
+    /// responder held that request.
     Timestamps {
         tx_ns: u64,
         echo_ns: Option<u64>,
@@ -239,9 +242,65 @@ impl Ccx {
     }
 }
 
+/// Moves the times of an encoded timestamp CCX `ns` later, in place: `tx_ns`, and `echo_ns`
+/// when set (the responder's hold then grows by as much). `ccx` is the packet from the CCX
+/// on (the bytes after its BTH). A driver calls it on a packet that leaves later than the
+/// time it was built with, so that the times say when it left, as a NIC stamps on the wire.
+/// The ICRC masks these bytes and stays valid. Returns whether there was a timestamp CCX to
+/// change (nothing is changed otherwise).
+pub fn delay_timestamps(ccx: &mut [u8], ns: u64) -> bool {
+    if ccx.len() < TIMESTAMPS_LEN
+        || usize::from(ccx[0]) * 4 != TIMESTAMPS_LEN
+        || ccx[1] != LAYOUT_TIMESTAMPS
+    {
+        return false;
+    }
+    let fields = if ccx[2] == 1 { 4..20 } else { 4..12 };
+    for at in fields.step_by(8) {
+        let t = read_u64(&ccx[at..]).wrapping_add(ns);
+        ccx[at..at + 8].copy_from_slice(&t.to_be_bytes());
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delaying_moves_both_times_of_a_timestamp_header_only() {
+        let mut buf = [0u8; 24];
+        let response = Ccx::Timestamps {
+            tx_ns: 1_000,
+            echo_ns: Some(400),
+        };
+        response.emit(&mut buf).unwrap();
+        assert!(delay_timestamps(&mut buf, 25));
+        let moved = Ccx::Timestamps {
+            tx_ns: 1_025,
+            echo_ns: Some(425),
+        };
+        assert_eq!(Ccx::parse(&buf), Ok((moved, 20)));
+        let request = Ccx::Timestamps {
+            tx_ns: u64::MAX,
+            echo_ns: None,
+        };
+        request.emit(&mut buf).unwrap();
+        assert!(delay_timestamps(&mut buf, 2));
+        let wrapped = Ccx::Timestamps {
+            tx_ns: 1,
+            echo_ns: None,
+        };
+        assert_eq!(Ccx::parse(&buf), Ok((wrapped, 20)));
+        assert_eq!(buf[12..20], [0; 8], "no echo, nothing written there");
+        // INT records and short or foreign bytes are left alone.
+        let mut int = [0u8; 64];
+        Ccx::Int(IntPath::default()).emit(&mut int).unwrap();
+        let before = int;
+        assert!(!delay_timestamps(&mut int, 5));
+        assert_eq!(int, before);
+        assert!(!delay_timestamps(&mut buf[..19], 5));
+    }
 
     #[test]
     fn timestamps_known_bytes() {

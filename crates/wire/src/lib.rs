@@ -56,6 +56,7 @@ pub use aeth::{AETH_LEN, Aeth, Credits, NakCode, RnrTimer, Syndrome};
 pub use bth::{BTH_LEN, Bth, DEFAULT_PKEY};
 pub use ccx::{
     CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, Ccx, CcxLayout, IntHop, IntPath, MAX_INT_HOPS,
+    delay_timestamps,
 };
 pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};

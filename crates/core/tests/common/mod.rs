@@ -73,6 +73,12 @@ pub struct World {
     port_tx_bytes: Vec<u32>,
     /// At INT ports: when each packet was queued and how many bytes were ahead of it.
     pub queue_log: Vec<(Instant, u64)>,
+    /// How long each host takes to answer what it receives: a host that sleeps between
+    /// packets (a software stack) wakes up this long after a packet arrives. Its engine is
+    /// told the arrival time, as a kernel receive timestamp would, but sends nothing before.
+    pub answer_delay: Vec<Duration>,
+    /// When each host is awake again to send.
+    awake_at: Vec<Instant>,
 }
 
 impl World {
@@ -101,6 +107,8 @@ impl World {
             int_ports: vec![false; hosts],
             port_tx_bytes: vec![0; hosts],
             queue_log: Vec::new(),
+            answer_delay: vec![Duration::ZERO; hosts],
+            awake_at: vec![Instant::ZERO; hosts],
         }
     }
 
@@ -115,6 +123,9 @@ impl World {
     fn transmit(&mut self) {
         let mut payload = [0u8; 4096];
         for h in 0..self.engines.len() {
+            if self.now < self.awake_at[h] {
+                continue;
+            }
             while let Some(t) = self.engines[h].poll_transmit(self.now, &mut payload) {
                 let ce = self.rng.chance(self.link.ce_mark);
                 let bytes = self.encode(h, &t, ce, &payload[..t.payload_len as usize]);
@@ -210,6 +221,8 @@ impl World {
             let headers = packet.headers();
             self.delivered += 1;
             let (from, ce) = (datagram.ip.src(), datagram.ip.ecn() == 3);
+            let awake = self.now + self.answer_delay[to];
+            self.awake_at[to] = self.awake_at[to].max(awake);
             self.engines[to].handle_packet(
                 self.now,
                 from,
@@ -234,7 +247,17 @@ impl World {
                 .iter_mut()
                 .filter_map(|e| e.next_timeout())
                 .min();
-            let Some(next) = [next_packet, next_timer].into_iter().flatten().min() else {
+            let next_wake = self
+                .awake_at
+                .iter()
+                .copied()
+                .filter(|&t| t > self.now)
+                .min();
+            let Some(next) = [next_packet, next_timer, next_wake]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
                 return done(self);
             };
             if next > end {
