@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    AtomicEth, BTH_LEN, CCX_MAX_LEN, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
+    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
     RocePacket, UDP_HEADER_LEN, UdpHeader, pad_for,
 };
 
@@ -73,6 +73,9 @@ pub struct Device {
     local: SocketAddr,
     peer_port: u16,
     epoch: std::time::Instant,
+    /// The `now` of the latest poll: what packets received later may be timed no earlier
+    /// than (everything the engine sent before was stamped no later).
+    polled: Instant,
     sender: sys::Sender,
     receiver: sys::Receiver,
     /// Packets encoded and not yet accepted by the kernel.
@@ -81,6 +84,8 @@ pub struct Device {
     tx_msgs: Vec<OutMsg>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
+    /// Some staged packet carries CCX timestamps (to move to when it leaves).
+    tx_stamps: bool,
     solver: Ipv4IdSolver,
     counters: NetCounters,
     capture: Option<Capture>,
@@ -119,12 +124,14 @@ impl Device {
             local,
             peer_port: config.peer_port,
             epoch: std::time::Instant::now(),
+            polled: Instant::ZERO,
             sender: sys::Sender::new(),
             receiver: sys::Receiver::new(slot),
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
             tx_sent: 0,
+            tx_stamps: false,
             solver: Ipv4IdSolver::new(),
             counters: NetCounters::default(),
             capture: None,
@@ -181,7 +188,8 @@ impl Device {
     pub fn poll(&mut self) -> Result<bool, NetError> {
         let now = self.now();
         let mut progress = self.transmit(now)?;
-        progress |= self.receive(now)?;
+        progress |= self.receive()?;
+        self.polled = now;
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
             progress = true;
@@ -232,7 +240,10 @@ impl Device {
 
     // ---- receive ------------------------------------------------------------------------
 
-    fn receive(&mut self, now: Instant) -> Result<bool, NetError> {
+    /// Receives a batch and hands each packet to the engine timed when the kernel received
+    /// it: a packet that waited in the socket while this thread slept is not made to look
+    /// late (which would inflate RTT samples the most when traffic is slowest).
+    fn receive(&mut self) -> Result<bool, NetError> {
         let n = self
             .receiver
             .recv(&self.socket, &mut self.counters.rx_truncated)?;
@@ -240,8 +251,18 @@ impl Device {
             return Ok(false);
         }
         self.counters.rx_syscalls += 1;
+        // The kernel stamps with the wall clock; the engine runs on the monotonic one. Read
+        // both now and carry each stamp over by its age.
+        let (read_at, wall) = (self.now(), sys::realtime_ns());
         for i in 0..n {
             let (msg, bytes) = self.receiver.message(i);
+            let now = if msg.arrived_ns == 0 {
+                read_at
+            } else {
+                let age = wall.saturating_sub(msg.arrived_ns);
+                Instant::from_nanos(read_at.as_nanos().saturating_sub(age))
+                    .clamp(self.polled, read_at)
+            };
             for segment in bytes.chunks(msg.segment) {
                 Self::deliver(
                     &mut self.engine,
@@ -335,6 +356,7 @@ impl Device {
                 self.tx_msgs.clear();
                 self.tx_packets.clear();
                 self.tx_sent = 0;
+                self.tx_stamps = false;
                 if self.stage(now) == 0 {
                     return Ok(progress);
                 }
@@ -350,6 +372,13 @@ impl Device {
 
     /// Hands staged messages to the kernel; returns how many it took.
     fn send_staged(&mut self) -> Result<usize, NetError> {
+        // Packets leave now, not when the engine built them: what a CC extension header
+        // says about time is moved to now (the engine's stamps are up to a batch older), and
+        // the capture records them as they go.
+        let leaving = (self.tx_stamps || self.capture.is_some()).then(|| self.now());
+        if let (true, Some(now)) = (self.tx_stamps, leaving) {
+            self.restamp(now);
+        }
         let msgs = &self.tx_msgs[self.tx_sent..];
         match self
             .sender
@@ -363,6 +392,11 @@ impl Device {
                         self.counters.tx_gso_batches += 1;
                     }
                 }
+                if let (Some(capture), Some(now)) = (self.capture.as_mut(), leaving) {
+                    for m in &msgs[..n] {
+                        record_sent(capture, now, self.local, m, &self.tx_packets, &self.tx_buf);
+                    }
+                }
                 self.tx_sent += n;
                 Ok(n)
             }
@@ -373,6 +407,20 @@ impl Device {
                 self.send_staged()
             }
             Err(e) => Err(self.send_error(e)),
+        }
+    }
+
+    /// Moves the CCX timestamps of every unsent packet to `now`.
+    fn restamp(&mut self, now: Instant) {
+        for m in &self.tx_msgs[self.tx_sent..] {
+            for p in &mut self.tx_packets[m.first..m.first + m.count] {
+                let Some(stamped) = p.stamped.filter(|&s| s < now) else {
+                    continue;
+                };
+                let ccx = &mut self.tx_buf[p.offset + BTH_LEN..p.offset + p.len];
+                sluice_wire::delay_timestamps(ccx, (now - stamped).as_nanos() as u64);
+                p.stamped = Some(now);
+            }
         }
     }
 
@@ -481,17 +529,37 @@ impl Device {
             let crc = icrc::compute_split(&head[..head_len], roce)
                 .expect("headers and packet built just above are well formed");
             roce[len - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
-            if let Some(c) = self.capture.as_mut() {
-                if let Ok(p) = RocePacket::parse(roce) {
-                    c.record(now, true, &head[..head_len], roce, &p);
-                }
-            }
+            let stamped = matches!(t.headers.ccx, Some(Ccx::Timestamps { .. })).then_some(now);
+            self.tx_stamps |= stamped.is_some();
             self.tx_packets.push(OutPacket {
                 offset: slot + start,
                 len,
+                stamped,
             });
         }
         self.tx_packets.len()
+    }
+}
+
+/// Records the packets of message `m`, just handed to the kernel, in the capture.
+fn record_sent(
+    capture: &mut Capture,
+    now: Instant,
+    local: SocketAddr,
+    m: &OutMsg,
+    packets: &[OutPacket],
+    buf: &[u8],
+) {
+    for (k, p) in packets[m.first..m.first + m.count].iter().enumerate() {
+        let roce = &buf[p.offset..p.offset + p.len];
+        let mut head = [0u8; MAX_IP_UDP];
+        // The identification the packet's ICRC was computed for (see `stage`).
+        let Some(head_len) = ip_udp_header(local, m.dst, p.len, k as u16, &mut head) else {
+            continue;
+        };
+        if let Ok(packet) = RocePacket::parse(roce) {
+            capture.record(now, true, &head[..head_len], roce, &packet);
+        }
     }
 }
 

@@ -16,9 +16,10 @@ const UDP_GRO: c_int = 104;
 const SO_SNDBUFFORCE: c_int = 32;
 const SO_RCVBUFFORCE: c_int = 33;
 
-/// Room for the control messages of one received datagram: its TOS or traffic class, and the
-/// GRO segment size (both an int). Kept as `u64`s so that the buffer is aligned for `cmsghdr`.
-const RX_CMSG_WORDS: usize = 8;
+/// Room for the control messages of one received datagram: its TOS or traffic class and the
+/// GRO segment size (an int each), and its arrival time (a timespec). Kept as `u64`s so that
+/// the buffer is aligned for `cmsghdr`.
+const RX_CMSG_WORDS: usize = 12;
 /// Room for one UDP_SEGMENT control message (a u16), aligned likewise.
 const TX_CMSG_WORDS: usize = 4;
 
@@ -107,6 +108,9 @@ impl Socket {
         }
         let gso = get_int(fd, libc::SOL_UDP, UDP_SEGMENT).is_ok();
         let gro = set_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        // Arrival times from the kernel, taken before the packet waits for us to wake up and
+        // read it. Without them packets are timed when read (RTT samples then include it).
+        let _ = set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         Ok(Socket { socket, gso, gro })
     }
 
@@ -224,6 +228,8 @@ pub(crate) struct OutMsg {
 pub(crate) struct OutPacket {
     pub(crate) offset: usize,
     pub(crate) len: usize,
+    /// The time its CC extension header's timestamps say, if it carries them.
+    pub(crate) stamped: Option<sluice_core::Instant>,
 }
 
 /// The arrays `sendmmsg` and `recvmmsg` read and write: `MAX_BATCH` message headers, socket
@@ -339,6 +345,13 @@ impl Sender {
     }
 }
 
+/// `CLOCK_REALTIME` in ns since the Unix epoch: the clock of [`InMsg::arrived_ns`].
+pub(crate) fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 fn cmsg_space(len: usize) -> usize {
     // SAFETY: CMSG_SPACE is arithmetic on its argument.
     unsafe { libc::CMSG_SPACE(len as u32) as usize }
@@ -353,6 +366,9 @@ pub(crate) struct InMsg {
     pub(crate) segment: usize,
     /// The TOS / traffic-class byte it arrived with.
     pub(crate) tos: u8,
+    /// When the kernel received it, in ns since the Unix epoch (`CLOCK_REALTIME`); 0 when
+    /// the kernel did not say.
+    pub(crate) arrived_ns: u64,
 }
 
 /// Reusable arrays and buffers for `recvmmsg`: `MAX_BATCH` slots of `slot` bytes each.
@@ -432,7 +448,7 @@ impl Receiver {
             let Some(src) = a.names[i].socket_addr() else {
                 continue;
             };
-            let (mut segment, mut tos) = (len, 0u8);
+            let (mut segment, mut tos, mut arrived_ns) = (len, 0u8, 0u64);
             // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG_* macros
             // walk only inside it, and each payload read is of the size the kernel wrote.
             unsafe {
@@ -447,6 +463,12 @@ impl Receiver {
                         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                             tos = data.cast::<c_int>().read_unaligned() as u8;
                         }
+                        (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                            let t = data.cast::<libc::timespec>().read_unaligned();
+                            arrived_ns = (t.tv_sec as u64)
+                                .saturating_mul(1_000_000_000)
+                                .saturating_add(t.tv_nsec as u64);
+                        }
                         _ => {}
                     }
                     c = libc::CMSG_NXTHDR(hdr, c);
@@ -457,6 +479,7 @@ impl Receiver {
                 len,
                 segment: segment.clamp(1, len.max(1)),
                 tos,
+                arrived_ns,
             });
         }
         Ok(self.msgs.len())

@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use sluice_core::control::{Actions, Controller, Event, EventMask, Inline, Law, NoControl};
 use sluice_core::{
     Access, Completion, Connection, CqId, Memory, MrInfo, Mtu, QpConfig, QpNum, SendOp, SendWr,
     Sge, WcStatus,
@@ -30,10 +31,20 @@ struct End {
 /// A device on `ip` (ephemeral port) with a `len`-byte region, a CQ and a QP; `None` when
 /// the address cannot be bound here (no IPv6 loopback).
 fn try_end(ip: IpAddr, len: usize, fill: impl Fn(usize) -> u8, offload: bool) -> Option<End> {
+    try_end_controlled(ip, len, fill, offload, Box::new(NoControl))
+}
+
+fn try_end_controlled(
+    ip: IpAddr,
+    len: usize,
+    fill: impl Fn(usize) -> u8,
+    offload: bool,
+    controller: Box<dyn Controller>,
+) -> Option<End> {
     let mut config = DeviceConfig::new(ip);
     config.local.set_port(0);
     config.offload = offload;
-    let mut dev = Device::open(config).ok()?;
+    let mut dev = Device::open_with_controller(config, controller).ok()?;
     let e = dev.engine();
     let pd = e.alloc_pd();
     let bytes: Vec<u8> = (0..len).map(fill).collect();
@@ -59,8 +70,12 @@ fn try_end(ip: IpAddr, len: usize, fill: impl Fn(usize) -> u8, offload: bool) ->
 
 /// Two connected ends on `ip`: A's region holds a pattern, B's zeroes.
 fn try_pair(ip: IpAddr, len: usize, offload: bool, mtu: Mtu) -> Option<(End, End)> {
-    let mut a = try_end(ip, len, |i| (i * 7 + 1) as u8, offload)?;
-    let mut b = try_end(ip, len, |_| 0, offload)?;
+    let a = try_end(ip, len, |i| (i * 7 + 1) as u8, offload)?;
+    let b = try_end(ip, len, |_| 0, offload)?;
+    Some(connect(ip, a, b, mtu))
+}
+
+fn connect(ip: IpAddr, mut a: End, mut b: End, mtu: Mtu) -> (End, End) {
     a.dev.set_peer_port(b.dev.local_addr().port());
     b.dev.set_peer_port(a.dev.local_addr().port());
     let (aq, bq) = (a.qp, b.qp);
@@ -78,7 +93,7 @@ fn try_pair(ip: IpAddr, len: usize, offload: bool, mtu: Mtu) -> Option<(End, End
             &Connection::new(ip, aq.0, mtu, Psn::new(0xFF_FFF0), Psn::new(7)),
         )
         .unwrap();
-    Some((a, b))
+    (a, b)
 }
 
 fn pair(len: usize, offload: bool, mtu: Mtu) -> (End, End) {
@@ -376,4 +391,81 @@ fn flush_sends_the_ack_owed_for_what_was_received() {
     };
     assert_eq!(c.status, WcStatus::Success);
     assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
+}
+
+/// Records the RTT sample of every ACK.
+#[derive(Debug)]
+struct RttRecorder(std::sync::Arc<std::sync::Mutex<Vec<Duration>>>);
+
+impl Law for RttRecorder {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "rtt-recorder"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::ALL
+    }
+
+    fn on_event(&mut self, _: sluice_core::Instant, _: &mut (), event: &Event, _: &mut Actions) {
+        if let Event::Ack { rtt: Some(rtt), .. } = event {
+            self.0.lock().unwrap().push(*rtt);
+        }
+    }
+}
+
+#[test]
+fn rtt_samples_leave_out_the_time_packets_wait_to_be_read() {
+    // A sends a WRITE; B reads it 30 ms later and answers 30 ms after that; A reads the
+    // ACK 30 ms later. With the kernel's receive timestamps (both ends) and the echo that
+    // B advances by its hold, A's sample is the kernel's round trip, not the 90 ms.
+    const NAP: Duration = Duration::from_millis(30);
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let law = Box::new(Inline::new(RttRecorder(samples.clone())));
+    let a = try_end_controlled(LO, 4096, |i| i as u8, true, law).unwrap();
+    let b = try_end(LO, 4096, |_| 0, true).unwrap();
+    let (mut a, mut b) = connect(LO, a, b, Mtu::M1024);
+    let layout = Some(sluice_wire::CcxLayout::Timestamps);
+    let (aq, bq) = (a.qp, b.qp);
+    a.dev.engine().set_ccx(aq, layout).unwrap();
+    b.dev.engine().set_ccx(bq, layout).unwrap();
+    // Linux turns receive timestamping on a moment after the first socket asks (deferred
+    // work); until then it stamps at read time. One exchange first lets that happen.
+    let op = SendOp::Write {
+        remote_addr: BASE,
+        rkey: b.mr.rkey,
+    };
+    assert_eq!(run(&mut a, &mut b, 0, op, 100).status, WcStatus::Success);
+    std::thread::sleep(NAP);
+    samples.lock().unwrap().clear();
+    let sge = [Sge {
+        lkey: a.mr.lkey,
+        addr: BASE,
+        len: 100,
+    }];
+    a.dev
+        .engine()
+        .post_send(a.qp, &SendWr::new(1, op, &sge))
+        .unwrap();
+    a.dev.poll().unwrap();
+    std::thread::sleep(NAP);
+    let before = b.dev.counters().rx_datagrams;
+    b.dev.poll().unwrap(); // reads the WRITE
+    assert_eq!(b.dev.counters().rx_datagrams, before + 1);
+    std::thread::sleep(NAP);
+    b.dev.poll().unwrap(); // sends the ACK
+    std::thread::sleep(NAP);
+    a.dev.poll().unwrap(); // reads the ACK
+    let c = a
+        .dev
+        .engine()
+        .poll_cq(a.cq)
+        .unwrap()
+        .expect("the WRITE completed");
+    assert_eq!(c.status, WcStatus::Success);
+    let samples = samples.lock().unwrap().clone();
+    assert_eq!(samples.len(), 1, "{samples:?}");
+    // Generous for a loaded machine, and far below any of the three naps.
+    assert!(samples[0] < Duration::from_millis(10), "{samples:?}");
 }
