@@ -144,10 +144,12 @@ struct PerfArgs {
     #[arg(long = "cc-decoupled", value_name = "P,DELAY_US,SERVICE_US")]
     cc_decoupled: Option<String>,
     /// Carry Sluice's CC extension header after the BTH: `timestamps` (an RTT sample with
-    /// every ACK) or `int` (records from INT switches, for hpcc). The peer must be Sluice
-    /// run with the same value: perftest's exchange cannot agree on it, and a standard RoCE
-    /// peer drops such packets.
-    #[arg(long, default_value = "none", value_parser = ["none", "timestamps", "int"])]
+    /// every ACK, without the time the peer held the request) or `int` (records from INT
+    /// switches, for hpcc). The peer must be Sluice run with the same value: perftest's
+    /// exchange cannot agree on it, and a standard RoCE peer drops such packets. `auto`:
+    /// the header the --cc law reads best with --loopback (both ends are this process),
+    /// none otherwise.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "none", "timestamps", "int"])]
     ccx: String,
 }
 
@@ -300,7 +302,14 @@ fn print_laws() {
     }
 }
 
-/// `--cc`, `--cc-param` and `--cc-decoupled`, checked by building the law once.
+fn layout_name(layout: sluice_wire::CcxLayout) -> &'static str {
+    match layout {
+        sluice_wire::CcxLayout::Timestamps => "timestamps",
+        sluice_wire::CcxLayout::Int => "int",
+    }
+}
+
+/// `--cc`, `--cc-param`, `--cc-decoupled` and `--ccx`, checked by building the law once.
 fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
     let mut params = Vec::new();
     for p in &a.cc_param {
@@ -333,7 +342,7 @@ fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
             })
         }
     };
-    let options = perf::CcOptions {
+    let mut options = perf::CcOptions {
         name: a.cc.clone(),
         params,
         mode,
@@ -343,7 +352,19 @@ fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
             _ => None,
         },
     };
-    options.build().map_err(|e| format!("--cc: {e}"))?;
+    let wanted = options.build().map_err(|e| format!("--cc: {e}"))?.ccx();
+    if a.ccx == "auto" {
+        if a.loopback {
+            options.ccx = wanted;
+        } else if let Some(layout) = wanted {
+            eprintln!(
+                "sluice perf: note: --cc {} reads its signal best from the CC extension \
+                 header; if the peer is Sluice, run both ends with --ccx {}",
+                a.cc,
+                layout_name(layout)
+            );
+        }
+    }
     Ok(options)
 }
 

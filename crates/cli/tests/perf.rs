@@ -188,28 +188,21 @@ fn a_bad_congestion_control_is_a_usage_error() {
     }
 }
 
-/// `--ccx timestamps` on both ends: every packet of the run carries the header (captured
-/// on the wire, ICRC verified by `sluice pcap check`), and a delay law runs on it.
+/// Swift over loopback: `--ccx auto` (the default) gives it the timestamp header it asks
+/// for on both ends; every packet of the run carries it (captured on the wire, ICRC
+/// verified by `sluice pcap check`). The echo leaves out the time the other end took to
+/// wake up and answer, so Swift holds the flow near its 27 us target instead of falling to
+/// its 0.001-packet floor (where a 64 KiB message takes seconds).
 #[test]
-fn both_ends_carry_the_timestamp_extension_header_when_asked() {
+fn swift_runs_on_the_timestamp_header_it_asks_for() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let pcap = dir.join("perf-ccx-timestamps.pcap");
     let pcap_arg = pcap.to_str().unwrap();
     let args = [
-        "write-bw",
-        "-s",
-        "65536",
-        "-n",
-        "200",
-        "--cc",
-        "timely",
-        "--ccx",
-        "timestamps",
-        "--pcap",
-        pcap_arg,
+        "write-bw", "-s", "65536", "-n", "200", "--cc", "swift", "--pcap", pcap_arg,
     ];
     let bw = loopback(&args, 24_310)[0]["bw_avg_gbps"].as_f64().unwrap();
-    assert!(bw > 0.01, "{bw} Gbit/s");
+    assert!(bw > 0.5, "{bw} Gbit/s");
     let check = Command::new(SLUICE)
         .args(["pcap", "check", pcap_arg])
         .output()

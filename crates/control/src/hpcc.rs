@@ -260,6 +260,11 @@ impl Law for Hpcc {
         "hpcc"
     }
 
+    /// The INT records HPCC runs on.
+    fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
+        Some(sluice_wire::CcxLayout::Int)
+    }
+
     fn interest(&self) -> EventMask {
         EventMask::of(&[EventKind::Start, EventKind::Tx, EventKind::Telemetry])
     }

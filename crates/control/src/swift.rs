@@ -32,8 +32,12 @@
 //! header bytes the real gap is longer by headers/mtu, about 2.6% at 4 KiB); otherwise no
 //! pacing. `rtt` is the latest sample, or `base_rtt` before the first.
 //!
-//! Left out: Swift's second (endpoint) window and its EWMA of the delay: Sluice's RTT sample
-//! does not separate fabric from host delay. The RTT of `can_decrease` is the current sample
+//! The delay is the fabric's when the timestamp CC extension header is on ([`Law::ccx`] asks
+//! for it): the echo leaves out the time the peer held the request, as Swift's NIC
+//! timestamps do, and the real datapath times packets by the kernel's receive timestamps.
+//! Without it the sample includes the peer's host delay; against a software peer that is
+//! tens of microseconds of wake-up time, above the default target, and Swift falls to its
+//! floor. Left out: Swift's second (endpoint) window and its EWMA of the delay. The RTT of `can_decrease` is the current sample
 //! (the latest one on timeouts and NAKs). "Shrank" is strict (`cwnd < cwnd_prev`; the paper's
 //! listing may read `<=`), so that holding at the floor or a blocked decrease does not push
 //! `t_last_decrease` forward forever. No timers are armed.
@@ -317,6 +321,11 @@ impl Law for Swift {
 
     fn name(&self) -> &'static str {
         "swift"
+    }
+
+    /// An RTT sample with every ACK, without the time the peer held the request.
+    fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
+        Some(sluice_wire::CcxLayout::Timestamps)
     }
 
     fn interest(&self) -> EventMask {

@@ -32,6 +32,10 @@ impl<L: Law> Controller for Inline<L> {
         self.law.interest()
     }
 
+    fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
+        self.law.ccx()
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
     }

@@ -6,6 +6,8 @@
 //! [`Inline`]: super::Inline
 //! [`Decoupled`]: super::Decoupled
 
+use sluice_wire::CcxLayout;
+
 use crate::Instant;
 
 use super::event::{Event, EventMask};
@@ -38,6 +40,13 @@ pub trait Law: std::fmt::Debug {
     /// [`Actions::wake`].
     fn gate(&mut self, _now: Instant, _ctx: &mut Self::Context, _bytes: u32) -> Gate {
         Gate::Send
+    }
+
+    /// The CC extension header this law reads its signal from best (timestamps for a delay
+    /// law, INT for HPCC), if any. A driver turns it on where it knows both ends agree;
+    /// without it the law gets what plain RoCE gives.
+    fn ccx(&self) -> Option<CcxLayout> {
+        None
     }
 }
 
@@ -187,6 +196,9 @@ pub trait Controller: std::fmt::Debug {
 
     /// Runs whatever is due at `now`, appending the resulting actions to `out`.
     fn on_timeout(&mut self, now: Instant, out: &mut Deferred);
+
+    /// The CC extension header the law would have (see [`Law::ccx`]).
+    fn ccx(&self) -> Option<CcxLayout>;
 }
 
 /// No control: line rate and the engine's window. Asks for no events at all.
@@ -211,4 +223,8 @@ impl Controller for NoControl {
     }
 
     fn on_timeout(&mut self, _: Instant, _: &mut Deferred) {}
+
+    fn ccx(&self) -> Option<CcxLayout> {
+        None
+    }
 }

@@ -300,6 +300,10 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.interest()
     }
 
+    fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
+        self.law.ccx()
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
         // Events still waiting for the old queue pair at this index are dropped.
