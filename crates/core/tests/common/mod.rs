@@ -42,6 +42,28 @@ impl Impairments {
     };
 }
 
+/// RED/ECN marking at a switch port, on the queue a packet finds ahead of it: none up to
+/// `kmin` bytes, then with a chance rising linearly to `pmax` at `kmax`, every packet above
+/// `kmax` (DCQCN's switch). `kmin == kmax` with `pmax` 1 is DCTCP's step at K.
+#[derive(Debug, Clone, Copy)]
+pub struct RedMarking {
+    pub kmin: u64,
+    pub kmax: u64,
+    pub pmax: f64,
+}
+
+impl RedMarking {
+    fn chance(&self, queued: u64) -> f64 {
+        if queued <= self.kmin {
+            0.0
+        } else if queued > self.kmax {
+            1.0
+        } else {
+            self.pmax * (queued - self.kmin) as f64 / (self.kmax - self.kmin).max(1) as f64
+        }
+    }
+}
+
 /// The seed of a test run: `SLUICE_SEED` replays one.
 pub fn seeds(count: u64) -> Vec<u64> {
     match std::env::var("SLUICE_SEED") {
@@ -71,7 +93,12 @@ pub struct World {
     pub int_ports: Vec<bool>,
     /// Bytes each host's outgoing link has sent (the INT `tx_bytes` counter).
     port_tx_bytes: Vec<u32>,
-    /// At INT ports: when each packet was queued and how many bytes were ahead of it.
+    /// Hosts whose outgoing link acts as an ECN-marking switch port.
+    pub ecn_ports: Vec<Option<RedMarking>>,
+    /// Packets the marking ports marked.
+    pub ecn_marked: u64,
+    /// At INT and marking ports: when each packet was queued and how many bytes were ahead
+    /// of it.
     pub queue_log: Vec<(Instant, u64)>,
     /// How long each host takes to answer what it receives: a host that sleeps between
     /// packets (a software stack) wakes up this long after a packet arrives. Its engine is
@@ -106,6 +133,8 @@ impl World {
             rejected_by_wire: 0,
             int_ports: vec![false; hosts],
             port_tx_bytes: vec![0; hosts],
+            ecn_ports: vec![None; hosts],
+            ecn_marked: 0,
             queue_log: Vec::new(),
             answer_delay: vec![Duration::ZERO; hosts],
             awake_at: vec![Instant::ZERO; hosts],
@@ -164,10 +193,12 @@ impl World {
         let on_wire = Duration::from_nanos((bytes.len() as u64 * 8).div_ceil(self.link.gbps));
         self.link_free[from] = start + on_wire;
         self.port_tx_bytes[from] = self.port_tx_bytes[from].wrapping_add(bytes.len() as u32);
-        if self.int_ports[from] {
-            // The queue ahead of this packet: what the link still has to send.
-            let queued = (start - self.now).as_nanos() as u64 * self.link.gbps / 8;
+        // The queue ahead of this packet: what the link still has to send.
+        let queued = (start - self.now).as_nanos() as u64 * self.link.gbps / 8;
+        if self.int_ports[from] || self.ecn_ports[from].is_some() {
             self.queue_log.push((self.now, queued));
+        }
+        if self.int_ports[from] {
             stamp_int(
                 &mut bytes,
                 queued as u32,
@@ -175,6 +206,11 @@ impl World {
                 start,
                 self.link.gbps,
             );
+        }
+        if let Some(red) = self.ecn_ports[from] {
+            if self.rng.chance(red.chance(queued)) && mark_ce(&mut bytes) {
+                self.ecn_marked += 1;
+            }
         }
         let arrives = start + on_wire + self.link.delay;
         if self.rng.chance(self.link.loss) {
@@ -270,6 +306,19 @@ impl World {
             self.deliver();
         }
     }
+}
+
+/// Marks an ECN-capable IPv4 datagram Congestion Experienced, as a switch does: the ECN bits
+/// of the TOS byte to 11 and the header checksum redone (the ICRC masks the TOS byte).
+fn mark_ce(bytes: &mut [u8]) -> bool {
+    if bytes.len() < 20 || bytes[1] & 0b11 == 0 {
+        return false;
+    }
+    bytes[1] |= 0b11;
+    bytes[10..12].fill(0);
+    let sum = sluice_wire::internet_checksum(&bytes[..20], 0);
+    bytes[10..12].copy_from_slice(&sum.to_be_bytes());
+    true
 }
 
 /// Writes one INT hop record into the IPv4 datagram `bytes` if it carries an INT CC
