@@ -202,7 +202,9 @@ fn swift_runs_on_the_timestamp_header_it_asks_for() {
         "write-bw", "-s", "65536", "-n", "200", "--cc", "swift", "--pcap", pcap_arg,
     ];
     let bw = loopback(&args, 24_310)[0]["bw_avg_gbps"].as_f64().unwrap();
-    assert!(bw > 0.5, "{bw} Gbit/s");
+    // At its floor Swift moves about 1 Mbit/s; a debug build on a loaded 2-core machine
+    // runs it at 0.4-0.9 Gbit/s.
+    assert!(bw > 0.05, "{bw} Gbit/s");
     let check = Command::new(SLUICE)
         .args(["pcap", "check", pcap_arg])
         .output()
