@@ -260,8 +260,10 @@ impl Device {
                 read_at
             } else {
                 let age = wall.saturating_sub(msg.arrived_ns);
+                // max then min, not clamp: no panic even if the bounds ever crossed.
                 Instant::from_nanos(read_at.as_nanos().saturating_sub(age))
-                    .clamp(self.polled, read_at)
+                    .max(self.polled)
+                    .min(read_at)
             };
             for segment in bytes.chunks(msg.segment) {
                 Self::deliver(
