@@ -302,13 +302,6 @@ fn print_laws() {
     }
 }
 
-fn layout_name(layout: sluice_wire::CcxLayout) -> &'static str {
-    match layout {
-        sluice_wire::CcxLayout::Timestamps => "timestamps",
-        sluice_wire::CcxLayout::Int => "int",
-    }
-}
-
 /// `--cc`, `--cc-param`, `--cc-decoupled` and `--ccx`, checked by building the law once.
 fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
     let mut params = Vec::new();
@@ -346,11 +339,8 @@ fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
         name: a.cc.clone(),
         params,
         mode,
-        ccx: match a.ccx.as_str() {
-            "timestamps" => Some(sluice_wire::CcxLayout::Timestamps),
-            "int" => Some(sluice_wire::CcxLayout::Int),
-            _ => None,
-        },
+        // "auto" and "none" name no layout.
+        ccx: sluice_wire::CcxLayout::from_name(&a.ccx),
     };
     let wanted = options.build().map_err(|e| format!("--cc: {e}"))?.ccx();
     if a.ccx == "auto" {
@@ -361,7 +351,7 @@ fn cc_options(a: &PerfArgs) -> Result<perf::CcOptions, String> {
                 "sluice perf: note: --cc {} reads its signal best from the CC extension \
                  header; if the peer is Sluice, run both ends with --ccx {}",
                 a.cc,
-                layout_name(layout)
+                layout.name()
             );
         }
     }

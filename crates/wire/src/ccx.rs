@@ -126,6 +126,22 @@ pub enum CcxLayout {
 }
 
 impl CcxLayout {
+    /// Every layout.
+    pub const ALL: [CcxLayout; 2] = [CcxLayout::Timestamps, CcxLayout::Int];
+
+    /// The layout's name in options and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CcxLayout::Timestamps => "timestamps",
+            CcxLayout::Int => "int",
+        }
+    }
+
+    /// The layout called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<CcxLayout> {
+        CcxLayout::ALL.into_iter().find(|l| l.name() == name)
+    }
+
     /// The layout's number on the wire (byte 1).
     pub const fn wire(self) -> u8 {
         match self {
@@ -300,6 +316,16 @@ mod tests {
         assert!(!delay_timestamps(&mut int, 5));
         assert_eq!(int, before);
         assert!(!delay_timestamps(&mut buf[..19], 5));
+    }
+
+    #[test]
+    fn layouts_are_found_by_their_names() {
+        for layout in CcxLayout::ALL {
+            assert_eq!(CcxLayout::from_name(layout.name()), Some(layout));
+            assert_eq!(CcxLayout::from_wire(layout.wire()), Some(layout));
+        }
+        assert_eq!(CcxLayout::from_name("none"), None);
+        assert_eq!(CcxLayout::from_name("INT"), None);
     }
 
     #[test]
