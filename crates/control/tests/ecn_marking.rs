@@ -37,9 +37,8 @@ struct Run {
 fn transfer(law: Option<&str>, marking: RedMarking) -> Run {
     let mut world = World::new(2, 11, Impairments::CLEAN);
     if let Some(name) = law {
-        for engine in &mut world.engines {
-            let controller = build(name, &[], &Mode::Inline).unwrap();
-            *engine = Engine::with_controller(EngineConfig::default(), controller);
+        for host in 0..2 {
+            world.set_controller(host, build(name, &[], &Mode::Inline).unwrap());
         }
     }
     world.ecn_ports[0] = Some(marking);
@@ -51,25 +50,10 @@ fn transfer(law: Option<&str>, marking: RedMarking) -> Run {
             ..PairOptions::default()
         },
     );
-    p.post_write(&mut world, 1, 0, LEN);
-    let cq = p.send_cq[0];
-    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
-    assert_eq!(
-        Pair::completions(&mut world, 0, cq)[0].status,
-        WcStatus::Success
-    );
-    let took = world.now - Instant::ZERO;
-    let half = Instant::ZERO + took / 2;
-    let late_queue = world
-        .queue_log
-        .iter()
-        .filter(|(at, _)| *at >= half)
-        .map(|(_, q)| *q)
-        .max()
-        .unwrap_or(0);
+    let took = p.write_and_wait(&mut world, LEN);
     Run {
         took,
-        late_queue,
+        late_queue: world.max_queue_since(Instant::ZERO + took / 2),
         marked: world.ecn_marked,
         cnps: world.engines[0].counters().cnps_received,
     }

@@ -23,8 +23,7 @@ fn transfer(law: Option<&str>) -> (Duration, u64, u64) {
     let mut world = World::new(2, 3, Impairments::CLEAN);
     if let Some(name) = law {
         let params = [("base_rtt_us".to_string(), "12".to_string())];
-        let controller = build(name, &params, &Mode::Inline).unwrap();
-        world.engines[0] = Engine::with_controller(EngineConfig::default(), controller);
+        world.set_controller(0, build(name, &params, &Mode::Inline).unwrap());
     }
     world.int_ports[0] = true;
     let p = Pair::connect(
@@ -36,22 +35,8 @@ fn transfer(law: Option<&str>) -> (Duration, u64, u64) {
             ..PairOptions::default()
         },
     );
-    p.post_write(&mut world, 1, 0, LEN);
-    let cq = p.send_cq[0];
-    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
-    assert_eq!(
-        Pair::completions(&mut world, 0, cq)[0].status,
-        WcStatus::Success
-    );
-    let took = world.now - Instant::ZERO;
-    let half = Instant::ZERO + took / 2;
-    let late_queue = world
-        .queue_log
-        .iter()
-        .filter(|(at, _)| *at >= half)
-        .map(|(_, q)| *q)
-        .max()
-        .unwrap_or(0);
+    let took = p.write_and_wait(&mut world, LEN);
+    let late_queue = world.max_queue_since(Instant::ZERO + took / 2);
     (took, late_queue, world.rejected_by_wire)
 }
 

@@ -22,7 +22,7 @@ fn connected(
     let mut world = World::new(2, 7, link);
     let law = Recorder::default();
     let events = law.events.clone();
-    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.set_controller(0, Box::new(Inline::new(law)));
     let p = Pair::connect(
         &mut world,
         &PairOptions {

@@ -16,19 +16,9 @@ use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {
     let mut world = World::new(2, 1, link);
     for (h, c) in controllers.into_iter().enumerate() {
-        world.engines[h] =
-            Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(c)));
+        world.set_controller(h, Box::new(Inline::new(c)));
     }
     world
-}
-
-fn write(world: &mut World, p: &Pair, len: u32) -> Duration {
-    let start = world.now;
-    p.post_write(world, 1, 0, len);
-    let cq = p.send_cq[0];
-    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
-    assert_eq!(Pair::completions(world, 0, cq)[0].status, WcStatus::Success);
-    world.now - start
 }
 
 #[test]
@@ -43,7 +33,7 @@ fn the_control_law_sees_tx_rx_acks_with_rtt_and_cnps() {
             ..PairOptions::default()
         },
     );
-    write(&mut world, &p, 10 * 1024);
+    p.write_and_wait(&mut world, 10 * 1024);
     let a_events = a_log.borrow().clone();
     let tx: Vec<_> = a_events
         .iter()
@@ -153,7 +143,7 @@ fn a_rate_limit_paces_the_queue_pair() {
             ..PairOptions::default()
         },
     );
-    let line_rate = write(&mut world, &p, len);
+    let line_rate = p.write_and_wait(&mut world, len);
 
     let limited = Recorder {
         rate_bps: Some(1_000_000_000),
@@ -167,7 +157,7 @@ fn a_rate_limit_paces_the_queue_pair() {
             ..PairOptions::default()
         },
     );
-    let paced = write(&mut world, &p, len);
+    let paced = p.write_and_wait(&mut world, len);
     // 256 packets of 4096 + 105 bytes of headers at 1 Gbit/s: 8.6 ms, against about
     // 0.35 ms at the link's 25 Gbit/s.
     let expected = Duration::from_nanos(256 * (4096 + 105) * 8);
@@ -194,7 +184,7 @@ fn a_window_of_one_waits_an_rtt_per_packet() {
             ..PairOptions::default()
         },
     );
-    let elapsed = write(&mut world, &p, 20 * 1024);
+    let elapsed = p.write_and_wait(&mut world, 20 * 1024);
     // Each packet asks for an ACK (it fills the window) and the next waits for it: 20 round
     // trips of two 5 us hops each, and no timeout.
     assert!(
@@ -235,9 +225,9 @@ fn a_law_hears_only_the_kinds_it_asked_for() {
         seen: seen.clone(),
     };
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.set_controller(0, Box::new(Inline::new(law)));
     let p = Pair::connect(&mut world, &PairOptions::default());
-    write(&mut world, &p, 8 * 1024);
+    p.write_and_wait(&mut world, 8 * 1024);
     let seen = seen.borrow();
     assert!(!seen.is_empty());
     assert!(seen.iter().all(|k| *k == EventKind::Ack), "{seen:?}");
@@ -251,7 +241,7 @@ fn an_application_hint_reaches_the_law() {
         seen: seen.clone(),
     };
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.set_controller(0, Box::new(Inline::new(law)));
     let p = Pair::connect(&mut world, &PairOptions::default());
     world.engines[0].post_hint(world.now, p.qp[0], 7).unwrap();
     assert!(
@@ -259,7 +249,7 @@ fn an_application_hint_reaches_the_law() {
             .post_hint(world.now, QpNum(9999), 7)
             .is_err()
     );
-    write(&mut world, &p, 1024);
+    p.write_and_wait(&mut world, 1024);
     assert_eq!(*seen.borrow(), vec![EventKind::Hint]);
 }
 
@@ -312,8 +302,7 @@ fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
         },
     );
     for h in 0..2 {
-        world.engines[h] =
-            Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law.clone())));
+        world.set_controller(h, Box::new(Inline::new(law.clone())));
     }
     let p = Pair::connect(
         &mut world,
@@ -322,7 +311,7 @@ fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
             ..PairOptions::default()
         },
     );
-    write(&mut world, &p, 10 * 1024);
+    p.write_and_wait(&mut world, 10 * 1024);
     world.run_until(Duration::from_micros(200), |_| false);
     // Every one of the 10 data packets was marked and answered with a CNP (the CNPs and
     // ACKs were marked too, but only requests count at a notification point).
@@ -337,7 +326,7 @@ fn marked_packets_bring_cnps_back_and_law_timers_fire_on_time() {
 fn a_law_can_move_a_queue_pair_to_another_path() {
     let law = Notifier::default();
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] = Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(law)));
+    world.set_controller(0, Box::new(Inline::new(law)));
     let p = Pair::connect(&mut world, &PairOptions::default());
     let mut payload = [0u8; 4096];
     // Before any CNP: Soft-RoCE's port for the QPN. After one: the law's.
@@ -398,10 +387,7 @@ impl Law for Credits {
 fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
     let mut world = World::new(2, 7, link);
     for h in 0..2 {
-        world.engines[h] = Engine::with_controller(
-            EngineConfig::default(),
-            Box::new(Inline::new(Credits { initial: 4096 })),
-        );
+        world.set_controller(h, Box::new(Inline::new(Credits { initial: 4096 })));
     }
     let p = Pair::connect(
         &mut world,
@@ -421,7 +407,7 @@ fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
 #[test]
 fn grants_travel_as_control_packets_and_release_held_packets() {
     let (mut world, p) = credit_world(true, Impairments::CLEAN);
-    write(&mut world, &p, 64 * 1024);
+    p.write_and_wait(&mut world, 64 * 1024);
     let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
     // 4 packets went on the initial credit; the other 60 were each released by a grant.
     assert!(b.grants_sent >= 60, "{b:?}");
@@ -436,7 +422,7 @@ fn grants_are_totals_so_lost_ones_are_made_up() {
         ..Impairments::CLEAN
     };
     let (mut world, p) = credit_world(true, link);
-    write(&mut world, &p, 256 * 1024);
+    p.write_and_wait(&mut world, 256 * 1024);
     // Some grants were lost on the way, and the WRITE still completed.
     let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
     assert!(a.grants_received < b.grants_sent, "{a:?} {b:?}");
@@ -478,12 +464,8 @@ fn decoupled_processing_acts_after_the_modelled_loop_delay() {
         service_time: Duration::from_micros(2),
         ..ScrConfig::default()
     };
-    let mut engine = Engine::with_controller(
-        EngineConfig::default(),
-        Box::new(Decoupled::new(Halver, config)),
-    );
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    std::mem::swap(&mut world.engines[0], &mut engine);
+    world.set_controller(0, Box::new(Decoupled::new(Halver, config)));
     let p = Pair::connect(&mut world, &PairOptions::default());
     let cnp = p.cnp();
     let t0 = world.now;
@@ -524,8 +506,7 @@ fn a_rate_cut_while_a_packet_waits_for_its_slot_does_not_stall() {
         }
     }
     let mut world = World::new(2, 1, Impairments::CLEAN);
-    world.engines[0] =
-        Engine::with_controller(EngineConfig::default(), Box::new(Inline::new(Cutter)));
+    world.set_controller(0, Box::new(Inline::new(Cutter)));
     let p = Pair::connect(
         &mut world,
         &PairOptions {

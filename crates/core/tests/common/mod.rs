@@ -77,6 +77,7 @@ type InFlight = (Instant, u64, usize, Vec<u8>);
 
 pub struct World {
     pub engines: Vec<Engine>,
+    seed: u64,
     pub addrs: Vec<IpAddr>,
     pub now: Instant,
     pub link: Impairments,
@@ -112,13 +113,9 @@ impl World {
     pub fn new(hosts: usize, seed: u64, link: Impairments) -> World {
         World {
             engines: (0..hosts)
-                .map(|h| {
-                    Engine::new(EngineConfig {
-                        seed: seed ^ ((h as u64 + 1) * 0x1234_5678),
-                        ..EngineConfig::default()
-                    })
-                })
+                .map(|h| Engine::new(Self::engine_config(seed, h)))
                 .collect(),
+            seed,
             addrs: (0..hosts)
                 .map(|h| IpAddr::V4(Ipv4Addr::new(10, 0, 0, h as u8 + 1)))
                 .collect(),
@@ -139,6 +136,33 @@ impl World {
             answer_delay: vec![Duration::ZERO; hosts],
             awake_at: vec![Instant::ZERO; hosts],
         }
+    }
+
+    fn engine_config(seed: u64, host: usize) -> EngineConfig {
+        EngineConfig {
+            seed: seed ^ ((host as u64 + 1) * 0x1234_5678),
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Gives `host` a fresh engine driven by `controller` (before connecting anything).
+    pub fn set_controller(
+        &mut self,
+        host: usize,
+        controller: Box<dyn sluice_core::control::Controller>,
+    ) {
+        self.engines[host] =
+            Engine::with_controller(Self::engine_config(self.seed, host), controller);
+    }
+
+    /// The largest queue a logging port (INT or marking) saw from `from` on.
+    pub fn max_queue_since(&self, from: Instant) -> u64 {
+        self.queue_log
+            .iter()
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, q)| *q)
+            .max()
+            .unwrap_or(0)
     }
 
     fn host_of(&self, addr: IpAddr) -> usize {
@@ -474,6 +498,17 @@ impl Pair {
         world.engines[0]
             .post_send(self.qp[0], &SendWr::new(wr_id, op, &sgl))
             .unwrap();
+    }
+
+    /// Posts one WRITE of `len` bytes from host 0 and runs until it completes (at most 1 s
+    /// of simulated time) with success; returns the time it took.
+    pub fn write_and_wait(&self, world: &mut World, len: u32) -> Duration {
+        let start = world.now;
+        self.post_write(world, 1, 0, len);
+        let cq = self.send_cq[0];
+        assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+        assert_eq!(Pair::completions(world, 0, cq)[0].status, WcStatus::Success);
+        world.now - start
     }
 
     /// A RoCE v2 CNP to host 0's queue pair.
