@@ -165,6 +165,26 @@ pub fn run_random<L: Law>(
     Ok(())
 }
 
+/// Every `(name, value)` of `invalid` is refused as an invalid value, and `unknown` as an
+/// unknown name.
+pub fn assert_refused<P: sluice_control::Params>(
+    p: &mut P,
+    invalid: &[(&str, &str)],
+    unknown: &str,
+) {
+    use sluice_control::ParamError;
+    for &(name, value) in invalid {
+        assert!(
+            matches!(p.set(name, value), Err(ParamError::Invalid { .. })),
+            "{name}={value} not refused as invalid"
+        );
+    }
+    assert!(
+        matches!(p.set(unknown, "1"), Err(ParamError::Unknown { .. })),
+        "{unknown} not refused as unknown"
+    );
+}
+
 /// Bytes on the wire for a packet of `payload` bytes (as the engine paces them).
 pub fn wire_bytes(payload: u32) -> u64 {
     u64::from(payload) + 105
