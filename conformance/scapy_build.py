@@ -118,6 +118,14 @@ def main() -> None:
         flipped[ccx_at + 2:ccx_at + 20] = bytes(18)
         flipped[-6] ^= 0x01
         add(Ether(bytes(flipped)), "icrc", f"{fam} CCX, corrupted payload")
+        # A credit CCX is covered whole: scapy's standard ICRC is right for it as built, and
+        # a total changed on the way is caught.
+        credit = bytes([3, 3, 0, 0]) + struct.pack("!Q", 0x10000)
+        aeth = struct.pack("!I", 0x1F000004)
+        add(roce(v6, 0x11, credit + aeth, b"", 0x5B, 13, version=1), "ok", f"{fam} CCX credit on an ACK")
+        changed = bytearray(bytes(roce(v6, 0x11, credit + aeth, b"", 0x5C, 14, version=1)))
+        changed[ccx_at + 9] ^= 0x01
+        add(Ether(bytes(changed)), "icrc", f"{fam} CCX credit total changed")
 
         # Malformed: a pad count larger than the payload, a reserved opcode, TVer 1 without
         # a CCX, TVer 2, a READ request with payload, a truncated RETH.

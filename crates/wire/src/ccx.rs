@@ -1,6 +1,6 @@
-//! Sluice's congestion-control extension header (CCX): telemetry a control law needs that
-//! RoCE v2 has no field for (per-packet timestamps, INT records from switches), carried right
-//! after the BTH, before the IBTA extension headers, as SwCC proposes.
+//! Sluice's congestion-control extension header (CCX): what a control law needs that RoCE v2
+//! has no field for (per-packet timestamps, INT records from switches, credit a receiver
+//! grants), carried right after the BTH, before the IBTA extension headers, as SwCC proposes.
 //!
 //! A packet carries a CCX when its BTH transport version (TVer) is 1. Only queue pairs whose
 //! two ends agreed on a layout at connection setup send one; a standard RoCE peer drops
@@ -8,8 +8,9 @@
 //!
 //! ```text
 //!  byte 0: length of the CCX in 4-byte words, this byte included (1..=16: 4..=64 bytes)
-//!  byte 1: layout (1 = timestamps, 2 = INT)
-//!  byte 2: layout-specific count (timestamps: 1 if echo_ns is set; INT: hop records present)
+//!  byte 1: layout (1 = timestamps, 2 = INT, 3 = credit)
+//!  byte 2: layout-specific count (timestamps: 1 if echo_ns is set; INT: hop records present;
+//!          credit: 0)
 //!  byte 3: reserved, 0
 //!  4..   : the layout's fields, big-endian
 //!
@@ -21,12 +22,17 @@
 //!  INT (64 bytes, always): 5 hop slots of 12 bytes, first hop first, `count` of them filled:
 //!                         tx_bytes u32, ts_ns u32, qlen u16 (in 256-byte units, rounded up,
 //!                         saturating), rate u16 (100 Mbit/s units)
+//!  credit (12 bytes):     granted_total u64  the credit in bytes the sender of this packet has
+//!                                            granted its peer since the queue pair connected
+//!                                            (wrapping), on every packet of the queue pair
 //! ```
 //!
-//! The ICRC covers the length and layout bytes and treats the rest of the CCX like the IP TTL:
-//! replaced by ones, because switches write INT records into it in flight. An INT CCX is
-//! therefore sent full size with no hop filled, so that a switch never changes a length. The
-//! payload and every IBTA header stay covered.
+//! The ICRC covers the length and layout bytes and, for timestamps and INT, treats the rest of
+//! the CCX like the IP TTL: replaced by ones, because switches write INT records into it in
+//! flight and a driver moves the times to the moment the packet leaves. An INT CCX is
+//! therefore sent full size with no hop filled, so that a switch never changes a length. A
+//! credit CCX is covered whole: nothing on the way may change it, and a corrupted total
+//! would hand a sender credit nobody granted. The payload and every IBTA header stay covered.
 
 use crate::Error;
 use crate::error::{Layer, Result, need, room};
@@ -38,7 +44,8 @@ pub const CCX_TVER: u8 = 1;
 /// The longest CCX, in bytes.
 pub const CCX_MAX_LEN: usize = 64;
 
-/// Bytes at the start of a CCX that the ICRC covers (length and layout).
+/// Bytes at the start of every CCX that the ICRC covers (length and layout); a layout may
+/// cover more ([`CcxLayout::icrc_covered_len`]).
 pub const CCX_COVERED_LEN: usize = 2;
 
 /// The most switch hops a telemetry record covers (HPCC's 42-byte header holds five).
@@ -46,7 +53,9 @@ pub const MAX_INT_HOPS: usize = 5;
 
 const LAYOUT_TIMESTAMPS: u8 = 1;
 const LAYOUT_INT: u8 = 2;
+const LAYOUT_CREDIT: u8 = 3;
 const TIMESTAMPS_LEN: usize = 20;
+const CREDIT_LEN: usize = 12;
 const INT_HOP_LEN: usize = 12;
 const INT_LEN: usize = 4 + MAX_INT_HOPS * INT_HOP_LEN;
 
@@ -123,17 +132,19 @@ impl IntPath {
 pub enum CcxLayout {
     Timestamps,
     Int,
+    Credit,
 }
 
 impl CcxLayout {
     /// Every layout.
-    pub const ALL: [CcxLayout; 2] = [CcxLayout::Timestamps, CcxLayout::Int];
+    pub const ALL: [CcxLayout; 3] = [CcxLayout::Timestamps, CcxLayout::Int, CcxLayout::Credit];
 
     /// The layout's name in options and messages.
     pub const fn name(self) -> &'static str {
         match self {
             CcxLayout::Timestamps => "timestamps",
             CcxLayout::Int => "int",
+            CcxLayout::Credit => "credit",
         }
     }
 
@@ -147,6 +158,7 @@ impl CcxLayout {
         match self {
             CcxLayout::Timestamps => LAYOUT_TIMESTAMPS,
             CcxLayout::Int => LAYOUT_INT,
+            CcxLayout::Credit => LAYOUT_CREDIT,
         }
     }
 
@@ -155,6 +167,7 @@ impl CcxLayout {
         match n {
             LAYOUT_TIMESTAMPS => Some(CcxLayout::Timestamps),
             LAYOUT_INT => Some(CcxLayout::Int),
+            LAYOUT_CREDIT => Some(CcxLayout::Credit),
             _ => None,
         }
     }
@@ -164,6 +177,16 @@ impl CcxLayout {
         match self {
             CcxLayout::Timestamps => TIMESTAMPS_LEN,
             CcxLayout::Int => INT_LEN,
+            CcxLayout::Credit => CREDIT_LEN,
+        }
+    }
+
+    /// Bytes at the start of a CCX of this layout that the ICRC covers; it masks the rest.
+    /// Telemetry may change in flight; a credit total may not.
+    pub const fn icrc_covered_len(self) -> usize {
+        match self {
+            CcxLayout::Timestamps | CcxLayout::Int => CCX_COVERED_LEN,
+            CcxLayout::Credit => CREDIT_LEN,
         }
     }
 }
@@ -178,6 +201,12 @@ pub enum Ccx {
         echo_ns: Option<u64>,
     },
     Int(IntPath),
+    /// The total credit in bytes the sender of the packet has granted its peer (wrapping): a
+    /// total, not an increment, so a lost packet is made up by the next and a duplicate or
+    /// late one adds nothing.
+    Credit {
+        granted_total: u64,
+    },
 }
 
 impl Ccx {
@@ -185,6 +214,7 @@ impl Ccx {
         match self {
             Ccx::Timestamps { .. } => CcxLayout::Timestamps,
             Ccx::Int(_) => CcxLayout::Int,
+            Ccx::Credit { .. } => CcxLayout::Credit,
         }
     }
 
@@ -226,6 +256,14 @@ impl Ccx {
                 }
                 Ccx::Int(path)
             }
+            CcxLayout::Credit => {
+                if buf[2] != 0 {
+                    return Err(Error::BadCcx("a credit header has no count"));
+                }
+                Ccx::Credit {
+                    granted_total: read_u64(&buf[4..]),
+                }
+            }
         };
         Ok((ccx, len))
     }
@@ -252,6 +290,9 @@ impl Ccx {
                 for (i, hop) in hops.iter().enumerate() {
                     hop.emit(&mut out[4 + i * INT_HOP_LEN..]);
                 }
+            }
+            Ccx::Credit { granted_total } => {
+                out[4..12].copy_from_slice(&granted_total.to_be_bytes());
             }
         }
         Ok(len)
@@ -394,6 +435,30 @@ mod tests {
             panic!("layout changed")
         };
         assert_eq!(back.hops[0].qlen_bytes, u32::from(u16::MAX) * 256);
+    }
+
+    #[test]
+    fn credit_known_bytes() {
+        let ccx = Ccx::Credit {
+            granted_total: 0x0102_0304_0506_0708,
+        };
+        let mut buf = [0xEEu8; 16];
+        assert_eq!(ccx.emit(&mut buf), Ok(12));
+        assert_eq!(&buf[..12], &[3, 3, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(buf[12], 0xEE, "nothing written past the header");
+        assert_eq!(Ccx::parse(&buf), Ok((ccx, 12)));
+        assert_eq!(CcxLayout::Credit.icrc_covered_len(), 12, "covered whole");
+        let mut counted = buf;
+        counted[2] = 1;
+        assert!(matches!(Ccx::parse(&counted), Err(Error::BadCcx(_))));
+        assert!(matches!(
+            Ccx::parse(&buf[..11]),
+            Err(Error::Truncated { .. })
+        ));
+        // Not a timestamp header: a driver leaves it alone.
+        let before = buf;
+        assert!(!delay_timestamps(&mut buf, 5));
+        assert_eq!(buf, before);
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! reserved bits). The four ICRC bytes on the wire are the CRC least significant byte first.
 //!
 //! Sluice's congestion-control extension header (a BTH with TVer 1, see [`crate::Ccx`]) is
-//! covered in its first two bytes (length and layout); the rest of it is replaced by ones,
-//! like the TTL, because switches write telemetry into it on the way.
+//! covered in its first two bytes (length and layout); for the telemetry layouts the rest of
+//! it is replaced by ones, like the TTL, because switches write telemetry into it on the way.
+//! A credit header is covered whole ([`crate::CcxLayout::icrc_covered_len`]).
 //!
 //! # Receiving on a UDP socket
 //!
@@ -24,7 +25,7 @@
 //! strength (a corrupted packet passes with probability about 2^-16 instead of 2^-32).
 
 use crate::error::{Layer, Result, need};
-use crate::{BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, Error, ICRC_LEN};
+use crate::{BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, CcxLayout, Error, ICRC_LEN};
 
 /// The CRC-32 of eight 0xFF bytes (the masked LRH): the state every ICRC starts from.
 const LRH_CRC: u32 = 0x2144_DF1C;
@@ -134,8 +135,11 @@ fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32
                 "length outside 4..=64 bytes or beyond the packet",
             ));
         }
-        crc.update(&rest[..CCX_COVERED_LEN]);
-        crc.update(&[0xFF; CCX_MAX_LEN][..ccx_len - CCX_COVERED_LEN]);
+        // What may change in flight is masked; what may not (a credit total) is covered.
+        let covered = CcxLayout::from_wire(rest[1])
+            .map_or(CCX_COVERED_LEN, |l| l.icrc_covered_len().min(ccx_len));
+        crc.update(&rest[..covered]);
+        crc.update(&[0xFF; CCX_MAX_LEN][..ccx_len - covered]);
         rest = &rest[ccx_len..];
     }
     crc.update(rest);

@@ -91,7 +91,7 @@ fn arb_bth(opcode: Opcode) -> impl Strategy<Value = Bth> {
         })
 }
 
-/// No CCX half the time; otherwise either layout, INT with 0 to 5 hops whose queue lengths
+/// No CCX half the time; otherwise any layout, INT with 0 to 5 hops whose queue lengths
 /// are whole wire units (so that they round-trip exactly).
 fn arb_ccx() -> impl Strategy<Value = Option<Ccx>> {
     let hop = (any::<u16>(), any::<u32>(), any::<u32>(), any::<u16>()).prop_map(
@@ -110,6 +110,7 @@ fn arb_ccx() -> impl Strategy<Value = Option<Ccx>> {
             hops.into_iter().for_each(|h| assert!(path.push(h)));
             Some(Ccx::Int(path))
         }),
+        1 => any::<u64>().prop_map(|granted_total| Some(Ccx::Credit { granted_total })),
     ]
 }
 
@@ -131,8 +132,9 @@ fn arb_roce() -> impl Strategy<Value = (RoceHeaders, Vec<u8>)> {
 /// `ip_len` bytes: an empty range without a CCX.
 fn ccx_masked(ip_len: usize, roce: &RoceHeaders) -> std::ops::Range<usize> {
     let at = ip_len + UDP_HEADER_LEN + BTH_LEN;
-    roce.ccx
-        .map_or(at..at, |c| at + CCX_COVERED_LEN..at + c.wire_len())
+    roce.ccx.map_or(at..at, |c| {
+        at + c.layout().icrc_covered_len()..at + c.wire_len()
+    })
 }
 
 fn arb_ip() -> impl Strategy<Value = IpHeader> {
