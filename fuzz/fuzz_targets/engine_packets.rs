@@ -132,6 +132,7 @@ fuzz_target!(|data: &[u8]| {
     let ccx = match data.first().map(|b| (b >> 5) & 3) {
         Some(1) => Some(CcxLayout::Timestamps),
         Some(2) => Some(CcxLayout::Int),
+        Some(3) => Some(CcxLayout::Credit),
         _ => None,
     };
     let mut two = Two::new(recovery, ccx);

@@ -24,10 +24,13 @@ pub struct Counters {
     pub cnps_received: u64,
     /// CNPs a control law had sent (the DCQCN notification point).
     pub cnps_sent: u64,
-    /// Control packets carrying credit sent, and received, for receiver-driven laws.
+    /// Grants for receiver-driven laws, sent and received: control packets, or (with the
+    /// credit CCX) grants folded into the total the next packet carries, and packets whose
+    /// total was news.
     pub grants_sent: u64,
     pub grants_received: u64,
-    /// Grants a law made on a queue pair that did not negotiate control packets.
+    /// Grants a law made on a queue pair that negotiated neither control packets nor the
+    /// credit CCX.
     pub grants_unsent: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,

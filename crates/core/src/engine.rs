@@ -86,8 +86,9 @@ pub struct Connection {
     /// when both ends agreed: a standard RoCE peer drops them.
     pub cc_control: bool,
     /// Carry Sluice's CC extension header (after the BTH, TVer 1) in this layout: send
-    /// timestamps echoed by the peer (an RTT sample per ACK) or INT records switches fill
-    /// in (HPCC). Only when both ends agreed: a standard RoCE peer drops such packets.
+    /// timestamps echoed by the peer (an RTT sample per ACK), INT records switches fill in
+    /// (HPCC) or credit totals (grants then ride the peer's packets instead of control
+    /// packets). Only when both ends agreed: a standard RoCE peer drops such packets.
     pub ccx: Option<sluice_wire::CcxLayout>,
 }
 
@@ -762,6 +763,16 @@ impl Engine {
             self.on_cc_control(index, now, headers);
             return;
         }
+        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx
+            && matches!(qp.state, QpState::Rtr | QpState::Rts)
+        {
+            // Credit is not sequenced: any packet from the peer, even a stale one, may
+            // carry a newer total.
+            if self.on_credit_total(index, now, granted_total) {
+                self.counters.grants_received += 1;
+            }
+        }
+        let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
             Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
@@ -777,7 +788,10 @@ impl Engine {
                 self.counters.drops_bad_state += 1;
                 return;
             }
-            if let Some(ccx) = headers.ccx {
+            if let Some(ccx) = headers
+                .ccx
+                .filter(|c| c.layout() != sluice_wire::CcxLayout::Credit)
+            {
                 // Kept out of line (boxed once per queue pair): most never carry a CCX.
                 let echo = crate::qp::CcxEcho { ccx, arrived: now };
                 match &mut qp.ccx_echo {
@@ -836,14 +850,22 @@ impl Engine {
             return;
         }
         self.counters.grants_received += 1;
-        // Wrapping totals: news only if ahead of what we saw (by less than half the space).
-        let more = c.value.wrapping_sub(qp.credit_total_seen);
+        self.on_credit_total(index, now, c.value);
+    }
+
+    /// The peer says it has granted `total` bytes of credit in all (wrapping): what is news,
+    /// ahead of the largest total seen by less than half the space, goes to the control law.
+    /// Returns whether there was news.
+    fn on_credit_total(&mut self, index: u32, now: Instant, total: u64) -> bool {
+        let qp = self.qp_mut(index);
+        let more = total.wrapping_sub(qp.credit_total_seen);
         if more == 0 || more > u64::MAX / 2 {
-            return;
+            return false;
         }
-        qp.credit_total_seen = c.value;
+        qp.credit_total_seen = total;
         self.emit(index, now, Event::Credit { bytes: more });
         self.schedule(index);
+        true
     }
 
     // ---- packets out ---------------------------------------------------------------------

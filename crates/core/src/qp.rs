@@ -581,7 +581,8 @@ impl Qp {
     /// The CC extension header for a packet leaving at `now`, if the ends agreed on one: a
     /// request carries its send time (or an empty INT record for switches to fill); a
     /// response echoes the latest request's time, advanced by how long this host held that
-    /// request (or echoes its INT record, HPCC's ACK).
+    /// request (or echoes its INT record, HPCC's ACK); every packet of a credit layout
+    /// carries the total credit granted the peer.
     pub(crate) fn ccx_out(&self, now: crate::Instant, response: bool) -> Option<sluice_wire::Ccx> {
         use sluice_wire::{Ccx, CcxLayout, IntPath};
         let echo = self.ccx_echo.as_deref().copied().filter(|_| response);
@@ -602,6 +603,9 @@ impl Qp {
                     ..
                 }) => int,
                 _ => Ccx::Int(IntPath::default()),
+            },
+            CcxLayout::Credit => Ccx::Credit {
+                granted_total: self.granted_total,
             },
         })
     }

@@ -657,7 +657,16 @@ impl Engine {
         }
         if qp.grant_due > 0 {
             let more = std::mem::take(&mut qp.grant_due);
-            if qp.attrs.cc_control && qp.state != QpState::Error {
+            if qp.attrs.ccx == Some(sluice_wire::CcxLayout::Credit) && qp.state != QpState::Error {
+                // The total rides in the CCX of whatever goes to the peer next; with nothing
+                // else owed, an ACK of what was received carries it (to the requester, an
+                // ACK it already had: it only counts it as stale).
+                qp.granted_total = qp.granted_total.wrapping_add(more);
+                if qp.resp.responses.is_empty() {
+                    qp.resp.ack_due = true;
+                }
+                self.counters.grants_sent += 1;
+            } else if qp.attrs.cc_control && qp.state != QpState::Error {
                 qp.granted_total = qp.granted_total.wrapping_add(more);
                 let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
                 let ext = ExtHeaders {
@@ -669,8 +678,9 @@ impl Engine {
                 };
                 self.counters.grants_sent += 1;
                 return Some(unsequenced(bth, ext));
+            } else {
+                self.counters.grants_unsent += 1;
             }
-            self.counters.grants_unsent += 1;
         }
         let qp = self.qp_mut(index);
         if qp.state == QpState::Error

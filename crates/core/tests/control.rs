@@ -384,21 +384,31 @@ impl Law for Credits {
     }
 }
 
-fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
+/// How the test's two ends agreed to carry grants, if at all.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum GrantsBy {
+    ControlPackets,
+    CreditCcx,
+    Nothing,
+}
+
+fn credit_world(by: GrantsBy, link: Impairments) -> (World, Pair) {
     let mut world = World::new(2, 7, link);
     for h in 0..2 {
         world.set_controller(h, Box::new(Inline::new(Credits { initial: 4096 })));
     }
+    let ccx = (by == GrantsBy::CreditCcx).then_some(sluice_wire::CcxLayout::Credit);
     let p = Pair::connect(
         &mut world,
         &PairOptions {
             mtu: Mtu::M1024,
+            ccx: [ccx; 2],
             ..PairOptions::default()
         },
     );
     for h in 0..2 {
         world.engines[h]
-            .set_cc_control(p.qp[h], negotiated)
+            .set_cc_control(p.qp[h], by == GrantsBy::ControlPackets)
             .unwrap();
     }
     (world, p)
@@ -406,7 +416,7 @@ fn credit_world(negotiated: bool, link: Impairments) -> (World, Pair) {
 
 #[test]
 fn grants_travel_as_control_packets_and_release_held_packets() {
-    let (mut world, p) = credit_world(true, Impairments::CLEAN);
+    let (mut world, p) = credit_world(GrantsBy::ControlPackets, Impairments::CLEAN);
     p.write_and_wait(&mut world, 64 * 1024);
     let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
     // 4 packets went on the initial credit; the other 60 were each released by a grant.
@@ -416,21 +426,38 @@ fn grants_travel_as_control_packets_and_release_held_packets() {
 }
 
 #[test]
+fn grants_ride_the_credit_header_of_acks_without_control_packets() {
+    // Control packets are off: only the CCX can carry a grant.
+    let (mut world, p) = credit_world(GrantsBy::CreditCcx, Impairments::CLEAN);
+    p.write_and_wait(&mut world, 64 * 1024);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert!(b.grants_sent >= 60, "{b:?}");
+    assert_eq!(b.grants_unsent, 0);
+    // Each grant was news when it arrived (totals only grow on a clean link), and every
+    // packet the receiver sent was an ACK: a grant with nothing else owed is one.
+    assert_eq!(a.grants_received, b.grants_sent);
+    assert_eq!(b.tx_packets, a.rx_packets);
+    assert_eq!(a.drops_unexpected_opcode + a.drops_unnegotiated_ccx, 0);
+}
+
+#[test]
 fn grants_are_totals_so_lost_ones_are_made_up() {
     let link = Impairments {
         loss: 0.05,
         ..Impairments::CLEAN
     };
-    let (mut world, p) = credit_world(true, link);
-    p.write_and_wait(&mut world, 256 * 1024);
-    // Some grants were lost on the way, and the WRITE still completed.
-    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
-    assert!(a.grants_received < b.grants_sent, "{a:?} {b:?}");
+    for by in [GrantsBy::ControlPackets, GrantsBy::CreditCcx] {
+        let (mut world, p) = credit_world(by, link);
+        p.write_and_wait(&mut world, 256 * 1024);
+        // Some grants were lost on the way, and the WRITE still completed.
+        let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+        assert!(a.grants_received < b.grants_sent, "{by:?}: {a:?} {b:?}");
+    }
 }
 
 #[test]
 fn without_agreement_no_grant_leaves_and_the_sender_holds() {
-    let (mut world, p) = credit_world(false, Impairments::CLEAN);
+    let (mut world, p) = credit_world(GrantsBy::Nothing, Impairments::CLEAN);
     p.post_write(&mut world, 1, 0, 64 * 1024);
     let cq = p.send_cq[0];
     assert!(!world.run_until(Duration::from_millis(1), |w| w.engines[0].cq_len(cq) == 1));
@@ -561,4 +588,53 @@ fn a_grant_total_counts_once_whatever_the_order() {
         .collect();
     assert_eq!(credits, vec![8192, 8192]);
     assert_eq!(world.engines[0].counters().grants_received, 4);
+}
+
+#[test]
+fn a_credit_total_in_any_packet_counts_once_whatever_the_order() {
+    let a = Recorder::default();
+    let events = a.events.clone();
+    let mut world = world_with([a, Recorder::default()], Impairments::CLEAN);
+    let p = Pair::connect(
+        &mut world,
+        &PairOptions {
+            ccx: [Some(sluice_wire::CcxLayout::Credit); 2],
+            ..PairOptions::default()
+        },
+    );
+    // ACKs of nothing this QP sent (stale to the requester): the credit still counts.
+    let ack = |total| RoceHeaders {
+        bth: Bth::new(Opcode::RC_ACKNOWLEDGE, p.qp[0].0, Psn::new(0x7F_FFFF)),
+        ccx: Some(sluice_wire::Ccx::Credit {
+            granted_total: total,
+        }),
+        ext: ExtHeaders {
+            aeth: Some(sluice_wire::Aeth {
+                syndrome: sluice_wire::Syndrome::Ack(sluice_wire::Credits::UNLIMITED),
+                msn: 0,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    for total in [8192, 4096, 8192, 16384, 0] {
+        world.engines[0].handle_packet(
+            world.now,
+            world.addrs[1],
+            false,
+            &ack(total),
+            Payload::Len(0),
+        );
+    }
+    let credits: Vec<u64> = events
+        .borrow()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Credit { bytes } => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(credits, vec![8192, 8192]);
+    let c = world.engines[0].counters();
+    assert_eq!(c.grants_received, 2, "only totals that were news");
+    assert_eq!(c.stale_responses, 5);
 }

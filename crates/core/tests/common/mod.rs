@@ -98,8 +98,10 @@ pub struct World {
     pub ecn_ports: Vec<Option<RedMarking>>,
     /// Packets the marking ports marked.
     pub ecn_marked: u64,
-    /// At INT and marking ports: when each packet was queued and how many bytes were ahead
-    /// of it.
+    /// Hosts whose outgoing link's queue is logged (INT and marking ports always are).
+    pub watched_ports: Vec<bool>,
+    /// At watched, INT and marking ports: when each packet was queued and how many bytes
+    /// were ahead of it.
     pub queue_log: Vec<(Instant, u64)>,
     /// How long each host takes to answer what it receives: a host that sleeps between
     /// packets (a software stack) wakes up this long after a packet arrives. Its engine is
@@ -132,6 +134,7 @@ impl World {
             port_tx_bytes: vec![0; hosts],
             ecn_ports: vec![None; hosts],
             ecn_marked: 0,
+            watched_ports: vec![false; hosts],
             queue_log: Vec::new(),
             answer_delay: vec![Duration::ZERO; hosts],
             awake_at: vec![Instant::ZERO; hosts],
@@ -219,7 +222,7 @@ impl World {
         self.port_tx_bytes[from] = self.port_tx_bytes[from].wrapping_add(bytes.len() as u32);
         // The queue ahead of this packet: what the link still has to send.
         let queued = (start - self.now).as_nanos() as u64 * self.link.gbps / 8;
-        if self.int_ports[from] || self.ecn_ports[from].is_some() {
+        if self.watched_ports[from] || self.int_ports[from] || self.ecn_ports[from].is_some() {
             self.queue_log.push((self.now, queued));
         }
         if self.int_ports[from] {
