@@ -193,6 +193,12 @@ impl Law for Credit {
         "credit"
     }
 
+    /// Grant totals in the CCX of every packet to the sender (its ACKs among them), so that
+    /// no control packet is needed and a grant lost with one packet is made up by the next.
+    fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
+        Some(sluice_wire::CcxLayout::Credit)
+    }
+
     fn interest(&self) -> EventMask {
         EventMask::of(&[
             EventKind::Start,
