@@ -144,13 +144,19 @@ struct PerfArgs {
     #[arg(long = "cc-decoupled", value_name = "P,DELAY_US,SERVICE_US")]
     cc_decoupled: Option<String>,
     /// Carry Sluice's CC extension header after the BTH: `timestamps` (an RTT sample with
-    /// every ACK, without the time the peer held the request) or `int` (records from INT
-    /// switches, for hpcc). The peer must be Sluice run with the same value: perftest's
-    /// exchange cannot agree on it, and a standard RoCE peer drops such packets. `auto`:
-    /// the header the --cc law reads best with --loopback (both ends are this process),
-    /// none otherwise.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "none", "timestamps", "int"])]
+    /// every ACK, without the time the peer held the request), `int` (records from INT
+    /// switches, for hpcc) or `credit` (the receiver's grants on every packet, for credit).
+    /// The peer must be Sluice run with the same value: perftest's exchange cannot agree on
+    /// it, and a standard RoCE peer drops such packets. `auto`: the header the --cc law
+    /// reads best with --loopback (both ends are this process), none otherwise.
+    #[arg(long, default_value = "auto", value_parser = ccx_values())]
     ccx: String,
+}
+
+/// `--ccx`'s values: `auto`, `none` and every layout's name.
+fn ccx_values() -> clap::builder::PossibleValuesParser {
+    let layouts = sluice_wire::CcxLayout::ALL.map(|l| l.name());
+    clap::builder::PossibleValuesParser::new(["auto", "none"].into_iter().chain(layouts))
 }
 
 #[derive(Subcommand)]

@@ -230,3 +230,45 @@ fn swift_runs_on_the_timestamp_header_it_asks_for() {
     assert!(packets > 3200, "{packets} packets");
     assert!(echoes > 0, "ACKs echo the request's send time");
 }
+
+/// `--cc credit` over loopback: `--ccx auto` picks the credit header the law asks for, so
+/// grants ride the server's ACKs (every packet carries a total, no control packet is sent),
+/// and the flow runs on them.
+#[test]
+fn credit_grants_ride_the_acks_header() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let pcap = dir.join("perf-ccx-credit.pcap");
+    let pcap_arg = pcap.to_str().unwrap();
+    let args = [
+        "write-bw", "-s", "65536", "-n", "200", "--cc", "credit", "--pcap", pcap_arg,
+    ];
+    let bw = loopback(&args, 24_330)[0]["bw_avg_gbps"].as_f64().unwrap();
+    assert!(bw > 0.05, "{bw} Gbit/s");
+    let check = Command::new(SLUICE)
+        .args(["pcap", "check", pcap_arg])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let mut reader =
+        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
+    let (mut packets, mut granted) = (0, 0u64);
+    while let Some(r) = reader.next_record().unwrap() {
+        let d = sluice_wire::IpUdp::parse(r.data).unwrap();
+        let p = d.roce().unwrap();
+        let Some(sluice_wire::Ccx::Credit { granted_total }) = p.ccx else {
+            panic!("a packet without the credit header: {:?}", p.bth);
+        };
+        packets += 1;
+        if p.bth.opcode == sluice_wire::Opcode::RC_ACKNOWLEDGE {
+            granted = granted.max(granted_total);
+        }
+    }
+    // 200 x 64 KiB in 4 KiB packets and the ACKs back; the server granted (nearly) all of
+    // it back: a message's tail is flushed after one base RTT.
+    assert!(packets > 3200, "{packets} packets");
+    assert!(granted > 12 << 20, "{granted} bytes granted");
+}
