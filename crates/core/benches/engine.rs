@@ -333,6 +333,22 @@ fn summary() {
 }
 
 fn main() {
+    // SLUICE_BENCH_QPS=N: only the one-WRITE-per-queue-pair row for N queue pairs, three
+    // times (for a profiler: `perf record` sees nothing else).
+    if let Ok(qps) = std::env::var("SLUICE_BENCH_QPS") {
+        let qps: usize = qps
+            .parse()
+            .expect("SLUICE_BENCH_QPS: a number of queue pairs");
+        let mut bench = Bench::new(qps, false, 1 << 20);
+        for _ in 0..3 {
+            let (rate, ns) = best_of(&mut bench, Duration::from_millis(300), |b| {
+                b.round_over_all_qps();
+                qps as u64
+            });
+            println!("  {qps:>8}{rate:>16.0}{ns:>28.1}");
+        }
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     criterion_benches(&mut c);
     c.final_summary();

@@ -370,12 +370,8 @@ impl Default for QpAttrs {
 
 /// The requester's sequence state.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Requester {
-    /// Posted, not yet completed; the front is the oldest.
-    pub(crate) sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the request to send from next, and the byte offset in it.
-    pub(crate) cursor: usize,
-    pub(crate) cursor_offset: u32,
     /// PSN of the next packet to send.
     pub(crate) next_psn: Psn,
     /// Oldest PSN not yet acknowledged.
@@ -384,12 +380,17 @@ pub(crate) struct Requester {
     pub(crate) max_sent: Psn,
     /// The responder has confirmed (by ACK or NAK) receiving every request before this PSN.
     pub(crate) confirmed: Psn,
+    /// Index in `sq` of the request to send from next, and the byte offset in it.
+    pub(crate) cursor: usize,
+    pub(crate) cursor_offset: u32,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
-    /// No sending before this time (an RNR NAK's wait).
-    pub(crate) rnr_wait_until: Option<crate::Instant>,
+    /// Posted, not yet completed; the front is the oldest.
+    pub(crate) sq: VecDeque<SendWqe>,
     /// When the retransmit timer fires, if armed.
     pub(crate) deadline: Option<crate::Instant>,
+    /// No sending before this time (an RNR NAK's wait).
+    pub(crate) rnr_wait_until: Option<crate::Instant>,
     /// A go-back-N from an out-of-order READ response was already asked for this PSN.
     pub(crate) read_retry_at: Option<Psn>,
     /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
@@ -459,19 +460,20 @@ pub(crate) enum InProgress {
 
 /// The responder's sequence state.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Responder {
-    pub(crate) rq: VecDeque<RecvWqe>,
     /// The PSN the next new request must carry.
     pub(crate) epsn: Psn,
     /// Requests completed, mod 2^24: what the AETH carries.
     pub(crate) msn: u32,
-    pub(crate) in_progress: Option<InProgress>,
-    pub(crate) responses: VecDeque<Response>,
-    pub(crate) resources: VecDeque<ResponderResource>,
     /// An ACK of everything before `epsn` is due.
     pub(crate) ack_due: bool,
     /// A sequence-error NAK was sent for the current `epsn`: do not send another.
     pub(crate) nak_sent: bool,
+    pub(crate) responses: VecDeque<Response>,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) in_progress: Option<InProgress>,
+    pub(crate) resources: VecDeque<ResponderResource>,
     /// Selective repeat: packets held past a gap.
     pub(crate) reorder: Option<crate::reorder::ReorderBuffer>,
 }
@@ -514,35 +516,38 @@ pub(crate) struct Knobs {
     pub(crate) path: Option<u16>,
 }
 
-/// One queue pair.
+/// One queue pair. Laid out for the cache: with thousands of queue pairs each packet finds
+/// its queue pair cold, so what every packet reads (state, attributes, knobs, then the
+/// requester's and responder's sequence state) comes first, in as few lines as can be.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Qp {
-    pub(crate) num: QpNum,
-    pub(crate) config: QpConfig,
     pub(crate) state: QpState,
-    pub(crate) attrs: QpAttrs,
-    pub(crate) req: Requester,
-    pub(crate) resp: Responder,
     /// In the engine's ready list.
     pub(crate) scheduled: bool,
-    /// What the control law set.
-    pub(crate) knobs: Knobs,
     /// The control law asked for a CNP to the peer.
     pub(crate) cnp_due: bool,
-    /// Credit the control law granted the peer, not sent yet.
-    pub(crate) grant_due: u64,
-    /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
-    pub(crate) granted_total: u64,
-    /// The largest credit total the peer has granted us.
-    pub(crate) credit_total_seen: u64,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
+    pub(crate) num: QpNum,
+    pub(crate) attrs: QpAttrs,
+    pub(crate) config: QpConfig,
+    /// What the control law set.
+    pub(crate) knobs: Knobs,
     /// Pacing: the slot the last request packet took, and its bits on the wire. The next
     /// may go one packet time later at the rate in force *now*, so a law that raises the
     /// rate shortens the wait at once.
     pub(crate) paced: (crate::Instant, u64),
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
+    /// Credit the control law granted the peer, not sent yet.
+    pub(crate) grant_due: u64,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
+    pub(crate) granted_total: u64,
+    /// The largest credit total the peer has granted us.
+    pub(crate) credit_total_seen: u64,
     /// The CC extension header of the latest request from the peer: what responses echo.
     pub(crate) ccx_echo: Option<Box<CcxEcho>>,
 }
