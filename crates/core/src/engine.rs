@@ -182,6 +182,8 @@ pub struct Engine {
     /// While a response is handled: the round trip its echoed send time measures, for the
     /// ACK event it causes.
     pub(crate) echoed_rtt: Option<std::time::Duration>,
+    /// Asynchronous events not yet polled: QP indexes, at most one each (`async_pending`).
+    async_events: VecDeque<u32>,
 }
 
 impl Engine {
@@ -208,6 +210,7 @@ impl Engine {
             controller,
             deferred: Vec::new(),
             echoed_rtt: None,
+            async_events: VecDeque::new(),
         }
     }
 
@@ -259,7 +262,7 @@ impl Engine {
             qp.grant_due = qp.grant_due.saturating_add(act.granted());
             wake = true;
         }
-        if wake && matches!(qp.state, QpState::Rtr | QpState::Rts) {
+        if wake && qp.state.receiving() {
             self.schedule(index);
         }
     }
@@ -393,6 +396,35 @@ impl Engine {
         self.qp(qpn).map(|q| q.state)
     }
 
+    /// The oldest asynchronous event not yet taken (verbs' `ibv_get_async_event`).
+    pub fn poll_async_event(&mut self) -> Option<crate::AsyncEvent> {
+        while let Some(index) = self.async_events.pop_front() {
+            // A queue pair destroyed or reset since has nothing to report.
+            if let Some(Some(qp)) = self.qps.get_mut(index as usize)
+                && std::mem::take(&mut qp.async_pending)
+                && qp.state == QpState::Sqd
+            {
+                return Some(crate::AsyncEvent::SqDrained(qp.num));
+            }
+        }
+        None
+    }
+
+    /// In SQD, once no begun request is left: queues the drained event (once per drain).
+    pub(crate) fn check_drained(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        if qp.state != QpState::Sqd || qp.drain_reported {
+            return;
+        }
+        if qp.req.sq.front().is_some_and(|w| w.started) {
+            return;
+        }
+        qp.drain_reported = true;
+        if !std::mem::replace(&mut qp.async_pending, true) {
+            self.async_events.push_back(index);
+        }
+    }
+
     fn index(qpn: QpNum) -> Option<u32> {
         qpn.0.checked_sub(FIRST_QPN)
     }
@@ -481,6 +513,21 @@ impl Engine {
                 qp.req.confirmed = sq_psn;
                 qp.req.retries_left = retry_cnt;
                 qp.req.rnr_retries_left = rnr_retry;
+                qp.state = QpState::Rts;
+                self.schedule(index);
+            }
+            Transition::Drain => {
+                if state != QpState::Rts {
+                    return refuse("drain the send queue (only from RTS)");
+                }
+                qp.state = QpState::Sqd;
+                qp.drain_reported = false;
+                self.check_drained(index);
+            }
+            Transition::Resume => {
+                if state != QpState::Sqd {
+                    return refuse("resume sending (only from SQD)");
+                }
                 qp.state = QpState::Rts;
                 self.schedule(index);
             }
@@ -628,7 +675,8 @@ impl Engine {
         };
         let qp = self.qp_mut(index);
         match qp.state {
-            QpState::Rts => {}
+            // In SQD the request waits in the queue until the queue pair resumes.
+            QpState::Rts | QpState::Sqd => {}
             QpState::Error => {
                 let c = Completion::unfinished(
                     wr.wr_id,
@@ -643,7 +691,7 @@ impl Engine {
             state => {
                 return Err(Error::InvalidState {
                     state,
-                    action: "post a send (needs RTS)",
+                    action: "post a send (needs RTS or SQD)",
                 });
             }
         }
@@ -675,7 +723,7 @@ impl Engine {
         let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, Access::LOCAL_WRITE)?;
         let qp = self.qp_mut(index);
         match qp.state {
-            QpState::Init | QpState::Rtr | QpState::Rts => {}
+            QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd => {}
             QpState::Error => {
                 let c =
                     Completion::unfinished(wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, qpn);
@@ -686,7 +734,7 @@ impl Engine {
             state => {
                 return Err(Error::InvalidState {
                     state,
-                    action: "post a receive (needs INIT, RTR or RTS)",
+                    action: "post a receive (needs INIT, RTR, RTS or SQD)",
                 });
             }
         }
@@ -764,7 +812,7 @@ impl Engine {
             return;
         }
         if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx
-            && matches!(qp.state, QpState::Rtr | QpState::Rts)
+            && qp.state.receiving()
         {
             // Credit is not sequenced: any packet from the peer, even a stale one, may
             // carry a newer total.
@@ -778,13 +826,13 @@ impl Engine {
             Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
         );
         if is_response {
-            if qp.state != QpState::Rts {
+            if !qp.state.sending() {
                 self.counters.drops_bad_state += 1;
                 return;
             }
             self.on_response_ccx(index, now, headers, info, payload);
         } else {
-            if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+            if !qp.state.receiving() {
                 self.counters.drops_bad_state += 1;
                 return;
             }

@@ -27,8 +27,8 @@ pub use engine::{Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PdI
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};
 pub use qp::{
-    MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpPsns, QpState, QueueDepths, Recovery, RecvWr, SendOp,
-    SendWr, Sge, Transition,
+    AsyncEvent, MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpPsns, QpState, QueueDepths, Recovery,
+    RecvWr, SendOp, SendWr, Sge, Transition,
 };
 pub use reorder::{Bitmap256, ReceiveTracker};
 pub use rng::Rng;

@@ -12,7 +12,8 @@ use crate::{CqId, PdId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QpNum(pub u32);
 
-/// The RC queue pair state machine: RESET -> INIT -> RTR -> RTS, and ERROR from anywhere.
+/// The RC queue pair state machine: RESET -> INIT -> RTR -> RTS <-> SQD, and ERROR from
+/// anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpState {
     Reset,
@@ -21,8 +22,33 @@ pub enum QpState {
     Rtr,
     /// Ready to send.
     Rts,
+    /// Send queue drain: requests already begun are carried to completion (resends
+    /// included), new ones are queued but not begun; the responder works as in RTS. When
+    /// no begun request is left the engine reports [`crate::AsyncEvent::SqDrained`].
+    Sqd,
     /// Every outstanding and new work request completes with a flush error.
     Error,
+}
+
+impl QpState {
+    /// The requester sends (in SQD only what it has begun) and takes responses.
+    pub(crate) fn sending(self) -> bool {
+        matches!(self, QpState::Rts | QpState::Sqd)
+    }
+
+    /// The responder takes requests.
+    pub(crate) fn receiving(self) -> bool {
+        matches!(self, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
+}
+
+/// What an engine tells the application outside the completion queues (verbs' affiliated
+/// asynchronous events), from [`crate::Engine::poll_async_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// The queue pair is in SQD and every request it had begun has completed: its
+    /// attributes may be changed, or it may be resumed (`Transition::Resume`).
+    SqDrained(QpNum),
 }
 
 /// Path MTU: the largest payload of one packet.
@@ -132,6 +158,11 @@ pub enum Transition {
         /// READ and atomic requests we may have outstanding at the peer.
         max_rd_atomic: u8,
     },
+    /// RTS -> SQD: finish the requests already begun, begin no new one (see
+    /// [`QpState::Sqd`]).
+    Drain,
+    /// SQD -> RTS: begin queued requests again.
+    Resume,
     /// Any state -> ERROR.
     Error,
     /// Any state -> RESET: forget everything queued.
@@ -525,6 +556,11 @@ pub(crate) struct Qp {
     pub(crate) state: QpState,
     /// In the engine's ready list.
     pub(crate) scheduled: bool,
+    /// SQD: the drained event was queued for this drain (reported once per drain).
+    pub(crate) drain_reported: bool,
+    /// An `AsyncEvent` of this queue pair waits in the engine's queue (at most one each, so
+    /// the queue is bounded by the queue pairs).
+    pub(crate) async_pending: bool,
     /// The control law asked for a CNP to the peer.
     pub(crate) cnp_due: bool,
     /// The control law was told the queue pair started sending.
@@ -571,6 +607,8 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             scheduled: false,
+            drain_reported: false,
+            async_pending: false,
             knobs: Knobs::default(),
             cnp_due: false,
             grant_due: 0,

@@ -80,7 +80,7 @@ impl Engine {
         let configured_window = self.config.max_outstanding_packets;
         let line_rate_bps = self.config.line_rate_bps;
         let qp = self.qp_mut(index);
-        if qp.state != QpState::Rts || qp.req.rnr_wait_until.is_some() {
+        if !qp.state.sending() || qp.req.rnr_wait_until.is_some() {
             return None;
         }
         if !qp.control_started && qp.req.cursor < qp.req.sq.len() {
@@ -120,7 +120,7 @@ impl Engine {
             self.rewind(index, p);
             let transmit = self.packet_at_cursor(index, now, payload, window, ack_every);
             let qp = self.qp_mut(index);
-            if qp.state == QpState::Rts {
+            if qp.state.sending() {
                 (qp.req.cursor, qp.req.cursor_offset, qp.req.next_psn) = saved;
             }
             if transmit.is_some() {
@@ -150,6 +150,9 @@ impl Engine {
             return None;
         }
         if !req.sq[cursor].started {
+            if qp.state == QpState::Sqd {
+                return None; // draining: begin nothing new
+            }
             let wqe = &req.sq[cursor];
             let pending_rd_atomic = req
                 .sq
@@ -681,6 +684,7 @@ impl Engine {
                 _ => req.next_psn,
             };
             self.rewind(index, target);
+            self.check_drained(index);
         }
         done
     }
@@ -792,7 +796,7 @@ impl Engine {
     /// A timer of queue pair `index` fired.
     pub(crate) fn on_timer(&mut self, index: u32, now: Instant) {
         let qp = self.qp_mut(index);
-        if qp.state != QpState::Rts {
+        if !qp.state.sending() {
             return;
         }
         if qp.knobs.rate_bps.is_some() {

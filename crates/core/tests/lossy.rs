@@ -54,6 +54,8 @@ fn random_op(rng: &mut Rng) -> Op {
 
 struct Outcome {
     all_succeeded: bool,
+    /// Times the send queue drained (SQD) and resumed.
+    drains: u32,
 }
 
 fn run_seed(seed: u64) -> Outcome {
@@ -190,7 +192,37 @@ fn run_seed(seed: u64) -> Outcome {
 
     let cq = p.send_cq[0];
     let qps = p.qp;
+    // The send queue is drained (SQD) at random moments and resumed a while after it
+    // reports drained: begun requests finish, the others wait, nothing is lost.
+    let mut drain_rng = Rng::new(seed ^ 0xD4A1_0000);
+    let mut drained_at = None;
+    let mut drains = 0;
     let finished = world.run_until(Duration::from_secs(60), |w| {
+        // Resumed by chance, or at once when the links fall quiet (with nothing moving,
+        // this closure would not be asked again).
+        let quiet = w.links_empty();
+        let e = &mut w.engines[0];
+        match e.qp_state(qps[0]) {
+            Some(QpState::Rts) if drain_rng.chance(0.005) => {
+                e.modify_qp(qps[0], Transition::Drain).unwrap();
+            }
+            Some(QpState::Sqd) => {
+                if let Some(event) = e.poll_async_event() {
+                    assert_eq!(event, AsyncEvent::SqDrained(qps[0]), "seed {seed}");
+                    drained_at = Some(e.qp_psns(qps[0]).unwrap().sq_psn);
+                }
+                if let Some(at) = drained_at {
+                    let now = e.qp_psns(qps[0]).unwrap().sq_psn;
+                    assert_eq!(now, at, "seed {seed}: a drained queue pair sent a new PSN");
+                    if quiet || drain_rng.chance(0.05) {
+                        e.modify_qp(qps[0], Transition::Resume).unwrap();
+                        drained_at = None;
+                        drains += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
         // Memory stays bounded: every queue within its limit at every step.
         for (h, qp) in qps.iter().enumerate() {
             let d = w.engines[h].qp_queues(*qp).unwrap();
@@ -400,6 +432,7 @@ fn run_seed(seed: u64) -> Outcome {
     }
     Outcome {
         all_succeeded: failed_at.is_none(),
+        drains,
     }
 }
 
@@ -410,14 +443,23 @@ fn every_request_completes_once_with_its_bytes_in_place() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
     let seeds = seeds(count);
-    let mut succeeded = 0;
+    let (mut succeeded, mut drained) = (0, 0);
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run_seed(seed)).unwrap_or_else(|e| {
             eprintln!("failing seed: {seed} (replay with SLUICE_SEED={seed})");
             std::panic::resume_unwind(e)
         });
         succeeded += usize::from(outcome.all_succeeded);
+        drained += usize::from(outcome.drains > 0);
     }
+    eprintln!(
+        "{succeeded} of {} seeds completed everything; {drained} drained and resumed",
+        seeds.len()
+    );
+    assert!(
+        drained * 4 >= seeds.len(),
+        "only {drained} seeds drained the send queue"
+    );
     // Retries exhaust only when a request fails 8 times running: rare even at 20% loss.
     assert!(
         succeeded * 100 >= seeds.len() * 95,

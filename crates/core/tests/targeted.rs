@@ -756,3 +756,102 @@ fn a_duplicate_read_never_takes_the_place_of_a_new_one() {
     }
     assert_eq!(responses, owed);
 }
+
+#[test]
+fn a_draining_send_queue_finishes_what_it_began_and_holds_the_rest() {
+    // 5% loss: the begun WRITE needs resends while the queue pair drains.
+    let link = Impairments {
+        loss: 0.05,
+        ..Impairments::CLEAN
+    };
+    let mut world = World::new(2, 11, link);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (qp, cq) = (p.qp[0], p.send_cq[0]);
+    let first_psn = world.engines[0].qp_psns(qp).unwrap().sq_psn;
+    for (i, b) in world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..68 << 10]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i % 251) as u8;
+    }
+    p.post_write(&mut world, 1, 0, 64 << 10);
+    assert!(world.run_until(Duration::from_millis(1), |w| {
+        w.engines[0].counters().tx_packets > 0
+    }));
+    world.engines[0].modify_qp(qp, Transition::Drain).unwrap();
+    assert_eq!(world.engines[0].qp_state(qp), Some(QpState::Sqd));
+    // Posting is allowed while draining; the request waits.
+    p.post_write(&mut world, 2, 64 << 10, 4096);
+    // The responder side keeps working: a WRITE from the peer into host 0 completes.
+    let peer_write = SendOp::Write {
+        remote_addr: p.mr[0].addr + (100 << 10),
+        rkey: p.mr[0].rkey,
+    };
+    let sgl = [sge(p.mr[1], 0, 512)];
+    world.engines[1]
+        .post_send(p.qp[1], &SendWr::new(9, peer_write, &sgl))
+        .unwrap();
+    let mut events = Vec::new();
+    world.run_until(Duration::from_millis(50), |w| {
+        events.extend(std::iter::from_fn(|| w.engines[0].poll_async_event()));
+        false
+    });
+    assert_eq!(events, vec![AsyncEvent::SqDrained(qp)], "once per drain");
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![(1, WcStatus::Success)]
+    );
+    assert!(
+        world.engines[0].counters().retransmitted_packets > 0,
+        "resent while draining"
+    );
+    // Nothing of the second WRITE left: the send PSN stops after the first's 64 packets.
+    assert_eq!(
+        world.engines[0].qp_psns(qp).unwrap().sq_psn,
+        first_psn.add(64)
+    );
+    let peer = Pair::completions(&mut world, 1, p.send_cq[1]);
+    assert_eq!(peer.len(), 1);
+    assert_eq!(peer[0].status, WcStatus::Success);
+
+    // Only SQD resumes, only RTS drains.
+    assert!(matches!(
+        world.engines[0].modify_qp(qp, Transition::Drain),
+        Err(Error::InvalidState {
+            state: QpState::Sqd,
+            ..
+        })
+    ));
+    world.engines[0].modify_qp(qp, Transition::Resume).unwrap();
+    assert!(matches!(
+        world.engines[0].modify_qp(qp, Transition::Resume),
+        Err(Error::InvalidState {
+            state: QpState::Rts,
+            ..
+        })
+    ));
+    assert!(world.run_until(Duration::from_millis(50), |w| w.engines[0].cq_len(cq) == 1));
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![(2, WcStatus::Success)]
+    );
+    let (sent, landed) = (
+        world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..68 << 10].to_vec(),
+        &world.engines[1].mr_bytes(p.mr[1].lkey).unwrap()[..68 << 10],
+    );
+    assert_eq!(&sent[..], landed, "both WRITEs landed whole");
+    // A drain with nothing begun is drained at once.
+    world.engines[0].modify_qp(qp, Transition::Drain).unwrap();
+    assert_eq!(
+        world.engines[0].poll_async_event(),
+        Some(AsyncEvent::SqDrained(qp))
+    );
+    assert_eq!(world.engines[0].poll_async_event(), None);
+    // From SQD, ERROR flushes what waits.
+    p.post_write(&mut world, 3, 0, 8);
+    world.engines[0].modify_qp(qp, Transition::Error).unwrap();
+    assert_eq!(
+        send_cq_statuses(&mut world, &p),
+        vec![(3, WcStatus::WrFlushError)]
+    );
+}

@@ -296,6 +296,11 @@ impl World {
         }
     }
 
+    /// No packet is on the links.
+    pub fn links_empty(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
     /// Runs until `done` holds or `limit` of simulated time passes; true if `done` held.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut World) -> bool) -> bool {
         let end = self.now + limit;
