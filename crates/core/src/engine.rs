@@ -44,6 +44,11 @@ pub struct EngineConfig {
     /// The requester asks for an ACK on the last packet of every message and on every
     /// this many packets in between.
     pub ack_request_every: u32,
+    /// The responder acknowledges at least every this many new request packets, whether
+    /// they ask (AckReq) or not; 0: only when asked. Either way ACKs are coalesced: one
+    /// covers everything received before it leaves. 1 gives the per-packet ACKs that
+    /// per-packet laws (HPCC's INT echo, Swift's delay) sample best.
+    pub ack_every_packets: u32,
     /// The line rate control laws start from ([`Event::Start`]), in bits per second.
     pub line_rate_bps: u64,
 }
@@ -58,6 +63,7 @@ impl Default for EngineConfig {
             max_cq_entries: 1 << 20,
             max_outstanding_packets: 1024,
             ack_request_every: 64,
+            ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
         }
     }

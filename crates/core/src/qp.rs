@@ -499,6 +499,8 @@ pub(crate) struct Responder {
     pub(crate) msn: u32,
     /// An ACK of everything before `epsn` is due.
     pub(crate) ack_due: bool,
+    /// New request packets taken since the last coalesced ACK.
+    pub(crate) unacked: u32,
     /// A sequence-error NAK was sent for the current `epsn`: do not send another.
     pub(crate) nak_sent: bool,
     pub(crate) responses: VecDeque<Response>,

@@ -391,10 +391,12 @@ impl Engine {
             }
             _ => return Err(Refusal::InvalidRequest),
         }
+        let ack_every = self.config.ack_every_packets;
         let qp = self.qp_mut(index);
         qp.resp.epsn = qp.resp.epsn.next();
         qp.resp.nak_sent = false;
-        if bth.ack_req {
+        qp.resp.unacked = qp.resp.unacked.saturating_add(1);
+        if bth.ack_req || (ack_every > 0 && qp.resp.unacked >= ack_every) {
             qp.resp.ack_due = true;
         }
         Ok(())
@@ -757,6 +759,7 @@ impl Engine {
             }
             None if qp.resp.ack_due => {
                 qp.resp.ack_due = false;
+                qp.resp.unacked = 0;
                 let ext = ExtHeaders {
                     aeth: Some(ok),
                     ..ExtHeaders::default()

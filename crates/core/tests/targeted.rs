@@ -855,3 +855,21 @@ fn a_draining_send_queue_finishes_what_it_began_and_holds_the_rest() {
         vec![(3, WcStatus::WrFlushError)]
     );
 }
+
+#[test]
+fn the_responder_acks_when_asked_or_every_n_packets() {
+    // One 64-packet WRITE; the requester asks for an ACK on its last packet only.
+    let acks = |every: u32| {
+        let mut world = World::new(2, 5, Impairments::CLEAN);
+        world.configure(0, |c| c.ack_request_every = 1000);
+        world.configure(1, |c| c.ack_every_packets = every);
+        let p = Pair::connect(&mut world, &PairOptions::default());
+        p.write_and_wait(&mut world, 64 << 10);
+        world.engines[1].counters().tx_packets
+    };
+    assert_eq!(acks(0), 1, "only when asked");
+    assert_eq!(acks(1), 64, "one per packet");
+    // Every 16th packet, and the last one asks anyway (it is the 64th: one ACK covers both).
+    assert_eq!(acks(16), 4);
+    assert_eq!(acks(20), 4, "at 20, 40, 60 and the asked-for last");
+}

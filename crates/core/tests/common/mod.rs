@@ -158,6 +158,14 @@ impl World {
             Engine::with_controller(Self::engine_config(self.seed, host), controller);
     }
 
+    /// Gives `host` a fresh engine, without a control law, whose configuration `edit`
+    /// changed from the test default (before connecting anything).
+    pub fn configure(&mut self, host: usize, edit: impl FnOnce(&mut EngineConfig)) {
+        let mut config = Self::engine_config(self.seed, host);
+        edit(&mut config);
+        self.engines[host] = Engine::new(config);
+    }
+
     /// The largest queue a logging port (INT or marking) saw from `from` on.
     pub fn max_queue_since(&self, from: Instant) -> u64 {
         self.queue_log
