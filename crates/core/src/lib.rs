@@ -13,6 +13,7 @@ mod counters;
 mod cq;
 mod engine;
 mod error;
+mod held_ranges;
 mod mr;
 mod qp;
 mod reorder;

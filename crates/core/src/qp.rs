@@ -426,6 +426,16 @@ pub(crate) struct Requester {
     pub(crate) read_retry_at: Option<Psn>,
     /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
     pub(crate) resend: VecDeque<Psn>,
+    /// Selective repeat, READ responses: which PSNs past the oldest waiting READ's first
+    /// missing response arrived (their data is already in place).
+    pub(crate) read_held: crate::held_ranges::HeldRanges,
+    /// A READ response needed a run the tracker had no room for (and was dropped).
+    pub(crate) read_overflow: bool,
+    /// Selective repeat: the READ re-request queued in `resend` at this PSN asks only up to
+    /// this byte of the READ (the gap before the responses held).
+    pub(crate) read_gap: Option<(Psn, u32)>,
+    /// While a READ re-request for a gap is built: the byte of the READ it stops at.
+    pub(crate) read_limit: Option<u32>,
 }
 
 /// What the responder owes the peer, in PSN order.

@@ -2,6 +2,7 @@
 //! unacknowledged, and recovers losses by going back to the first missing PSN (go-back-N),
 //! with the retransmit timer, the retry and RNR-retry counts, and READ re-requests.
 
+use crate::held_ranges::Insert;
 use sluice_wire::{
     AtomicEth, Bth, ExtHeaders, NakCode, Opcode, OpcodeInfo, Position, Psn, Reth, RoceHeaders,
     Syndrome,
@@ -118,8 +119,14 @@ impl Engine {
             }
             let saved = (req.cursor, req.cursor_offset, req.next_psn);
             self.rewind(index, p);
+            let req = &mut self.qp_mut(index).req;
+            req.read_limit = match req.read_gap {
+                Some((at, end)) if at == p => req.read_gap.take().map(|_| end),
+                _ => None,
+            };
             let transmit = self.packet_at_cursor(index, now, payload, window, ack_every);
             let qp = self.qp_mut(index);
+            qp.req.read_limit = None;
             if qp.state.sending() {
                 (qp.req.cursor, qp.req.cursor_offset, qp.req.next_psn) = saved;
             }
@@ -212,8 +219,12 @@ impl Engine {
         let advance;
         match wqe.op {
             SendOp::Read { remote_addr, rkey } => {
-                // A first request, or a re-request of what is still missing.
-                let remaining = wqe.len - wqe.read_done;
+                // A first request, or a re-request of what is still missing (with selective
+                // repeat, of a gap only).
+                let end = req
+                    .read_limit
+                    .map_or(wqe.len, |l| l.clamp(wqe.read_done, wqe.len));
+                let remaining = end - wqe.read_done;
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ext.reth = Some(Reth {
                     va: remote_addr + u64::from(wqe.read_done),
@@ -520,6 +531,7 @@ impl Engine {
         let psn = headers.bth.psn;
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
+        let selective = qp.attrs.recovery == crate::Recovery::SelectiveRepeat;
         // The oldest READ still waiting for data is the only one a response may be for.
         let Some(pos) = qp
             .req
@@ -536,7 +548,9 @@ impl Engine {
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
-            if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
+            if d > 0 && (d as u32) < wqe.span - wqe.read_done / mtu && selective {
+                self.on_read_response_ahead(index, now, pos, d as u32, payload);
+            } else if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
                 // A response is missing: ask again from it, once per gap.
                 qp.req.read_retry_at = Some(expected);
                 self.confirm(index, now, request_end);
@@ -552,9 +566,11 @@ impl Engine {
         let ends = len == remaining;
         // A re-request starts a fresh response stream (FIRST or ONLY) mid-READ, while late
         // packets of the first stream may still arrive: any packet at the expected PSN is
-        // data, as long as only the final one claims to end the message.
+        // data, as long as only the final one claims to end the message. With selective
+        // repeat a re-request may cover only a gap, whose last response is a LAST or ONLY
+        // short of the end: then only the length is checked.
         let position_ok = match info.position {
-            Position::Only | Position::Last => ends,
+            Position::Only | Position::Last => ends || selective,
             Position::First | Position::Middle => !ends,
         };
         if !position_ok || len > remaining || len > mtu || (!ends && len != mtu) {
@@ -570,12 +586,98 @@ impl Engine {
             self.fail_request(index, pos, WcStatus::LocalProtectionError);
             return;
         }
-        let wqe = &mut self.qp_mut(index).req.sq[pos];
+        let req = &mut self.qp_mut(index).req;
+        let wqe = &mut req.sq[pos];
         wqe.read_done += len;
-        wqe.responded = ends;
+        if selective {
+            // Responses held past this one are in place already: take them in order.
+            req.read_held.advance(1);
+            if let Some((0, run)) = req.read_held.first() {
+                let bytes = u64::from(run) * u64::from(mtu);
+                wqe.read_done += bytes.min(u64::from(wqe.len - wqe.read_done)) as u32;
+                req.read_held.advance(run);
+            }
+        }
+        wqe.responded = wqe.read_done == wqe.len;
+        if wqe.responded {
+            req.read_held = Default::default();
+            req.read_overflow = false;
+        } else if selective {
+            self.ask_for_read_gap(index, pos);
+        }
         self.confirm(index, now, request_end);
         self.retire(index);
         self.progress(index, now);
+    }
+
+    /// Selective repeat: a response `d` PSNs past the first one the oldest waiting READ
+    /// (at `pos`) misses. Its data goes in place at once and its PSN is recorded; the first
+    /// such response of a gap asks for the gap alone again.
+    fn on_read_response_ahead(
+        &mut self,
+        index: u32,
+        now: Instant,
+        pos: usize,
+        d: u32,
+        payload: Payload<'_>,
+    ) {
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        let req = &mut qp.req;
+        if req.read_held.contains(d) {
+            self.counters.stale_responses += 1;
+            return;
+        }
+        let wqe = &req.sq[pos];
+        let offset = wqe.read_done + d * mtu;
+        let len = (wqe.len - offset).min(mtu);
+        if payload.len() != len {
+            self.fail_request(index, pos, WcStatus::BadResponseError);
+            return;
+        }
+        let (pd, sgl, request_end) = (qp.config.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
+        if req.read_held.insert(d) == Insert::Full {
+            // No room to record it: asked for again once the gaps before it are filled.
+            req.read_overflow = true;
+            self.counters.stale_responses += 1;
+            return;
+        }
+        let bytes = match payload {
+            Payload::Bytes(b) => Some(b),
+            Payload::Len(_) => None,
+        };
+        if self.mrs.scatter(pd, &sgl, offset, len, bytes).is_err() {
+            self.fail_request(index, pos, WcStatus::LocalProtectionError);
+            return;
+        }
+        self.ask_for_read_gap(index, pos);
+        self.confirm(index, now, request_end);
+        self.retire(index);
+    }
+
+    /// Selective repeat: if responses are held past the first missing one of the READ at
+    /// `pos`, asks again for the gap before them (once per gap); if none is held but some
+    /// were dropped as too far ahead, for the rest of the READ.
+    fn ask_for_read_gap(&mut self, index: u32, pos: usize) {
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        let req = &mut qp.req;
+        let wqe = &req.sq[pos];
+        let expected = wqe.first_psn.add(wqe.read_done / mtu);
+        if req.read_retry_at == Some(expected) {
+            return;
+        }
+        let end = match req.read_held.first() {
+            Some((first_held, _)) => wqe.read_done + first_held * mtu,
+            None if std::mem::take(&mut req.read_overflow) => wqe.len,
+            None => return,
+        };
+        if req.resend.len() >= RESEND_LIMIT || req.resend.contains(&expected) {
+            return; // the retransmit timer asks for it instead
+        }
+        req.read_retry_at = Some(expected);
+        req.read_gap = Some((expected, end));
+        req.resend.push_back(expected);
     }
 
     fn on_atomic_ack(&mut self, index: u32, now: Instant, psn: Psn, original: Option<u64>) {

@@ -873,3 +873,50 @@ fn the_responder_acks_when_asked_or_every_n_packets() {
     assert_eq!(acks(16), 4);
     assert_eq!(acks(20), 4, "at 20, 40, 60 and the asked-for last");
 }
+
+#[test]
+fn selective_repeat_asks_again_only_for_missing_read_responses() {
+    let mut served = Vec::new();
+    for recovery in [Recovery::GoBackN, Recovery::SelectiveRepeat] {
+        let link = Impairments {
+            loss: 0.02,
+            ..Impairments::CLEAN
+        };
+        let mut world = World::new(2, 14, link);
+        let options = PairOptions {
+            recovery,
+            mtu: Mtu::M1024,
+            ..PairOptions::default()
+        };
+        let p = Pair::connect(&mut world, &options);
+        let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i * 7 + 3) as u8).collect();
+        world.engines[1].mr_bytes_mut(p.mr[1].lkey).unwrap()[..data.len()].copy_from_slice(&data);
+        let read = SendOp::Read {
+            remote_addr: p.mr[1].addr,
+            rkey: p.mr[1].rkey,
+        };
+        assert_eq!(
+            one(&mut world, &p, read, &[sge(p.mr[0], 0, data.len() as u32)]),
+            WcStatus::Success
+        );
+        assert_eq!(
+            &world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..data.len()],
+            &data[..]
+        );
+        // Everything the responder sent is READ responses.
+        served.push(world.engines[1].counters().tx_packets);
+    }
+    // 512 responses, 2% lost: go-back-N asks again for everything from the first gap on,
+    // selective repeat for the gaps.
+    eprintln!(
+        "READ responses sent: go-back-N {}, selective repeat {}",
+        served[0], served[1]
+    );
+    assert!(served[1] < 512 + 60, "selective repeat sent {}", served[1]);
+    assert!(
+        (served[1] - 512) * 4 < served[0] - 512,
+        "go-back-N {}, selective repeat {}",
+        served[0],
+        served[1]
+    );
+}
