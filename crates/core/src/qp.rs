@@ -426,16 +426,24 @@ pub(crate) struct Requester {
     pub(crate) read_retry_at: Option<Psn>,
     /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
     pub(crate) resend: VecDeque<Psn>,
-    /// Selective repeat, READ responses: which PSNs past the oldest waiting READ's first
-    /// missing response arrived (their data is already in place).
-    pub(crate) read_held: crate::held_ranges::HeldRanges,
-    /// A READ response needed a run the tracker had no room for (and was dropped).
-    pub(crate) read_overflow: bool,
-    /// Selective repeat: the READ re-request queued in `resend` at this PSN asks only up to
-    /// this byte of the READ (the gap before the responses held).
-    pub(crate) read_gap: Option<(Psn, u32)>,
+    /// Selective repeat of READ responses; kept out of line (boxed once per queue pair, at
+    /// its first READ response out of order): most queue pairs never need it.
+    pub(crate) read_repair: Option<Box<ReadRepair>>,
     /// While a READ re-request for a gap is built: the byte of the READ it stops at.
     pub(crate) read_limit: Option<u32>,
+}
+
+/// Selective repeat of READ responses at the requester.
+#[derive(Debug, Default)]
+pub(crate) struct ReadRepair {
+    /// Which PSNs past the oldest waiting READ's first missing response arrived (their
+    /// data is already in place).
+    pub(crate) held: crate::held_ranges::HeldRanges,
+    /// A response needed a run `held` had no room for (and was dropped).
+    pub(crate) overflow: bool,
+    /// The READ re-request queued in `resend` at this PSN asks only up to this byte of the
+    /// READ (the gap before the responses held).
+    pub(crate) gap: Option<(Psn, u32)>,
 }
 
 /// What the responder owes the peer, in PSN order.

@@ -10,7 +10,7 @@ use sluice_wire::{
 
 use crate::cq::{Completion, WcStatus};
 use crate::engine::{Payload, Transmit, send_opcode};
-use crate::qp::{QpState, SendOp};
+use crate::qp::{QpState, ReadRepair, SendOp};
 use crate::{Engine, Instant};
 
 /// NAK'd PSNs a selective-repeat requester queues for resending.
@@ -120,10 +120,10 @@ impl Engine {
             let saved = (req.cursor, req.cursor_offset, req.next_psn);
             self.rewind(index, p);
             let req = &mut self.qp_mut(index).req;
-            req.read_limit = match req.read_gap {
-                Some((at, end)) if at == p => req.read_gap.take().map(|_| end),
+            req.read_limit = req.read_repair.as_deref_mut().and_then(|r| match r.gap {
+                Some((at, end)) if at == p => r.gap.take().map(|_| end),
                 _ => None,
-            };
+            });
             let transmit = self.packet_at_cursor(index, now, payload, window, ack_every);
             let qp = self.qp_mut(index);
             qp.req.read_limit = None;
@@ -589,21 +589,22 @@ impl Engine {
         let req = &mut self.qp_mut(index).req;
         let wqe = &mut req.sq[pos];
         wqe.read_done += len;
-        if selective {
+        if let Some(repair) = req.read_repair.as_deref_mut() {
             // Responses held past this one are in place already: take them in order.
-            req.read_held.advance(1);
-            if let Some((0, run)) = req.read_held.first() {
+            repair.held.advance(1);
+            if let Some((0, run)) = repair.held.first() {
                 let bytes = u64::from(run) * u64::from(mtu);
                 wqe.read_done += bytes.min(u64::from(wqe.len - wqe.read_done)) as u32;
-                req.read_held.advance(run);
+                repair.held.advance(run);
             }
-        }
-        wqe.responded = wqe.read_done == wqe.len;
-        if wqe.responded {
-            req.read_held = Default::default();
-            req.read_overflow = false;
-        } else if selective {
-            self.ask_for_read_gap(index, pos);
+            wqe.responded = wqe.read_done == wqe.len;
+            if wqe.responded {
+                *repair = ReadRepair::default();
+            } else {
+                self.ask_for_read_gap(index, pos);
+            }
+        } else {
+            wqe.responded = wqe.read_done == wqe.len;
         }
         self.confirm(index, now, request_end);
         self.retire(index);
@@ -624,7 +625,8 @@ impl Engine {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
-        if req.read_held.contains(d) {
+        let repair = req.read_repair.get_or_insert_with(Box::default);
+        if repair.held.contains(d) {
             self.counters.stale_responses += 1;
             return;
         }
@@ -636,9 +638,9 @@ impl Engine {
             return;
         }
         let (pd, sgl, request_end) = (qp.config.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
-        if req.read_held.insert(d) == Insert::Full {
+        if repair.held.insert(d) == Insert::Full {
             // No room to record it: asked for again once the gaps before it are filled.
-            req.read_overflow = true;
+            repair.overflow = true;
             self.counters.stale_responses += 1;
             return;
         }
@@ -664,19 +666,22 @@ impl Engine {
         let req = &mut qp.req;
         let wqe = &req.sq[pos];
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
+        let Some(repair) = req.read_repair.as_deref_mut() else {
+            return;
+        };
         if req.read_retry_at == Some(expected) {
             return;
         }
-        let end = match req.read_held.first() {
+        let end = match repair.held.first() {
             Some((first_held, _)) => wqe.read_done + first_held * mtu,
-            None if std::mem::take(&mut req.read_overflow) => wqe.len,
+            None if std::mem::take(&mut repair.overflow) => wqe.len,
             None => return,
         };
         if req.resend.len() >= RESEND_LIMIT || req.resend.contains(&expected) {
             return; // the retransmit timer asks for it instead
         }
         req.read_retry_at = Some(expected);
-        req.read_gap = Some((expected, end));
+        repair.gap = Some((expected, end));
         req.resend.push_back(expected);
     }
 
