@@ -934,7 +934,14 @@ impl Engine {
             let qp = self.qp_mut(index);
             match transmit {
                 Some(t) => {
-                    self.ready.push_back(index);
+                    // Back to the end of the list if it may send more; if not, off it now,
+                    // while its state is in cache, rather than at a later turn that would
+                    // only find it idle (the next event that gives it work schedules it).
+                    if qp.may_send_more() {
+                        self.ready.push_back(index);
+                    } else {
+                        qp.scheduled = false;
+                    }
                     self.counters.tx_packets += 1;
                     self.counters.tx_bytes += u64::from(t.payload_len);
                     return Some(t);

@@ -673,6 +673,18 @@ impl Qp {
         })
     }
 
+    /// Whether a turn on the ready list could find a packet to send: anything owed to the
+    /// peer, or requests not wholly sent (whether pacing, the window or an RNR wait let them
+    /// go now is found out at that turn). Never false when a packet could go.
+    pub(crate) fn may_send_more(&self) -> bool {
+        self.cnp_due
+            || self.grant_due > 0
+            || self.resp.ack_due
+            || !self.resp.responses.is_empty()
+            || !self.req.resend.is_empty()
+            || self.req.cursor < self.req.sq.len()
+    }
+
     pub(crate) fn psns(&self) -> QpPsns {
         QpPsns {
             sq_psn: self.req.max_sent,
