@@ -47,6 +47,12 @@ pub struct DeviceConfig {
     pub offload: bool,
     /// Bytes of socket buffer each way.
     pub socket_buffer: usize,
+    /// Send-only sockets opened beside the device's own, on ports the kernel picks: a queue
+    /// pair's packets leave from source socket `p mod n`, `p` the UDP source port the
+    /// engine gives it (a hash of its number, as Soft-RoCE does, or the path its control law
+    /// set), so that ECMP spreads queue pairs over paths and a law can move one. 0: every
+    /// packet leaves from the device's own port.
+    pub source_sockets: usize,
 }
 
 impl DeviceConfig {
@@ -59,6 +65,7 @@ impl DeviceConfig {
             engine: EngineConfig::default(),
             offload: true,
             socket_buffer: 32 << 20,
+            source_sockets: 16,
         }
     }
 }
@@ -71,6 +78,9 @@ pub struct Device {
     engine: Engine,
     socket: sys::Socket,
     local: SocketAddr,
+    /// Send-only sockets for source ports (see [`DeviceConfig::source_sockets`]), and the
+    /// address each sends from.
+    sources: Vec<(sys::Socket, SocketAddr)>,
     peer_port: u16,
     epoch: std::time::Instant,
     /// The `now` of the latest poll: what packets received later may be timed no earlier
@@ -116,12 +126,32 @@ impl Device {
             socket.disable_gro()?;
         }
         let local = socket.local_addr()?;
+        if config.source_sockets > usize::from(u8::MAX) {
+            return Err(NetError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at most 255 source sockets",
+            )));
+        }
+        let mut sources = Vec::with_capacity(config.source_sockets);
+        for _ in 0..config.source_sockets {
+            // Port 0: the kernel picks a free one, so devices on one address never collide.
+            let any_port = SocketAddr::new(local.ip(), 0);
+            let source = sys::Socket::bind(any_port, config.tos, config.socket_buffer).map_err(
+                |source| NetError::Bind {
+                    addr: any_port,
+                    source,
+                },
+            )?;
+            let addr = source.local_addr()?;
+            sources.push((source, addr));
+        }
         // A GRO batch holds up to 64 KiB; without GRO one datagram is at most an MTU packet.
         let slot = if socket.gro { 1 << 16 } else { 9216 };
         Ok(Device {
             engine: Engine::with_controller(config.engine, controller),
             socket,
             local,
+            sources,
             peer_port: config.peer_port,
             epoch: std::time::Instant::now(),
             polled: Instant::ZERO,
@@ -171,6 +201,27 @@ impl Device {
     /// Takes the capture back (to flush and close it).
     pub fn take_capture(&mut self) -> Option<Capture> {
         self.capture.take()
+    }
+
+    /// The socket messages from `source` leave by (see [`sys::OutMsg::source`]).
+    fn source_socket(&self, source: u8) -> &sys::Socket {
+        match source {
+            0 => &self.socket,
+            k => &self.sources[usize::from(k) - 1].0,
+        }
+    }
+
+    /// The address messages from `source` leave from: what their ICRC covers.
+    fn source_addr(&self, source: u8) -> SocketAddr {
+        match source {
+            0 => self.local,
+            k => self.sources[usize::from(k) - 1].1,
+        }
+    }
+
+    /// The addresses packets leave from: the device's own, then its source sockets'.
+    pub fn source_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        std::iter::once(self.local).chain(self.sources.iter().map(|s| s.1))
     }
 
     /// The engine's clock: nanoseconds since the device opened.
@@ -226,7 +277,10 @@ impl Device {
         if ns == Some(0) {
             return Ok(());
         }
-        let pending = self.tx_sent < self.tx_msgs.len();
+        let pending = self
+            .tx_msgs
+            .get(self.tx_sent)
+            .map(|m| self.source_socket(m.source).fd());
         sys::wait(self.socket.fd(), pending, ns)?;
         Ok(())
     }
@@ -381,10 +435,20 @@ impl Device {
         if let (true, Some(now)) = (self.tx_stamps, leaving) {
             self.restamp(now);
         }
-        let msgs = &self.tx_msgs[self.tx_sent..];
+        // One system call per socket: the run of messages that leave from the same one.
+        let source = self.tx_msgs[self.tx_sent].source;
+        let run = self.tx_msgs[self.tx_sent..]
+            .iter()
+            .take_while(|m| m.source == source)
+            .count();
+        let msgs = &self.tx_msgs[self.tx_sent..self.tx_sent + run];
+        let socket = match source {
+            0 => &self.socket,
+            k => &self.sources[usize::from(k) - 1].0,
+        };
         match self
             .sender
-            .send(&self.socket, &self.tx_buf, &self.tx_packets, msgs)
+            .send(socket, &self.tx_buf, &self.tx_packets, msgs)
         {
             Ok(n) => {
                 self.counters.tx_syscalls += 1;
@@ -396,7 +460,11 @@ impl Device {
                 }
                 if let (Some(capture), Some(now)) = (self.capture.as_mut(), leaving) {
                     for m in &msgs[..n] {
-                        record_sent(capture, now, self.local, m, &self.tx_packets, &self.tx_buf);
+                        let from = match m.source {
+                            0 => self.local,
+                            k => self.sources[usize::from(k) - 1].1,
+                        };
+                        record_sent(capture, now, from, m, &self.tx_packets, &self.tx_buf);
                     }
                 }
                 self.tx_sent += n;
@@ -431,10 +499,11 @@ impl Device {
     fn unbatch(&mut self) {
         let mut single = Vec::with_capacity(self.tx_packets.len());
         for m in &self.tx_msgs[self.tx_sent..] {
+            let from = self.source_addr(m.source);
             for i in m.first..m.first + m.count {
                 let p = self.tx_packets[i];
                 let mut head = [0u8; MAX_IP_UDP];
-                let head_len = ip_udp_header(self.local, m.dst, p.len, 0, &mut head);
+                let head_len = ip_udp_header(from, m.dst, p.len, 0, &mut head);
                 let roce = &mut self.tx_buf[p.offset..p.offset + p.len];
                 let crc = head_len.and_then(|n| icrc::compute_split(&head[..n], roce).ok());
                 if let Some(crc) = crc {
@@ -443,6 +512,7 @@ impl Device {
                 }
                 single.push(OutMsg {
                     dst: m.dst,
+                    source: m.source,
                     first: i,
                     count: 1,
                     segment: 0,
@@ -481,6 +551,14 @@ impl Device {
                 break;
             };
             let dst = SocketAddr::new(t.dst, self.peer_port);
+            let source = match self.sources.len() {
+                0 => 0,
+                n => 1 + (usize::from(t.src_port) % n) as u8,
+            };
+            let from = match source {
+                0 => self.local,
+                k => self.sources[usize::from(k) - 1].1,
+            };
             let payload_len = t.payload_len as usize;
             let Ok(header_len) = t.headers.header_len() else {
                 self.counters.tx_encode_errors += 1;
@@ -504,6 +582,7 @@ impl Device {
             let joins = gso
                 && self.tx_msgs.last().is_some_and(|m| {
                     m.dst == dst
+                        && m.source == source
                         && m.count < MAX_GSO_SEGMENTS
                         && (m.count + 1) * usize::from(m.segment) <= MAX_GSO_BYTES
                         && self.tx_packets[m.first + m.count - 1].len == usize::from(m.segment)
@@ -516,6 +595,7 @@ impl Device {
             } else {
                 self.tx_msgs.push(OutMsg {
                     dst,
+                    source,
                     first: index,
                     count: 1,
                     segment: len as u16,
@@ -525,7 +605,7 @@ impl Device {
             // Segment k of a GSO batch leaves with IPv4 identification k (and a single
             // datagram, from an unconnected Don't-Fragment socket, with 0).
             let mut head = [0u8; MAX_IP_UDP];
-            let head_len = ip_udp_header(self.local, dst, len, segment_index as u16, &mut head)
+            let head_len = ip_udp_header(from, dst, len, segment_index as u16, &mut head)
                 .expect("an MTU packet fits in an IP datagram");
             let roce = &mut buf[start..end];
             let crc = icrc::compute_split(&head[..head_len], roce)

@@ -218,6 +218,8 @@ impl RawAddr {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OutMsg {
     pub(crate) dst: SocketAddr,
+    /// The socket it leaves from: 0 the device's own, `k` source socket `k - 1`.
+    pub(crate) source: u8,
     pub(crate) first: usize,
     pub(crate) count: usize,
     pub(crate) segment: u16,
@@ -527,14 +529,31 @@ fn path_mtu_discovery(fd: c_int, ipv4: bool) -> io::Result<()> {
     }
 }
 
-/// Waits until `fd` is readable (or writable too, if `writable`), or `timeout_ns` passes
-/// (`None`: forever). Returns whether it is ready.
-pub(crate) fn wait(fd: RawFd, writable: bool, timeout_ns: Option<u64>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
+/// Waits until `fd` is readable, or `writable` (if given) can take packets, or `timeout_ns`
+/// passes (`None`: forever). Returns whether one is ready.
+pub(crate) fn wait(
+    fd: RawFd,
+    writable: Option<RawFd>,
+    timeout_ns: Option<u64>,
+) -> io::Result<bool> {
+    let mut pfds = [libc::pollfd {
         fd,
-        events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+        events: libc::POLLIN,
         revents: 0,
-    };
+    }; 2];
+    let mut count = 1;
+    match writable {
+        Some(w) if w == fd => pfds[0].events |= libc::POLLOUT,
+        Some(w) => {
+            pfds[1] = libc::pollfd {
+                fd: w,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            count = 2;
+        }
+        None => {}
+    }
     let ts = timeout_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -542,8 +561,9 @@ pub(crate) fn wait(fd: RawFd, writable: bool, timeout_ns: Option<u64>) -> io::Re
     let ts_ptr = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfd` and the optional timespec live across the call.
-    let rc = unsafe { libc::ppoll(&raw mut pfd, 1, ts_ptr, std::ptr::null()) };
+    // SAFETY: `pfds` (of which the first `count` are set) and the optional timespec live
+    // across the call.
+    let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), count, ts_ptr, std::ptr::null()) };
     match check(rc) {
         Ok(n) => Ok(n > 0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),

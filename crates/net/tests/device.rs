@@ -469,3 +469,84 @@ fn rtt_samples_leave_out_the_time_packets_wait_to_be_read() {
     // Generous for a loaded machine, and far below any of the three naps.
     assert!(samples[0] < Duration::from_millis(10), "{samples:?}");
 }
+
+/// Moves its queue pair to the path (UDP source port) it was made with, at start.
+#[derive(Debug, Clone, Copy)]
+struct FixedPath(u16);
+
+impl Law for FixedPath {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "fixed-path"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[sluice_core::control::EventKind::Start])
+    }
+
+    fn on_event(&mut self, _: sluice_core::Instant, _: &mut (), _: &Event, act: &mut Actions) {
+        act.set_path(self.0);
+    }
+}
+
+/// The UDP source ports of the packets `end` sent while it ran one 64 KiB WRITE, read from
+/// its capture (each with a valid ICRC over the recorded headers).
+fn source_ports_of_a_write(a: &mut End, b: &mut End, name: &str) -> Vec<u16> {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let filter = CaptureFilter::parse("tx").unwrap();
+    let now = a.dev.now();
+    a.dev
+        .set_capture(Some(Capture::create(&path, filter, 65535, now).unwrap()));
+    let write = SendOp::Write {
+        remote_addr: BASE,
+        rkey: b.mr.rkey,
+    };
+    assert_eq!(run(a, b, 1, write, 64 * 1024).status, WcStatus::Success);
+    a.dev.take_capture().unwrap().finish().unwrap();
+    let mut reader = CaptureReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let mut ports = Vec::new();
+    while let Some(r) = reader.next_record().unwrap() {
+        let d = IpUdp::parse(r.data).unwrap();
+        d.roce().expect("a valid ICRC over the recorded headers");
+        ports.push(d.udp.src_port);
+    }
+    ports
+}
+
+#[test]
+fn a_queue_pair_leaves_from_the_source_socket_of_its_path() {
+    let sources = |e: &End| -> Vec<u16> { e.dev.source_addrs().map(|a| a.port()).collect() };
+    // Without a law: the engine's hash of the QP number picks one of the 16 source sockets,
+    // not the receive port, and every packet of the QP leaves from it.
+    let (mut a, mut b) = pair(64 * 1024, true, Mtu::M1024);
+    let own = sources(&a);
+    assert_eq!(own.len(), 17, "the receive port and 16 source sockets");
+    let ports = source_ports_of_a_write(&mut a, &mut b, "device-source-ports.pcap");
+    assert_eq!(ports.len(), 64);
+    assert!(ports.iter().all(|&p| p == ports[0]), "{ports:?}");
+    assert!(own[1..].contains(&ports[0]), "{} not in {own:?}", ports[0]);
+
+    // A law's path p is source socket p mod 16: the peer checks the ICRC over that port.
+    for (path, socket) in [(16 * 3 + 5, 5usize), (2, 2)] {
+        let law = Box::new(Inline::new(FixedPath(path)));
+        let a = try_end_controlled(LO, 64 * 1024, |i| i as u8, true, law).unwrap();
+        let b = try_end(LO, 64 * 1024, |_| 0, true).unwrap();
+        let (mut a, mut b) = connect(LO, a, b, Mtu::M1024);
+        let ports = source_ports_of_a_write(&mut a, &mut b, "device-source-ports-law.pcap");
+        let want = sources(&a)[1 + socket];
+        assert!(ports.iter().all(|&p| p == want), "path {path}: {ports:?}");
+        assert_eq!(b.dev.counters().rx_icrc_errors, 0);
+    }
+
+    // Without source sockets everything leaves from the receive port, as before.
+    let mut config = DeviceConfig::new(LO);
+    config.local.set_port(0);
+    config.source_sockets = 0;
+    let dev = Device::open(config).unwrap();
+    assert_eq!(dev.source_addrs().count(), 1);
+    let mut config = DeviceConfig::new(LO);
+    config.local.set_port(0);
+    config.source_sockets = 256;
+    assert!(Device::open(config).is_err(), "at most 255");
+}
