@@ -112,6 +112,11 @@ struct PerfArgs {
     /// UDP port of RoCE v2 (4791 for any standard peer).
     #[arg(long, default_value_t = ROCE_V2_PORT)]
     roce_port: u16,
+    /// Send each QP's packets from one of N extra sockets (source port mod N: ECMP entropy
+    /// per QP, and paths a control law can choose), 0..=255. 0: from the RoCE port only,
+    /// which lets packets of many QPs share system calls and GSO batches.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8))]
+    source_sockets: u8,
     /// Local address to serve on (default: all; RoCE then uses the address the client
     /// reached).
     #[arg(long)]
@@ -289,6 +294,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         json: a.json,
         busy_poll: a.busy_poll,
         roce_port: a.roce_port,
+        source_sockets: a.source_sockets,
         bind: a.bind,
         capture,
         stall_timeout: seconds("--stall-timeout", a.stall_timeout)?,

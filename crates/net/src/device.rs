@@ -50,8 +50,11 @@ pub struct DeviceConfig {
     /// Send-only sockets opened beside the device's own, on ports the kernel picks: a queue
     /// pair's packets leave from source socket `p mod n`, `p` the UDP source port the
     /// engine gives it (a hash of its number, as Soft-RoCE does, or the path its control law
-    /// set), so that ECMP spreads queue pairs over paths and a law can move one. 0: every
-    /// packet leaves from the device's own port.
+    /// set), so that ECMP spreads queue pairs over paths and a law can move one. 0 (the
+    /// default): every packet leaves from the device's own port. The cost: packets of
+    /// different queue pairs to one peer no longer share a GSO batch or a `sendmmsg` call
+    /// when their sockets differ (on loopback with 16 sockets, 64-byte WRITEs over 8 QPs ran
+    /// at 0.25 Mpps against 2.0, 4 KiB WRITEs over 64 QPs at 10.8 Gbit/s against 18.0).
     pub source_sockets: usize,
 }
 
@@ -65,7 +68,7 @@ impl DeviceConfig {
             engine: EngineConfig::default(),
             offload: true,
             socket_buffer: 32 << 20,
-            source_sockets: 16,
+            source_sockets: 0,
         }
     }
 }
@@ -92,6 +95,8 @@ pub struct Device {
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
     tx_msgs: Vec<OutMsg>,
+    /// Scratch for grouping `tx_msgs` by source socket (allocated once).
+    tx_grouped: Vec<OutMsg>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
     /// Some staged packet carries CCX timestamps (to move to when it leaves).
@@ -160,6 +165,7 @@ impl Device {
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
+            tx_grouped: Vec::with_capacity(TX_PACKETS),
             tx_sent: 0,
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
@@ -619,7 +625,23 @@ impl Device {
                 stamped,
             });
         }
+        if !self.sources.is_empty() {
+            self.group_by_source();
+        }
         self.tx_packets.len()
+    }
+
+    /// Orders the staged messages by the socket they leave from, keeping their order within
+    /// each (so a queue pair's packets stay in order): one `sendmmsg` per socket instead of
+    /// one per change of socket. Packets of different queue pairs may pass each other, as
+    /// they may on the network.
+    fn group_by_source(&mut self) {
+        self.tx_grouped.clear();
+        for source in 0..=self.sources.len() as u8 {
+            let of_source = self.tx_msgs.iter().filter(|m| m.source == source);
+            self.tx_grouped.extend(of_source);
+        }
+        std::mem::swap(&mut self.tx_msgs, &mut self.tx_grouped);
     }
 }
 

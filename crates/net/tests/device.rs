@@ -42,8 +42,17 @@ fn try_end_controlled(
     controller: Box<dyn Controller>,
 ) -> Option<End> {
     let mut config = DeviceConfig::new(ip);
-    config.local.set_port(0);
     config.offload = offload;
+    try_end_configured(config, len, fill, controller)
+}
+
+fn try_end_configured(
+    mut config: DeviceConfig,
+    len: usize,
+    fill: impl Fn(usize) -> u8,
+    controller: Box<dyn Controller>,
+) -> Option<End> {
+    config.local.set_port(0);
     let mut dev = Device::open_with_controller(config, controller).ok()?;
     let e = dev.engine();
     let pd = e.alloc_pd();
@@ -517,9 +526,19 @@ fn source_ports_of_a_write(a: &mut End, b: &mut End, name: &str) -> Vec<u16> {
 #[test]
 fn a_queue_pair_leaves_from_the_source_socket_of_its_path() {
     let sources = |e: &End| -> Vec<u16> { e.dev.source_addrs().map(|a| a.port()).collect() };
+    let end = |controller: Box<dyn Controller>, fill: u8| {
+        let mut config = DeviceConfig::new(LO);
+        config.source_sockets = 16;
+        try_end_configured(config, 64 * 1024, |i| i as u8 & fill, controller).unwrap()
+    };
     // Without a law: the engine's hash of the QP number picks one of the 16 source sockets,
     // not the receive port, and every packet of the QP leaves from it.
-    let (mut a, mut b) = pair(64 * 1024, true, Mtu::M1024);
+    let (mut a, mut b) = connect(
+        LO,
+        end(Box::new(NoControl), 0xFF),
+        end(Box::new(NoControl), 0),
+        Mtu::M1024,
+    );
     let own = sources(&a);
     assert_eq!(own.len(), 17, "the receive port and 16 source sockets");
     let ports = source_ports_of_a_write(&mut a, &mut b, "device-source-ports.pcap");
@@ -530,19 +549,16 @@ fn a_queue_pair_leaves_from_the_source_socket_of_its_path() {
     // A law's path p is source socket p mod 16: the peer checks the ICRC over that port.
     for (path, socket) in [(16 * 3 + 5, 5usize), (2, 2)] {
         let law = Box::new(Inline::new(FixedPath(path)));
-        let a = try_end_controlled(LO, 64 * 1024, |i| i as u8, true, law).unwrap();
-        let b = try_end(LO, 64 * 1024, |_| 0, true).unwrap();
-        let (mut a, mut b) = connect(LO, a, b, Mtu::M1024);
+        let (mut a, mut b) = connect(LO, end(law, 0xFF), end(Box::new(NoControl), 0), Mtu::M1024);
         let ports = source_ports_of_a_write(&mut a, &mut b, "device-source-ports-law.pcap");
         let want = sources(&a)[1 + socket];
         assert!(ports.iter().all(|&p| p == want), "path {path}: {ports:?}");
         assert_eq!(b.dev.counters().rx_icrc_errors, 0);
     }
 
-    // Without source sockets everything leaves from the receive port, as before.
+    // By default (no source sockets) everything leaves from the receive port.
     let mut config = DeviceConfig::new(LO);
     config.local.set_port(0);
-    config.source_sockets = 0;
     let dev = Device::open(config).unwrap();
     assert_eq!(dev.source_addrs().count(), 1);
     let mut config = DeviceConfig::new(LO);

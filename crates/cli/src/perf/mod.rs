@@ -55,6 +55,8 @@ pub struct Options {
     /// Never sleep on the socket: spin (lowest latency when every side has a core of its
     /// own; on fewer cores it starves the kernel's packet processing).
     pub busy_poll: bool,
+    /// Extra send sockets for per-QP source ports (`DeviceConfig::source_sockets`).
+    pub source_sockets: u8,
     /// The UDP port RoCE runs on (4791; other values for tests on one address).
     pub roce_port: u16,
     /// The local address for RoCE and the TCP exchange (default: what the exchange picks).
@@ -134,6 +136,7 @@ impl Options {
             json: false,
             quiet: false,
             busy_poll: false,
+            source_sockets: 0,
             roce_port: sluice_wire::ROCE_V2_PORT,
             bind: None,
             capture: None,
