@@ -81,9 +81,8 @@ pub struct Device {
     engine: Engine,
     socket: sys::Socket,
     local: SocketAddr,
-    /// Send-only sockets for source ports (see [`DeviceConfig::source_sockets`]), and the
-    /// address each sends from.
-    sources: Vec<(sys::Socket, SocketAddr)>,
+    /// Send-only sockets for source ports (see [`DeviceConfig::source_sockets`]).
+    sources: SourceSockets,
     peer_port: u16,
     epoch: std::time::Instant,
     /// The `now` of the latest poll: what packets received later may be timed no earlier
@@ -137,7 +136,7 @@ impl Device {
                 "at most 255 source sockets",
             )));
         }
-        let mut sources = Vec::with_capacity(config.source_sockets);
+        let mut pool = Vec::with_capacity(config.source_sockets);
         for _ in 0..config.source_sockets {
             // Port 0: the kernel picks a free one, so devices on one address never collide.
             let any_port = SocketAddr::new(local.ip(), 0);
@@ -148,7 +147,7 @@ impl Device {
                 },
             )?;
             let addr = source.local_addr()?;
-            sources.push((source, addr));
+            pool.push((source, addr));
         }
         // A GRO batch holds up to 64 KiB; without GRO one datagram is at most an MTU packet.
         let slot = if socket.gro { 1 << 16 } else { 9216 };
@@ -156,7 +155,7 @@ impl Device {
             engine: Engine::with_controller(config.engine, controller),
             socket,
             local,
-            sources,
+            sources: SourceSockets { pool },
             peer_port: config.peer_port,
             epoch: std::time::Instant::now(),
             polled: Instant::ZERO,
@@ -209,25 +208,9 @@ impl Device {
         self.capture.take()
     }
 
-    /// The socket messages from `source` leave by (see [`sys::OutMsg::source`]).
-    fn source_socket(&self, source: u8) -> &sys::Socket {
-        match source {
-            0 => &self.socket,
-            k => &self.sources[usize::from(k) - 1].0,
-        }
-    }
-
-    /// The address messages from `source` leave from: what their ICRC covers.
-    fn source_addr(&self, source: u8) -> SocketAddr {
-        match source {
-            0 => self.local,
-            k => self.sources[usize::from(k) - 1].1,
-        }
-    }
-
     /// The addresses packets leave from: the device's own, then its source sockets'.
     pub fn source_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        std::iter::once(self.local).chain(self.sources.iter().map(|s| s.1))
+        std::iter::once(self.local).chain(self.sources.pool.iter().map(|s| s.1))
     }
 
     /// The engine's clock: nanoseconds since the device opened.
@@ -286,7 +269,7 @@ impl Device {
         let pending = self
             .tx_msgs
             .get(self.tx_sent)
-            .map(|m| self.source_socket(m.source).fd());
+            .map(|m| self.sources.socket(m.source, &self.socket).fd());
         sys::wait(self.socket.fd(), pending, ns)?;
         Ok(())
     }
@@ -448,10 +431,7 @@ impl Device {
             .take_while(|m| m.source == source)
             .count();
         let msgs = &self.tx_msgs[self.tx_sent..self.tx_sent + run];
-        let socket = match source {
-            0 => &self.socket,
-            k => &self.sources[usize::from(k) - 1].0,
-        };
+        let socket = self.sources.socket(source, &self.socket);
         match self
             .sender
             .send(socket, &self.tx_buf, &self.tx_packets, msgs)
@@ -466,10 +446,7 @@ impl Device {
                 }
                 if let (Some(capture), Some(now)) = (self.capture.as_mut(), leaving) {
                     for m in &msgs[..n] {
-                        let from = match m.source {
-                            0 => self.local,
-                            k => self.sources[usize::from(k) - 1].1,
-                        };
+                        let from = self.sources.addr(m.source, self.local);
                         record_sent(capture, now, from, m, &self.tx_packets, &self.tx_buf);
                     }
                 }
@@ -505,7 +482,7 @@ impl Device {
     fn unbatch(&mut self) {
         let mut single = Vec::with_capacity(self.tx_packets.len());
         for m in &self.tx_msgs[self.tx_sent..] {
-            let from = self.source_addr(m.source);
+            let from = self.sources.addr(m.source, self.local);
             for i in m.first..m.first + m.count {
                 let p = self.tx_packets[i];
                 let mut head = [0u8; MAX_IP_UDP];
@@ -557,14 +534,8 @@ impl Device {
                 break;
             };
             let dst = SocketAddr::new(t.dst, self.peer_port);
-            let source = match self.sources.len() {
-                0 => 0,
-                n => 1 + (usize::from(t.src_port) % n) as u8,
-            };
-            let from = match source {
-                0 => self.local,
-                k => self.sources[usize::from(k) - 1].1,
-            };
+            let source = self.sources.pick(t.src_port);
+            let from = self.sources.addr(source, self.local);
             let payload_len = t.payload_len as usize;
             let Ok(header_len) = t.headers.header_len() else {
                 self.counters.tx_encode_errors += 1;
@@ -625,7 +596,7 @@ impl Device {
                 stamped,
             });
         }
-        if !self.sources.is_empty() {
+        if !self.sources.pool.is_empty() {
             self.group_by_source();
         }
         self.tx_packets.len()
@@ -637,11 +608,44 @@ impl Device {
     /// they may on the network.
     fn group_by_source(&mut self) {
         self.tx_grouped.clear();
-        for source in 0..=self.sources.len() as u8 {
+        for source in 0..=self.sources.pool.len() as u8 {
             let of_source = self.tx_msgs.iter().filter(|m| m.source == source);
             self.tx_grouped.extend(of_source);
         }
         std::mem::swap(&mut self.tx_msgs, &mut self.tx_grouped);
+    }
+}
+
+/// The send-only sockets a device's packets may leave from besides its own (numbered from 1
+/// in [`OutMsg::source`]; 0 is the device's own socket).
+#[derive(Debug)]
+struct SourceSockets {
+    pool: Vec<(sys::Socket, SocketAddr)>,
+}
+
+impl SourceSockets {
+    /// The socket for a queue pair whose source port is `port`: `port mod n` of the pool.
+    fn pick(&self, port: u16) -> u8 {
+        match self.pool.len() {
+            0 => 0,
+            n => 1 + (usize::from(port) % n) as u8,
+        }
+    }
+
+    /// The socket `source` names (`own` for 0).
+    fn socket<'a>(&'a self, source: u8, own: &'a sys::Socket) -> &'a sys::Socket {
+        match source {
+            0 => own,
+            k => &self.pool[usize::from(k) - 1].0,
+        }
+    }
+
+    /// The address `source` sends from (`own` for 0): what its packets' ICRC covers.
+    fn addr(&self, source: u8, own: SocketAddr) -> SocketAddr {
+        match source {
+            0 => own,
+            k => self.pool[usize::from(k) - 1].1,
+        }
     }
 }
 
