@@ -188,23 +188,20 @@ fn a_bad_congestion_control_is_a_usage_error() {
     }
 }
 
-/// Swift over loopback: `--ccx auto` (the default) gives it the timestamp header it asks
-/// for on both ends; every packet of the run carries it (captured on the wire, ICRC
-/// verified by `sluice pcap check`). The echo leaves out the time the other end took to
-/// wake up and answer, so Swift holds the flow near its 27 us target instead of falling to
-/// its 0.001-packet floor (where a 64 KiB message takes seconds).
-#[test]
-fn swift_runs_on_the_timestamp_header_it_asks_for() {
+/// Runs a 200 x 64 KiB loopback `write-bw` with `--cc law` (and `--ccx auto`, the default)
+/// on RoCE port `port`, capturing the client's packets; checks the capture with `sluice pcap
+/// check` and returns the bandwidth and each captured packet's opcode and CC extension header.
+fn captured_law_run(
+    law: &str,
+    port: u16,
+) -> (f64, Vec<(sluice_wire::Opcode, Option<sluice_wire::Ccx>)>) {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let pcap = dir.join("perf-ccx-timestamps.pcap");
+    let pcap = dir.join(format!("perf-ccx-{law}.pcap"));
     let pcap_arg = pcap.to_str().unwrap();
     let args = [
-        "write-bw", "-s", "65536", "-n", "200", "--cc", "swift", "--pcap", pcap_arg,
+        "write-bw", "-s", "65536", "-n", "200", "--cc", law, "--pcap", pcap_arg,
     ];
-    let bw = loopback(&args, 24_310)[0]["bw_avg_gbps"].as_f64().unwrap();
-    // At its floor Swift moves about 1 Mbit/s; a debug build on a loaded 2-core machine
-    // runs it at 0.4-0.9 Gbit/s.
-    assert!(bw > 0.05, "{bw} Gbit/s");
+    let bw = loopback(&args, port)[0]["bw_avg_gbps"].as_f64().unwrap();
     let check = Command::new(SLUICE)
         .args(["pcap", "check", pcap_arg])
         .output()
@@ -216,18 +213,34 @@ fn swift_runs_on_the_timestamp_header_it_asks_for() {
     );
     let mut reader =
         sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
-    let (mut packets, mut echoes) = (0, 0);
+    let mut packets = Vec::new();
     while let Some(r) = reader.next_record().unwrap() {
-        let d = sluice_wire::IpUdp::parse(r.data).unwrap();
-        let p = d.roce().unwrap();
-        let Some(sluice_wire::Ccx::Timestamps { echo_ns, .. }) = p.ccx else {
-            panic!("a packet without the header: {:?}", p.bth);
+        let p = sluice_wire::IpUdp::parse(r.data).unwrap().roce().unwrap();
+        packets.push((p.bth.opcode, p.ccx));
+    }
+    (bw, packets)
+}
+
+/// Swift over loopback: `--ccx auto` (the default) gives it the timestamp header it asks
+/// for on both ends; every packet of the run carries it (captured on the wire, ICRC
+/// verified by `sluice pcap check`). The echo leaves out the time the other end took to
+/// wake up and answer, so Swift holds the flow near its 27 us target instead of falling to
+/// its 0.001-packet floor (where a 64 KiB message takes seconds).
+#[test]
+fn swift_runs_on_the_timestamp_header_it_asks_for() {
+    let (bw, packets) = captured_law_run("swift", 24_310);
+    // At its floor Swift moves about 1 Mbit/s; a debug build on a loaded 2-core machine
+    // runs it at 0.4-0.9 Gbit/s.
+    assert!(bw > 0.05, "{bw} Gbit/s");
+    let mut echoes = 0;
+    for (opcode, ccx) in &packets {
+        let Some(sluice_wire::Ccx::Timestamps { echo_ns, .. }) = ccx else {
+            panic!("a packet without the header: {opcode:?}");
         };
-        packets += 1;
         echoes += usize::from(echo_ns.is_some());
     }
     // The client's capture: 200 x 64 KiB in 4 KiB packets, and the ACKs that came back.
-    assert!(packets > 3200, "{packets} packets");
+    assert!(packets.len() > 3200, "{} packets", packets.len());
     assert!(echoes > 0, "ACKs echo the request's send time");
 }
 
@@ -236,39 +249,19 @@ fn swift_runs_on_the_timestamp_header_it_asks_for() {
 /// and the flow runs on them.
 #[test]
 fn credit_grants_ride_the_acks_header() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let pcap = dir.join("perf-ccx-credit.pcap");
-    let pcap_arg = pcap.to_str().unwrap();
-    let args = [
-        "write-bw", "-s", "65536", "-n", "200", "--cc", "credit", "--pcap", pcap_arg,
-    ];
-    let bw = loopback(&args, 24_330)[0]["bw_avg_gbps"].as_f64().unwrap();
+    let (bw, packets) = captured_law_run("credit", 24_330);
     assert!(bw > 0.05, "{bw} Gbit/s");
-    let check = Command::new(SLUICE)
-        .args(["pcap", "check", pcap_arg])
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-    let mut reader =
-        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
-    let (mut packets, mut granted) = (0, 0u64);
-    while let Some(r) = reader.next_record().unwrap() {
-        let d = sluice_wire::IpUdp::parse(r.data).unwrap();
-        let p = d.roce().unwrap();
-        let Some(sluice_wire::Ccx::Credit { granted_total }) = p.ccx else {
-            panic!("a packet without the credit header: {:?}", p.bth);
+    let mut granted = 0u64;
+    for (opcode, ccx) in &packets {
+        let Some(sluice_wire::Ccx::Credit { granted_total }) = ccx else {
+            panic!("a packet without the credit header: {opcode:?}");
         };
-        packets += 1;
-        if p.bth.opcode == sluice_wire::Opcode::RC_ACKNOWLEDGE {
-            granted = granted.max(granted_total);
+        if *opcode == sluice_wire::Opcode::RC_ACKNOWLEDGE {
+            granted = granted.max(*granted_total);
         }
     }
     // 200 x 64 KiB in 4 KiB packets and the ACKs back; the server granted (nearly) all of
     // it back: a message's tail is flushed after one base RTT.
-    assert!(packets > 3200, "{packets} packets");
+    assert!(packets.len() > 3200, "{} packets", packets.len());
     assert!(granted > 12 << 20, "{granted} bytes granted");
 }
