@@ -550,6 +550,26 @@ fn a_rate_cut_while_a_packet_waits_for_its_slot_does_not_stall() {
     assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 3));
 }
 
+/// Hands `packets` from host 1 to host 0's engine; returns the credit (`Event::Credit`)
+/// host 0's law heard, in order.
+fn credit_from(
+    world: &mut World,
+    packets: &[RoceHeaders],
+    events: &Rc<RefCell<Vec<Event>>>,
+) -> Vec<u64> {
+    for packet in packets {
+        world.engines[0].handle_packet(world.now, world.addrs[1], false, packet, Payload::Len(0));
+    }
+    events
+        .borrow()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Credit { bytes } => Some(*bytes),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_grant_total_counts_once_whatever_the_order() {
     let a = Recorder::default();
@@ -569,24 +589,8 @@ fn a_grant_total_counts_once_whatever_the_order() {
         },
     };
     // 8 KiB, then a late 4 KiB, a duplicate 8 KiB, and 16 KiB (the 12 KiB one was lost).
-    for total in [8192, 4096, 8192, 16384] {
-        world.engines[0].handle_packet(
-            world.now,
-            world.addrs[1],
-            false,
-            &grant(total),
-            Payload::Len(0),
-        );
-    }
-    let credits: Vec<u64> = events
-        .borrow()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Credit { bytes } => Some(*bytes),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(credits, vec![8192, 8192]);
+    let packets = [8192, 4096, 8192, 16384].map(grant);
+    assert_eq!(credit_from(&mut world, &packets, &events), vec![8192, 8192]);
     assert_eq!(world.engines[0].counters().grants_received, 4);
 }
 
@@ -616,24 +620,8 @@ fn a_credit_total_in_any_packet_counts_once_whatever_the_order() {
             ..ExtHeaders::default()
         },
     };
-    for total in [8192, 4096, 8192, 16384, 0] {
-        world.engines[0].handle_packet(
-            world.now,
-            world.addrs[1],
-            false,
-            &ack(total),
-            Payload::Len(0),
-        );
-    }
-    let credits: Vec<u64> = events
-        .borrow()
-        .iter()
-        .filter_map(|e| match e {
-            Event::Credit { bytes } => Some(*bytes),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(credits, vec![8192, 8192]);
+    let packets = [8192, 4096, 8192, 16384, 0].map(ack);
+    assert_eq!(credit_from(&mut world, &packets, &events), vec![8192, 8192]);
     let c = world.engines[0].counters();
     assert_eq!(c.grants_received, 2, "only totals that were news");
     assert_eq!(c.stale_responses, 5);
