@@ -35,7 +35,9 @@ use std::time::Duration;
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Gate, Law};
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64_in, parse_u64, parse_u64_in, unknown,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CreditParams {
@@ -96,15 +98,7 @@ impl Params for CreditParams {
             "unscheduled_bytes" => self.unscheduled_bytes = parse_u64(name, value)?,
             "base_rtt_us" => self.base_rtt_us = parse_f64_in(name, value, 0.1, 100_000.0)?,
             "grant_quantum_bytes" => {
-                let v = parse_u64(name, value)?;
-                if !(1..=1 << 32).contains(&v) {
-                    return Err(ParamError::Invalid {
-                        name: name.to_string(),
-                        value: value.to_string(),
-                        expected: "within the parameter's range (see its help)",
-                    });
-                }
-                self.grant_quantum_bytes = v;
+                self.grant_quantum_bytes = parse_u64_in(name, value, 1, 1 << 32)?
             }
             "downlink_gbps" => self.downlink_gbps = parse_f64_in(name, value, 0.001, 10_000.0)?,
             "stall_us" => self.stall_us = parse_f64_in(name, value, 1.0, 1e7)?,

@@ -33,7 +33,10 @@
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_u64, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, mbps_to_bps, parse_f64, parse_f64_in, parse_positive, parse_u32,
+    parse_u64_in, unknown, us_to_ns,
+};
 
 /// The most increase events one event performs (a late timer or a huge coalesced TX): far
 /// more than any sane parameters need to reach line rate, and it bounds the work.
@@ -85,20 +88,6 @@ impl Default for DcqcnParams {
     }
 }
 
-/// A number that must be greater than zero (a period, a rate floor).
-fn positive(name: &str, value: &str) -> Result<f64, ParamError> {
-    let v = parse_f64(name, value)?;
-    if v > 0.0 {
-        Ok(v)
-    } else {
-        Err(ParamError::Invalid {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "a positive number",
-        })
-    }
-}
-
 impl Params for DcqcnParams {
     const INFO: &'static [ParamInfo] = &[
         ParamInfo {
@@ -142,25 +131,15 @@ impl Params for DcqcnParams {
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
         match name {
             "g" => self.g = parse_f64_in(name, value, 0.0, 1.0)?,
-            "alpha_timer_us" => self.alpha_timer_us = positive(name, value)?,
-            "increase_timer_us" => self.increase_timer_us = positive(name, value)?,
+            "alpha_timer_us" => self.alpha_timer_us = parse_positive(name, value)?,
+            "increase_timer_us" => self.increase_timer_us = parse_positive(name, value)?,
             "byte_counter_bytes" => {
-                self.byte_counter_bytes = parse_u64(name, value)?;
-                if self.byte_counter_bytes == 0 {
-                    positive(name, "0")?;
-                }
+                self.byte_counter_bytes = parse_u64_in(name, value, 1, u64::MAX)?
             }
-            "fast_recovery" => {
-                self.fast_recovery =
-                    u32::try_from(parse_u64(name, value)?).map_err(|_| ParamError::Invalid {
-                        name: name.to_string(),
-                        value: value.to_string(),
-                        expected: "a count that fits 32 bits",
-                    })?
-            }
+            "fast_recovery" => self.fast_recovery = parse_u32(name, value)?,
             "rate_ai_mbps" => self.rate_ai_mbps = parse_f64(name, value)?,
             "rate_hai_mbps" => self.rate_hai_mbps = parse_f64(name, value)?,
-            "min_rate_mbps" => self.min_rate_mbps = positive(name, value)?,
+            "min_rate_mbps" => self.min_rate_mbps = parse_positive(name, value)?,
             "cnp_interval_us" => self.cnp_interval_us = parse_f64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
@@ -222,14 +201,6 @@ pub struct Dcqcn {
     r_hai: u64,
     min_rate: u64,
     cnp_interval_ns: u64,
-}
-
-fn us_to_ns(us: f64) -> u64 {
-    (us * 1e3).round() as u64
-}
-
-fn mbps_to_bps(mbps: f64) -> u64 {
-    (mbps * 1e6).round() as u64
 }
 
 impl Dcqcn {

@@ -33,7 +33,9 @@
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64, parse_f64_in, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, unknown, us_to_ns,
+};
 
 /// DCTCP's parameters. g = 1/16 is the paper's (§3.4 sets g = 1/16 in all experiments) and
 /// RFC 8257's recommended value. The base RTT (10 µs) is this project's choice for a 100
@@ -88,16 +90,7 @@ impl Params for DctcpParams {
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
         match name {
             "g" => self.g = parse_f64_in(name, value, 0.0, 1.0)?,
-            "base_rtt_us" => {
-                self.base_rtt_us = parse_f64(name, value)?;
-                if self.base_rtt_us <= 0.0 {
-                    return Err(ParamError::Invalid {
-                        name: name.to_string(),
-                        value: value.to_string(),
-                        expected: "a positive number",
-                    });
-                }
-            }
+            "base_rtt_us" => self.base_rtt_us = parse_positive(name, value)?,
             "max_window_bdp" => self.max_window_bdp = parse_f64_in(name, value, 1.0, 1e6)?,
             "cnp_interval_us" => self.cnp_interval_us = parse_f64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
@@ -143,9 +136,9 @@ impl Dctcp {
     pub fn new(p: DctcpParams) -> Dctcp {
         Dctcp {
             g: p.g.clamp(0.0, 1.0),
-            base_rtt_ns: (p.base_rtt_us * 1e3).round() as u64,
+            base_rtt_ns: us_to_ns(p.base_rtt_us),
             max_window_bdp: p.max_window_bdp.max(1.0),
-            cnp_interval_ns: (p.cnp_interval_us * 1e3).round() as u64,
+            cnp_interval_ns: us_to_ns(p.cnp_interval_us),
         }
     }
 

@@ -41,7 +41,7 @@ use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, IntPath, Law, MAX_INT_HOPS};
 use sluice_wire::Psn;
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64, unknown};
+use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64_in, unknown};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HpccParams {
@@ -91,27 +91,12 @@ impl Params for HpccParams {
     ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
-        let out_of_range = || ParamError::Invalid {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "within the parameter's range (see its help)",
-        };
         match name {
             "eta" => self.eta = parse_f64_in(name, value, 0.01, 1.0)?,
-            "max_stage" => {
-                let v = parse_u64(name, value)?;
-                self.max_stage = u32::try_from(v)
-                    .ok()
-                    .filter(|&v| v <= 255)
-                    .ok_or_else(out_of_range)?;
-            }
+            "max_stage" => self.max_stage = parse_u64_in(name, value, 0, 255)? as u32,
             "base_rtt_us" => self.base_rtt_us = parse_f64_in(name, value, 0.1, 100_000.0)?,
             "expected_flows" => {
-                let v = parse_u64(name, value)?;
-                self.expected_flows = u32::try_from(v)
-                    .ok()
-                    .filter(|&v| (1..=1_000_000).contains(&v))
-                    .ok_or_else(out_of_range)?;
+                self.expected_flows = parse_u64_in(name, value, 1, 1_000_000)? as u32
             }
             _ => return Err(unknown::<Self>(name)),
         }

@@ -42,6 +42,16 @@ pub fn unknown<P: Params>(name: &str) -> ParamError {
     }
 }
 
+fn invalid(name: &str, value: &str, expected: &'static str) -> ParamError {
+    ParamError::Invalid {
+        name: name.to_string(),
+        value: value.to_string(),
+        expected,
+    }
+}
+
+const OUT_OF_RANGE: &str = "within the parameter's range (see its help)";
+
 /// Parses a non-negative finite number.
 pub fn parse_f64(name: &str, value: &str) -> Result<f64, ParamError> {
     value
@@ -49,11 +59,21 @@ pub fn parse_f64(name: &str, value: &str) -> Result<f64, ParamError> {
         .parse::<f64>()
         .ok()
         .filter(|v| v.is_finite() && *v >= 0.0)
-        .ok_or_else(|| ParamError::Invalid {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "a non-negative number",
-        })
+        .ok_or_else(|| invalid(name, value, "a non-negative number"))
+}
+
+/// Parses a number greater than zero (a period, a rate floor, something divided by).
+pub fn parse_positive(name: &str, value: &str) -> Result<f64, ParamError> {
+    Some(parse_f64(name, value)?)
+        .filter(|&v| v > 0.0)
+        .ok_or_else(|| invalid(name, value, "a positive number"))
+}
+
+/// Parses a number that must lie in `lo..=hi`.
+pub fn parse_f64_in(name: &str, value: &str, lo: f64, hi: f64) -> Result<f64, ParamError> {
+    Some(parse_f64(name, value)?)
+        .filter(|v| (lo..=hi).contains(v))
+        .ok_or_else(|| invalid(name, value, OUT_OF_RANGE))
 }
 
 /// Parses a non-negative integer.
@@ -61,22 +81,28 @@ pub fn parse_u64(name: &str, value: &str) -> Result<u64, ParamError> {
     value
         .trim()
         .parse::<u64>()
-        .map_err(|_| ParamError::Invalid {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "a non-negative integer",
-        })
+        .map_err(|_| invalid(name, value, "a non-negative integer"))
 }
 
-/// Parses a number that must lie in `lo..=hi`.
-pub fn parse_f64_in(name: &str, value: &str, lo: f64, hi: f64) -> Result<f64, ParamError> {
-    let v = parse_f64(name, value)?;
-    if v < lo || v > hi {
-        return Err(ParamError::Invalid {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "within the parameter's range (see its help)",
-        });
-    }
-    Ok(v)
+/// Parses an integer that must lie in `lo..=hi`.
+pub fn parse_u64_in(name: &str, value: &str, lo: u64, hi: u64) -> Result<u64, ParamError> {
+    Some(parse_u64(name, value)?)
+        .filter(|v| (lo..=hi).contains(v))
+        .ok_or_else(|| invalid(name, value, OUT_OF_RANGE))
+}
+
+/// Parses a non-negative integer below 2^32 (a count).
+pub fn parse_u32(name: &str, value: &str) -> Result<u32, ParamError> {
+    u32::try_from(parse_u64(name, value)?)
+        .map_err(|_| invalid(name, value, "an integer below 2^32"))
+}
+
+/// Microseconds (a parameter's unit) to the nanoseconds laws count in, rounded.
+pub fn us_to_ns(us: f64) -> u64 {
+    (us * 1e3).round() as u64
+}
+
+/// Mbit/s (a parameter's unit) to bit/s, rounded.
+pub fn mbps_to_bps(mbps: f64) -> u64 {
+    (mbps * 1e6).round() as u64
 }

@@ -47,7 +47,9 @@ use std::time::Duration;
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law, NakKind};
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_u64, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u32, unknown,
+};
 
 /// Swift's parameters. The paper gives the equations but, in what could be checked here,
 /// few numbers; the sources:
@@ -166,7 +168,6 @@ impl Params for SwiftParams {
     ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
-        let positive = |v| parse_f64_in(name, v, 1e-9, f64::MAX);
         match name {
             "ai" => self.ai = parse_f64(name, value)?,
             "beta" => self.beta = parse_f64_in(name, value, 0.0, 1.0)?,
@@ -175,25 +176,17 @@ impl Params for SwiftParams {
             "hops" => self.hops = parse_u32(name, value)?,
             "per_hop_us" => self.per_hop_us = parse_f64(name, value)?,
             "fs_range_us" => self.fs_range_us = parse_f64(name, value)?,
-            "fs_min_cwnd" => self.fs_min_cwnd = positive(value)?,
-            "fs_max_cwnd" => self.fs_max_cwnd = positive(value)?,
-            "min_cwnd" => self.min_cwnd = positive(value)?,
-            "max_cwnd" => self.max_cwnd = positive(value)?,
+            "fs_min_cwnd" => self.fs_min_cwnd = parse_positive(name, value)?,
+            "fs_max_cwnd" => self.fs_max_cwnd = parse_positive(name, value)?,
+            "min_cwnd" => self.min_cwnd = parse_positive(name, value)?,
+            "max_cwnd" => self.max_cwnd = parse_positive(name, value)?,
             "init_cwnd" => self.init_cwnd = parse_f64(name, value)?,
-            "base_rtt_us" => self.base_rtt_us = positive(value)?,
+            "base_rtt_us" => self.base_rtt_us = parse_positive(name, value)?,
             "retx_reset" => self.retx_reset = parse_u32(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
     }
-}
-
-fn parse_u32(name: &str, value: &str) -> Result<u32, ParamError> {
-    u32::try_from(parse_u64(name, value)?).map_err(|_| ParamError::Invalid {
-        name: name.to_string(),
-        value: value.to_string(),
-        expected: "an integer below 2^32",
-    })
 }
 
 /// Per-queue-pair state (48 bytes).

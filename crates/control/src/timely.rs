@@ -28,7 +28,7 @@
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_u64, unknown};
+use crate::params::{ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_u32, unknown};
 
 /// TIMELY's parameters. Defaults are the paper's values for its 10 Gbit/s testbed, kept at
 /// 100 Gbit/s (α, β as SwCC §5.1 quotes them from the paper; δ, T_low, T_high, minRTT and
@@ -130,15 +130,6 @@ impl Params for TimelyParams {
         }
         Ok(())
     }
-}
-
-fn parse_u32(name: &str, value: &str) -> Result<u32, ParamError> {
-    let v = parse_u64(name, value)?;
-    u32::try_from(v).map_err(|_| ParamError::Invalid {
-        name: name.to_string(),
-        value: value.to_string(),
-        expected: "an integer below 2^32",
-    })
 }
 
 /// Per-queue-pair state (40 bytes).
