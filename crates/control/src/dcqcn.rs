@@ -33,6 +33,7 @@
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
+use crate::notification::NotificationPoint;
 use crate::params::{
     ParamError, ParamInfo, Params, mbps_to_bps, parse_f64, parse_f64_in, parse_positive, parse_u32,
     parse_u64_in, unknown, us_to_ns,
@@ -175,13 +176,6 @@ pub struct ReactionPoint {
     cut: bool,
 }
 
-/// The receiver half: when this queue pair last sent a CNP.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NotificationPoint {
-    last_cnp: u64,
-    sent: bool,
-}
-
 /// Per-queue-pair state of [`Dcqcn`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DcqcnContext {
@@ -315,14 +309,6 @@ impl Dcqcn {
         }
         self.finish(rp, act);
     }
-
-    fn on_rx(&self, now: u64, ce: bool, np: &mut NotificationPoint, act: &mut Actions) {
-        if ce && (!np.sent || now.saturating_sub(np.last_cnp) >= self.cnp_interval_ns) {
-            act.send_cnp();
-            np.last_cnp = now;
-            np.sent = true;
-        }
-    }
 }
 
 impl Law for Dcqcn {
@@ -360,7 +346,7 @@ impl Law for Dcqcn {
             Event::Cnp => self.on_cnp(now, &mut ctx.rp, act),
             Event::Timer => self.on_timer(now, &mut ctx.rp, act),
             Event::Tx { bytes, .. } => self.on_tx(bytes, &mut ctx.rp, act),
-            Event::Rx { ce, .. } => self.on_rx(now, ce, &mut ctx.np, act),
+            Event::Rx { ce, .. } => ctx.np.on_rx(now, ce, self.cnp_interval_ns, act),
             _ => {}
         }
     }

@@ -33,6 +33,7 @@
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
+use crate::notification::NotificationPoint;
 use crate::params::{
     ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, unknown, us_to_ns,
 };
@@ -118,9 +119,8 @@ pub struct DctcpContext {
     win_marked: u64,
     /// The window was already cut in this observation window.
     cut: bool,
-    /// Receiver: when this queue pair last sent a CNP.
-    last_cnp: u64,
-    sent_cnp: bool,
+    /// Receiver: the CNPs it sends for marked packets.
+    np: NotificationPoint,
 }
 
 /// The DCTCP control law, both ends.
@@ -156,8 +156,7 @@ impl Dctcp {
             max_window,
             cwnd: bdp,
             alpha: 1.0,
-            last_cnp: ctx.last_cnp,
-            sent_cnp: ctx.sent_cnp,
+            np: ctx.np,
             ..DctcpContext::default()
         };
         Self::clamp(ctx);
@@ -250,13 +249,7 @@ impl Law for Dctcp {
             Event::Cnp => self.on_cnp(ctx),
             Event::Timeout => self.on_timeout(ctx),
             Event::Rx { ce, .. } => {
-                let now = now.as_nanos();
-                let due = now.saturating_sub(ctx.last_cnp) >= self.cnp_interval_ns;
-                if ce && (!ctx.sent_cnp || due) {
-                    act.send_cnp();
-                    ctx.last_cnp = now;
-                    ctx.sent_cnp = true;
-                }
+                ctx.np.on_rx(now.as_nanos(), ce, self.cnp_interval_ns, act);
                 false
             }
             _ => false,

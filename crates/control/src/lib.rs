@@ -10,6 +10,7 @@ pub mod dcqcn;
 pub mod dctcp;
 pub mod hpcc;
 pub mod line_rate;
+pub mod notification;
 pub mod static_rate;
 pub mod swift;
 pub mod timely;
