@@ -162,7 +162,7 @@ pub struct ReactionPoint {
     alpha: f64,
     /// Next α decay, ns (valid once `cut`).
     alpha_due: u64,
-    /// Next increase-timer expiry, ns (valid while `active`).
+    /// Next increase-timer expiry, ns (valid while [`ReactionPoint::active`]).
     inc_due: u64,
     /// Bytes sent toward the next byte-counter expiry.
     tx_bytes: u64,
@@ -170,10 +170,16 @@ pub struct ReactionPoint {
     timer_count: u32,
     /// BC: byte-counter expiries since the last cut.
     byte_count: u32,
-    /// The rate is below line rate: the increase machinery and the timer run.
-    active: bool,
     /// A CNP has cut the rate at least once (α's timer exists).
     cut: bool,
+}
+
+impl ReactionPoint {
+    /// The rate is below line rate: the increase machinery and the timer run (never
+    /// before Start, when both are 0).
+    fn active(&self) -> bool {
+        self.rc < self.line
+    }
 }
 
 /// Per-queue-pair state of [`Dcqcn`].
@@ -245,7 +251,6 @@ impl Dcqcn {
     /// below line rate, cancelled once back at it.
     fn finish(&self, rp: &mut ReactionPoint, act: &mut Actions) {
         if rp.rc >= rp.line {
-            rp.active = false;
             act.unpace();
             act.cancel_timer();
         } else {
@@ -271,14 +276,13 @@ impl Dcqcn {
         rp.alpha_due = now.saturating_add(self.k_ns);
         rp.inc_due = now.saturating_add(self.t_ns);
         rp.cut = true;
-        rp.active = true;
         // A cut that leaves R_C at line rate (α = 0, or a floor at line rate) runs no timer:
         // there is nothing to increase, and α's decay is caught up at the next CNP.
         self.finish(rp, act);
     }
 
     fn on_timer(&self, now: u64, rp: &mut ReactionPoint, act: &mut Actions) {
-        if !rp.active {
+        if !rp.active() {
             return; // stale: the timer was cancelled at line rate
         }
         self.decay_alpha(rp, now);
@@ -294,7 +298,7 @@ impl Dcqcn {
     }
 
     fn on_tx(&self, bytes: u32, rp: &mut ReactionPoint, act: &mut Actions) {
-        if !rp.active {
+        if !rp.active() {
             return; // at line rate the byte counter has nothing to do
         }
         rp.tx_bytes = rp.tx_bytes.saturating_add(u64::from(bytes));
@@ -519,7 +523,7 @@ mod tests {
             }
         }
         assert_eq!(armed, Some(None));
-        assert_eq!((ctx.rp.rc, ctx.rp.rt, ctx.rp.active), (G100, G100, false));
+        assert_eq!((ctx.rp.rc, ctx.rp.rt, ctx.rp.active()), (G100, G100, false));
         // Stopped: a Tx changes nothing.
         assert!(run(&mut law, &mut ctx, now + 1, tx(4096)).is_empty());
         // The α timer was stopped too; the next CNP catches its decay up: α decayed once

@@ -295,14 +295,14 @@ impl Swift {
         ctx.rtt_ns = delay_ns;
         let delay = delay_ns as f64;
         let acked = f64::from(packets);
-        if delay < self.target_ns(ctx.cwnd) {
+        let target = self.target_ns(ctx.cwnd);
+        if delay < target {
             ctx.cwnd += if ctx.cwnd >= 1.0 {
                 self.ai * acked / ctx.cwnd
             } else {
                 self.ai * acked
             };
         } else if self.can_decrease(now, ctx, delay_ns) {
-            let target = self.target_ns(ctx.cwnd);
             let factor = (1.0 - self.beta * (delay - target) / delay).max(1.0 - self.max_mdf);
             ctx.cwnd *= factor;
         }
