@@ -147,8 +147,33 @@ mod tests {
     fn every_law_builds_with_its_defaults_in_both_modes() {
         for law in LAWS {
             for mode in [Mode::Inline, Mode::Decoupled(ScrConfig::default())] {
-                let c = build(law.name, &[], &mode).unwrap();
-                let _ = c.interest();
+                build(law.name, &[], &mode).unwrap();
+            }
+        }
+    }
+
+    /// The parameter lists `--cc list` prints and the laws' `set` agree: every listed name
+    /// is known (nonsense for it is invalid, not unknown), and its help gives the default.
+    #[test]
+    fn every_listed_parameter_is_known_and_tells_its_default() {
+        for law in LAWS {
+            for p in law.params {
+                assert!(p.help.contains("default"), "{}: {}", law.name, p.name);
+                let e = build(law.name, &[(p.name.into(), "x".into())], &Mode::Inline)
+                    .err()
+                    .unwrap();
+                assert!(
+                    matches!(
+                        e,
+                        BuildError::Param {
+                            source: ParamError::Invalid { .. },
+                            ..
+                        }
+                    ),
+                    "{}: {}: {e}",
+                    law.name,
+                    p.name
+                );
             }
         }
     }

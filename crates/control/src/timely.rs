@@ -394,9 +394,4 @@ mod tests {
         assert!(!law.interest().contains(EventKind::Timer));
         assert!(!law.interest().gates());
     }
-
-    #[test]
-    fn context_fits() {
-        assert!(std::mem::size_of::<TimelyContext>() <= 128);
-    }
 }

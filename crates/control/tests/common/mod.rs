@@ -174,9 +174,15 @@ pub fn assert_refused<P: sluice_control::Params>(
 ) {
     use sluice_control::ParamError;
     for &(name, value) in invalid {
+        let before = format!("{p:?}");
         assert!(
             matches!(p.set(name, value), Err(ParamError::Invalid { .. })),
             "{name}={value} not refused as invalid"
+        );
+        assert_eq!(
+            format!("{p:?}"),
+            before,
+            "{name}={value} changed the parameters"
         );
     }
     assert!(
