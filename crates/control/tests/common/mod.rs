@@ -309,7 +309,9 @@ pub fn benign_flow<L: Law>(
                 let rate = tx.rate_bps.map_or(line, |r| (r as f64).min(line));
                 let in_flight = u64::from(next_psn - acked) * u64::from(mtu);
                 let window_ok = tx.window.is_none_or(|w| in_flight < w.max(1));
-                let next_send_at = last_slot + (last_bits as f64 * 1e9 / rate).ceil() as u64;
+                // A packet of `bits` holds the line for this long at the paced rate.
+                let slot_ns = |bits: u64| (bits as f64 * 1e9 / rate).ceil() as u64;
+                let next_send_at = last_slot + slot_ns(last_bits);
                 if now >= next_send_at && window_ok {
                     if interest.gates()
                         && law.gate(Instant::from_nanos(now), &mut tx_ctx, mtu) == Gate::Hold
@@ -320,7 +322,7 @@ pub fn benign_flow<L: Law>(
                         next_psn += 1;
                         let bits = wire_bytes(mtu) * 8;
                         (last_slot, last_bits) = (now, bits);
-                        let next_send_at = now + (bits as f64 * 1e9 / rate).ceil() as u64;
+                        let next_send_at = now + slot_ns(bits);
                         sent_bytes += wire_bytes(mtu);
                         if now >= tail_from {
                             tail_bytes += wire_bytes(mtu);
@@ -394,8 +396,7 @@ pub fn benign_flow<L: Law>(
                 queue.send_at(now);
             }
             Happening::Grant(bytes) => {
-                let act = run(law, &mut tx_ctx, &mut tx, now, &Event::Credit { bytes })?;
-                let _ = act;
+                run(law, &mut tx_ctx, &mut tx, now, &Event::Credit { bytes })?;
                 queue.send_at(now);
             }
             Happening::SenderTimer => {
