@@ -429,8 +429,6 @@ pub(crate) struct Requester {
     /// Selective repeat of READ responses; kept out of line (boxed once per queue pair, at
     /// its first READ response out of order): most queue pairs never need it.
     pub(crate) read_repair: Option<Box<ReadRepair>>,
-    /// While a READ re-request for a gap is built: the byte of the READ it stops at.
-    pub(crate) read_limit: Option<u32>,
 }
 
 /// Selective repeat of READ responses at the requester.
@@ -441,9 +439,10 @@ pub(crate) struct ReadRepair {
     pub(crate) held: crate::held_ranges::HeldRanges,
     /// A response needed a run `held` had no room for (and was dropped).
     pub(crate) overflow: bool,
-    /// The READ re-request queued in `resend` at this PSN asks only up to this byte of the
-    /// READ (the gap before the responses held).
-    pub(crate) gap: Option<(Psn, u32)>,
+    /// The gap asked for again, PSNs `from..until`: its re-request (queued in `resend` at
+    /// `from`) asks for just those, and while the first missing PSN lies in it nothing is
+    /// asked again (its responses are on their way).
+    pub(crate) asked: Option<(Psn, Psn)>,
 }
 
 /// What the responder owes the peer, in PSN order.

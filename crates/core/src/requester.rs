@@ -118,15 +118,17 @@ impl Engine {
                 continue; // confirmed meanwhile
             }
             let saved = (req.cursor, req.cursor_offset, req.next_psn);
+            // A READ gap asked for again stops where the responses held begin.
+            let read_until = req
+                .read_repair
+                .as_deref()
+                .and_then(|r| r.asked)
+                .filter(|&(from, _)| from == p)
+                .map(|(_, until)| until);
             self.rewind(index, p);
-            let req = &mut self.qp_mut(index).req;
-            req.read_limit = req.read_repair.as_deref_mut().and_then(|r| match r.gap {
-                Some((at, end)) if at == p => r.gap.take().map(|_| end),
-                _ => None,
-            });
-            let transmit = self.packet_at_cursor(index, now, payload, window, ack_every);
+            let transmit =
+                self.packet_at_cursor(index, now, payload, window, ack_every, read_until);
             let qp = self.qp_mut(index);
-            qp.req.read_limit = None;
             if qp.state.sending() {
                 (qp.req.cursor, qp.req.cursor_offset, qp.req.next_psn) = saved;
             }
@@ -134,7 +136,7 @@ impl Engine {
                 return transmit;
             }
         }
-        self.packet_at_cursor(index, now, payload, window, ack_every)
+        self.packet_at_cursor(index, now, payload, window, ack_every, None)
     }
 
     /// The request packet at the cursor, if the window and limits allow; moves the cursor on.
@@ -145,6 +147,7 @@ impl Engine {
         payload: &mut [u8],
         window: u32,
         ack_every: u32,
+        read_until: Option<Psn>,
     ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
@@ -220,10 +223,11 @@ impl Engine {
         match wqe.op {
             SendOp::Read { remote_addr, rkey } => {
                 // A first request, or a re-request of what is still missing (with selective
-                // repeat, of a gap only).
-                let end = req
-                    .read_limit
-                    .map_or(wqe.len, |l| l.clamp(wqe.read_done, wqe.len));
+                // repeat, of a gap only: up to PSN `read_until`).
+                let end = read_until
+                    .map(|u| i64::from(wqe.first_psn.distance_to(u)) * i64::from(mtu))
+                    .filter(|&e| e > i64::from(wqe.read_done) && e < i64::from(wqe.len))
+                    .map_or(wqe.len, |e| e as u32);
                 let remaining = end - wqe.read_done;
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ext.reth = Some(Reth {
@@ -461,9 +465,7 @@ impl Engine {
                 let qp = self.qp_mut(index);
                 if qp.attrs.recovery == crate::Recovery::SelectiveRepeat {
                     // The responder holds what came after: resend just the missing PSN.
-                    if !qp.req.resend.contains(&psn) && qp.req.resend.len() < RESEND_LIMIT {
-                        qp.req.resend.push_back(psn);
-                    }
+                    queue_resend(&mut qp.req.resend, psn);
                 } else {
                     self.rewind(index, psn);
                 }
@@ -669,20 +671,20 @@ impl Engine {
         let Some(repair) = req.read_repair.as_deref_mut() else {
             return;
         };
-        if req.read_retry_at == Some(expected) {
+        let on_its_way =
+            |(from, until): (Psn, Psn)| from.distance_to(expected) >= 0 && expected.precedes(until);
+        if repair.asked.is_some_and(on_its_way) {
             return;
         }
-        let end = match repair.held.first() {
-            Some((first_held, _)) => wqe.read_done + first_held * mtu,
-            None if std::mem::take(&mut repair.overflow) => wqe.len,
+        let until = match repair.held.first() {
+            Some((first_held, _)) => expected.add(first_held),
+            None if std::mem::take(&mut repair.overflow) => wqe.first_psn.add(wqe.span),
             None => return,
         };
-        if req.resend.len() >= RESEND_LIMIT || req.resend.contains(&expected) {
-            return; // the retransmit timer asks for it instead
+        // A full resend queue: the retransmit timer asks for it instead.
+        if queue_resend(&mut req.resend, expected) {
+            repair.asked = Some((expected, until));
         }
-        req.read_retry_at = Some(expected);
-        repair.gap = Some((expected, end));
-        req.resend.push_back(expected);
     }
 
     fn on_atomic_ack(&mut self, index: u32, now: Instant, psn: Psn, original: Option<u64>) {
@@ -938,8 +940,13 @@ impl Engine {
                     return;
                 }
                 // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
-                // recovery when NAKs were lost too.
-                let una = self.qp_mut(index).req.una;
+                // recovery when NAKs were lost too. (A READ gap asked for before is asked
+                // for in full again, so its record no longer says what is on its way.)
+                let req = &mut self.qp_mut(index).req;
+                if let Some(repair) = req.read_repair.as_deref_mut() {
+                    repair.asked = None;
+                }
+                let una = req.una;
                 self.rewind(index, una);
                 self.schedule(index);
             }
@@ -954,4 +961,14 @@ impl Engine {
     pub(crate) fn fail_request(&mut self, index: u32, pos: usize, status: WcStatus) {
         self.enter_error_failing(index, Some((pos, status)));
     }
+}
+
+/// Queues `psn` to be resent alone (selective repeat), unless it already is or the queue is
+/// full (the retransmit timer then recovers it); true if queued.
+fn queue_resend(resend: &mut std::collections::VecDeque<Psn>, psn: Psn) -> bool {
+    if resend.contains(&psn) || resend.len() >= RESEND_LIMIT {
+        return false;
+    }
+    resend.push_back(psn);
+    true
 }

@@ -672,6 +672,41 @@ fn selective_repeat_resends_only_what_is_missing() {
 }
 
 #[test]
+fn selective_repeat_asks_once_for_a_burst_of_lost_read_responses() {
+    // A 32-packet READ whose responses 5..=10 are lost together: the requester asks for
+    // those six again, once, and nothing else is sent twice.
+    let mut world = World::new(2, 16, Impairments::CLEAN);
+    world.lost_sends[1] = 5..11;
+    let options = PairOptions {
+        recovery: Recovery::SelectiveRepeat,
+        mtu: Mtu::M1024,
+        ..PairOptions::default()
+    };
+    let p = Pair::connect(&mut world, &options);
+    let data: Vec<u8> = (0..32 * 1024u32).map(|i| (i * 13) as u8).collect();
+    world.engines[1].mr_bytes_mut(p.mr[1].lkey).unwrap()[..data.len()].copy_from_slice(&data);
+    let read = SendOp::Read {
+        remote_addr: p.mr[1].addr,
+        rkey: p.mr[1].rkey,
+    };
+    assert_eq!(
+        one(&mut world, &p, read, &[sge(p.mr[0], 0, data.len() as u32)]),
+        WcStatus::Success
+    );
+    assert_eq!(
+        &world.engines[0].mr_bytes(p.mr[0].lkey).unwrap()[..data.len()],
+        &data[..]
+    );
+    let (a, b) = (*world.engines[0].counters(), *world.engines[1].counters());
+    assert_eq!(
+        (a.tx_packets, b.tx_packets),
+        (2, 32 + 6),
+        "READ requests, responses"
+    );
+    assert_eq!(a.stale_responses, 0);
+}
+
+#[test]
 fn more_reads_and_atomics_than_the_responder_allows_are_refused() {
     // The responder owes at most max_dest_rd_atomic (16 here) READ responses and atomic
     // ACKs; a requester that sends more before any answer leaves breaks the protocol.
