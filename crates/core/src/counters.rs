@@ -24,13 +24,13 @@ pub struct Counters {
     pub cnps_received: u64,
     /// CNPs a control law had sent (the DCQCN notification point).
     pub cnps_sent: u64,
-    /// Grants for receiver-driven laws, sent and received: control packets, or (with the
-    /// credit CCX) grants folded into the total the next packet carries, and packets whose
-    /// total was news.
+    /// Grants for receiver-driven laws: sent (each a control packet, or folded into the
+    /// total the next packet's credit CCX carries), and received (totals that were news,
+    /// from either).
     pub grants_sent: u64,
     pub grants_received: u64,
-    /// Grants a law made on a queue pair that negotiated neither control packets nor the
-    /// credit CCX.
+    /// Grants a law made that could not be sent: the queue pair negotiated neither control
+    /// packets nor the credit CCX, or it is in the error state.
     pub grants_unsent: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,

@@ -817,14 +817,10 @@ impl Engine {
             self.on_cc_control(index, now, headers);
             return;
         }
-        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx
-            && qp.state.receiving()
-        {
+        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx {
             // Credit is not sequenced: any packet from the peer, even a stale one, may
             // carry a newer total.
-            if self.on_credit_total(index, now, granted_total) {
-                self.counters.grants_received += 1;
-            }
+            self.on_credit_total(index, now, granted_total);
         }
         let qp = self.qp_mut(index);
         let is_response = matches!(
@@ -892,34 +888,27 @@ impl Engine {
     /// A control packet from the peer: credit grants carry the total granted so far, so a
     /// lost grant is made up by the next and a duplicate or late one adds nothing.
     fn on_cc_control(&mut self, index: u32, now: Instant, headers: &RoceHeaders) {
-        let Some(Some(qp)) = self.qps.get_mut(index as usize) else {
-            return;
-        };
-        let (true, Some(c)) = (qp.attrs.cc_control, headers.ext.cc_control) else {
-            self.counters.drops_unexpected_opcode += 1;
-            return;
-        };
-        if c.kind != sluice_wire::CcControlKind::CreditTotal {
-            self.counters.drops_unexpected_opcode += 1;
-            return;
+        match (self.qp_mut(index).attrs.cc_control, headers.ext.cc_control) {
+            (true, Some(c)) if c.kind == sluice_wire::CcControlKind::CreditTotal => {
+                self.on_credit_total(index, now, c.value)
+            }
+            _ => self.counters.drops_unexpected_opcode += 1,
         }
-        self.counters.grants_received += 1;
-        self.on_credit_total(index, now, c.value);
     }
 
-    /// The peer says it has granted `total` bytes of credit in all (wrapping): what is news,
-    /// ahead of the largest total seen by less than half the space, goes to the control law.
-    /// Returns whether there was news.
-    fn on_credit_total(&mut self, index: u32, now: Instant, total: u64) -> bool {
+    /// The peer says it has granted `total` bytes of credit in all (wrapping), in a control
+    /// packet or a credit CCX: what is news, ahead of the largest total seen by less than
+    /// half the space, goes to the control law, while the queue pair receives.
+    fn on_credit_total(&mut self, index: u32, now: Instant, total: u64) {
         let qp = self.qp_mut(index);
         let more = total.wrapping_sub(qp.credit_total_seen);
-        if more == 0 || more > u64::MAX / 2 {
-            return false;
+        if !qp.state.receiving() || more == 0 || more > u64::MAX / 2 {
+            return;
         }
         qp.credit_total_seen = total;
+        self.counters.grants_received += 1;
         self.emit(index, now, Event::Credit { bytes: more });
         self.schedule(index);
-        true
     }
 
     // ---- packets out ---------------------------------------------------------------------

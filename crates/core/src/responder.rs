@@ -659,29 +659,30 @@ impl Engine {
         }
         if qp.grant_due > 0 {
             let more = std::mem::take(&mut qp.grant_due);
-            if qp.attrs.ccx == Some(sluice_wire::CcxLayout::Credit) && qp.state != QpState::Error {
-                // The total rides in the CCX of whatever goes to the peer next; with nothing
-                // else owed, an ACK of what was received carries it (to the requester, an
-                // ACK it already had: it only counts it as stale).
-                qp.granted_total = qp.granted_total.wrapping_add(more);
-                if qp.resp.responses.is_empty() {
+            let by_ccx = qp.attrs.ccx == Some(sluice_wire::CcxLayout::Credit);
+            if qp.state == QpState::Error || !(by_ccx || qp.attrs.cc_control) {
+                self.counters.grants_unsent += 1;
+            } else {
+                let total = qp.granted_total.wrapping_add(more);
+                qp.granted_total = total;
+                // With the credit CCX the total rides in whatever goes to the peer next;
+                // with nothing else owed, an ACK of what was received carries it (to the
+                // requester, an ACK it already had: it only counts it as stale).
+                if by_ccx && qp.resp.responses.is_empty() {
                     qp.resp.ack_due = true;
                 }
                 self.counters.grants_sent += 1;
-            } else if qp.attrs.cc_control && qp.state != QpState::Error {
-                qp.granted_total = qp.granted_total.wrapping_add(more);
-                let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
-                let ext = ExtHeaders {
-                    cc_control: Some(sluice_wire::CcControl {
-                        kind: sluice_wire::CcControlKind::CreditTotal,
-                        value: qp.granted_total,
-                    }),
-                    ..ExtHeaders::default()
-                };
-                self.counters.grants_sent += 1;
-                return Some(unsequenced(bth, ext));
-            } else {
-                self.counters.grants_unsent += 1;
+                if !by_ccx {
+                    let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
+                    let ext = ExtHeaders {
+                        cc_control: Some(sluice_wire::CcControl {
+                            kind: sluice_wire::CcControlKind::CreditTotal,
+                            value: total,
+                        }),
+                        ..ExtHeaders::default()
+                    };
+                    return Some(unsequenced(bth, ext));
+                }
             }
         }
         let qp = self.qp_mut(index);
