@@ -416,16 +416,14 @@ impl Engine {
         None
     }
 
-    /// In SQD, once no begun request is left: queues the drained event (once per drain).
+    /// In SQD, once no begun request is left: queues the drained event. Called on entering
+    /// SQD and when requests complete; once drained nothing can complete (nothing new
+    /// begins), so it reports once per drain.
     pub(crate) fn check_drained(&mut self, index: u32) {
         let qp = self.qp_mut(index);
-        if qp.state != QpState::Sqd || qp.drain_reported {
+        if qp.state != QpState::Sqd || qp.req.sq.front().is_some_and(|w| w.started) {
             return;
         }
-        if qp.req.sq.front().is_some_and(|w| w.started) {
-            return;
-        }
-        qp.drain_reported = true;
         if !std::mem::replace(&mut qp.async_pending, true) {
             self.async_events.push_back(index);
         }
@@ -527,7 +525,6 @@ impl Engine {
                     return refuse("drain the send queue (only from RTS)");
                 }
                 qp.state = QpState::Sqd;
-                qp.drain_reported = false;
                 self.check_drained(index);
             }
             Transition::Resume => {

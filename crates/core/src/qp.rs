@@ -568,15 +568,14 @@ pub(crate) struct Knobs {
 
 /// One queue pair. Laid out for the cache: with thousands of queue pairs each packet finds
 /// its queue pair cold, so what every packet reads (state, attributes, knobs, then the
-/// requester's and responder's sequence state) comes first, in as few lines as can be.
+/// requester's and responder's sequence state) comes first. (640 bytes: the requester
+/// starts at byte 168, the responder at 312, by `-Zprint-type-sizes`.)
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Qp {
     pub(crate) state: QpState,
     /// In the engine's ready list.
     pub(crate) scheduled: bool,
-    /// SQD: the drained event was queued for this drain (reported once per drain).
-    pub(crate) drain_reported: bool,
     /// An `AsyncEvent` of this queue pair waits in the engine's queue (at most one each, so
     /// the queue is bounded by the queue pairs).
     pub(crate) async_pending: bool,
@@ -626,7 +625,6 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             scheduled: false,
-            drain_reported: false,
             async_pending: false,
             knobs: Knobs::default(),
             cnp_due: false,
