@@ -207,6 +207,9 @@ fuzz_target!(|data: &[u8]| {
     // Chunks: [flags][len][bytes...]; flags bit 0 picks the target engine, bit 1 points the
     // packet at the live queue pair, bit 2 makes it come from the right peer address.
     let mut rest = data;
+    // Some packet reached a live queue pair from its peer's address (a forger the
+    // responder cannot tell from the peer).
+    let mut impersonated = false;
     while rest.len() >= 2 {
         let (flags, len) = (rest[0], usize::from(rest[1]));
         let chunk = &rest[2..(2 + len).min(rest.len())];
@@ -224,6 +227,7 @@ fuzz_target!(|data: &[u8]| {
         } else {
             IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))
         };
+        impersonated |= from == two.addr[1 - to] && headers.bth.dest_qp == two.qp[to].0;
         two.e[to].handle_packet(
             two.now,
             from,
@@ -245,10 +249,13 @@ fuzz_target!(|data: &[u8]| {
         p0.zip(p1)
             .is_some_and(|(p0, p1)| p0.sq_psn == p1.rq_psn && p1.sq_psn == p0.rq_psn)
     };
-    if two.e[0].qp_state(two.qp[0]) == Some(QpState::Rts)
-        && two.e[1].qp_state(two.qp[1]) == Some(QpState::Rts)
-        && in_step(&two)
-    {
+    let both_ready = two.e[0].qp_state(two.qp[0]) == Some(QpState::Rts)
+        && two.e[1].qp_state(two.qp[1]) == Some(QpState::Rts);
+    assert!(
+        !both_ready || impersonated || in_step(&two),
+        "out of step, and no packet came from the peer's address"
+    );
+    if both_ready && in_step(&two) {
         while let Ok(Some(_)) = two.e[0].poll_cq(two.cq[0]) {}
         two.e[0].mr_bytes_mut(a.lkey).unwrap()[40_000..40_256].fill(0xAB);
         let op = SendOp::Write {
