@@ -419,7 +419,7 @@ mod tests {
         for (i, (a, b)) in path.hops().iter().zip(back.hops()).enumerate() {
             assert_eq!(
                 (a.tx_bytes, a.ts_ns, a.rate_100mbps),
-                (b.tx_bytes, b.ts_ns, 1000)
+                (b.tx_bytes, b.ts_ns, b.rate_100mbps)
             );
             // 0 -> 0, 1000 -> 1024, 2000 -> 2048: never reads emptier than it was.
             assert_eq!(b.qlen_bytes, [0, 1024, 2048][i]);

@@ -17,9 +17,9 @@ pub const fn pad_for(payload_len: usize) -> u8 {
     ((4 - payload_len % 4) % 4) as u8
 }
 
-/// A RoCE v2 packet decoded from a UDP payload: the BTH, a validated view of the extension
-/// headers (decoded on access, so a receiver pays only for the headers it reads) and the
-/// payload, all borrowing from the buffer.
+/// A RoCE v2 packet decoded from a UDP payload: the BTH, the CC extension header (decoded),
+/// a validated view of the IBTA extension headers (decoded on access, so a receiver pays only
+/// for the headers it reads) and the payload, borrowing from the buffer.
 ///
 /// Decoding checks the structure (version, CC extension header, opcode, header and payload
 /// lengths, pad count, AETH syndrome) but not the ICRC, which covers the IP and UDP headers too: see
@@ -183,17 +183,7 @@ pub struct RoceHeaders {
 impl RoceHeaders {
     /// Bytes on the wire (UDP payload) for a packet with `payload_len` bytes of payload.
     pub fn wire_len(&self, payload_len: usize) -> Result<usize> {
-        let info = self
-            .bth
-            .opcode
-            .info()
-            .ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
-        Ok(BTH_LEN
-            + self.ccx_len()
-            + info.headers.wire_len()
-            + payload_len
-            + usize::from(pad_for(payload_len))
-            + ICRC_LEN)
+        Ok(self.header_len()? + payload_len + usize::from(pad_for(payload_len)) + ICRC_LEN)
     }
 
     /// Bytes of BTH, CC extension header and extension headers.
