@@ -53,9 +53,8 @@ pub struct DeviceConfig {
     /// set), so that ECMP spreads queue pairs over paths and a law can move one. 0 (the
     /// default): every packet leaves from the device's own port. The cost: packets of
     /// different queue pairs to one peer no longer share a GSO batch or a `sendmmsg` call
-    /// when their sockets differ (on loopback with 16 sockets, 64-byte WRITEs over 8 QPs ran
-    /// at 0.25 Mpps against 2.0, 4 KiB WRITEs over 64 QPs at 10.8 Gbit/s against 18.0).
-    pub source_sockets: usize,
+    /// when their sockets differ (figures in the README).
+    pub source_sockets: u8,
 }
 
 impl DeviceConfig {
@@ -94,8 +93,6 @@ pub struct Device {
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
     tx_msgs: Vec<OutMsg>,
-    /// Scratch for grouping `tx_msgs` by source socket (allocated once).
-    tx_grouped: Vec<OutMsg>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
     /// Some staged packet carries CCX timestamps (to move to when it leaves).
@@ -130,13 +127,7 @@ impl Device {
             socket.disable_gro()?;
         }
         let local = socket.local_addr()?;
-        if config.source_sockets > usize::from(u8::MAX) {
-            return Err(NetError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "at most 255 source sockets",
-            )));
-        }
-        let mut pool = Vec::with_capacity(config.source_sockets);
+        let mut pool = Vec::with_capacity(usize::from(config.source_sockets));
         for _ in 0..config.source_sockets {
             // Port 0: the kernel picks a free one, so devices on one address never collide.
             let any_port = SocketAddr::new(local.ip(), 0);
@@ -164,7 +155,6 @@ impl Device {
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
-            tx_grouped: Vec::with_capacity(TX_PACKETS),
             tx_sent: 0,
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
@@ -420,17 +410,20 @@ impl Device {
         // Packets leave now, not when the engine built them: what a CC extension header
         // says about time is moved to now (the engine's stamps are up to a batch older), and
         // the capture records them as they go.
-        let leaving = (self.tx_stamps || self.capture.is_some()).then(|| self.now());
-        if let (true, Some(now)) = (self.tx_stamps, leaving) {
-            self.restamp(now);
-        }
-        // One system call per socket: the run of messages that leave from the same one.
+        // One system call per socket: the run of messages that leave from the same one (as
+        // many as one call takes).
         let source = self.tx_msgs[self.tx_sent].source;
         let run = self.tx_msgs[self.tx_sent..]
             .iter()
+            .take(sys::MAX_BATCH)
             .take_while(|m| m.source == source)
             .count();
-        let msgs = &self.tx_msgs[self.tx_sent..self.tx_sent + run];
+        let batch = self.tx_sent..self.tx_sent + run;
+        let leaving = (self.tx_stamps || self.capture.is_some()).then(|| self.now());
+        if let (true, Some(now)) = (self.tx_stamps, leaving) {
+            self.restamp(now, batch.clone());
+        }
+        let msgs = &self.tx_msgs[batch];
         let socket = self.sources.socket(source, &self.socket);
         match self
             .sender
@@ -463,9 +456,9 @@ impl Device {
         }
     }
 
-    /// Moves the CCX timestamps of every unsent packet to `now`.
-    fn restamp(&mut self, now: Instant) {
-        for m in &self.tx_msgs[self.tx_sent..] {
+    /// Moves the CCX timestamps of the packets of messages `batch` (about to be sent) to `now`.
+    fn restamp(&mut self, now: Instant, batch: std::ops::Range<usize>) {
+        for m in &self.tx_msgs[batch] {
             for p in &mut self.tx_packets[m.first..m.first + m.count] {
                 let Some(stamped) = p.stamped.filter(|&s| s < now) else {
                     continue;
@@ -603,16 +596,11 @@ impl Device {
     }
 
     /// Orders the staged messages by the socket they leave from, keeping their order within
-    /// each (so a queue pair's packets stay in order): one `sendmmsg` per socket instead of
-    /// one per change of socket. Packets of different queue pairs may pass each other, as
-    /// they may on the network.
+    /// each (`first` grows in staging order, so a queue pair's packets stay in order): one
+    /// `sendmmsg` per socket instead of one per change of socket. Packets of different
+    /// queue pairs may pass each other, as they may on the network. Sorts in place.
     fn group_by_source(&mut self) {
-        self.tx_grouped.clear();
-        for source in 0..=self.sources.pool.len() as u8 {
-            let of_source = self.tx_msgs.iter().filter(|m| m.source == source);
-            self.tx_grouped.extend(of_source);
-        }
-        std::mem::swap(&mut self.tx_msgs, &mut self.tx_grouped);
+        self.tx_msgs.sort_unstable_by_key(|m| (m.source, m.first));
     }
 }
 

@@ -312,7 +312,7 @@ fn open(
     let mut config = DeviceConfig::new(local_ip);
     config.local.set_port(o.roce_port);
     config.peer_port = o.roce_port;
-    config.source_sockets = usize::from(o.source_sockets);
+    config.source_sockets = o.source_sockets;
     config.engine = EngineConfig {
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
