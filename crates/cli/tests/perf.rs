@@ -226,7 +226,7 @@ fn captured_law_run(law: &str, port: u16) -> Vec<(sluice_wire::Opcode, Option<sl
 /// Swift over loopback: `--ccx auto` (the default) gives it the timestamp header it asks
 /// for on both ends; every packet of the run carries it (captured on the wire, ICRC
 /// verified by `sluice pcap check`). The echo leaves out the time the other end took to
-/// wake up and answer, so Swift holds the flow near its 27 us target instead of falling to
+/// wake up and answer, so Swift holds the flow near its 27-29 us target instead of falling to
 /// its 0.001-packet floor (where a 64 KiB message takes seconds).
 #[test]
 fn swift_runs_on_the_timestamp_header_it_asks_for() {
