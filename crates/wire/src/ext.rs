@@ -61,26 +61,38 @@ pub enum CcControlKind {
     Other(u8),
 }
 
+impl From<u8> for CcControlKind {
+    fn from(kind: u8) -> Self {
+        match kind {
+            1 => CcControlKind::CreditTotal,
+            k => CcControlKind::Other(k),
+        }
+    }
+}
+
+impl From<CcControlKind> for u8 {
+    fn from(kind: CcControlKind) -> u8 {
+        match kind {
+            CcControlKind::CreditTotal => 1,
+            CcControlKind::Other(k) => k,
+        }
+    }
+}
+
 impl CcControl {
     pub const LEN: usize = 16;
 
     #[inline]
     pub(crate) fn read(b: &[u8]) -> CcControl {
         CcControl {
-            kind: match b[0] {
-                1 => CcControlKind::CreditTotal,
-                k => CcControlKind::Other(k),
-            },
+            kind: b[0].into(),
             value: be64(b, 8),
         }
     }
 
     fn bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
-        b[0] = match self.kind {
-            CcControlKind::CreditTotal => 1,
-            CcControlKind::Other(k) => k,
-        };
+        b[0] = self.kind.into();
         b[8..].copy_from_slice(&self.value.to_be_bytes());
         b
     }

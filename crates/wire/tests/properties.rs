@@ -60,10 +60,7 @@ fn arb_ext(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
                 imm_dt: has(HeaderSet::IMM_DT).then_some(imm),
                 ieth: has(HeaderSet::IETH).then_some(ieth),
                 cc_control: has(HeaderSet::CC_CONTROL).then_some(CcControl {
-                    kind: match cc.0 {
-                        1 => CcControlKind::CreditTotal,
-                        k => CcControlKind::Other(k),
-                    },
+                    kind: cc.0.into(),
                     value: cc.1,
                 }),
             }
