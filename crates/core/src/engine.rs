@@ -46,8 +46,10 @@ pub struct EngineConfig {
     pub ack_request_every: u32,
     /// The responder acknowledges at least every this many new request packets, whether
     /// they ask (AckReq) or not; 0: only when asked. Either way ACKs are coalesced: one
-    /// covers everything received before it leaves. 1 gives the per-packet ACKs that
-    /// per-packet laws (HPCC's INT echo, Swift's delay) sample best.
+    /// covers everything received before it leaves. `ack_request_every` makes a Sluice
+    /// requester ask more often; this knob sets the ACK rate whatever the requester asks
+    /// (a standard RoCE requester asks at the end of a message and every so many packets),
+    /// e.g. 1 for the per-packet ACKs that HPCC's INT echo and Swift's delay sample best.
     pub ack_every_packets: u32,
     /// The line rate control laws start from ([`Event::Start`]), in bits per second.
     pub line_rate_bps: u64,
