@@ -50,21 +50,6 @@ fn writes(world: &mut World, p: &Pair, count: u64, len: u32) -> Vec<WcStatus> {
         .collect()
 }
 
-fn rtt_samples(events: &[Event]) -> (usize, Vec<Duration>) {
-    let acks = events
-        .iter()
-        .filter(|e| matches!(e, Event::Ack { .. }))
-        .count();
-    let rtts = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Ack { rtt, .. } => *rtt,
-            _ => None,
-        })
-        .collect();
-    (acks, rtts)
-}
-
 #[test]
 fn echoed_timestamps_time_every_ack() {
     let both = Some(CcxLayout::Timestamps);

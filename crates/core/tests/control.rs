@@ -66,13 +66,7 @@ fn the_control_law_sees_tx_rx_acks_with_rtt_and_cnps() {
     // One RTT sample: the first packet is timed; its ACK comes back after two 5 us hops
     // plus serialisation at 25 Gbit/s (the ACK is sent when the last packet of the message
     // arrives, so the sample covers the whole message).
-    let rtts: Vec<Duration> = a_events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Ack { rtt, .. } => *rtt,
-            _ => None,
-        })
-        .collect();
+    let (_, rtts) = rtt_samples(&a_events);
     assert_eq!(rtts.len(), 1, "{a_events:?}");
     assert!(
         rtts[0] > Duration::from_micros(10) && rtts[0] < Duration::from_micros(20),

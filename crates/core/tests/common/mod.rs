@@ -550,6 +550,23 @@ impl Pair {
     }
 }
 
+/// The ACK events among `events`, and the RTT samples they carried.
+pub fn rtt_samples(events: &[sluice_core::control::Event]) -> (usize, Vec<Duration>) {
+    use sluice_core::control::Event;
+    let acks = events
+        .iter()
+        .filter(|e| matches!(e, Event::Ack { .. }))
+        .count();
+    let rtts = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Ack { rtt, .. } => *rtt,
+            _ => None,
+        })
+        .collect();
+    (acks, rtts)
+}
+
 /// A control law that records every event, and sets a fixed rate and window (if given) on
 /// every queue pair at each one.
 #[derive(Debug, Clone, Default)]
