@@ -383,9 +383,17 @@ impl Engine {
         Ok(num)
     }
 
+    /// Destroys a queue pair whatever it was doing: what it had queued or in flight is
+    /// dropped without completions (as `ibv_destroy_qp`), and packets for it that arrive
+    /// later are dropped as for an unknown QP.
     pub fn destroy_qp(&mut self, qpn: QpNum) -> Result<(), Error> {
         let index = self.live(qpn)?;
         self.qps[index as usize] = None;
+        // Off the ready list and the timers too: the index is reused by the next queue pair,
+        // which must not inherit a turn or a timer. A scan, but destroying is not on the
+        // per-packet path.
+        self.ready.retain(|&i| i != index);
+        self.timer_queued[index as usize] = None;
         self.free_qps.push(index);
         Ok(())
     }

@@ -942,3 +942,38 @@ fn selective_repeat_asks_again_only_for_missing_read_responses() {
         served[1]
     );
 }
+
+#[test]
+fn destroying_a_busy_queue_pair_leaves_the_others_and_its_successor_whole() {
+    // A queue pair destroyed mid-transfer (on the ready list, its retransmit timer armed,
+    // packets in flight) must neither stop the engine nor leak into the queue pair that
+    // reuses its slot.
+    let mut world = World::new(2, 7, Impairments::CLEAN);
+    let a = Pair::connect(&mut world, &PairOptions::default());
+    let b = Pair::connect(&mut world, &PairOptions::default());
+    a.post_write(&mut world, 1, 0, 512 * 1024);
+    b.post_write(&mut world, 2, 0, 512 * 1024);
+    world.run_until(Duration::from_micros(20), |_| false);
+    for h in 0..2 {
+        world.engines[h].destroy_qp(a.qp[h]).unwrap();
+        assert!(world.engines[h].destroy_qp(a.qp[h]).is_err());
+    }
+    // One destroyed with work posted but not a packet sent: still on the ready list.
+    let d = Pair::connect(&mut world, &PairOptions::default());
+    d.post_write(&mut world, 4, 0, 4096);
+    for h in 0..2 {
+        world.engines[h].destroy_qp(d.qp[h]).unwrap();
+    }
+    world.run_until(Duration::from_micros(10), |_| false);
+    let c = Pair::connect(&mut world, &PairOptions::default());
+    c.post_write(&mut world, 3, 0, 64 * 1024);
+    let (bcq, ccq) = (b.send_cq[0], c.send_cq[0]);
+    assert!(world.run_until(Duration::from_millis(50), |w| {
+        w.engines[0].cq_len(bcq) >= 1 && w.engines[0].cq_len(ccq) >= 1
+    }));
+    // Let every timer the dead queue pair had armed come due.
+    world.run_until(Duration::from_millis(20), |_| false);
+    assert_eq!(send_cq_statuses(&mut world, &b), [(2, WcStatus::Success)]);
+    assert_eq!(send_cq_statuses(&mut world, &c), [(3, WcStatus::Success)]);
+    assert_eq!(world.engines[0].counters().retransmit_timeouts, 0);
+}
