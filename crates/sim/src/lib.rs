@@ -1,0 +1,41 @@
+//! A deterministic packet-level datacenter simulator that runs the real Sluice engine
+//! (`sluice_core::Engine`, length-only payloads) and the real control laws
+//! (`sluice_control`) on simulated fabrics: hosts behind a NIC model, output-queued switches
+//! with a shared buffer, ECN, PFC, INT and several routing modes.
+//!
+//! Time is integer nanoseconds; every random choice comes from one seeded generator per
+//! run; simultaneous events run in the order they were scheduled. The same scenario and
+//! seed therefore give the same run, byte for byte. See `docs/sim.md`.
+
+pub mod plot;
+pub mod topology;
+pub mod workload;
+
+/// A node of the fabric: hosts are `0..hosts`, switches follow.
+pub type NodeId = u32;
+
+/// A flow to simulate: one RDMA WRITE of `bytes` from host `src` to host `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// Its index in the workload's list (flows are numbered 0, 1, 2, ...).
+    pub id: u32,
+    pub src: NodeId,
+    pub dst: NodeId,
+    pub bytes: u64,
+    /// When it starts, in nanoseconds of simulated time; with `after`, how long after that
+    /// flow completes.
+    pub start_ns: u64,
+    /// Starts only once flow `after` has completed (a collective's steps), `start_ns` later.
+    pub after: Option<u32>,
+}
+
+pub mod event;
+pub mod network;
+pub mod report;
+pub mod result;
+pub mod run;
+pub mod scenario;
+
+pub use result::{FlowRecord, RunResult};
+pub use run::{SimError, run_scenario};
+pub use scenario::Scenario;
