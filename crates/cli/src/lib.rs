@@ -4,4 +4,5 @@
 pub mod check;
 pub mod perf;
 pub mod psn_ranges;
+pub mod sim;
 pub mod synth;

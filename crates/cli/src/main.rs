@@ -30,6 +30,30 @@ enum Command {
     /// perftest's tests over Sluice's own RoCE v2 datapath (interoperates with perftest).
     #[command(subcommand)]
     Perf(PerfCommand),
+    /// The datacenter simulator: the real engine and control laws on simulated fabrics.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// Runs a scenario file (TOML; see docs/sim.md and examples/).
+    Run(SimRunArgs),
+}
+
+#[derive(Args)]
+struct SimRunArgs {
+    /// The scenario file.
+    scenario: std::path::PathBuf,
+    /// Overrides the scenario's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where to write summary.json, the CSV files and the plots.
+    #[arg(long, default_value = "sim-out")]
+    out: std::path::PathBuf,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -210,7 +234,39 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Check(args)) => run_check(&args),
         Command::Pcap(PcapCommand::Synth(args)) => run_synth(&args),
         Command::Perf(cmd) => run_perf(cmd),
+        Command::Sim(SimCommand::Run(args)) => run_sim(&args),
     }
+}
+
+fn run_sim(a: &SimRunArgs) -> ExitCode {
+    let mut scenario = match sluice_sim::Scenario::load(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(seed) = a.seed {
+        scenario.seed = seed;
+    }
+    let labels: Vec<String> = scenario.cc.iter().map(|c| c.label().to_string()).collect();
+    let progress = sluice_cli::sim::Progress::new(&labels, scenario.time_limit_us, !a.quiet);
+    let runs = match sluice_sim::run_scenario(&scenario, &|i, ns| progress.update(i, ns)) {
+        Ok(r) => r,
+        Err(e) => {
+            progress.clear();
+            eprintln!("sluice sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    progress.clear();
+    print!("{}", sluice_sim::report::table(&runs));
+    if let Err(e) = sluice_sim::report::write_all(&a.out, &scenario.name, &runs) {
+        eprintln!("sluice sim: cannot write {}: {e}", a.out.display());
+        return ExitCode::FAILURE;
+    }
+    println!("results in {}", a.out.display());
+    ExitCode::SUCCESS
 }
 
 fn run_perf(cmd: PerfCommand) -> ExitCode {

@@ -1,0 +1,1060 @@
+//! One run: hosts running the real engine behind a NIC model, switches, links, flows, and
+//! the event loop that drives them.
+//!
+//! A packet moves as events: a port starts sending it when the port is free (host ports take
+//! the next packet from the engine, switch ports from their queues, control class first),
+//! `TxDone` frees the port one serialisation later, and `Arrive` hands the packet to the next
+//! node one propagation delay after that (store and forward). Packets live in a slab and
+//! events carry their index, so nothing is allocated per packet once the slab has grown.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+use sluice_core::{
+    Access, Completion, Connection, CqId, Engine, EngineConfig, Memory, MrInfo, Mtu, Payload,
+    QpCaps, QpConfig, QpNum, Recovery, Rng, SendOp, SendWr, Sge, WcStatus,
+};
+use sluice_wire::{Ccx, IntHop, Opcode, Psn, RoceHeaders};
+
+use crate::event::{
+    EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
+};
+use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
+use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario};
+use crate::topology::{Routes, Topology};
+use crate::{Flow, NodeId};
+
+/// Bytes a packet takes on an Ethernet link besides its IP datagram: header 14, FCS 4,
+/// preamble 8, inter-frame gap 12.
+pub const ETHERNET_OVERHEAD: u64 = 38;
+/// IPv4 20 + UDP 8.
+const IP_UDP: u64 = 28;
+/// A PFC frame: 64 bytes plus preamble and gap.
+const PFC_FRAME: u64 = 84;
+/// Traffic classes: control (ACKs, NAKs, CNPs, grants) is served first and never paused;
+/// data may be paused by PFC.
+const CONTROL: usize = 0;
+const DATA: usize = 1;
+/// Slots of a switch's flowlet table (hashed, as in hardware: colliding flows share one).
+const FLOWLET_SLOTS: usize = 4096;
+/// Data packets a paused host port holds while it keeps taking the engine's ACKs.
+const HELD_WHILE_PAUSED: usize = 8;
+/// The largest message the engine takes; longer flows are posted as several.
+const MAX_MESSAGE: u64 = 1 << 30;
+/// The memory region every host writes from and into (length only: nothing is stored).
+const REGION_BYTES: u64 = 1 << 40;
+const REGION_ADDR: u64 = 0x1000;
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    FlowStart(u32),
+    /// Packet `pkt` has fully arrived at `node` through `port`.
+    Arrive {
+        node: NodeId,
+        port: u16,
+        pkt: u32,
+    },
+    /// `port` of `node` has finished sending.
+    TxDone {
+        node: NodeId,
+        port: u16,
+    },
+    /// The engine of `host` has a timer due.
+    HostTimer {
+        host: NodeId,
+    },
+    /// A PFC frame reaches `node` on `port`: pause or resume that port's data class.
+    Pfc {
+        node: NodeId,
+        port: u16,
+        pause: bool,
+    },
+    Sample,
+}
+
+#[derive(Debug)]
+struct Packet {
+    src: NodeId,
+    dst: NodeId,
+    src_port: u16,
+    headers: RoceHeaders,
+    payload_len: u32,
+    wire_bytes: u32,
+    ce: bool,
+    class: u8,
+    /// The port it entered the current switch through (PFC accounting).
+    in_port: u16,
+}
+
+#[derive(Debug, Default)]
+struct PortState {
+    queue: [VecDeque<u32>; 2],
+    queued: [u64; 2],
+    busy: bool,
+    /// The peer paused this port's data class.
+    paused: bool,
+    paused_since: Ps,
+    /// Wire bytes sent (the INT `tx_bytes` counter, and throughput samples).
+    tx_bytes: u64,
+    sampled_tx: u64,
+    max_queue: u64,
+    /// Data bytes that entered the switch through this port and are still buffered.
+    ingress_bytes: u64,
+    /// This switch has paused the peer behind this port.
+    xoff_sent: bool,
+}
+
+#[derive(Debug)]
+struct Host {
+    engine: Engine,
+    cq: CqId,
+    pd: sluice_core::PdId,
+    mr: MrInfo,
+    /// When the `HostTimer` events pending for this host are due (a few at most: one is
+    /// added only if it is earlier than all of them).
+    timers: Vec<Ps>,
+}
+
+#[derive(Debug)]
+struct FlowState {
+    spec: Flow,
+    start: Option<Ps>,
+    finish: Option<Ps>,
+    failed: bool,
+    qps: Option<(QpNum, QpNum)>,
+    /// Messages posted and completed.
+    messages: u32,
+    completed: u32,
+    /// Payload bytes delivered to the receiver since the last sample (flow series only).
+    rx_since_sample: u64,
+}
+
+/// Sizes of the headers around a payload, for ideal completion times.
+#[derive(Debug, Clone, Copy)]
+struct HeaderBytes {
+    /// IP, UDP, BTH, CC extension header, ICRC and Ethernet around a middle packet.
+    data: u64,
+    /// An ACK on the wire.
+    ack: u64,
+}
+
+/// One simulation run of one algorithm.
+#[derive(Debug)]
+pub struct Network<'a> {
+    scenario: &'a Scenario,
+    cc: &'a CcConfig,
+    topo: &'a Topology,
+    routes: &'a Routes,
+    now: Ps,
+    events: EventQueue<Ev>,
+    rng: Rng,
+    hosts: Vec<Host>,
+    /// Index of each node's first port in `ports`.
+    port_base: Vec<u32>,
+    ports: Vec<PortState>,
+    /// Buffer bytes in use, per switch (indexed by node - hosts).
+    buffer_used: Vec<u64>,
+    /// Per switch (flowlet routing only): (last packet time, port) per slot.
+    flowlets: Vec<Vec<(Ps, u16)>>,
+    packets: Vec<Packet>,
+    free_packets: Vec<u32>,
+    live_packets: u64,
+    peak_packets: u64,
+    flows: Vec<FlowState>,
+    /// Flows waiting for each flow to complete.
+    dependents: Vec<Vec<u32>>,
+    /// (receiver, receiver's QPN) -> flow, sorted, for the per-flow series.
+    flow_of_qp: Vec<((NodeId, u32), u32)>,
+    flow_series: bool,
+    counters: FabricCounters,
+    series: Series,
+    port_series: bool,
+    rx_payload_since_sample: u64,
+    /// Flows not yet completed, failed or given up (their predecessor failed).
+    flows_open: usize,
+    mtu: Mtu,
+    ccx: Option<sluice_wire::CcxLayout>,
+    cc_control: bool,
+    scratch: Box<[u8]>,
+}
+
+fn host_ip(h: NodeId) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + h + 1))
+}
+
+fn ip_host(ip: IpAddr) -> Option<NodeId> {
+    match ip {
+        IpAddr::V4(v4) => u32::from(v4).checked_sub(0x0A00_0001),
+        IpAddr::V6(_) => None,
+    }
+}
+
+fn class_of(op: Opcode) -> u8 {
+    match op {
+        Opcode::RC_ACKNOWLEDGE
+        | Opcode::RC_ATOMIC_ACKNOWLEDGE
+        | Opcode::RC_CC_CONTROL
+        | Opcode::CNP => CONTROL as u8,
+        _ => DATA as u8,
+    }
+}
+
+/// A well-mixed hash (SplitMix64's finaliser): ECMP and flowlet slots.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A run could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cc `{0}`: {1}")]
+    Law(String, String),
+    #[error("host {0}: {1}")]
+    Engine(NodeId, sluice_core::Error),
+}
+
+impl<'a> Network<'a> {
+    /// A fabric of idle hosts running law `cc`, about to run `flows`.
+    pub fn new(
+        scenario: &'a Scenario,
+        cc: &'a CcConfig,
+        topo: &'a Topology,
+        routes: &'a Routes,
+        flows: &[Flow],
+    ) -> Result<Network<'a>, RunError> {
+        let t = &scenario.transport;
+        let mtu = Mtu::ALL
+            .into_iter()
+            .find(|m| m.bytes() == t.mtu)
+            .unwrap_or(Mtu::M1024);
+        let pairs = cc
+            .param_pairs()
+            .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
+        let law_info = sluice_control::registry::info(&cc.name);
+        let mut ccx = None;
+        let mut hosts = Vec::with_capacity(topo.hosts as usize);
+        for h in 0..topo.hosts {
+            let controller = sluice_control::registry::build(
+                &cc.name,
+                &pairs,
+                &sluice_control::registry::Mode::Inline,
+            )
+            .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
+            ccx = controller.ccx();
+            let config = EngineConfig {
+                seed: scenario.seed ^ mix(u64::from(h) + 1),
+                max_outstanding_packets: t.window_packets,
+                ack_every_packets: cc.ack_every_packets.unwrap_or(t.ack_every_packets),
+                ack_request_every: t.ack_request_every,
+                line_rate_bps: topo.nodes[h as usize][0].bps,
+                ..EngineConfig::default()
+            };
+            let mut engine = Engine::with_controller(config, controller);
+            let pd = engine.alloc_pd();
+            let cq = engine
+                .create_cq(1 << 20)
+                .map_err(|e| RunError::Engine(h, e))?;
+            let mr = engine
+                .register_mr(
+                    pd,
+                    REGION_ADDR,
+                    Memory::LengthOnly(REGION_BYTES),
+                    Access::ALL,
+                )
+                .map_err(|e| RunError::Engine(h, e))?;
+            hosts.push(Host {
+                engine,
+                cq,
+                pd,
+                mr,
+                timers: Vec::new(),
+            });
+        }
+        let mut port_base = Vec::with_capacity(topo.nodes.len());
+        let mut total_ports = 0u32;
+        for ports in &topo.nodes {
+            port_base.push(total_ports);
+            total_ports += ports.len() as u32;
+        }
+        let switches = topo.nodes.len() - topo.hosts as usize;
+        let flowlets = if scenario.switch.routing == Routing::Flowlet {
+            vec![vec![(0, u16::MAX); FLOWLET_SLOTS]; switches]
+        } else {
+            Vec::new()
+        };
+        let mut dependents = vec![Vec::new(); flows.len()];
+        let mut events = EventQueue::default();
+        for f in flows {
+            match f.after {
+                Some(before) if (before as usize) < flows.len() => {
+                    dependents[before as usize].push(f.id)
+                }
+                _ => events.push(f.start_ns * PS_PER_NS, Ev::FlowStart(f.id)),
+            }
+        }
+        let interval = (scenario.output.sample_interval_us * PS_PER_US as f64) as Ps;
+        events.push(interval.max(1), Ev::Sample);
+        let switch_ports = (topo.hosts as usize..topo.nodes.len())
+            .map(|n| topo.nodes[n].len())
+            .sum::<usize>();
+        let port_series = switch_ports <= 256;
+        let mut series = Series {
+            interval_ns: interval / PS_PER_NS,
+            ..Series::default()
+        };
+        if port_series {
+            for n in topo.hosts..topo.nodes.len() as u32 {
+                for p in 0..topo.nodes[n as usize].len() as u16 {
+                    series.ports.push(port_id(topo, n, p));
+                }
+            }
+        }
+        let flow_series = flows.len() <= scenario.output.flow_series_max_flows as usize;
+        if flow_series {
+            series.flows = flows.iter().map(|f| f.id).collect();
+        }
+        Ok(Network {
+            scenario,
+            cc,
+            topo,
+            routes,
+            now: 0,
+            events,
+            rng: Rng::new(scenario.seed ^ 0x5EED_F10B),
+            hosts,
+            port_base,
+            ports: (0..total_ports).map(|_| PortState::default()).collect(),
+            buffer_used: vec![0; switches],
+            flowlets,
+            packets: Vec::new(),
+            free_packets: Vec::new(),
+            live_packets: 0,
+            peak_packets: 0,
+            flows: flows
+                .iter()
+                .map(|&spec| FlowState {
+                    spec,
+                    start: None,
+                    finish: None,
+                    failed: false,
+                    qps: None,
+                    messages: 0,
+                    completed: 0,
+                    rx_since_sample: 0,
+                })
+                .collect(),
+            dependents,
+            flow_of_qp: Vec::new(),
+            flow_series,
+            counters: FabricCounters::default(),
+            series,
+            port_series,
+            rx_payload_since_sample: 0,
+            flows_open: flows.len(),
+            mtu,
+            ccx,
+            cc_control: law_info.is_some_and(|i| i.control_packets),
+            scratch: vec![0u8; 4096].into_boxed_slice(),
+        })
+    }
+
+    /// Runs until every flow has completed or failed (or cannot start), or the time limit;
+    /// `progress` is called now and then with the simulated time.
+    pub fn run(mut self, mut progress: impl FnMut(u64)) -> RunResult {
+        let wall = std::time::Instant::now();
+        let limit = (self.scenario.time_limit_us * PS_PER_US as f64) as Ps;
+        let mut tick = 0u32;
+        while let Some((at, ev)) = self.events.pop_until(limit) {
+            self.now = at;
+            match ev {
+                Ev::FlowStart(f) => self.start_flow(f),
+                Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
+                Ev::TxDone { node, port } => {
+                    self.port_mut(node, port).busy = false;
+                    if self.is_host(node) {
+                        self.after_engine(node);
+                    } else {
+                        self.kick(node, port);
+                    }
+                }
+                Ev::HostTimer { host } => self.host_timer(host),
+                Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
+                Ev::Sample => {
+                    self.sample();
+                    if self.flows_open > 0 {
+                        let next = self.now + self.series.interval_ns.max(1) * PS_PER_NS;
+                        self.events.push(next, Ev::Sample);
+                    }
+                }
+            }
+            if self.flows_open == 0 {
+                break;
+            }
+            tick = tick.wrapping_add(1);
+            if tick % (1 << 20) == 0 {
+                progress(self.now / PS_PER_NS);
+            }
+        }
+        // Stopped by the time limit if flows are open and events remain.
+        let end = if self.flows_open > 0 && !self.events.is_empty() {
+            limit
+        } else {
+            self.now
+        };
+        self.finish(end, wall.elapsed().as_secs_f64())
+    }
+
+    fn finish(mut self, end: Ps, wall_s: f64) -> RunResult {
+        for host in &self.hosts {
+            let c = host.engine.counters();
+            self.counters.cnps += c.cnps_sent;
+            self.counters.retransmissions += c.retransmitted_packets;
+            self.counters.timeouts += c.retransmit_timeouts;
+        }
+        let headers = self.header_bytes();
+        let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
+        let flows = self
+            .flows
+            .iter()
+            .map(|f| FlowRecord {
+                id: f.spec.id,
+                src: f.spec.src,
+                dst: f.spec.dst,
+                bytes: f.spec.bytes,
+                start_ns: f.start.map(|t| t / PS_PER_NS),
+                finish_ns: f.finish.map(|t| t / PS_PER_NS),
+                ideal_ns: ideal_fct_ps(self.topo, self.routes, &f.spec, headers, self.mtu, nic)
+                    / PS_PER_NS,
+                failed: f.failed,
+            })
+            .collect();
+        let mut peaks: Vec<PortPeak> = (self.topo.hosts..self.topo.nodes.len() as u32)
+            .flat_map(|n| (0..self.topo.nodes[n as usize].len() as u16).map(move |p| (n, p)))
+            .map(|(n, p)| PortPeak {
+                port: port_id(self.topo, n, p),
+                max_queue_bytes: self.ports[(self.port_base[n as usize] + u32::from(p)) as usize]
+                    .max_queue,
+            })
+            .filter(|p| p.max_queue_bytes > 0)
+            .collect();
+        peaks.sort_by_key(|p| std::cmp::Reverse(p.max_queue_bytes));
+        peaks.truncate(16);
+        RunResult {
+            algorithm: self.cc.label().to_string(),
+            seed: self.scenario.seed,
+            simulated_ns: end / PS_PER_NS,
+            events: self.events.popped,
+            wall_s,
+            flows,
+            counters: self.counters,
+            series: self.series,
+            peaks,
+            peak_packets: self.peak_packets,
+        }
+    }
+
+    fn header_bytes(&self) -> HeaderBytes {
+        let ccx = self.ccx.map_or(0, |l| l.wire_len() as u64);
+        // BTH 12 + ICRC 4; an ACK adds its AETH (4).
+        let base = ETHERNET_OVERHEAD + IP_UDP + 12 + ccx + 4;
+        HeaderBytes {
+            data: base,
+            ack: base + 4,
+        }
+    }
+
+    fn port_index(&self, node: NodeId, port: u16) -> usize {
+        (self.port_base[node as usize] + u32::from(port)) as usize
+    }
+
+    fn port_mut(&mut self, node: NodeId, port: u16) -> &mut PortState {
+        let i = self.port_index(node, port);
+        &mut self.ports[i]
+    }
+
+    fn is_host(&self, node: NodeId) -> bool {
+        node < self.topo.hosts
+    }
+
+    // ---- flows ---------------------------------------------------------------------------
+
+    fn start_flow(&mut self, id: u32) {
+        let spec = self.flows[id as usize].spec;
+        self.flows[id as usize].start = Some(self.now);
+        match self.open_flow(&spec) {
+            Ok(()) => {}
+            Err(_) => {
+                self.flows[id as usize].failed = true;
+                self.close_flow(id);
+            }
+        }
+        self.after_engine(spec.src);
+        self.after_engine(spec.dst);
+    }
+
+    /// Creates and connects the two queue pairs of a flow and posts its WRITEs.
+    fn open_flow(&mut self, f: &Flow) -> Result<(), sluice_core::Error> {
+        let t = &self.scenario.transport;
+        let mut qp = [QpNum(0); 2];
+        for (i, h) in [f.src, f.dst].into_iter().enumerate() {
+            let host = &mut self.hosts[h as usize];
+            qp[i] = host.engine.create_qp(QpConfig {
+                pd: host.pd,
+                send_cq: host.cq,
+                recv_cq: host.cq,
+                caps: QpCaps::default(),
+            })?;
+        }
+        for (i, (me, peer)) in [(f.src, f.dst), (f.dst, f.src)].into_iter().enumerate() {
+            let c = Connection {
+                timeout: t.timeout,
+                retry_cnt: t.retry_cnt,
+                recovery: match t.recovery {
+                    RecoveryMode::GoBackN => Recovery::GoBackN,
+                    RecoveryMode::SelectiveRepeat => Recovery::SelectiveRepeat,
+                },
+                ccx: self.ccx,
+                cc_control: self.cc_control,
+                ..Connection::new(
+                    host_ip(peer),
+                    qp[1 - i].0,
+                    self.mtu,
+                    Psn::new(0),
+                    Psn::new(0),
+                )
+            };
+            self.hosts[me as usize].engine.connect(qp[i], &c)?;
+        }
+        let state = &mut self.flows[f.id as usize];
+        state.qps = Some((qp[0], qp[1]));
+        if self.flow_series {
+            let key = (f.dst, qp[1].0);
+            let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
+            self.flow_of_qp.insert(at, (key, f.id));
+        }
+        let (src_mr, dst_mr) = (self.hosts[f.src as usize].mr, self.hosts[f.dst as usize].mr);
+        let mut left = f.bytes;
+        let mut offset = 0;
+        loop {
+            let len = left.min(MAX_MESSAGE);
+            let sgl = [Sge {
+                lkey: src_mr.lkey,
+                addr: src_mr.addr + offset % (REGION_BYTES - MAX_MESSAGE),
+                len: len as u32,
+            }];
+            let op = SendOp::Write {
+                remote_addr: dst_mr.addr + offset % (REGION_BYTES - MAX_MESSAGE),
+                rkey: dst_mr.rkey,
+            };
+            self.hosts[f.src as usize]
+                .engine
+                .post_send(qp[0], &SendWr::new(u64::from(f.id), op, &sgl))?;
+            self.flows[f.id as usize].messages += 1;
+            left -= len;
+            offset += len;
+            if left == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn complete(&mut self, c: &Completion) {
+        let id = c.wr_id as u32;
+        let Some(flow) = self.flows.get_mut(id as usize) else {
+            return;
+        };
+        if flow.finish.is_some() || flow.failed {
+            return;
+        }
+        if c.status != WcStatus::Success {
+            flow.failed = true;
+            self.close_flow(id);
+            return;
+        }
+        flow.completed += 1;
+        if flow.completed == flow.messages {
+            flow.finish = Some(self.now);
+            self.close_flow(id);
+        }
+    }
+
+    /// Releases a flow's queue pairs and starts the flows that waited for it.
+    fn close_flow(&mut self, id: u32) {
+        let flow = &mut self.flows[id as usize];
+        let spec = flow.spec;
+        if let Some((a, b)) = flow.qps.take() {
+            let _ = self.hosts[spec.src as usize].engine.destroy_qp(a);
+            let _ = self.hosts[spec.dst as usize].engine.destroy_qp(b);
+            if self.flow_series {
+                self.flow_of_qp.retain(|&(k, _)| k != (spec.dst, b.0));
+            }
+        }
+        self.flows_open -= 1;
+        let ok = !flow.failed;
+        let waiting = std::mem::take(&mut self.dependents[id as usize]);
+        for next in waiting {
+            if ok {
+                let delay = self.flows[next as usize].spec.start_ns * PS_PER_NS;
+                self.events.push(self.now + delay, Ev::FlowStart(next));
+            } else {
+                // It can never start: count it as closed (unfinished) and release its own.
+                self.close_never_started(next);
+            }
+        }
+    }
+
+    fn close_never_started(&mut self, id: u32) {
+        self.flows_open -= 1;
+        for next in std::mem::take(&mut self.dependents[id as usize]) {
+            self.close_never_started(next);
+        }
+    }
+
+    // ---- hosts ---------------------------------------------------------------------------
+
+    /// After the engine of `host` did anything: its completions, its port, its timer.
+    fn after_engine(&mut self, host: NodeId) {
+        let cq = self.hosts[host as usize].cq;
+        while let Ok(Some(c)) = self.hosts[host as usize].engine.poll_cq(cq) {
+            self.complete(&c);
+        }
+        self.kick(host, 0);
+        let h = &mut self.hosts[host as usize];
+        if let Some(due) = h.engine.next_timeout() {
+            let at = from_instant(due).max(self.now);
+            // An event already pending at or before `at` will do: the engine is asked again
+            // then. Pushing one per call would leave a stale event per pacing step.
+            if h.timers.iter().all(|&t| t > at) {
+                h.timers.push(at);
+                self.events.push(at, Ev::HostTimer { host });
+            }
+        }
+    }
+
+    fn host_timer(&mut self, host: NodeId) {
+        let h = &mut self.hosts[host as usize];
+        if let Some(k) = h.timers.iter().position(|&t| t == self.now) {
+            h.timers.swap_remove(k);
+        }
+        h.engine.handle_timeout(to_instant(self.now));
+        self.after_engine(host);
+    }
+
+    /// Takes the engine's next packet into the host's port queue; false if it has none.
+    fn pull_from_engine(&mut self, host: NodeId) -> bool {
+        let now = to_instant(self.now);
+        let Some(t) = self.hosts[host as usize]
+            .engine
+            .poll_transmit(now, &mut self.scratch)
+        else {
+            return false;
+        };
+        let Some(dst) = ip_host(t.dst).filter(|&d| d < self.topo.hosts) else {
+            return true; // addressed to no host of this fabric: lost at the first hop
+        };
+        let udp = t.headers.wire_len(t.payload_len as usize).unwrap_or(0) as u64;
+        let pkt = self.alloc_packet(Packet {
+            src: host,
+            dst,
+            src_port: t.src_port,
+            class: class_of(t.headers.bth.opcode),
+            headers: t.headers,
+            payload_len: t.payload_len,
+            wire_bytes: (udp + IP_UDP + ETHERNET_OVERHEAD) as u32,
+            ce: false,
+            in_port: 0,
+        });
+        let class = usize::from(self.packets[pkt as usize].class);
+        let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
+        let port = self.port_mut(host, 0);
+        port.queue[class].push_back(pkt);
+        port.queued[class] += bytes;
+        true
+    }
+
+    fn alloc_packet(&mut self, p: Packet) -> u32 {
+        self.live_packets += 1;
+        self.peak_packets = self.peak_packets.max(self.live_packets);
+        match self.free_packets.pop() {
+            Some(i) => {
+                self.packets[i as usize] = p;
+                i
+            }
+            None => {
+                self.packets.push(p);
+                (self.packets.len() - 1) as u32
+            }
+        }
+    }
+
+    fn free_packet(&mut self, pkt: u32) {
+        self.live_packets -= 1;
+        self.free_packets.push(pkt);
+    }
+
+    fn deliver(&mut self, host: NodeId, pkt: u32) {
+        let p = &self.packets[pkt as usize];
+        let (from, ce, len) = (host_ip(p.src), p.ce, p.payload_len);
+        if p.class == DATA as u8 {
+            self.rx_payload_since_sample += u64::from(len);
+            if self.flow_series {
+                let key = (host, p.headers.bth.dest_qp);
+                let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
+                if let Some(&(k, f)) = self.flow_of_qp.get(at) {
+                    if k == key {
+                        self.flows[f as usize].rx_since_sample += u64::from(len);
+                    }
+                }
+            }
+        }
+        let headers = self.packets[pkt as usize].headers;
+        self.free_packet(pkt);
+        self.hosts[host as usize].engine.handle_packet(
+            to_instant(self.now),
+            from,
+            ce,
+            &headers,
+            Payload::Len(len),
+        );
+        self.after_engine(host);
+    }
+
+    // ---- ports ---------------------------------------------------------------------------
+
+    /// Starts sending on `port` of `node` if it is free and has something to send.
+    fn kick(&mut self, node: NodeId, port: u16) {
+        let i = self.port_index(node, port);
+        if self.ports[i].busy {
+            return;
+        }
+        let host = self.is_host(node);
+        loop {
+            let p = &self.ports[i];
+            let class = if !p.queue[CONTROL].is_empty() {
+                CONTROL
+            } else if !p.queue[DATA].is_empty() && !p.paused {
+                DATA
+            } else {
+                // Nothing sendable queued: a host asks its engine for more. While paused it
+                // still does (ACKs must go on), but holds at most a few data packets.
+                let room = p.queue[DATA].is_empty()
+                    || (p.paused && p.queue[DATA].len() < HELD_WHILE_PAUSED);
+                if host && room && self.pull_from_engine(node) {
+                    continue;
+                }
+                return;
+            };
+            let pkt = self.ports[i].queue[class].pop_front().expect("not empty");
+            self.transmit(node, port, class, pkt);
+            return;
+        }
+    }
+
+    fn transmit(&mut self, node: NodeId, port: u16, class: usize, pkt: u32) {
+        let i = self.port_index(node, port);
+        let link = self.topo.nodes[node as usize][port as usize];
+        let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
+        let st = &mut self.ports[i];
+        st.queued[class] -= bytes;
+        st.busy = true;
+        st.tx_bytes += bytes;
+        let (queue_after, tx_bytes) = (st.queued[class], st.tx_bytes);
+        if !self.is_host(node) {
+            self.leave_switch(node, pkt, bytes);
+            if self.scenario.switch.int {
+                stamp_int(
+                    &mut self.packets[pkt as usize].headers,
+                    IntHop {
+                        qlen_bytes: queue_after.min(u64::from(u32::MAX)) as u32,
+                        tx_bytes: tx_bytes as u32,
+                        ts_ns: (self.now / PS_PER_NS) as u32,
+                        rate_100mbps: (link.bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
+                    },
+                );
+            }
+        }
+        let ser = serialisation_ps(bytes, link.bps);
+        let mut flight = ser + link.delay_ns * PS_PER_NS;
+        if self.is_host(node) || self.is_host(link.peer) {
+            flight += self.scenario.transport.nic_delay_ns * PS_PER_NS;
+        }
+        self.events.push(self.now + ser, Ev::TxDone { node, port });
+        self.events.push(
+            self.now + flight,
+            Ev::Arrive {
+                node: link.peer,
+                port: link.peer_port,
+                pkt,
+            },
+        );
+    }
+
+    fn arrive(&mut self, node: NodeId, port: u16, pkt: u32) {
+        if self.is_host(node) {
+            if self.packets[pkt as usize].dst == node {
+                self.deliver(node, pkt);
+            } else {
+                self.free_packet(pkt);
+            }
+            return;
+        }
+        self.counters.switch_packets += 1;
+        self.packets[pkt as usize].in_port = port;
+        let dst = self.packets[pkt as usize].dst;
+        let Some(out) = self.route(node, pkt, dst) else {
+            self.counters.drops += 1;
+            self.free_packet(pkt);
+            return;
+        };
+        self.enqueue(node, out, pkt);
+    }
+
+    /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
+    fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
+        let cands = self.routes.candidates(node, dst);
+        match cands.len() {
+            0 => return None,
+            1 => return Some(cands[0]),
+            _ => {}
+        }
+        let p = &self.packets[pkt as usize];
+        let flow_hash = mix((u64::from(p.src) << 40)
+            ^ (u64::from(p.dst) << 16)
+            ^ u64::from(p.src_port)
+            ^ (u64::from(node) << 56)
+            ^ self.scenario.seed);
+        let n = cands.len() as u64;
+        let pick = match self.scenario.switch.routing {
+            Routing::Ecmp => (flow_hash % n) as usize,
+            Routing::Spray => self.rng.below(n) as usize,
+            Routing::Adaptive => {
+                // Shortest queue; ties go to the flow's ECMP choice, then onwards, so that
+                // idle fabrics still spread flows.
+                let start = (flow_hash % n) as usize;
+                (0..cands.len())
+                    .map(|k| (start + k) % cands.len())
+                    .min_by_key(|&k| {
+                        let q = &self.ports[self.port_index(node, cands[k])];
+                        q.queued[DATA] + q.queued[CONTROL]
+                    })
+                    .unwrap_or(start)
+            }
+            Routing::Flowlet => {
+                let gap = (self.scenario.switch.flowlet_gap_us * PS_PER_US as f64) as Ps;
+                let s = (node - self.topo.hosts) as usize;
+                let slot = (flow_hash as usize) % FLOWLET_SLOTS;
+                let (last, port) = self.flowlets[s][slot];
+                let keep = port != u16::MAX && self.now.saturating_sub(last) <= gap;
+                let choice = if keep {
+                    cands.iter().position(|&c| c == port).unwrap_or(0)
+                } else {
+                    self.rng.below(n) as usize
+                };
+                self.flowlets[s][slot] = (self.now, cands[choice]);
+                choice
+            }
+        };
+        Some(cands[pick])
+    }
+
+    /// Admits `pkt` to egress `out` of switch `node` (or drops it), marks it, and counts it
+    /// against the port it came in by for PFC.
+    fn enqueue(&mut self, node: NodeId, out: u16, pkt: u32) {
+        let sw = &self.scenario.switch;
+        let s = (node - self.topo.hosts) as usize;
+        let p = &self.packets[pkt as usize];
+        let (bytes, class, in_port) = (u64::from(p.wire_bytes), usize::from(p.class), p.in_port);
+        let i = self.port_index(node, out);
+        let used = self.buffer_used[s];
+        let free = sw.buffer_bytes.saturating_sub(used);
+        let over_threshold = sw.pfc.is_none()
+            && class == DATA
+            && (self.ports[i].queued[DATA] + bytes) as f64 > sw.dt_alpha * free as f64;
+        if bytes > free || over_threshold {
+            self.counters.drops += 1;
+            self.free_packet(pkt);
+            return;
+        }
+        if let Some(ecn) = &sw.ecn {
+            if class == DATA && self.rng.chance(ecn.chance(self.ports[i].queued[DATA])) {
+                self.packets[pkt as usize].ce = true;
+                self.counters.ecn_marks += 1;
+            }
+        }
+        self.buffer_used[s] += bytes;
+        let st = &mut self.ports[i];
+        st.queue[class].push_back(pkt);
+        st.queued[class] += bytes;
+        st.max_queue = st.max_queue.max(st.queued[DATA] + st.queued[CONTROL]);
+        if class == DATA {
+            if let Some(pfc) = sw.pfc {
+                let j = self.port_index(node, in_port);
+                let ing = &mut self.ports[j];
+                ing.ingress_bytes += bytes;
+                if ing.ingress_bytes > pfc.xoff_bytes && !ing.xoff_sent {
+                    ing.xoff_sent = true;
+                    self.counters.pfc_pauses += 1;
+                    self.send_pfc(node, in_port, true);
+                }
+            }
+        }
+        self.kick(node, out);
+    }
+
+    /// Buffer and PFC accounting as `pkt` leaves switch `node`.
+    fn leave_switch(&mut self, node: NodeId, pkt: u32, bytes: u64) {
+        let s = (node - self.topo.hosts) as usize;
+        self.buffer_used[s] -= bytes;
+        let p = &self.packets[pkt as usize];
+        if p.class != DATA as u8 {
+            return;
+        }
+        if let Some(pfc) = self.scenario.switch.pfc {
+            let in_port = p.in_port;
+            let j = self.port_index(node, in_port);
+            let ing = &mut self.ports[j];
+            ing.ingress_bytes -= bytes;
+            if ing.xoff_sent && ing.ingress_bytes <= pfc.xon_bytes {
+                ing.xoff_sent = false;
+                self.send_pfc(node, in_port, false);
+            }
+        }
+    }
+
+    /// Sends a PFC frame out of `port` of `node` to the peer (it bypasses the queues, as
+    /// MAC control frames do).
+    fn send_pfc(&mut self, node: NodeId, port: u16, pause: bool) {
+        let link = self.topo.nodes[node as usize][port as usize];
+        let at = self.now + serialisation_ps(PFC_FRAME, link.bps) + link.delay_ns * PS_PER_NS;
+        self.events.push(
+            at,
+            Ev::Pfc {
+                node: link.peer,
+                port: link.peer_port,
+                pause,
+            },
+        );
+    }
+
+    fn pfc(&mut self, node: NodeId, port: u16, pause: bool) {
+        let now = self.now;
+        let st = self.port_mut(node, port);
+        if pause && !st.paused {
+            st.paused = true;
+            st.paused_since = now;
+        } else if !pause && st.paused {
+            st.paused = false;
+            self.counters.pfc_paused_ns += (now - st.paused_since) / PS_PER_NS;
+            if self.is_host(node) {
+                self.after_engine(node);
+            } else {
+                self.kick(node, port);
+            }
+        }
+    }
+
+    // ---- metrics -------------------------------------------------------------------------
+
+    fn sample(&mut self) {
+        let s = &mut self.series;
+        let interval_s = s.interval_ns as f64 * 1e-9;
+        s.times_ns.push(self.now / PS_PER_NS);
+        let (mut max_q, mut total_q) = (0, 0);
+        let first_switch_port = self.port_base.get(self.topo.hosts as usize).copied();
+        for (i, st) in self.ports.iter_mut().enumerate() {
+            let q = st.queued[DATA] + st.queued[CONTROL];
+            let sent = st.tx_bytes - st.sampled_tx;
+            st.sampled_tx = st.tx_bytes;
+            if first_switch_port.is_some_and(|f| i as u32 >= f) {
+                max_q = max_q.max(q);
+                total_q += q;
+                if self.port_series {
+                    s.port_queue_bytes.push(q);
+                    s.port_bps.push(sent as f64 * 8.0 / interval_s);
+                }
+            }
+        }
+        s.max_queue_bytes.push(max_q);
+        s.total_queue_bytes.push(total_q);
+        s.goodput_bps
+            .push(self.rx_payload_since_sample as f64 * 8.0 / interval_s);
+        self.rx_payload_since_sample = 0;
+        if self.flow_series {
+            for f in &mut self.flows {
+                s.flow_bps.push(f.rx_since_sample as f64 * 8.0 / interval_s);
+                f.rx_since_sample = 0;
+            }
+        }
+    }
+}
+
+fn port_id(topo: &Topology, node: NodeId, port: u16) -> PortId {
+    let role = topo.roles.get(node as usize).copied().unwrap_or("node");
+    let peer = topo.nodes[node as usize][port as usize].peer;
+    let peer_role = topo.roles.get(peer as usize).copied().unwrap_or("node");
+    PortId {
+        node,
+        port,
+        name: format!("{role}{node}.p{port}->{peer_role}{peer}"),
+    }
+}
+
+/// Writes `hop` into the INT header of `headers`, if it has one with room.
+fn stamp_int(headers: &mut RoceHeaders, hop: IntHop) {
+    if let Some(Ccx::Int(path)) = &mut headers.ccx {
+        path.push(hop);
+    }
+}
+
+/// The completion time flow `f` would have alone on the idle fabric: its packets pipelined
+/// store-and-forward along its path (every packet waits for the link and for its whole
+/// self to arrive), then the ACK of the last one back. Exact for this simulator's link model.
+fn ideal_fct_ps(
+    topo: &Topology,
+    routes: &Routes,
+    f: &Flow,
+    h: HeaderBytes,
+    mtu: Mtu,
+    nic_ps: Ps,
+) -> Ps {
+    let forward = topo.path(routes, f.src, f.dst);
+    let back = topo.path(routes, f.dst, f.src);
+    if forward.is_empty() {
+        return 0;
+    }
+    let mtu = u64::from(mtu.bytes());
+    let packets = f.bytes.div_ceil(mtu).max(1);
+    // done[j]: when the previous packet finished crossing hop j.
+    let mut done = vec![0u64; forward.len()];
+    for k in 0..packets {
+        let payload = if k + 1 == packets {
+            f.bytes - k * mtu
+        } else {
+            mtu
+        };
+        // The first packet carries the RETH (16 bytes); payloads are padded to 4.
+        let reth = if k == 0 { 16 } else { 0 };
+        let wire = h.data + reth + payload.div_ceil(4) * 4;
+        let mut ready = 0; // when this packet is fully at the node before hop j
+        for (j, hop) in forward.iter().enumerate() {
+            let start = ready.max(done[j]);
+            done[j] = start + serialisation_ps(wire, hop.bps);
+            ready = done[j] + flight_ps(hop, j, forward.len(), nic_ps);
+        }
+    }
+    let last = forward.len() - 1;
+    let mut t = done[last] + flight_ps(&forward[last], last, forward.len(), nic_ps);
+    for (j, hop) in back.iter().enumerate() {
+        t += serialisation_ps(h.ack, hop.bps) + flight_ps(hop, j, back.len(), nic_ps);
+    }
+    t
+}
+
+/// Propagation over hop `j` of a host-to-host path of `hops`: the link's delay, plus the
+/// NIC's on the first and last (the hops that touch a host).
+fn flight_ps(hop: &crate::topology::Port, j: usize, hops: usize, nic_ps: Ps) -> Ps {
+    let nic = if j == 0 || j + 1 == hops { nic_ps } else { 0 };
+    hop.delay_ns * PS_PER_NS + nic
+}

@@ -1,0 +1,467 @@
+//! From run results to what a reader sees: FCT-slowdown statistics by flow size, fairness,
+//! the printed table, `summary.json`, CSV files and SVG plots.
+//!
+//! Everything written is a function of the results alone, so the same scenario and seed
+//! give the same files, with one exception that cannot be otherwise: the wall-clock fields
+//! of `summary.json` (`wall_s`, `events_per_s`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::plot::{Chart, Series as Line};
+use crate::result::RunResult;
+
+/// Flow-size buckets of the slowdown statistics: (upper bound exclusive, label).
+pub const BUCKETS: [(u64, &str); 5] = [
+    (10_000, "<10KB"),
+    (100_000, "10KB-100KB"),
+    (1_000_000, "100KB-1MB"),
+    (10_000_000, "1MB-10MB"),
+    (u64::MAX, ">=10MB"),
+];
+
+/// Slowdown percentiles of a set of flows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slowdown {
+    pub count: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+impl Slowdown {
+    /// Nearest-rank percentiles of `values` (sorted here); `None` if empty.
+    pub fn of(mut values: Vec<f64>) -> Option<Slowdown> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let k = ((p / 100.0) * values.len() as f64).ceil() as usize;
+            values[k.clamp(1, values.len()) - 1]
+        };
+        Some(Slowdown {
+            count: values.len(),
+            p50: rank(50.0),
+            p95: rank(95.0),
+            p99: rank(99.0),
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({"count": self.count, "p50": round4(self.p50), "p95": round4(self.p95), "p99": round4(self.p99)})
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// Statistics of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStats {
+    pub completed: usize,
+    pub failed: usize,
+    pub unfinished: usize,
+    pub all: Option<Slowdown>,
+    pub buckets: Vec<(&'static str, Option<Slowdown>)>,
+    /// Jain's fairness index over the completed flows' mean rates (bytes / FCT).
+    pub jain: Option<f64>,
+    pub max_queue_bytes: u64,
+}
+
+impl RunStats {
+    pub fn of(r: &RunResult) -> RunStats {
+        let done: Vec<_> = r.flows.iter().filter(|f| f.slowdown().is_some()).collect();
+        let failed = r.flows.iter().filter(|f| f.failed).count();
+        let buckets = BUCKETS
+            .iter()
+            .enumerate()
+            .map(|(i, &(upper, label))| {
+                let lower = if i == 0 { 0 } else { BUCKETS[i - 1].0 };
+                let v = done
+                    .iter()
+                    .filter(|f| f.bytes >= lower && f.bytes < upper)
+                    .filter_map(|f| f.slowdown())
+                    .collect();
+                (label, Slowdown::of(v))
+            })
+            .collect();
+        let rates: Vec<f64> = done
+            .iter()
+            .filter_map(|f| Some(f.bytes as f64 / f.fct_ns()?.max(1) as f64))
+            .collect();
+        RunStats {
+            completed: done.len(),
+            failed,
+            unfinished: r.flows.len() - done.len() - failed,
+            all: Slowdown::of(done.iter().filter_map(|f| f.slowdown()).collect()),
+            buckets,
+            jain: jain_index(&rates),
+            max_queue_bytes: r.peaks.first().map_or(0, |p| p.max_queue_bytes),
+        }
+    }
+}
+
+/// Jain's fairness index: (sum x)^2 / (n sum x^2); 1 when all are equal.
+pub fn jain_index(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
+}
+
+/// The printed summary table.
+pub fn table(runs: &[RunResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<12} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>6}",
+        "algorithm",
+        "flows",
+        "done",
+        "sd p50",
+        "sd p99",
+        "p99<10KB",
+        "p99>=1MB",
+        "drops",
+        "marks",
+        "cnps",
+        "pauses",
+        "max queue",
+        "jain"
+    );
+    for r in runs {
+        let s = RunStats::of(r);
+        let p = |x: Option<Slowdown>, f: fn(&Slowdown) -> f64| {
+            x.map_or("-".to_string(), |v| format!("{:.2}", f(&v)))
+        };
+        let large = Slowdown::of(
+            r.flows
+                .iter()
+                .filter(|f| f.bytes >= 1_000_000)
+                .filter_map(|f| f.slowdown())
+                .collect(),
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>6}",
+            r.algorithm,
+            r.flows.len(),
+            s.completed,
+            p(s.all, |v| v.p50),
+            p(s.all, |v| v.p99),
+            p(s.buckets[0].1, |v| v.p99),
+            p(large, |v| v.p99),
+            r.counters.drops,
+            r.counters.ecn_marks,
+            r.counters.cnps,
+            r.counters.pfc_pauses,
+            s.max_queue_bytes,
+            s.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
+        );
+    }
+    out
+}
+
+/// `summary.json`.
+pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
+    let events: u64 = runs.iter().map(|r| r.events).sum();
+    let wall: f64 = runs.iter().map(|r| r.wall_s).sum();
+    let algorithms: Vec<_> = runs
+        .iter()
+        .map(|r| {
+            let s = RunStats::of(r);
+            let buckets: serde_json::Map<String, serde_json::Value> = s
+                .buckets
+                .iter()
+                .map(|(label, v)| (label.to_string(), v.map_or(json!(null), |v| v.json())))
+                .collect();
+            let c = &r.counters;
+            json!({
+                "name": r.algorithm,
+                "simulated_ns": r.simulated_ns,
+                "events": r.events,
+                "wall_s": r.wall_s,
+                "events_per_s": rate(r.events, r.wall_s),
+                "flows": r.flows.len(),
+                "flows_completed": s.completed,
+                "flows_failed": s.failed,
+                "flows_unfinished": s.unfinished,
+                "fct_slowdown": s.all.map_or(json!(null), |v| v.json()),
+                "fct_slowdown_by_size": buckets,
+                "jain_index": s.jain.map(round4),
+                "drops": c.drops,
+                "ecn_marks": c.ecn_marks,
+                "cnps": c.cnps,
+                "pfc_pauses": c.pfc_pauses,
+                "pfc_paused_ns": c.pfc_paused_ns,
+                "retransmissions": c.retransmissions,
+                "timeouts": c.timeouts,
+                "switch_packets": c.switch_packets,
+                "max_queue_bytes": s.max_queue_bytes,
+                "peak_packets": r.peak_packets,
+                "top_ports": r.peaks.iter().map(|p| json!({"port": p.port.name, "max_queue_bytes": p.max_queue_bytes})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "scenario": scenario,
+        "seed": runs.first().map_or(0, |r| r.seed),
+        "simulated_ns": runs.iter().map(|r| r.simulated_ns).max().unwrap_or(0),
+        "events": events,
+        "wall_s": wall,
+        "events_per_s": rate(events, wall),
+        "flows_completed": runs.iter().map(|r| RunStats::of(r).completed).sum::<usize>(),
+        "size_buckets": BUCKETS.iter().map(|b| b.1).collect::<Vec<_>>(),
+        "algorithms": algorithms,
+    })
+}
+
+fn rate(events: u64, wall_s: f64) -> f64 {
+    if wall_s > 0.0 {
+        (events as f64 / wall_s).round()
+    } else {
+        0.0
+    }
+}
+
+/// Writes `summary.json`, the CSV files and the plots into `dir` (created if needed).
+pub fn write_all(dir: &Path, scenario: &str, runs: &[RunResult]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let summary = serde_json::to_string_pretty(&summary_json(scenario, runs))?;
+    std::fs::write(dir.join("summary.json"), summary + "\n")?;
+    std::fs::write(dir.join("flows.csv"), flows_csv(runs))?;
+    std::fs::write(dir.join("timeseries.csv"), timeseries_csv(runs))?;
+    if runs.iter().any(|r| !r.series.ports.is_empty()) {
+        std::fs::write(dir.join("ports.csv"), ports_csv(runs))?;
+    }
+    if runs.iter().any(|r| !r.series.flows.is_empty()) {
+        std::fs::write(dir.join("flow_throughput.csv"), flow_series_csv(runs))?;
+    }
+    // One chart per percentile: one colour per algorithm (the palette has eight).
+    std::fs::write(
+        dir.join("fct_slowdown.svg"),
+        slowdown_chart(runs, 99).to_svg(),
+    )?;
+    std::fs::write(
+        dir.join("fct_slowdown_p50.svg"),
+        slowdown_chart(runs, 50).to_svg(),
+    )?;
+    std::fs::write(dir.join("queue.svg"), queue_chart(runs).to_svg())?;
+    std::fs::write(dir.join("throughput.svg"), throughput_chart(runs).to_svg())?;
+    Ok(())
+}
+
+fn flows_csv(runs: &[RunResult]) -> String {
+    let mut out = String::from(
+        "algorithm,flow,src,dst,bytes,start_ns,finish_ns,fct_ns,ideal_ns,slowdown,failed\n",
+    );
+    let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    for r in runs {
+        for f in &r.flows {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{}",
+                r.algorithm,
+                f.id,
+                f.src,
+                f.dst,
+                f.bytes,
+                opt(f.start_ns),
+                opt(f.finish_ns),
+                opt(f.fct_ns()),
+                f.ideal_ns,
+                f.slowdown().map_or(String::new(), |s| format!("{s:.4}")),
+                f.failed
+            );
+        }
+    }
+    out
+}
+
+fn timeseries_csv(runs: &[RunResult]) -> String {
+    let mut out =
+        String::from("algorithm,time_ns,max_queue_bytes,total_queue_bytes,goodput_gbps\n");
+    for r in runs {
+        let s = &r.series;
+        for (i, t) in s.times_ns.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{:.3}",
+                r.algorithm,
+                t,
+                s.max_queue_bytes[i],
+                s.total_queue_bytes[i],
+                s.goodput_bps[i] / 1e9
+            );
+        }
+    }
+    out
+}
+
+/// One row per sample and switch port that had a queue or sent something.
+fn ports_csv(runs: &[RunResult]) -> String {
+    let mut out = String::from("algorithm,time_ns,port,queue_bytes,gbps\n");
+    for r in runs {
+        let s = &r.series;
+        let n = s.ports.len();
+        for (i, t) in s.times_ns.iter().enumerate() {
+            for (k, port) in s.ports.iter().enumerate() {
+                let (q, bps) = (s.port_queue_bytes[i * n + k], s.port_bps[i * n + k]);
+                if q > 0 || bps > 0.0 {
+                    let _ = writeln!(
+                        out,
+                        "{},{},{},{},{:.3}",
+                        r.algorithm,
+                        t,
+                        port.name,
+                        q,
+                        bps / 1e9
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn flow_series_csv(runs: &[RunResult]) -> String {
+    let mut out = String::from("algorithm,time_ns,flow,gbps\n");
+    for r in runs {
+        let s = &r.series;
+        let n = s.flows.len();
+        for (i, t) in s.times_ns.iter().enumerate() {
+            for (k, flow) in s.flows.iter().enumerate() {
+                let bps = s.flow_bps[i * n + k];
+                if bps > 0.0 {
+                    let _ = writeln!(out, "{},{},{},{:.3}", r.algorithm, t, flow, bps / 1e9);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `percentile` (50 or 99) slowdown by flow-size bucket, one line per algorithm.
+fn slowdown_chart(runs: &[RunResult], percentile: u32) -> Chart {
+    let series = runs
+        .iter()
+        .map(|r| {
+            let points = RunStats::of(r)
+                .buckets
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, v))| {
+                    let v = (*v)?;
+                    // Plotted at the bucket's upper bound (the last at 10x its lower one).
+                    let x = if BUCKETS[i].0 == u64::MAX {
+                        BUCKETS[i - 1].0 as f64 * 10.0
+                    } else {
+                        BUCKETS[i].0 as f64
+                    };
+                    Some((x, if percentile == 50 { v.p50 } else { v.p99 }))
+                })
+                .collect();
+            Line {
+                name: r.algorithm.clone(),
+                points,
+            }
+        })
+        .collect();
+    Chart {
+        title: format!("FCT slowdown by flow size, p{percentile}"),
+        x_label: "flow size, bytes (bucket upper bound)".into(),
+        y_label: format!("p{percentile} FCT slowdown"),
+        x_log: true,
+        y_log: true,
+        series,
+    }
+}
+
+fn queue_chart(runs: &[RunResult]) -> Chart {
+    Chart {
+        title: "Largest switch queue over time".into(),
+        x_label: "time, us".into(),
+        y_label: "queue, KB".into(),
+        x_log: false,
+        y_log: false,
+        series: runs
+            .iter()
+            .map(|r| Line {
+                name: r.algorithm.clone(),
+                points: r
+                    .series
+                    .times_ns
+                    .iter()
+                    .zip(&r.series.max_queue_bytes)
+                    .map(|(&t, &q)| (t as f64 / 1e3, q as f64 / 1e3))
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn throughput_chart(runs: &[RunResult]) -> Chart {
+    let mut series: Vec<Line> = runs
+        .iter()
+        .map(|r| Line {
+            name: format!("{} (all flows)", r.algorithm),
+            points: r
+                .series
+                .times_ns
+                .iter()
+                .zip(&r.series.goodput_bps)
+                .map(|(&t, &b)| (t as f64 / 1e3, b / 1e9))
+                .collect(),
+        })
+        .collect();
+    // With one algorithm and few flows, each flow's own line (fairness at a glance).
+    if let [r] = runs {
+        let s = &r.series;
+        let n = s.flows.len();
+        if (1..=16).contains(&n) {
+            for (k, flow) in s.flows.iter().enumerate() {
+                series.push(Line {
+                    name: format!("flow {flow}"),
+                    points: s
+                        .times_ns
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &t)| (t as f64 / 1e3, s.flow_bps[i * n + k] / 1e9))
+                        .collect(),
+                });
+            }
+        }
+    }
+    Chart {
+        title: "Goodput delivered to hosts".into(),
+        x_label: "time, us".into(),
+        y_label: "Gbit/s".into(),
+        x_log: false,
+        y_log: false,
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let s = Slowdown::of((1..=100).map(f64::from).collect()).unwrap();
+        assert_eq!((s.count, s.p50, s.p95, s.p99), (100, 50.0, 95.0, 99.0));
+        let one = Slowdown::of(vec![3.0]).unwrap();
+        assert_eq!((one.p50, one.p99), (3.0, 3.0));
+        assert!(Slowdown::of(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn jain_is_one_when_equal_and_one_over_n_when_one_takes_all() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0, 5.0]), Some(1.0));
+        assert_eq!(jain_index(&[1.0, 0.0, 0.0, 0.0]), Some(0.25));
+        assert_eq!(jain_index(&[]), None);
+    }
+}

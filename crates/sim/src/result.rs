@@ -1,0 +1,111 @@
+//! What one run of one algorithm produced: per-flow records, fabric counters and time
+//! series. The report turns these into tables, JSON, CSV and plots.
+
+use crate::NodeId;
+
+/// One flow's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowRecord {
+    pub id: u32,
+    pub src: NodeId,
+    pub dst: NodeId,
+    pub bytes: u64,
+    /// When it started (`None`: it never did, its predecessor did not complete).
+    pub start_ns: Option<u64>,
+    /// When its last byte was acknowledged to the sender (`None`: not within the run).
+    pub finish_ns: Option<u64>,
+    /// The flow completion time it would have alone on the idle fabric.
+    pub ideal_ns: u64,
+    /// It ended with an error completion (retries exhausted).
+    pub failed: bool,
+}
+
+impl FlowRecord {
+    /// Completion time, if it completed.
+    pub fn fct_ns(&self) -> Option<u64> {
+        Some(self.finish_ns?.saturating_sub(self.start_ns?))
+    }
+
+    /// FCT over the ideal FCT, if it completed.
+    pub fn slowdown(&self) -> Option<f64> {
+        (!self.failed).then_some(())?;
+        Some(self.fct_ns()? as f64 / self.ideal_ns.max(1) as f64)
+    }
+}
+
+/// Fabric-wide counters of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FabricCounters {
+    /// Packets switches dropped for want of buffer (or over the dynamic threshold).
+    pub drops: u64,
+    pub ecn_marks: u64,
+    /// CNPs the receivers' notification points sent.
+    pub cnps: u64,
+    /// PFC pause frames switches sent.
+    pub pfc_pauses: u64,
+    /// Time ports spent paused, summed over ports.
+    pub pfc_paused_ns: u64,
+    /// Packets the senders retransmitted.
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    /// Packets switches forwarded (one per packet per switch).
+    pub switch_packets: u64,
+}
+
+/// A port's identity in reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortId {
+    pub node: NodeId,
+    pub port: u16,
+    /// "tor3.p17"-style name.
+    pub name: String,
+}
+
+/// Sampled time series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    pub interval_ns: u64,
+    /// The sample times.
+    pub times_ns: Vec<u64>,
+    /// Over all switch egress ports, per sample: the largest queue.
+    pub max_queue_bytes: Vec<u64>,
+    /// Over all switch egress ports, per sample: bytes queued in all.
+    pub total_queue_bytes: Vec<u64>,
+    /// Per sample: bits per second delivered to hosts (payload, all flows).
+    pub goodput_bps: Vec<f64>,
+    /// Ports with a series of their own (small fabrics only), and per sample and port
+    /// (row-major: sample, then port) the queue in bytes and the throughput in bit/s.
+    pub ports: Vec<PortId>,
+    pub port_queue_bytes: Vec<u64>,
+    pub port_bps: Vec<f64>,
+    /// Flows with a series of their own (small workloads only), and per sample and flow the
+    /// payload bits per second delivered to their receiver.
+    pub flows: Vec<u32>,
+    pub flow_bps: Vec<f64>,
+}
+
+/// The largest queue a port reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortPeak {
+    pub port: PortId,
+    pub max_queue_bytes: u64,
+}
+
+/// Everything one run of one algorithm produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// The algorithm's label.
+    pub algorithm: String,
+    pub seed: u64,
+    /// Simulated time when the run ended.
+    pub simulated_ns: u64,
+    pub events: u64,
+    pub wall_s: f64,
+    pub flows: Vec<FlowRecord>,
+    pub counters: FabricCounters,
+    pub series: Series,
+    /// The switch egress ports with the largest peaks, largest first (at most 16).
+    pub peaks: Vec<PortPeak>,
+    /// The most packets alive at once (in queues and on links): what memory follows.
+    pub peak_packets: u64,
+}

@@ -1,0 +1,59 @@
+//! Runs a scenario: builds its fabric and workload once, then simulates each of its
+//! congestion-control algorithms on them, in parallel (each run is independent and
+//! single-threaded, so parallelism changes nothing in the results).
+
+use crate::network::{Network, RunError};
+use crate::result::RunResult;
+use crate::scenario::Scenario;
+use crate::topology::TopologyError;
+use crate::workload::WorkloadError;
+
+/// A scenario could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("topology: {0}")]
+    Topology(#[from] TopologyError),
+    #[error("workload: {0}")]
+    Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Runs every algorithm of `scenario`; `progress(algorithm index, simulated ns)` is called
+/// now and then from the runs' threads. Results come in the scenario's order.
+pub fn run_scenario(
+    scenario: &Scenario,
+    progress: &(dyn Fn(usize, u64) + Sync),
+) -> Result<Vec<RunResult>, SimError> {
+    let topo = scenario.topology.build()?;
+    let routes = topo.routes();
+    let flows = scenario.workload.generate(
+        topo.hosts,
+        scenario.topology.host_link_bps(),
+        scenario.seed,
+        &scenario.base_dir,
+    )?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut results: Vec<Option<Result<RunResult, RunError>>> =
+        (0..scenario.cc.len()).map(|_| None).collect();
+    // Runs in waves of `threads`.
+    for (wave, slots) in results.chunks_mut(threads).enumerate() {
+        std::thread::scope(|s| {
+            for (k, slot) in slots.iter_mut().enumerate() {
+                let index = wave * threads + k;
+                let cc = &scenario.cc[index];
+                let (topo, routes, flows) = (&topo, &routes, &flows);
+                s.spawn(move || {
+                    *slot = Some(
+                        Network::new(scenario, cc, topo, routes, flows)
+                            .map(|n| n.run(|ns| progress(index, ns))),
+                    );
+                });
+            }
+        });
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every run ran").map_err(SimError::from))
+        .collect()
+}

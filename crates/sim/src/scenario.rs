@@ -1,0 +1,455 @@
+//! Scenario files: what to simulate, as TOML. Every table rejects fields it does not know,
+//! and every value is checked before a run starts, so a typo is an error naming the field
+//! rather than a default silently used. `docs/sim.md` documents each field.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::topology::TopologySpec;
+use crate::workload::WorkloadSpec;
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A name for reports.
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Simulated time after which a run stops even if flows are unfinished (they are
+    /// reported as such).
+    #[serde(default = "default_time_limit_us")]
+    pub time_limit_us: f64,
+    pub topology: TopologySpec,
+    #[serde(default)]
+    pub switch: SwitchConfig,
+    #[serde(default)]
+    pub transport: TransportConfig,
+    /// The congestion-control algorithms to compare: one run each, same seed and workload.
+    #[serde(default = "default_cc")]
+    pub cc: Vec<CcConfig>,
+    pub workload: WorkloadSpec,
+    #[serde(default)]
+    pub output: OutputConfig,
+    /// The directory relative paths in the scenario (CDF and flow files) start from.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn default_name() -> String {
+    "scenario".to_string()
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_time_limit_us() -> f64 {
+    1_000_000.0
+}
+fn default_cc() -> Vec<CcConfig> {
+    vec![CcConfig {
+        name: "none".to_string(),
+        label: None,
+        params: toml::Table::new(),
+        ack_every_packets: None,
+    }]
+}
+
+/// How switches forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// Per flow: a hash of the 5-tuple (the UDP source port is the entropy).
+    Ecmp,
+    /// Per packet, uniformly at random among the shortest paths.
+    Spray,
+    /// Per flowlet: a flow may change path after a gap of `flowlet_gap_us`.
+    Flowlet,
+    /// Per packet, to the candidate port with the shortest queue.
+    Adaptive,
+}
+
+/// Switch settings, the same for every switch.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchConfig {
+    /// Packet buffer shared by all the ports of a switch.
+    #[serde(default = "default_buffer")]
+    pub buffer_bytes: u64,
+    /// Dynamic threshold (Choudhury and Hahne): without PFC, an egress queue may hold at
+    /// most alpha times the free buffer.
+    #[serde(default = "default_dt_alpha")]
+    pub dt_alpha: f64,
+    #[serde(default = "default_routing")]
+    pub routing: Routing,
+    #[serde(default = "default_flowlet_gap")]
+    pub flowlet_gap_us: f64,
+    /// RED-style ECN marking per egress queue; none without this table.
+    pub ecn: Option<EcnConfig>,
+    /// Priority flow control (lossless data class); lossy without this table.
+    pub pfc: Option<PfcConfig>,
+    /// Stamp INT hop records into packets that carry an INT header (HPCC).
+    #[serde(default = "default_true")]
+    pub int: bool,
+}
+
+fn default_buffer() -> u64 {
+    32 * 1024 * 1024
+}
+fn default_dt_alpha() -> f64 {
+    1.0
+}
+fn default_routing() -> Routing {
+    Routing::Ecmp
+}
+fn default_flowlet_gap() -> f64 {
+    10.0
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig {
+            buffer_bytes: default_buffer(),
+            dt_alpha: default_dt_alpha(),
+            routing: default_routing(),
+            flowlet_gap_us: default_flowlet_gap(),
+            ecn: None,
+            pfc: None,
+            int: true,
+        }
+    }
+}
+
+/// RED marking on the bytes queued ahead: none up to `kmin_bytes`, then with a chance
+/// rising linearly to `pmax` at `kmax_bytes`, every packet above.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EcnConfig {
+    pub kmin_bytes: u64,
+    pub kmax_bytes: u64,
+    pub pmax: f64,
+}
+
+impl EcnConfig {
+    /// The chance a packet finding `queued` bytes ahead is marked.
+    pub fn chance(&self, queued: u64) -> f64 {
+        if queued <= self.kmin_bytes {
+            0.0
+        } else if queued > self.kmax_bytes {
+            1.0
+        } else {
+            self.pmax * (queued - self.kmin_bytes) as f64
+                / (self.kmax_bytes - self.kmin_bytes).max(1) as f64
+        }
+    }
+}
+
+/// PFC on the data class: a switch pauses an upstream port when the bytes that arrived
+/// through it and still sit in the buffer exceed `xoff_bytes`, and resumes it below
+/// `xon_bytes`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PfcConfig {
+    pub xoff_bytes: u64,
+    pub xon_bytes: u64,
+}
+
+/// Loss recovery of every queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryMode {
+    GoBackN,
+    SelectiveRepeat,
+}
+
+/// Transport settings of every host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransportConfig {
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    #[serde(default = "default_recovery")]
+    pub recovery: RecoveryMode,
+    /// Unacknowledged request packets a queue pair may have.
+    #[serde(default = "default_window")]
+    pub window_packets: u32,
+    /// The responder acknowledges at least every this many packets (1: every packet, as
+    /// HPCC's and Swift's per-packet feedback wants).
+    #[serde(default = "default_ack_every")]
+    pub ack_every_packets: u32,
+    /// The requester asks for an ACK (AckReq) on every this many packets; it takes an RTT
+    /// sample on such packets (one outstanding), which TIMELY needs often.
+    #[serde(default = "default_ack_request_every")]
+    pub ack_request_every: u32,
+    /// The retransmit timeout exponent: 4.096 us x 2^timeout.
+    #[serde(default = "default_timeout")]
+    pub timeout: u8,
+    #[serde(default = "default_retry")]
+    pub retry_cnt: u8,
+    /// PCIe/DMA latency added to every packet a host sends and receives.
+    #[serde(default)]
+    pub nic_delay_ns: u64,
+}
+
+fn default_mtu() -> u32 {
+    1024
+}
+fn default_recovery() -> RecoveryMode {
+    RecoveryMode::GoBackN
+}
+fn default_window() -> u32 {
+    1024
+}
+fn default_ack_every() -> u32 {
+    1
+}
+fn default_ack_request_every() -> u32 {
+    1
+}
+fn default_timeout() -> u8 {
+    8
+}
+fn default_retry() -> u8 {
+    7
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            mtu: default_mtu(),
+            recovery: default_recovery(),
+            window_packets: default_window(),
+            ack_every_packets: default_ack_every(),
+            ack_request_every: default_ack_request_every(),
+            timeout: default_timeout(),
+            retry_cnt: default_retry(),
+            nic_delay_ns: 0,
+        }
+    }
+}
+
+/// One congestion-control algorithm to run: a law of `sluice_control::registry` by name,
+/// with parameters over its defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CcConfig {
+    pub name: String,
+    /// What reports call it (default: the name); two entries of one law need two labels.
+    pub label: Option<String>,
+    #[serde(default)]
+    pub params: toml::Table,
+    /// Overrides `transport.ack_every_packets` for this algorithm.
+    pub ack_every_packets: Option<u32>,
+}
+
+impl CcConfig {
+    pub fn label(&self) -> &str {
+        self.label.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The parameters as the registry takes them: (name, value as text).
+    pub fn param_pairs(&self) -> Result<Vec<(String, String)>, ScenarioError> {
+        self.params
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Integer(i) => i.to_string(),
+                    toml::Value::Float(f) => f.to_string(),
+                    toml::Value::Boolean(b) => b.to_string(),
+                    _ => {
+                        return Err(ScenarioError::Invalid(format!(
+                            "cc `{}`: params.{k}: expected a number, string or boolean",
+                            self.name
+                        )));
+                    }
+                };
+                Ok((k.clone(), text))
+            })
+            .collect()
+    }
+}
+
+/// What a run records besides flow completion times.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Queue lengths and link throughput are sampled this often.
+    #[serde(default = "default_sample")]
+    pub sample_interval_us: f64,
+    /// Per-flow throughput over time is recorded when the workload has at most this many
+    /// flows (it costs a lookup per packet).
+    #[serde(default = "default_flow_series")]
+    pub flow_series_max_flows: u32,
+}
+
+fn default_sample() -> f64 {
+    10.0
+}
+fn default_flow_series() -> u32 {
+    64
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            sample_interval_us: default_sample(),
+            flow_series_max_flows: default_flow_series(),
+        }
+    }
+}
+
+/// A scenario could not be read or is not valid.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Scenario {
+    /// Reads and checks the scenario in `path`.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Scenario::parse(&text, base).map_err(|e| match e {
+            ScenarioError::Parse { message, .. } => ScenarioError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and checks scenario `text`; relative paths in it start from `base_dir`.
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Scenario, ScenarioError> {
+        let mut s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: "scenario".to_string(),
+            message: e.to_string(),
+        })?;
+        s.base_dir = base_dir.to_path_buf();
+        s.check()?;
+        Ok(s)
+    }
+
+    /// Checks what the types alone do not.
+    pub fn check(&self) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid(m));
+        if !(self.time_limit_us.is_finite() && self.time_limit_us > 0.0) {
+            return bad(format!(
+                "time_limit_us: expected a positive number of microseconds, got {}",
+                self.time_limit_us
+            ));
+        }
+        let sw = &self.switch;
+        if sw.buffer_bytes == 0 {
+            return bad("switch.buffer_bytes: expected a positive number of bytes".into());
+        }
+        if !(sw.dt_alpha.is_finite() && sw.dt_alpha > 0.0) {
+            return bad(format!(
+                "switch.dt_alpha: expected a positive number, got {}",
+                sw.dt_alpha
+            ));
+        }
+        if !(sw.flowlet_gap_us.is_finite() && sw.flowlet_gap_us >= 0.0) {
+            return bad(format!(
+                "switch.flowlet_gap_us: expected a number of microseconds >= 0, got {}",
+                sw.flowlet_gap_us
+            ));
+        }
+        if let Some(ecn) = &sw.ecn {
+            if ecn.kmin_bytes > ecn.kmax_bytes {
+                return bad(format!(
+                    "switch.ecn: kmin_bytes ({}) must not exceed kmax_bytes ({})",
+                    ecn.kmin_bytes, ecn.kmax_bytes
+                ));
+            }
+            if !(0.0..=1.0).contains(&ecn.pmax) {
+                return bad(format!(
+                    "switch.ecn.pmax: expected a probability in [0, 1], got {}",
+                    ecn.pmax
+                ));
+            }
+        }
+        if let Some(pfc) = &sw.pfc {
+            if pfc.xon_bytes > pfc.xoff_bytes || pfc.xoff_bytes == 0 {
+                return bad(format!(
+                    "switch.pfc: expected 0 < xoff_bytes and xon_bytes <= xoff_bytes, got xoff {} xon {}",
+                    pfc.xoff_bytes, pfc.xon_bytes
+                ));
+            }
+        }
+        let t = &self.transport;
+        if sluice_core::Mtu::ALL.iter().all(|m| m.bytes() != t.mtu) {
+            return bad(format!(
+                "transport.mtu: expected 256, 512, 1024, 2048 or 4096, got {}",
+                t.mtu
+            ));
+        }
+        if t.window_packets == 0 || t.window_packets > 1 << 23 {
+            return bad(format!(
+                "transport.window_packets: expected 1 ..= 8388608, got {}",
+                t.window_packets
+            ));
+        }
+        if t.ack_request_every == 0 {
+            return bad("transport.ack_request_every: expected at least 1".into());
+        }
+        if t.timeout > 31 {
+            return bad(format!(
+                "transport.timeout: expected an exponent 0 ..= 31, got {}",
+                t.timeout
+            ));
+        }
+        if t.retry_cnt > 7 {
+            return bad(format!(
+                "transport.retry_cnt: expected 0 ..= 7, got {}",
+                t.retry_cnt
+            ));
+        }
+        let o = &self.output;
+        if !(o.sample_interval_us.is_finite() && o.sample_interval_us > 0.0) {
+            return bad(format!(
+                "output.sample_interval_us: expected a positive number, got {}",
+                o.sample_interval_us
+            ));
+        }
+        if self.cc.is_empty() {
+            return bad("cc: expected at least one [[cc]] entry".into());
+        }
+        let mut labels = Vec::new();
+        for cc in &self.cc {
+            // Builds each law once now so that a bad name or parameter fails before any run.
+            let pairs = cc.param_pairs()?;
+            sluice_control::registry::build(
+                &cc.name,
+                &pairs,
+                &sluice_control::registry::Mode::Inline,
+            )
+            .map_err(|e| ScenarioError::Invalid(format!("cc: {e}")))?;
+            if labels.contains(&cc.label()) {
+                return bad(format!(
+                    "cc: two entries are labelled `{}`; give one a distinct `label`",
+                    cc.label()
+                ));
+            }
+            labels.push(cc.label());
+        }
+        Ok(())
+    }
+}

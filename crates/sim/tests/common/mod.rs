@@ -1,0 +1,52 @@
+//! Helpers shared by the simulator's tests: scenarios from TOML text, runs, and the queue
+//! a run settled at.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+
+use sluice_sim::{RunResult, Scenario, run_scenario};
+
+/// The scenario in TOML `text`; relative paths start at the repository's root.
+pub fn scenario(text: &str) -> Scenario {
+    Scenario::parse(text, &repo_root()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A scenario file of the repository's `examples/`.
+pub fn example(name: &str) -> Scenario {
+    Scenario::load(&repo_root().join("examples").join(name)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs every algorithm of `s`.
+pub fn run(s: &Scenario) -> Vec<RunResult> {
+    run_scenario(s, &|_, _| {}).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The run of algorithm `label`.
+pub fn by_label<'a>(runs: &'a [RunResult], label: &str) -> &'a RunResult {
+    runs.iter()
+        .find(|r| r.algorithm == label)
+        .unwrap_or_else(|| panic!("no run of {label}"))
+}
+
+/// The largest switch queue sampled in the second half of the time the flows ran.
+pub fn settled_queue(r: &RunResult) -> u64 {
+    let half = r.simulated_ns / 2;
+    r.series
+        .times_ns
+        .iter()
+        .zip(&r.series.max_queue_bytes)
+        .filter(|(t, _)| **t >= half && **t <= r.simulated_ns)
+        .map(|(_, q)| *q)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Flows of `r` that completed without error.
+pub fn completed(r: &RunResult) -> usize {
+    r.flows.iter().filter(|f| f.slowdown().is_some()).count()
+}

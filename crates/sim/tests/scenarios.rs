@@ -1,0 +1,330 @@
+//! Whole scenarios: the same seed gives the same files byte for byte; the HPCC paper's
+//! fat-tree with web search runs end to end for every law; every routing mode and
+//! topology kind runs; memory follows the packets in flight, not simulated time; bad
+//! scenario files are refused with the field named.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use sluice_sim::workload::WorkloadSpec;
+use sluice_sim::{Scenario, report};
+
+/// Every output file of `dir`, by name; `summary.json` without its wall-clock fields.
+fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            let mut bytes = std::fs::read(&p).unwrap();
+            if name == "summary.json" {
+                let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                strip_wall_clock(&mut v);
+                bytes = serde_json::to_vec(&v).unwrap();
+            }
+            (name, bytes)
+        })
+        .collect()
+}
+
+fn strip_wall_clock(v: &mut serde_json::Value) {
+    if let Some(map) = v.as_object_mut() {
+        map.remove("wall_s");
+        map.remove("events_per_s");
+        map.values_mut().for_each(strip_wall_clock);
+    } else if let Some(list) = v.as_array_mut() {
+        list.iter_mut().for_each(strip_wall_clock);
+    }
+}
+
+/// A leaf-spine fabric under Poisson web-search traffic, with the random routing modes
+/// (spraying, flowlets) and RED marking, so that every random choice is exercised.
+fn busy_leaf_spine(routing: &str, seed: u64) -> Scenario {
+    scenario(&format!(
+        r#"
+        seed = {seed}
+        [topology]
+        kind = "leaf-spine"
+        leaves = 4
+        spines = 2
+        hosts_per_leaf = 4
+        host_link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        routing = "{routing}"
+        flowlet_gap_us = 2
+        ecn = {{ kmin_bytes = 20000, kmax_bytes = 200000, pmax = 0.2 }}
+        pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
+        [workload]
+        kind = "poisson"
+        cdf = "websearch"
+        load = 0.5
+        duration_us = 300
+        [[cc]]
+        name = "dcqcn"
+        [[cc]]
+        name = "hpcc"
+        "#
+    ))
+}
+
+#[test]
+fn the_same_seed_gives_the_same_files() {
+    let base = std::env::temp_dir().join(format!("sluice-sim-det-{}", std::process::id()));
+    let mut seen = Vec::new();
+    for (k, seed) in [7, 7, 8].into_iter().enumerate() {
+        let s = busy_leaf_spine("flowlet", seed);
+        let runs = run(&s);
+        let dir = base.join(k.to_string());
+        report::write_all(&dir, &s.name, &runs).unwrap();
+        seen.push(outputs(&dir));
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+    let names: Vec<_> = seen[0].iter().map(|(n, _)| n.as_str()).collect();
+    for expected in [
+        "summary.json",
+        "flows.csv",
+        "timeseries.csv",
+        "fct_slowdown.svg",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing: {names:?}");
+    }
+    assert_eq!(seen[0], seen[1], "two runs of seed 7 differ");
+    assert_ne!(seen[0], seen[2], "seeds 7 and 8 gave the same files");
+}
+
+#[test]
+fn every_routing_mode_delivers_everything() {
+    for routing in ["ecmp", "spray", "flowlet", "adaptive"] {
+        let runs = run(&busy_leaf_spine(routing, 3));
+        for r in &runs {
+            assert!(
+                r.flows.len() > 20,
+                "{routing}: only {} flows",
+                r.flows.len()
+            );
+            assert_eq!(
+                completed(r),
+                r.flows.len(),
+                "{routing}/{}: flows left",
+                r.algorithm
+            );
+            assert_eq!(r.counters.drops, 0, "{routing}/{}: drops", r.algorithm);
+        }
+    }
+}
+
+#[test]
+fn hpcc_fat_tree_with_web_search_runs_for_every_law() {
+    // The example's fabric and workload with a shorter arrival window (the full one is for
+    // `sluice sim run` and the benchmark).
+    let mut s = example("hpcc-fat-tree-websearch.toml");
+    if let WorkloadSpec::Poisson { duration_us, .. } = &mut s.workload {
+        *duration_us = 60.0;
+    }
+    let runs = run(&s);
+    let laws: Vec<_> = runs.iter().map(|r| r.algorithm.as_str()).collect();
+    assert_eq!(laws, ["dcqcn", "dctcp", "timely", "swift", "hpcc"]);
+    for r in &runs {
+        assert!(r.flows.len() > 30, "{} flows", r.flows.len());
+        assert_eq!(completed(r), r.flows.len(), "{}: flows left", r.algorithm);
+        let stats = report::RunStats::of(r);
+        let all = stats.all.unwrap();
+        assert!(
+            all.p50 >= 1.0,
+            "{}: median slowdown {}",
+            r.algorithm,
+            all.p50
+        );
+        // The fabric is full bisection and lightly loaded: the median flow is not starved.
+        assert!(
+            all.p50 < 10.0,
+            "{}: median slowdown {}",
+            r.algorithm,
+            all.p50
+        );
+    }
+}
+
+#[test]
+fn every_topology_and_workload_kind_runs() {
+    let topologies = [
+        r#"kind = "dumbbell"
+           hosts_per_side = 4
+           host_link_gbps = 100
+           bottleneck_gbps = 100
+           link_delay_ns = 500"#,
+        r#"kind = "star"
+           hosts = 8
+           link_gbps = 100
+           link_delay_ns = 500"#,
+        r#"kind = "leaf-spine"
+           leaves = 2
+           spines = 2
+           hosts_per_leaf = 4
+           host_link_gbps = 100
+           oversubscription = 2.0
+           link_delay_ns = 500"#,
+        r#"kind = "fat-tree"
+           pods = 2
+           tors_per_pod = 2
+           aggs_per_pod = 2
+           cores = 2
+           hosts_per_tor = 2"#,
+        r#"kind = "dragonfly"
+           groups = 3
+           routers_per_group = 2
+           hosts_per_router = 2
+           host_link_gbps = 100
+           link_delay_ns = 500"#,
+    ];
+    let workloads = [
+        "kind = \"permutation\"\nbytes = 100000",
+        "kind = \"all-to-all\"\nbytes = 20000",
+        "kind = \"all-reduce\"\nbytes = 400000",
+        "kind = \"poisson\"\ncdf = \"hadoop\"\nload = 0.3\nduration_us = 50",
+    ];
+    for topology in topologies {
+        for workload in workloads {
+            let s = scenario(&format!(
+                "[topology]\n{topology}\n[switch]\npfc = {{ xoff_bytes = 200000, xon_bytes = 150000 }}\n[workload]\n{workload}\n[[cc]]\nname = \"dctcp\"\n"
+            ));
+            let r = &run(&s)[0];
+            assert!(!r.flows.is_empty(), "{topology} / {workload}: no flows");
+            assert_eq!(
+                completed(r),
+                r.flows.len(),
+                "{topology} / {workload}: flows left"
+            );
+        }
+    }
+}
+
+#[test]
+fn all_reduce_steps_wait_for_the_chunk_they_forward() {
+    let s = scenario(
+        r#"
+        [topology]
+        kind = "star"
+        hosts = 4
+        link_gbps = 100
+        link_delay_ns = 1000
+        [workload]
+        kind = "all-reduce"
+        bytes = 4000000
+        "#,
+    );
+    let r = &run(&s)[0];
+    let flows = s
+        .workload
+        .generate(4, 100_000_000_000, s.seed, Path::new("."))
+        .unwrap();
+    assert_eq!(flows.len(), 4 * 2 * 3);
+    for f in &flows {
+        let me = &r.flows[f.id as usize];
+        if let Some(before) = f.after {
+            let prev = &r.flows[before as usize];
+            assert!(
+                me.start_ns.unwrap() >= prev.finish_ns.unwrap(),
+                "flow {} started before flow {before} completed",
+                f.id
+            );
+        }
+    }
+    assert_eq!(completed(r), flows.len());
+}
+
+#[test]
+fn memory_follows_packets_in_flight_not_simulated_time() {
+    // The same permutation of long flows for four times as long: the packets alive at
+    // once (in queues and on links, what the slab holds) stay the same.
+    let peak = |bytes: u64| {
+        let s = scenario(&format!(
+            r#"
+            [topology]
+            kind = "leaf-spine"
+            leaves = 4
+            spines = 2
+            hosts_per_leaf = 4
+            host_link_gbps = 100
+            link_delay_ns = 1000
+            [switch]
+            pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
+            [workload]
+            kind = "permutation"
+            bytes = {bytes}
+            [[cc]]
+            name = "hpcc"
+            "#
+        ));
+        let r = run(&s).remove(0);
+        assert_eq!(completed(&r), 16);
+        (r.peak_packets, r.simulated_ns)
+    };
+    let ((short, t_short), (long, t_long)) = (peak(1_000_000), peak(4_000_000));
+    assert!(t_long > 3 * t_short, "{t_short} ns vs {t_long} ns");
+    assert!(
+        (long as f64) < short as f64 * 1.2,
+        "peak live packets {short} over {t_short} ns, {long} over {t_long} ns"
+    );
+}
+
+#[test]
+fn bad_scenarios_are_refused_with_the_field_named() {
+    let base = r#"
+        [topology]
+        kind = "star"
+        hosts = 4
+        link_gbps = 100
+        link_delay_ns = 1000
+        [workload]
+        kind = "incast"
+        senders = 2
+        bytes = 1000
+    "#;
+    let cases = [
+        ("[switch]\nbufer_bytes = 5\n", "bufer_bytes"),
+        ("[transport]\nmtu = 1000\n", "transport.mtu"),
+        (
+            "[switch]\necn = { kmin_bytes = 10, kmax_bytes = 5, pmax = 0.1 }\n",
+            "kmin_bytes",
+        ),
+        ("[switch]\nrouting = \"random\"\n", "routing"),
+        ("[[cc]]\nname = \"cubic\"\n", "cubic"),
+        (
+            "[[cc]]\nname = \"dcqcn\"\nparams = { rai_mbps = -1 }\n",
+            "dcqcn",
+        ),
+        (
+            "[[cc]]\nname = \"dcqcn\"\n[[cc]]\nname = \"dcqcn\"\n",
+            "label",
+        ),
+        ("[output]\nsample_interval_us = 0\n", "sample_interval_us"),
+    ];
+    for (extra, needle) in cases {
+        let err = Scenario::parse(&format!("{base}{extra}"), Path::new("."))
+            .expect_err(extra)
+            .to_string();
+        assert!(
+            err.contains(needle),
+            "`{extra}` gave `{err}`, without `{needle}`"
+        );
+    }
+    let err = Scenario::parse("[topology]\nkind = \"ring\"\n", Path::new("."))
+        .expect_err("unknown kind")
+        .to_string();
+    assert!(err.contains("ring"), "{err}");
+    let missing = Scenario::parse(
+        "[topology]\nkind = \"star\"\nhosts = 2\nlink_gbps = 1\nlink_delay_ns = 1\n",
+        Path::new("."),
+    )
+    .expect_err("no workload")
+    .to_string();
+    assert!(missing.contains("workload"), "{missing}");
+}
