@@ -256,3 +256,81 @@ fn the_example_capture_is_current() {
         "examples/every-opcode.pcap is stale"
     );
 }
+
+#[test]
+fn sim_run_writes_the_summary_the_csvs_and_the_plots() {
+    let dir = scratch("sim-incast");
+    let _ = std::fs::remove_dir_all(&dir);
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/incast.toml");
+    let out = sluice(&[
+        "sim",
+        "run",
+        scenario.to_str().unwrap(),
+        "--seed",
+        "3",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for law in ["none", "dcqcn", "dctcp", "timely", "swift", "hpcc"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(law)),
+            "no row for {law}: {stdout}"
+        );
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+    for key in [
+        "seed",
+        "simulated_ns",
+        "events",
+        "wall_s",
+        "events_per_s",
+        "flows_completed",
+    ] {
+        assert!(summary.get(key).is_some(), "summary.json lacks {key}");
+    }
+    assert_eq!(summary["seed"], 3);
+    assert_eq!(summary["flows_completed"], 6 * 16);
+    let hpcc = &summary["algorithms"][5];
+    assert_eq!(hpcc["name"], "hpcc");
+    for key in [
+        "fct_slowdown_by_size",
+        "drops",
+        "ecn_marks",
+        "pfc_pauses",
+        "cnps",
+    ] {
+        assert!(hpcc.get(key).is_some(), "hpcc lacks {key}");
+    }
+    let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();
+    assert_eq!(flows.lines().count(), 1 + 6 * 16);
+    for svg in ["fct_slowdown.svg", "queue.svg", "throughput.svg"] {
+        let text = std::fs::read_to_string(dir.join(svg)).unwrap();
+        assert!(text.starts_with("<svg") && text.contains("hpcc"), "{svg}");
+    }
+}
+
+#[test]
+fn sim_run_refuses_a_bad_scenario_naming_the_field() {
+    let path = scratch("bad-scenario.toml");
+    std::fs::write(
+        &path,
+        "[topology]\nkind = \"star\"\nhosts = 4\nlink_gbps = 100\nlink_delay_ns = 1000\n\
+         [switch]\necn = { kmin_bytes = 1000, kmax_bytes = 5000, pmax = 2.0 }\n\
+         [workload]\nkind = \"incast\"\nsenders = 2\nbytes = 1000\n",
+    )
+    .unwrap();
+    let out = sluice(&["sim", "run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("switch.ecn.pmax"), "{err}");
+    let missing = sluice(&["sim", "run", "no-such-scenario.toml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-scenario.toml"));
+}
