@@ -152,7 +152,7 @@ impl Cdf {
     /// points around it, rounded to whole bytes and at least 1 byte (a flow carries data).
     /// Uses exactly one value of `rng`.
     pub fn sample(&self, rng: &mut Rng) -> u64 {
-        let u = unit(rng) * 100.0;
+        let u = rng.unit() * 100.0;
         self.quantile(u).round().max(1.0) as u64
     }
 
@@ -290,12 +290,6 @@ fn parse_number(text: &str, field: &str) -> Result<f64, String> {
         Ok(value) if value.is_finite() => Ok(value),
         _ => Err(format!("{field} must be a finite number, found `{text}`")),
     }
-}
-
-/// A value uniform in [0, 1) with 53 random bits (every value exactly representable, so the
-/// same on every platform).
-fn unit(rng: &mut Rng) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// A scenario's `[workload]` table: which flows to simulate. The `kind` key selects the
@@ -504,7 +498,7 @@ fn poisson(
     loop {
         // Draw order per flow (gap, src, dst, size) is part of the determinism contract.
         // 1 - u is in (0, 1], so the logarithm is finite and the gap non-negative.
-        let gap = -(1.0 - unit(rng)).ln() / rate_per_ns;
+        let gap = -(1.0 - rng.unit()).ln() / rate_per_ns;
         now += gap;
         let start = now.round();
         // Rounding is monotone, so once an arrival falls outside [0, duration) all later
