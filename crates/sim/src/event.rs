@@ -84,8 +84,6 @@ pub struct EventQueue<E> {
     seq: u64,
     /// Events popped so far.
     pub popped: u64,
-    /// The most events pending at once.
-    pub peak_len: usize,
 }
 
 impl<E> Default for EventQueue<E> {
@@ -99,7 +97,6 @@ impl<E> Default for EventQueue<E> {
             len: 0,
             seq: 0,
             popped: 0,
-            peak_len: 0,
         }
     }
 }
@@ -115,7 +112,6 @@ impl<E> EventQueue<E> {
         self.seq += 1;
         self.place((u128::from(at) << 64) | u128::from(self.seq), event);
         self.len += 1;
-        self.peak_len = self.peak_len.max(self.len);
     }
 
     fn place(&mut self, key: u128, event: E) {

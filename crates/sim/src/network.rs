@@ -14,7 +14,10 @@ use sluice_core::{
     Access, Completion, Connection, CqId, Engine, EngineConfig, Memory, MrInfo, Mtu, Payload,
     QpCaps, QpConfig, QpNum, Recovery, Rng, SendOp, SendWr, Sge, WcStatus,
 };
-use sluice_wire::{Ccx, IntHop, Opcode, Psn, RoceHeaders};
+use sluice_wire::{
+    Bth, Ccx, ETHERNET_HEADER_LEN, ExtHeaders, IPV4_HEADER_LEN, IntHop, Opcode, Psn, RoceHeaders,
+    UDP_HEADER_LEN,
+};
 
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
@@ -24,11 +27,9 @@ use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario};
 use crate::topology::{Routes, Topology};
 use crate::{Flow, NodeId};
 
-/// Bytes a packet takes on an Ethernet link besides its IP datagram: header 14, FCS 4,
-/// preamble 8, inter-frame gap 12.
-pub const ETHERNET_OVERHEAD: u64 = 38;
-/// IPv4 20 + UDP 8.
-const IP_UDP: u64 = 28;
+/// Bytes an Ethernet link spends on a frame besides its header: FCS 4, preamble 8,
+/// inter-frame gap 12.
+const ETHERNET_TRAILER_AND_GAP: usize = 24;
 /// A PFC frame: 64 bytes plus preamble and gap.
 const PFC_FRAME: u64 = 84;
 /// Traffic classes: control (ACKs, NAKs, CNPs, grants) is served first and never paused;
@@ -129,15 +130,6 @@ struct FlowState {
     rx_since_sample: u64,
 }
 
-/// Sizes of the headers around a payload, for ideal completion times.
-#[derive(Debug, Clone, Copy)]
-struct HeaderBytes {
-    /// IP, UDP, BTH, CC extension header, ICRC and Ethernet around a middle packet.
-    data: u64,
-    /// An ACK on the wire.
-    ack: u64,
-}
-
 /// One simulation run of one algorithm.
 #[derive(Debug)]
 pub struct Network<'a> {
@@ -165,10 +157,8 @@ pub struct Network<'a> {
     dependents: Vec<Vec<u32>>,
     /// (receiver, receiver's QPN) -> flow, sorted, for the per-flow series.
     flow_of_qp: Vec<((NodeId, u32), u32)>,
-    flow_series: bool,
     counters: FabricCounters,
     series: Series,
-    port_series: bool,
     rx_payload_since_sample: u64,
     /// Flows not yet completed, failed or given up (their predecessor failed).
     flows_open: usize,
@@ -199,11 +189,17 @@ fn class_of(op: Opcode) -> u8 {
     }
 }
 
-/// A well-mixed hash (SplitMix64's finaliser): ECMP and flowlet slots.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// Bytes on the link for a packet of RoCE `headers` with `payload` bytes: the UDP payload
+/// (`RoceHeaders::wire_len`: headers, payload, pad, ICRC) in IPv4, UDP and an Ethernet frame
+/// with its preamble and gap.
+fn frame_bytes(headers: &RoceHeaders, payload: u64) -> u64 {
+    let udp = headers.wire_len(payload as usize).unwrap_or(0);
+    (ETHERNET_HEADER_LEN + ETHERNET_TRAILER_AND_GAP + IPV4_HEADER_LEN + UDP_HEADER_LEN + udp) as u64
+}
+
+/// A well-mixed hash of `x` (one SplitMix64 step): ECMP and flowlet slots, engine seeds.
+fn hash(x: u64) -> u64 {
+    Rng::new(x).next_u64()
 }
 
 /// A run could not be set up.
@@ -244,7 +240,7 @@ impl<'a> Network<'a> {
             .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
             ccx = controller.ccx();
             let config = EngineConfig {
-                seed: scenario.seed ^ mix(u64::from(h) + 1),
+                seed: scenario.seed ^ hash(u64::from(h) + 1),
                 max_outstanding_packets: t.window_packets,
                 ack_every_packets: cc.ack_every_packets.unwrap_or(t.ack_every_packets),
                 ack_request_every: t.ack_request_every,
@@ -347,10 +343,8 @@ impl<'a> Network<'a> {
                 .collect(),
             dependents,
             flow_of_qp: Vec::new(),
-            flow_series,
             counters: FabricCounters::default(),
             series,
-            port_series,
             rx_payload_since_sample: 0,
             flows_open: flows.len(),
             mtu,
@@ -413,7 +407,6 @@ impl<'a> Network<'a> {
             self.counters.retransmissions += c.retransmitted_packets;
             self.counters.timeouts += c.retransmit_timeouts;
         }
-        let headers = self.header_bytes();
         let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
         let flows = self
             .flows
@@ -425,7 +418,7 @@ impl<'a> Network<'a> {
                 bytes: f.spec.bytes,
                 start_ns: f.start.map(|t| t / PS_PER_NS),
                 finish_ns: f.finish.map(|t| t / PS_PER_NS),
-                ideal_ns: ideal_fct_ps(self.topo, self.routes, &f.spec, headers, self.mtu, nic)
+                ideal_ns: ideal_fct_ps(self.topo, self.routes, &f.spec, self.ccx, self.mtu, nic)
                     / PS_PER_NS,
                 failed: f.failed,
             })
@@ -455,14 +448,14 @@ impl<'a> Network<'a> {
         }
     }
 
-    fn header_bytes(&self) -> HeaderBytes {
-        let ccx = self.ccx.map_or(0, |l| l.wire_len() as u64);
-        // BTH 12 + ICRC 4; an ACK adds its AETH (4).
-        let base = ETHERNET_OVERHEAD + IP_UDP + 12 + ccx + 4;
-        HeaderBytes {
-            data: base,
-            ack: base + 4,
-        }
+    /// Per-flow throughput is recorded (a workload of few flows).
+    fn flow_series(&self) -> bool {
+        !self.series.flows.is_empty()
+    }
+
+    /// Per-port queue and throughput are recorded (a fabric of few switch ports).
+    fn port_series(&self) -> bool {
+        !self.series.ports.is_empty()
     }
 
     fn port_index(&self, node: NodeId, port: u16) -> usize {
@@ -529,7 +522,7 @@ impl<'a> Network<'a> {
         }
         let state = &mut self.flows[f.id as usize];
         state.qps = Some((qp[0], qp[1]));
-        if self.flow_series {
+        if self.flow_series() {
             let key = (f.dst, qp[1].0);
             let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
             self.flow_of_qp.insert(at, (key, f.id));
@@ -587,9 +580,7 @@ impl<'a> Network<'a> {
         if let Some((a, b)) = flow.qps.take() {
             let _ = self.hosts[spec.src as usize].engine.destroy_qp(a);
             let _ = self.hosts[spec.dst as usize].engine.destroy_qp(b);
-            if self.flow_series {
-                self.flow_of_qp.retain(|&(k, _)| k != (spec.dst, b.0));
-            }
+            self.flow_of_qp.retain(|&(k, _)| k != (spec.dst, b.0));
         }
         self.flows_open -= 1;
         let ok = !flow.failed;
@@ -654,7 +645,6 @@ impl<'a> Network<'a> {
         let Some(dst) = ip_host(t.dst).filter(|&d| d < self.topo.hosts) else {
             return true; // addressed to no host of this fabric: lost at the first hop
         };
-        let udp = t.headers.wire_len(t.payload_len as usize).unwrap_or(0) as u64;
         let pkt = self.alloc_packet(Packet {
             src: host,
             dst,
@@ -662,7 +652,7 @@ impl<'a> Network<'a> {
             class: class_of(t.headers.bth.opcode),
             headers: t.headers,
             payload_len: t.payload_len,
-            wire_bytes: (udp + IP_UDP + ETHERNET_OVERHEAD) as u32,
+            wire_bytes: frame_bytes(&t.headers, u64::from(t.payload_len)) as u32,
             ce: false,
             in_port: 0,
         });
@@ -698,9 +688,10 @@ impl<'a> Network<'a> {
         let p = &self.packets[pkt as usize];
         let (from, ce, len) = (host_ip(p.src), p.ce, p.payload_len);
         if p.class == DATA as u8 {
+            let dest_qp = p.headers.bth.dest_qp;
             self.rx_payload_since_sample += u64::from(len);
-            if self.flow_series {
-                let key = (host, p.headers.bth.dest_qp);
+            if self.flow_series() {
+                let key = (host, dest_qp);
                 let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
                 if let Some(&(k, f)) = self.flow_of_qp.get(at) {
                     if k == key {
@@ -709,15 +700,15 @@ impl<'a> Network<'a> {
                 }
             }
         }
-        let headers = self.packets[pkt as usize].headers;
-        self.free_packet(pkt);
+        // The engine reads the headers where they lie; the slot is freed after.
         self.hosts[host as usize].engine.handle_packet(
             to_instant(self.now),
             from,
             ce,
-            &headers,
+            &self.packets[pkt as usize].headers,
             Payload::Len(len),
         );
+        self.free_packet(pkt);
         self.after_engine(host);
     }
 
@@ -820,11 +811,13 @@ impl<'a> Network<'a> {
             _ => {}
         }
         let p = &self.packets[pkt as usize];
-        let flow_hash = mix((u64::from(p.src) << 40)
-            ^ (u64::from(p.dst) << 16)
-            ^ u64::from(p.src_port)
-            ^ (u64::from(node) << 56)
-            ^ self.scenario.seed);
+        let flow_hash = hash(
+            (u64::from(p.src) << 40)
+                ^ (u64::from(p.dst) << 16)
+                ^ u64::from(p.src_port)
+                ^ (u64::from(node) << 56)
+                ^ self.scenario.seed,
+        );
         let n = cands.len() as u64;
         let pick = match self.scenario.switch.routing {
             Routing::Ecmp => (flow_hash % n) as usize,
@@ -958,6 +951,7 @@ impl<'a> Network<'a> {
     // ---- metrics -------------------------------------------------------------------------
 
     fn sample(&mut self) {
+        let (port_series, flow_series) = (self.port_series(), self.flow_series());
         let s = &mut self.series;
         let interval_s = s.interval_ns as f64 * 1e-9;
         s.times_ns.push(self.now / PS_PER_NS);
@@ -970,7 +964,7 @@ impl<'a> Network<'a> {
             if first_switch_port.is_some_and(|f| i as u32 >= f) {
                 max_q = max_q.max(q);
                 total_q += q;
-                if self.port_series {
+                if port_series {
                     s.port_queue_bytes.push(q);
                     s.port_bps.push(sent as f64 * 8.0 / interval_s);
                 }
@@ -981,7 +975,7 @@ impl<'a> Network<'a> {
         s.goodput_bps
             .push(self.rx_payload_since_sample as f64 * 8.0 / interval_s);
         self.rx_payload_since_sample = 0;
-        if self.flow_series {
+        if flow_series {
             for f in &mut self.flows {
                 s.flow_bps.push(f.rx_since_sample as f64 * 8.0 / interval_s);
                 f.rx_since_sample = 0;
@@ -1015,7 +1009,7 @@ fn ideal_fct_ps(
     topo: &Topology,
     routes: &Routes,
     f: &Flow,
-    h: HeaderBytes,
+    ccx: Option<sluice_wire::CcxLayout>,
     mtu: Mtu,
     nic_ps: Ps,
 ) -> Ps {
@@ -1024,19 +1018,29 @@ fn ideal_fct_ps(
     if forward.is_empty() {
         return 0;
     }
+    // Frame sizes from the headers the engine sends: a CC extension header on every packet
+    // when the law negotiated one, the RETH on the first packet of the WRITE.
+    let ccx_len = ccx.map_or(0, |l| l.wire_len() as u64);
+    let frame = |opcode: Opcode, payload: u64| {
+        let headers = RoceHeaders {
+            bth: Bth::new(opcode, 0, Psn::new(0)),
+            ccx: None,
+            ext: ExtHeaders::default(),
+        };
+        frame_bytes(&headers, payload) + ccx_len
+    };
     let mtu = u64::from(mtu.bytes());
     let packets = f.bytes.div_ceil(mtu).max(1);
     // done[j]: when the previous packet finished crossing hop j.
     let mut done = vec![0u64; forward.len()];
     for k in 0..packets {
-        let payload = if k + 1 == packets {
-            f.bytes - k * mtu
-        } else {
-            mtu
+        let (opcode, payload) = match (k == 0, k + 1 == packets) {
+            (true, true) => (Opcode::RC_RDMA_WRITE_ONLY, f.bytes),
+            (true, false) => (Opcode::RC_RDMA_WRITE_FIRST, mtu),
+            (false, false) => (Opcode::RC_RDMA_WRITE_MIDDLE, mtu),
+            (false, true) => (Opcode::RC_RDMA_WRITE_LAST, f.bytes - k * mtu),
         };
-        // The first packet carries the RETH (16 bytes); payloads are padded to 4.
-        let reth = if k == 0 { 16 } else { 0 };
-        let wire = h.data + reth + payload.div_ceil(4) * 4;
+        let wire = frame(opcode, payload);
         let mut ready = 0; // when this packet is fully at the node before hop j
         for (j, hop) in forward.iter().enumerate() {
             let start = ready.max(done[j]);
@@ -1044,10 +1048,11 @@ fn ideal_fct_ps(
             ready = done[j] + flight_ps(hop, j, forward.len(), nic_ps);
         }
     }
+    let ack = frame(Opcode::RC_ACKNOWLEDGE, 0);
     let last = forward.len() - 1;
     let mut t = done[last] + flight_ps(&forward[last], last, forward.len(), nic_ps);
     for (j, hop) in back.iter().enumerate() {
-        t += serialisation_ps(h.ack, hop.bps) + flight_ps(hop, j, back.len(), nic_ps);
+        t += serialisation_ps(ack, hop.bps) + flight_ps(hop, j, back.len(), nic_ps);
     }
     t
 }
