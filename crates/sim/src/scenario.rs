@@ -70,53 +70,33 @@ pub enum Routing {
     Adaptive,
 }
 
-/// Switch settings, the same for every switch.
+/// Switch settings, the same for every switch. A field left out takes its value from
+/// `Default` (one statement of each default).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SwitchConfig {
     /// Packet buffer shared by all the ports of a switch.
-    #[serde(default = "default_buffer")]
     pub buffer_bytes: u64,
     /// Dynamic threshold (Choudhury and Hahne): without PFC, an egress queue may hold at
     /// most alpha times the free buffer.
-    #[serde(default = "default_dt_alpha")]
     pub dt_alpha: f64,
-    #[serde(default = "default_routing")]
     pub routing: Routing,
-    #[serde(default = "default_flowlet_gap")]
     pub flowlet_gap_us: f64,
     /// RED-style ECN marking per egress queue; none without this table.
     pub ecn: Option<EcnConfig>,
     /// Priority flow control (lossless data class); lossy without this table.
     pub pfc: Option<PfcConfig>,
     /// Stamp INT hop records into packets that carry an INT header (HPCC).
-    #[serde(default = "default_true")]
     pub int: bool,
-}
-
-fn default_buffer() -> u64 {
-    32 * 1024 * 1024
-}
-fn default_dt_alpha() -> f64 {
-    1.0
-}
-fn default_routing() -> Routing {
-    Routing::Ecmp
-}
-fn default_flowlet_gap() -> f64 {
-    10.0
-}
-fn default_true() -> bool {
-    true
 }
 
 impl Default for SwitchConfig {
     fn default() -> Self {
         SwitchConfig {
-            buffer_bytes: default_buffer(),
-            dt_alpha: default_dt_alpha(),
-            routing: default_routing(),
-            flowlet_gap_us: default_flowlet_gap(),
+            buffer_bytes: 32 * 1024 * 1024,
+            dt_alpha: 1.0,
+            routing: Routing::Ecmp,
+            flowlet_gap_us: 10.0,
             ecn: None,
             pfc: None,
             int: true,
@@ -166,68 +146,38 @@ pub enum RecoveryMode {
     SelectiveRepeat,
 }
 
-/// Transport settings of every host.
+/// Transport settings of every host (a field left out takes its `Default`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct TransportConfig {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[serde(default = "default_mtu")]
     pub mtu: u32,
-    #[serde(default = "default_recovery")]
     pub recovery: RecoveryMode,
     /// Unacknowledged request packets a queue pair may have.
-    #[serde(default = "default_window")]
     pub window_packets: u32,
     /// The responder acknowledges at least every this many packets (1: every packet, as
     /// HPCC's and Swift's per-packet feedback wants).
-    #[serde(default = "default_ack_every")]
     pub ack_every_packets: u32,
     /// The requester asks for an ACK (AckReq) on every this many packets; it takes an RTT
     /// sample on such packets (one outstanding), which TIMELY needs often.
-    #[serde(default = "default_ack_request_every")]
     pub ack_request_every: u32,
     /// The retransmit timeout exponent: 4.096 us x 2^timeout.
-    #[serde(default = "default_timeout")]
     pub timeout: u8,
-    #[serde(default = "default_retry")]
     pub retry_cnt: u8,
     /// PCIe/DMA latency added to every packet a host sends and receives.
-    #[serde(default)]
     pub nic_delay_ns: u64,
-}
-
-fn default_mtu() -> u32 {
-    1024
-}
-fn default_recovery() -> RecoveryMode {
-    RecoveryMode::GoBackN
-}
-fn default_window() -> u32 {
-    1024
-}
-fn default_ack_every() -> u32 {
-    1
-}
-fn default_ack_request_every() -> u32 {
-    1
-}
-fn default_timeout() -> u8 {
-    8
-}
-fn default_retry() -> u8 {
-    7
 }
 
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
-            mtu: default_mtu(),
-            recovery: default_recovery(),
-            window_packets: default_window(),
-            ack_every_packets: default_ack_every(),
-            ack_request_every: default_ack_request_every(),
-            timeout: default_timeout(),
-            retry_cnt: default_retry(),
+            mtu: 1024,
+            recovery: RecoveryMode::GoBackN,
+            window_packets: 1024,
+            ack_every_packets: 1,
+            ack_request_every: 1,
+            timeout: 8,
+            retry_cnt: 7,
             nic_delay_ns: 0,
         }
     }
@@ -275,31 +225,22 @@ impl CcConfig {
     }
 }
 
-/// What a run records besides flow completion times.
+/// What a run records besides flow completion times (a field left out takes its `Default`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct OutputConfig {
     /// Queue lengths and link throughput are sampled this often.
-    #[serde(default = "default_sample")]
     pub sample_interval_us: f64,
     /// Per-flow throughput over time is recorded when the workload has at most this many
     /// flows (it costs a lookup per packet).
-    #[serde(default = "default_flow_series")]
     pub flow_series_max_flows: u32,
-}
-
-fn default_sample() -> f64 {
-    10.0
-}
-fn default_flow_series() -> u32 {
-    64
 }
 
 impl Default for OutputConfig {
     fn default() -> Self {
         OutputConfig {
-            sample_interval_us: default_sample(),
-            flow_series_max_flows: default_flow_series(),
+            sample_interval_us: 10.0,
+            flow_series_max_flows: 64,
         }
     }
 }
