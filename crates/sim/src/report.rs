@@ -169,10 +169,11 @@ pub fn table(runs: &[RunResult]) -> String {
 pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
     let events: u64 = runs.iter().map(|r| r.events).sum();
     let wall: f64 = runs.iter().map(|r| r.wall_s).sum();
+    let stats: Vec<RunStats> = runs.iter().map(RunStats::of).collect();
     let algorithms: Vec<_> = runs
         .iter()
-        .map(|r| {
-            let s = RunStats::of(r);
+        .zip(&stats)
+        .map(|(r, s)| {
             let buckets: serde_json::Map<String, serde_json::Value> = s
                 .buckets
                 .iter()
@@ -213,7 +214,7 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
         "events": events,
         "wall_s": wall,
         "events_per_s": rate(events, wall),
-        "flows_completed": runs.iter().map(|r| RunStats::of(r).completed).sum::<usize>(),
+        "flows_completed": stats.iter().map(|s| s.completed).sum::<usize>(),
         "size_buckets": BUCKETS.iter().map(|b| b.1).collect::<Vec<_>>(),
         "algorithms": algorithms,
     })
