@@ -124,6 +124,15 @@ impl Topology {
         id
     }
 
+    /// Adds `count` switches of `role`, numbered consecutively; returns the first one's id.
+    pub fn add_switches(&mut self, role: &'static str, count: u32) -> NodeId {
+        let first = self.node_count();
+        for _ in 0..count {
+            self.add_switch(role);
+        }
+        first
+    }
+
     /// Joins `a` and `b` with a full-duplex link: a new port on each side, numbered in order
     /// of creation, each pointing at the other.
     ///
@@ -761,14 +770,8 @@ fn leaf_spine(
     port_limit(K, "leaves", u128::from(leaves))?;
 
     let mut t = Topology::new(nodes - leaves - spines);
-    let first_leaf = t.hosts;
-    let first_spine = first_leaf + leaves;
-    for _ in 0..leaves {
-        t.add_switch("leaf");
-    }
-    for _ in 0..spines {
-        t.add_switch("spine");
-    }
+    let first_leaf = t.add_switches("leaf", leaves);
+    let first_spine = t.add_switches("spine", spines);
     for h in 0..t.hosts {
         t.link(h, first_leaf + h / per_leaf, host_bps, delay_ns);
     }
@@ -824,21 +827,15 @@ fn fat_tree(
     let all_aggs = pods * aggs;
     let hosts = nodes - all_tors - all_aggs - cores;
     let mut topo = Topology::new(hosts);
-    let tor = |pod: u32, i: u32| hosts + pod * tors + i;
-    let agg = |pod: u32, i: u32| hosts + all_tors + pod * aggs + i;
-    let core = |i: u32| hosts + all_tors + all_aggs + i;
-    for _ in 0..all_tors {
-        topo.add_switch("tor");
-    }
-    for _ in 0..all_aggs {
-        topo.add_switch("agg");
-    }
-    for _ in 0..cores {
-        topo.add_switch("core");
-    }
+    let first_tor = topo.add_switches("tor", all_tors);
+    let first_agg = topo.add_switches("agg", all_aggs);
+    let first_core = topo.add_switches("core", cores);
+    let tor = |pod: u32, i: u32| first_tor + pod * tors + i;
+    let agg = |pod: u32, i: u32| first_agg + pod * aggs + i;
+    let core = |i: u32| first_core + i;
     for h in 0..hosts {
         // Hosts fill ToR 0 of pod 0, then ToR 1 of pod 0, ...; ToR ids follow the same order.
-        topo.link(h, hosts + h / per_tor, host_bps, delay_ns);
+        topo.link(h, first_tor + h / per_tor, host_bps, delay_ns);
     }
     for pod in 0..pods {
         for i in 0..tors {
@@ -900,11 +897,8 @@ fn dragonfly(
 
     let routers = groups * per_group;
     let mut t = Topology::new(nodes - routers);
-    let base = t.hosts;
+    let base = t.add_switches("router", routers);
     let router = |group: u32, i: u32| base + group * per_group + i;
-    for _ in 0..routers {
-        t.add_switch("router");
-    }
     for host in 0..t.hosts {
         t.link(host, base + host / per_router, host_bps, delay_ns);
     }
@@ -1407,9 +1401,7 @@ mod tests {
             let hosts = 1 + next(&mut rng, 30);
             let switches = 1 + next(&mut rng, 12);
             let mut t = Topology::new(hosts);
-            for _ in 0..switches {
-                t.add_switch("switch");
-            }
+            t.add_switches("switch", switches);
             for _ in 0..next(&mut rng, 3 * switches) {
                 let a = hosts + next(&mut rng, switches);
                 let b = hosts + next(&mut rng, switches);

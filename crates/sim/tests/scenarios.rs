@@ -43,19 +43,24 @@ fn strip_wall_clock(v: &mut serde_json::Value) {
     }
 }
 
+/// Four leaves of four hosts, two spines, 100 Gbit/s throughout (full bisection), 1 us.
+const LEAF_SPINE: &str = r#"
+[topology]
+kind = "leaf-spine"
+leaves = 4
+spines = 2
+hosts_per_leaf = 4
+host_link_gbps = 100
+link_delay_ns = 1000
+"#;
+
 /// A leaf-spine fabric under Poisson web-search traffic, with the random routing modes
 /// (spraying, flowlets) and RED marking, so that every random choice is exercised.
 fn busy_leaf_spine(routing: &str, seed: u64) -> Scenario {
     scenario(&format!(
         r#"
         seed = {seed}
-        [topology]
-        kind = "leaf-spine"
-        leaves = 4
-        spines = 2
-        hosts_per_leaf = 4
-        host_link_gbps = 100
-        link_delay_ns = 1000
+        {LEAF_SPINE}
         [switch]
         routing = "{routing}"
         flowlet_gap_us = 2
@@ -247,13 +252,7 @@ fn memory_follows_packets_in_flight_not_simulated_time() {
     let peak = |bytes: u64| {
         let s = scenario(&format!(
             r#"
-            [topology]
-            kind = "leaf-spine"
-            leaves = 4
-            spines = 2
-            hosts_per_leaf = 4
-            host_link_gbps = 100
-            link_delay_ns = 1000
+            {LEAF_SPINE}
             [switch]
             pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
             [workload]
