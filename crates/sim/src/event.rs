@@ -90,6 +90,8 @@ pub struct EventQueue<E> {
     head: usize,
     /// Events at or beyond `cursor + SLOTS`, keyed by (time, scheduling order).
     far: BinaryHeap<Reverse<Far<E>>>,
+    /// The slot of the earliest event in `far` (`u64::MAX`: none).
+    far_slot: u64,
     len: usize,
     seq: u64,
     /// Events popped so far.
@@ -118,6 +120,7 @@ impl<E> Default for EventQueue<E> {
             current: Vec::new(),
             head: 0,
             far: BinaryHeap::new(),
+            far_slot: u64::MAX,
             len: 0,
             seq: 0,
             popped: 0,
@@ -195,6 +198,7 @@ impl<E: Copy> EventQueue<E> {
         } else {
             let key = (u128::from(at) << 64) | u128::from(self.seq);
             self.far.push(Reverse(Far(key, event)));
+            self.far_slot = self.far_slot.min(slot_of(at));
         }
     }
 
@@ -212,6 +216,17 @@ impl<E: Copy> EventQueue<E> {
         self.current.clear();
         self.head = 0;
         let mut n = std::mem::replace(&mut self.heads[s], NIL);
+        self.occupied[s / 64] &= !(1 << (s % 64));
+
+        if let Some(node) = self.nodes.get_mut(n as usize) {
+            if node.next == NIL {
+                // Most slots hold one event.
+                self.current.push((node.at, node.event));
+                node.next = self.free;
+                self.free = n;
+                return;
+            }
+        }
         while let Some(node) = self.nodes.get_mut(n as usize) {
             self.current.push((node.at, node.event));
             let next = node.next;
@@ -219,7 +234,6 @@ impl<E: Copy> EventQueue<E> {
             self.free = n;
             n = next;
         }
-        self.occupied[s / 64] &= !(1 << (s % 64));
         // The list is newest first; sorting the oldest-first order stably keeps ties in
         // scheduling order. Slots hold a few events, mostly in order already.
         self.current.reverse();
@@ -266,27 +280,30 @@ impl<E: Copy> EventQueue<E> {
     /// false if there is none.
     #[inline(never)]
     fn advance(&mut self, until: Ps) -> bool {
-        let near = self.next_slot();
-        let far = self
-            .far
-            .peek()
-            .map(|Reverse(Far(k, _))| slot_of((k >> 64) as Ps));
-        let next = match (near, far) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => return false,
+        // The wheel's next slot comes before anything in the heap.
+        let next = match self.next_slot() {
+            Some(near) => near.min(self.far_slot),
+            None if self.far_slot != u64::MAX => self.far_slot,
+            None => return false,
         };
         if next << GRAIN_BITS > until {
             return false;
         }
         self.cursor = next;
         self.take_slot((next & SLOT_MASK) as usize);
-        // What the wheel now reaches comes in from the heap, in key order.
+        if self.far_slot < self.cursor + SLOTS {
+            self.take_far();
+        }
+        true
+    }
+
+    /// Moves what the wheel now reaches in from the heap, in key order.
+    fn take_far(&mut self) {
         while let Some(Reverse(Far(k, _))) = self.far.peek() {
             let slot = slot_of((k >> 64) as Ps);
             if slot >= self.cursor + SLOTS {
-                break;
+                self.far_slot = slot;
+                return;
             }
             let Some(Reverse(Far(key, event))) = self.far.pop() else {
                 break;
@@ -298,7 +315,7 @@ impl<E: Copy> EventQueue<E> {
                 self.link(slot, at, event);
             }
         }
-        true
+        self.far_slot = u64::MAX;
     }
 
     /// The event `k` places after the next one to pop, if it is in the slot being served

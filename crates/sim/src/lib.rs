@@ -3,7 +3,7 @@
 //! (`sluice_control`) on simulated fabrics: hosts behind a NIC model, output-queued switches
 //! with a shared buffer, ECN, PFC, INT and several routing modes.
 //!
-//! Time is integer nanoseconds; every random choice comes from one seeded generator per
+//! Time is integer picoseconds (the engine sees nanoseconds); every random choice comes from one seeded generator per
 //! run; simultaneous events run in the order they were scheduled. The same scenario and
 //! seed therefore give the same run, byte for byte. See `docs/sim.md`.
 
@@ -31,6 +31,7 @@ pub struct Flow {
 
 pub mod event;
 pub mod network;
+mod prefetch;
 pub mod report;
 pub mod result;
 pub mod run;

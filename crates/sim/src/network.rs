@@ -7,7 +7,6 @@
 //! node one propagation delay after that (store and forward). Packets live in a slab and
 //! events carry their index, so nothing is allocated per packet once the slab has grown.
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 
 use sluice_core::{
@@ -22,8 +21,9 @@ use sluice_wire::{
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
+use crate::prefetch::prefetch;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
-use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario};
+use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
 use crate::topology::{Routes, Topology};
 use crate::{Flow, NodeId};
 
@@ -87,6 +87,56 @@ struct Packet {
     in_port: u16,
     ce: bool,
     class: u8,
+    /// The packet behind it in its port's queue.
+    next: u32,
+}
+
+/// No packet.
+const NO_PACKET: u32 = u32::MAX;
+
+/// A port's queue of one class: packets linked through their records, so a queue costs no
+/// buffer of its own and a packet is touched where it already is.
+#[derive(Debug, Clone, Copy)]
+struct Fifo {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl Default for Fifo {
+    fn default() -> Self {
+        Fifo {
+            head: NO_PACKET,
+            tail: NO_PACKET,
+            len: 0,
+        }
+    }
+}
+
+impl Fifo {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push_back(&mut self, packets: &mut [Packet], pkt: u32) {
+        packets[pkt as usize].next = NO_PACKET;
+        match packets.get_mut(self.tail as usize) {
+            Some(last) => last.next = pkt,
+            None => self.head = pkt,
+        }
+        self.tail = pkt;
+        self.len += 1;
+    }
+
+    fn pop_front(&mut self, packets: &[Packet]) -> Option<u32> {
+        let pkt = self.head;
+        self.head = packets.get(pkt as usize)?.next;
+        self.len -= 1;
+        if self.len == 0 {
+            self.tail = NO_PACKET;
+        }
+        Some(pkt)
+    }
 }
 
 #[derive(Debug)]
@@ -100,7 +150,7 @@ struct PortState {
     /// Picoseconds per byte when the rate makes that exact (every rate that divides
     /// 8 Tbit/s: 100, 400 Gbit/s...), else 0 (computed per packet).
     ps_per_byte: Ps,
-    queue: [VecDeque<u32>; 2],
+    queue: [Fifo; 2],
     queued: [u64; 2],
     busy: bool,
     /// The peer paused this port's data class.
@@ -145,6 +195,10 @@ struct FlowState {
 #[derive(Debug)]
 pub struct Network<'a> {
     scenario: &'a Scenario,
+    /// Copies of what every packet reads (kept by value: one load, not a chain).
+    hosts_count: u32,
+    switch: SwitchConfig,
+    seed: u64,
     cc: &'a CcConfig,
     topo: &'a Topology,
     routes: &'a Routes,
@@ -326,6 +380,9 @@ impl<'a> Network<'a> {
         }
         Ok(Network {
             scenario,
+            hosts_count: topo.hosts,
+            switch: scenario.switch.clone(),
+            seed: scenario.seed,
             cc,
             topo,
             routes,
@@ -425,7 +482,7 @@ impl<'a> Network<'a> {
             Ev::Arrive { node, port, pkt } => {
                 prefetch(self.packets.get(pkt as usize));
                 prefetch(self.ports.get(self.port_index(node, port)));
-                if self.scenario.switch.int {
+                if self.switch.int {
                     prefetch(self.headers.get(pkt as usize).map(|h| &h.ccx));
                 }
             }
@@ -505,7 +562,7 @@ impl<'a> Network<'a> {
     }
 
     fn is_host(&self, node: NodeId) -> bool {
-        node < self.topo.hosts
+        node < self.hosts_count
     }
 
     // ---- flows ---------------------------------------------------------------------------
@@ -679,7 +736,7 @@ impl<'a> Network<'a> {
         else {
             return false;
         };
-        let Some(dst) = ip_host(t.dst).filter(|&d| d < self.topo.hosts) else {
+        let Some(dst) = ip_host(t.dst).filter(|&d| d < self.hosts_count) else {
             return true; // addressed to no host of this fabric: lost at the first hop
         };
         let packet = Packet {
@@ -691,11 +748,13 @@ impl<'a> Network<'a> {
             wire_bytes: frame_bytes(&t.headers, u64::from(t.payload_len)) as u32,
             ce: false,
             in_port: 0,
+            next: NO_PACKET,
         };
         let pkt = self.alloc_packet(packet, &t.headers);
         let (class, bytes) = (usize::from(packet.class), u64::from(packet.wire_bytes));
-        let port = self.port_mut(host, 0);
-        port.queue[class].push_back(pkt);
+        let i = self.port_index(host, 0);
+        let port = &mut self.ports[i];
+        port.queue[class].push_back(&mut self.packets, pkt);
         port.queued[class] += bytes;
         true
     }
@@ -769,13 +828,15 @@ impl<'a> Network<'a> {
                 // Nothing sendable queued: a host asks its engine for more. While paused it
                 // still does (ACKs must go on), but holds at most a few data packets.
                 let room = p.queue[DATA].is_empty()
-                    || (p.paused && p.queue[DATA].len() < HELD_WHILE_PAUSED);
+                    || (p.paused && (p.queue[DATA].len as usize) < HELD_WHILE_PAUSED);
                 if host && room && self.pull_from_engine(node) {
                     continue;
                 }
                 return;
             };
-            let pkt = self.ports[i].queue[class].pop_front().expect("not empty");
+            let pkt = self.ports[i].queue[class]
+                .pop_front(&self.packets)
+                .expect("not empty");
             self.transmit(node, port, class, pkt);
             return;
         }
@@ -797,7 +858,7 @@ impl<'a> Network<'a> {
         };
         if !self.is_host(node) {
             self.leave_switch(node, pkt, bytes);
-            if self.scenario.switch.int {
+            if self.switch.int {
                 stamp_int(
                     &mut self.headers[pkt as usize],
                     IntHop {
@@ -854,10 +915,10 @@ impl<'a> Network<'a> {
                 ^ (u64::from(p.dst) << 16)
                 ^ u64::from(p.src_port)
                 ^ (u64::from(node) << 56)
-                ^ self.scenario.seed,
+                ^ self.seed,
         );
         let n = cands.len() as u64;
-        let pick = match self.scenario.switch.routing {
+        let pick = match self.switch.routing {
             Routing::Ecmp => (flow_hash % n) as usize,
             Routing::Spray => self.rng.below(n) as usize,
             Routing::Adaptive => {
@@ -873,8 +934,8 @@ impl<'a> Network<'a> {
                     .unwrap_or(start)
             }
             Routing::Flowlet => {
-                let gap = (self.scenario.switch.flowlet_gap_us * PS_PER_US as f64) as Ps;
-                let s = (node - self.topo.hosts) as usize;
+                let gap = (self.switch.flowlet_gap_us * PS_PER_US as f64) as Ps;
+                let s = (node - self.hosts_count) as usize;
                 let slot = (flow_hash as usize) % FLOWLET_SLOTS;
                 let (last, port) = self.flowlets[s][slot];
                 let keep = port != u16::MAX && self.now.saturating_sub(last) <= gap;
@@ -893,8 +954,8 @@ impl<'a> Network<'a> {
     /// Admits `pkt` to egress `out` of switch `node` (or drops it), marks it, and counts it
     /// against the port it came in by for PFC.
     fn enqueue(&mut self, node: NodeId, out: u16, pkt: u32) {
-        let sw = &self.scenario.switch;
-        let s = (node - self.topo.hosts) as usize;
+        let sw = &self.switch;
+        let s = (node - self.hosts_count) as usize;
         let p = &self.packets[pkt as usize];
         let (bytes, class, in_port) = (u64::from(p.wire_bytes), usize::from(p.class), p.in_port);
         let i = self.port_index(node, out);
@@ -916,7 +977,7 @@ impl<'a> Network<'a> {
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        st.queue[class].push_back(pkt);
+        st.queue[class].push_back(&mut self.packets, pkt);
         st.queued[class] += bytes;
         st.max_queue = st.max_queue.max(st.queued[DATA] + st.queued[CONTROL]);
         if class == DATA {
@@ -936,13 +997,13 @@ impl<'a> Network<'a> {
 
     /// Buffer and PFC accounting as `pkt` leaves switch `node`.
     fn leave_switch(&mut self, node: NodeId, pkt: u32, bytes: u64) {
-        let s = (node - self.topo.hosts) as usize;
+        let s = (node - self.hosts_count) as usize;
         self.buffer_used[s] -= bytes;
         let p = &self.packets[pkt as usize];
         if p.class != DATA as u8 {
             return;
         }
-        if let Some(pfc) = self.scenario.switch.pfc {
+        if let Some(pfc) = self.switch.pfc {
             let in_port = p.in_port;
             let j = self.port_index(node, in_port);
             let ing = &mut self.ports[j];
@@ -1024,23 +1085,6 @@ impl<'a> Network<'a> {
 
 /// Events ahead of the next one whose data is prefetched.
 const PREFETCH_AHEAD: usize = 2;
-
-/// Starts loading `x`'s cache line without waiting for it.
-#[allow(unsafe_code)]
-fn prefetch<T>(x: Option<&T>) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(x) = x {
-        // SAFETY: a prefetch never faults and changes no memory, whatever the address;
-        // SSE is part of every x86_64 target.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                (x as *const T).cast::<i8>(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
 
 /// The state of every port, nodes in order, each knowing its link.
 fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
