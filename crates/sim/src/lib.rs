@@ -30,6 +30,7 @@ pub struct Flow {
 }
 
 pub mod event;
+mod fib;
 pub mod network;
 mod prefetch;
 pub mod report;

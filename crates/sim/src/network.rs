@@ -21,6 +21,7 @@ use sluice_wire::{
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
+use crate::fib::Fib;
 use crate::prefetch::prefetch;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
 use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
@@ -202,6 +203,7 @@ pub struct Network<'a> {
     cc: &'a CcConfig,
     topo: &'a Topology,
     routes: &'a Routes,
+    fib: Fib,
     now: Ps,
     events: EventQueue<Ev>,
     rng: Rng,
@@ -381,6 +383,7 @@ impl<'a> Network<'a> {
         Ok(Network {
             scenario,
             hosts_count: topo.hosts,
+            fib: Fib::new(routes, topo.hosts, topo.nodes.len() as u32),
             switch: scenario.switch.clone(),
             seed: scenario.seed,
             cc,
@@ -440,10 +443,12 @@ impl<'a> Network<'a> {
                 Ev::FlowStart(f) => self.start_flow(f),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
                 Ev::TxDone { node, port } => {
-                    self.port_mut(node, port).busy = false;
+                    let st = self.port_mut(node, port);
+                    st.busy = false;
+                    let queued = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
                     if self.is_host(node) {
                         self.after_engine(node);
-                    } else {
+                    } else if queued {
                         self.kick(node, port);
                     }
                 }
@@ -903,7 +908,7 @@ impl<'a> Network<'a> {
 
     /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
     fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
-        let cands = self.routes.candidates(node, dst);
+        let cands = self.fib.candidates(node, dst);
         match cands.len() {
             0 => return None,
             1 => return Some(cands[0]),
@@ -970,14 +975,25 @@ impl<'a> Network<'a> {
             return;
         }
         if let Some(ecn) = &sw.ecn {
-            if class == DATA && self.rng.chance(ecn.chance(self.ports[i].queued[DATA])) {
-                self.packets[pkt as usize].ce = true;
-                self.counters.ecn_marks += 1;
+            if class == DATA {
+                // A draw only when the outcome is in doubt (below Kmin nothing is marked).
+                let p = ecn.chance(self.ports[i].queued[DATA]);
+                if p >= 1.0 || (p > 0.0 && self.rng.chance(p)) {
+                    self.packets[pkt as usize].ce = true;
+                    self.counters.ecn_marks += 1;
+                }
             }
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        st.queue[class].push_back(&mut self.packets, pkt);
+        // A packet that kick() would pick at once (an idle port with nothing ahead of it
+        // in its class's order) skips the queue; the accounting is the same.
+        let at_once = !st.busy
+            && st.queue[CONTROL].is_empty()
+            && (class == CONTROL || (!st.paused && st.queue[DATA].is_empty()));
+        if !at_once {
+            st.queue[class].push_back(&mut self.packets, pkt);
+        }
         st.queued[class] += bytes;
         st.max_queue = st.max_queue.max(st.queued[DATA] + st.queued[CONTROL]);
         if class == DATA {
@@ -992,7 +1008,11 @@ impl<'a> Network<'a> {
                 }
             }
         }
-        self.kick(node, out);
+        if at_once {
+            self.transmit(node, out, class, pkt);
+        } else {
+            self.kick(node, out);
+        }
     }
 
     /// Buffer and PFC accounting as `pkt` leaves switch `node`.
