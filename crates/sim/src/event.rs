@@ -67,8 +67,8 @@ impl<E> Ord for Far<E> {
 /// a binary heap beyond. Ties are broken by scheduling order, and the order never depends
 /// on the structure: an event reaches a slot from the heap only as the slot enters the
 /// wheel's span, before any event can be pushed into it directly, so a slot's list holds
-/// its events in scheduling order (newest first), and a stable sort by time when the
-/// cursor reaches the slot gives (time, scheduling order).
+/// its events newest first, and a stable sort latest first when the cursor reaches the
+/// slot leaves the next event, earliest and first scheduled of its time, at the end.
 ///
 /// Nearly every event of a fabric lands a link delay or a serialisation ahead, within the
 /// wheel. The events of all slots live in one arena of list nodes with a last-in-first-out
@@ -85,9 +85,9 @@ pub struct EventQueue<E> {
     occupied: [u64; WORDS],
     /// The absolute slot (time >> GRAIN_BITS) of the events in `current`.
     cursor: u64,
-    /// The cursor's events in time then scheduling order; `current[head..]` are pending.
+    /// The cursor's pending events, latest first (ties: latest scheduled first), so that
+    /// the next is the last.
     current: Vec<(Ps, E)>,
-    head: usize,
     /// Events at or beyond `cursor + SLOTS`, keyed by (time, scheduling order).
     far: BinaryHeap<Reverse<Far<E>>>,
     /// The slot of the earliest event in `far` (`u64::MAX`: none).
@@ -118,7 +118,6 @@ impl<E> Default for EventQueue<E> {
             occupied: [0; WORDS],
             cursor: 0,
             current: Vec::new(),
-            head: 0,
             far: BinaryHeap::new(),
             far_slot: u64::MAX,
             len: 0,
@@ -132,17 +131,17 @@ fn slot_of(at: Ps) -> u64 {
     at >> GRAIN_BITS
 }
 
-/// Sorts by time, stably: by insertion for a slot's usual few events, mostly in order
-/// already.
-fn insertion_sort_by_time<E: Copy>(v: &mut [(Ps, E)]) {
+/// Sorts latest first, stably: by insertion for a slot's usual few events, mostly in that
+/// order already.
+fn sort_latest_first<E: Copy>(v: &mut [(Ps, E)]) {
     if v.len() > 32 {
-        v.sort_by_key(|e| e.0);
+        v.sort_by_key(|e| Reverse(e.0));
         return;
     }
     for i in 1..v.len() {
         let x = v[i];
         let mut j = i;
-        while j > 0 && v[j - 1].0 > x.0 {
+        while j > 0 && v[j - 1].0 < x.0 {
             v[j] = v[j - 1];
             j -= 1;
         }
@@ -205,28 +204,15 @@ impl<E: Copy> EventQueue<E> {
     /// Into the slot being served: after every pending event of its time or earlier (it is
     /// the latest scheduled of its time so far).
     fn insert_current(&mut self, at: Ps, event: E) {
-        let pending = &self.current[self.head..];
-        let i = self.head + pending.partition_point(|&(t, _)| t <= at);
+        let i = self.current.partition_point(|&(t, _)| t > at);
         self.current.insert(i, (at, event));
     }
 
-    /// Moves slot `s`'s events into `current` in (time, scheduling order), freeing their
-    /// nodes.
+    /// Moves slot `s`'s events into `current`, latest first, freeing their nodes.
     fn take_slot(&mut self, s: usize) {
         self.current.clear();
-        self.head = 0;
         let mut n = std::mem::replace(&mut self.heads[s], NIL);
         self.occupied[s / 64] &= !(1 << (s % 64));
-
-        if let Some(node) = self.nodes.get_mut(n as usize) {
-            if node.next == NIL {
-                // Most slots hold one event.
-                self.current.push((node.at, node.event));
-                node.next = self.free;
-                self.free = n;
-                return;
-            }
-        }
         while let Some(node) = self.nodes.get_mut(n as usize) {
             self.current.push((node.at, node.event));
             let next = node.next;
@@ -234,10 +220,8 @@ impl<E: Copy> EventQueue<E> {
             self.free = n;
             n = next;
         }
-        // The list is newest first; sorting the oldest-first order stably keeps ties in
-        // scheduling order. Slots hold a few events, mostly in order already.
-        self.current.reverse();
-        insertion_sort_by_time(&mut self.current);
+        // The list is newest first, as ties must be in `current`; a stable sort keeps them.
+        sort_latest_first(&mut self.current);
     }
 
     /// The first occupied slot after the cursor, within the wheel.
@@ -263,14 +247,14 @@ impl<E: Copy> EventQueue<E> {
     /// The earliest event, if any is due at or before `until`.
     #[inline]
     pub fn pop_until(&mut self, until: Ps) -> Option<(Ps, E)> {
-        if self.head == self.current.len() && !self.advance(until) {
+        if self.current.is_empty() && !self.advance(until) {
             return None;
         }
-        let &(at, event) = self.current.get(self.head)?;
+        let &(at, event) = self.current.last()?;
         if at > until {
             return None;
         }
-        self.head += 1;
+        self.current.pop();
         self.len -= 1;
         self.popped += 1;
         Some((at, event))
@@ -316,12 +300,6 @@ impl<E: Copy> EventQueue<E> {
             }
         }
         self.far_slot = u64::MAX;
-    }
-
-    /// The event `k` places after the next one to pop, if it is in the slot being served
-    /// (for prefetching what it will touch).
-    pub fn peek_ahead(&self, k: usize) -> Option<&E> {
-        self.current.get(self.head + k).map(|(_, e)| e)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -32,7 +32,6 @@ pub struct Flow {
 pub mod event;
 mod fib;
 pub mod network;
-mod prefetch;
 pub mod report;
 pub mod result;
 pub mod run;

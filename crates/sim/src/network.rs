@@ -22,7 +22,6 @@ use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
 use crate::fib::Fib;
-use crate::prefetch::prefetch;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
 use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
 use crate::topology::{Routes, Topology};
@@ -436,9 +435,6 @@ impl<'a> Network<'a> {
         let mut tick = 0u32;
         while let Some((at, ev)) = self.events.pop_until(limit) {
             self.now = at;
-            if let Some(&next) = self.events.peek_ahead(PREFETCH_AHEAD) {
-                self.prefetch(next);
-            }
             match ev {
                 Ev::FlowStart(f) => self.start_flow(f),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
@@ -477,26 +473,6 @@ impl<'a> Network<'a> {
             self.now
         };
         self.finish(end, wall.elapsed().as_secs_f64())
-    }
-
-    /// Asks the cache for what event `ev` will touch, a few events before it runs: in a
-    /// large fabric the packets, ports and route tables in use do not fit in a core's
-    /// cache, and each event would otherwise wait on a few misses.
-    fn prefetch(&self, ev: Ev) {
-        match ev {
-            Ev::Arrive { node, port, pkt } => {
-                prefetch(self.packets.get(pkt as usize));
-                prefetch(self.ports.get(self.port_index(node, port)));
-                if self.switch.int {
-                    prefetch(self.headers.get(pkt as usize).map(|h| &h.ccx));
-                }
-            }
-            Ev::TxDone { node, port } => {
-                let i = self.port_index(node, port);
-                prefetch(self.ports.get(i));
-            }
-            _ => {}
-        }
     }
 
     fn finish(mut self, end: Ps, wall_s: f64) -> RunResult {
@@ -1102,9 +1078,6 @@ impl<'a> Network<'a> {
         }
     }
 }
-
-/// Events ahead of the next one whose data is prefetched.
-const PREFETCH_AHEAD: usize = 2;
 
 /// The state of every port, nodes in order, each knowing its link.
 fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
