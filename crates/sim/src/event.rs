@@ -41,6 +41,8 @@ const SLOTS: u64 = 1 << SLOT_BITS;
 const SLOT_MASK: u64 = SLOTS - 1;
 const GRAIN_BITS: u32 = 10;
 const WORDS: usize = (SLOTS / 64) as usize;
+// One summary word covers the wheel's occupancy words.
+const _: () = assert!(WORDS == 64);
 
 /// An event far ahead, ordered by its key alone.
 #[derive(Debug)]
@@ -83,6 +85,8 @@ pub struct EventQueue<E> {
     heads: Vec<u32>,
     /// Bit s set: slot s is not empty.
     occupied: [u64; WORDS],
+    /// Bit w set: `occupied[w]` is not zero.
+    summary: u64,
     /// The absolute slot (time >> GRAIN_BITS) of the events in `current`.
     cursor: u64,
     /// The cursor's pending events, latest first (ties: latest scheduled first), so that
@@ -116,6 +120,7 @@ impl<E> Default for EventQueue<E> {
             free: NIL,
             heads: vec![NIL; SLOTS as usize],
             occupied: [0; WORDS],
+            summary: 0,
             cursor: 0,
             current: Vec::new(),
             far: BinaryHeap::new(),
@@ -187,6 +192,7 @@ impl<E: Copy> EventQueue<E> {
         };
         self.heads[s] = n;
         self.occupied[s / 64] |= 1 << (s % 64);
+        self.summary |= 1 << (s / 64);
     }
 
     /// An event into the slot being served or beyond the wheel's span.
@@ -213,6 +219,9 @@ impl<E: Copy> EventQueue<E> {
         self.current.clear();
         let mut n = std::mem::replace(&mut self.heads[s], NIL);
         self.occupied[s / 64] &= !(1 << (s % 64));
+        if self.occupied[s / 64] == 0 {
+            self.summary &= !(1 << (s / 64));
+        }
         while let Some(node) = self.nodes.get_mut(n as usize) {
             self.current.push((node.at, node.event));
             let next = node.next;
@@ -224,24 +233,32 @@ impl<E: Copy> EventQueue<E> {
         sort_latest_first(&mut self.current);
     }
 
-    /// The first occupied slot after the cursor, within the wheel.
+    /// The first occupied slot after the cursor, within the wheel: the rest of the
+    /// cursor's word, then the summary's next word (wrapping), then the cursor's word's
+    /// slots before it (a full turn ahead).
     fn next_slot(&self) -> Option<u64> {
         let start = (self.cursor + 1) & SLOT_MASK;
-        let w0 = (start / 64) as usize;
-        for k in 0..=WORDS {
-            let w = (w0 + k) % WORDS;
-            let mut bits = self.occupied[w];
-            if k == 0 {
-                bits &= !0u64 << (start % 64);
-            } else if k == WORDS {
-                bits &= !(!0u64 << (start % 64));
+        let (w0, b0) = ((start / 64) as usize, start % 64);
+        let found = |w: usize, bits: u64| {
+            let s = w as u64 * 64 + u64::from(bits.trailing_zeros());
+            self.cursor + 1 + ((s + SLOTS - start) & SLOT_MASK)
+        };
+        let rest = self.occupied[w0] & (!0u64 << b0);
+        if rest != 0 {
+            return Some(found(w0, rest));
+        }
+        let after = self.summary & (!1u64).checked_shl(w0 as u32).unwrap_or(0);
+        let before = self.summary & ((1u64 << w0) - 1);
+        match (after, before) {
+            (0, 0) => {
+                let below = self.occupied[w0] & !(!0u64 << b0);
+                (below != 0).then(|| found(w0, below))
             }
-            if bits != 0 {
-                let s = w as u64 * 64 + u64::from(bits.trailing_zeros());
-                return Some(self.cursor + 1 + ((s + SLOTS - start) & SLOT_MASK));
+            (0, w) | (w, _) => {
+                let w = w.trailing_zeros() as usize;
+                Some(found(w, self.occupied[w]))
             }
         }
-        None
     }
 
     /// The earliest event, if any is due at or before `until`.
