@@ -839,7 +839,9 @@ impl<'a> Network<'a> {
         };
         if !self.is_host(node) {
             self.leave_switch(node, pkt, bytes);
-            if self.switch.int {
+            // Data packets collect the path's records; an ACK carries its data packet's back
+            // unchanged (as HPCC's switches do: they stamp data packets only).
+            if self.switch.int && class == DATA {
                 stamp_int(
                     &mut self.headers[pkt as usize],
                     IntHop {
