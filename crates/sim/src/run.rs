@@ -2,6 +2,9 @@
 //! congestion-control algorithms on them, in parallel (each run is independent and
 //! single-threaded, so parallelism changes nothing in the results).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::network::{Network, RunError};
 use crate::result::RunResult;
 use crate::scenario::Scenario;
@@ -33,25 +36,28 @@ pub fn run_scenario(
         scenario.seed,
         &scenario.base_dir,
     )?;
+    // Each thread takes the next algorithm not yet started, so a long run does not hold
+    // back the ones after it.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut results: Vec<Option<Result<RunResult, RunError>>> =
-        (0..scenario.cc.len()).map(|_| None).collect();
-    // Runs in waves of `threads`.
-    for (wave, slots) in results.chunks_mut(threads).enumerate() {
-        std::thread::scope(|s| {
-            for (k, slot) in slots.iter_mut().enumerate() {
-                let index = wave * threads + k;
-                let cc = &scenario.cc[index];
-                let (topo, routes, flows) = (&topo, &routes, &flows);
-                s.spawn(move || {
-                    *slot = Some(
-                        Network::new(scenario, cc, topo, routes, flows)
-                            .map(|n| n.run(|ns| progress(index, ns))),
-                    );
-                });
-            }
-        });
-    }
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<RunResult, RunError>>>> =
+        Mutex::new((0..scenario.cc.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(scenario.cc.len()) {
+            s.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(cc) = scenario.cc.get(index) else {
+                        return;
+                    };
+                    let run = Network::new(scenario, cc, &topo, &routes, &flows)
+                        .map(|n| n.run(|ns| progress(index, ns)));
+                    results.lock().expect("no run panics")[index] = Some(run);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().expect("no run panics");
     results
         .into_iter()
         .map(|r| r.expect("every run ran").map_err(SimError::from))
