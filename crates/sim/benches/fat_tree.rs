@@ -6,7 +6,9 @@
 //!
 //! `cargo bench -p sluice-sim --bench fat_tree`; `SLUICE_SIM_BENCH_US` sets the arrival
 //! window (default 1000 us), `SLUICE_SIM_BENCH_CC` the law (default hpcc);
-//! `SLUICE_SIM_BENCH_NO_BASELINE=1` skips the baseline (to profile the simulator alone).
+//! `SLUICE_SIM_BENCH_ROUNDS` how many times the simulation and its baseline alternate
+//! (default 3; medians are reported); `SLUICE_SIM_BENCH_NO_BASELINE=1` skips the baseline
+//! (to profile the simulator alone).
 
 use std::path::Path;
 use std::time::Instant;
@@ -67,22 +69,44 @@ fn main() {
     }
     s.cc.retain(|c| c.name == law);
     assert_eq!(s.cc.len(), 1, "law {law} is not in the example");
-    let runs = run_scenario(&s, &|_, _| {}).expect("the run");
-    let r = &runs[0];
+    // The simulation and its baseline alternate, `rounds` times: this VM's speed drifts by
+    // a quarter within minutes, and a ratio of two figures from different minutes says
+    // little. Medians are reported.
+    let rounds: usize = env_or("SLUICE_SIM_BENCH_ROUNDS", 3).max(1);
+    let baseline_wanted = std::env::var_os("SLUICE_SIM_BENCH_NO_BASELINE").is_none();
+    let (mut rates, mut baselines, mut per_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut last = None;
+    for _ in 0..rounds {
+        let runs = run_scenario(&s, &|_, _| {}).expect("the run");
+        let r = runs.into_iter().next().expect("one law");
+        rates.push(r.events as f64 / r.wall_s);
+        per_ms.push(r.wall_s / (r.simulated_ns as f64 / 1e6));
+        if baseline_wanted {
+            baselines.push(queue_baseline(
+                r.peak_packets.max(1) as usize,
+                r.events.min(20_000_000),
+            ));
+        }
+        last = Some(r);
+    }
+    let r = last.expect("at least one round");
     let rss = peak_rss_mib();
-    let sim_ms = r.simulated_ns as f64 / 1e6;
-    let rate = r.events as f64 / r.wall_s;
+    let rate = median(&mut rates);
     println!(
-        "fat-tree, web search 30%, {law}, arrivals over {window} us: {} flows, {:.3} ms simulated",
+        "fat-tree, web search 30%, {law}, arrivals over {window} us: {} flows, {:.3} ms simulated, {} events; {rounds} rounds",
         r.flows.len(),
-        sim_ms
+        r.simulated_ns as f64 / 1e6,
+        r.events
     );
     println!(
-        "  {} events in {:.2} s: {:.2} M events/s, {:.2} s of wall time per simulated ms",
-        r.events,
-        r.wall_s,
+        "  median {:.2} M events/s (rounds: {}), {:.2} s of wall time per simulated ms",
         rate / 1e6,
-        r.wall_s / sim_ms
+        rates
+            .iter()
+            .map(|x| format!("{:.2}", x / 1e6))
+            .collect::<Vec<_>>()
+            .join(" "),
+        median(&mut per_ms)
     );
     println!(
         "  peak {} packets alive; peak resident memory {}",
@@ -90,14 +114,18 @@ fn main() {
         rss.map_or("unknown".to_string(), |m| format!("{m:.1} MiB"))
     );
     println!("  target 10 M events/s: {:.2}x", rate / 1e7);
-    // Skipped when profiling the simulator alone.
-    if std::env::var_os("SLUICE_SIM_BENCH_NO_BASELINE").is_none() {
-        let baseline = queue_baseline(r.peak_packets.max(1) as usize, r.events.min(20_000_000));
+    if baseline_wanted {
+        let baseline = median(&mut baselines);
         println!(
-            "  baseline, the bare event queue at {} pending: {:.2} M events/s; simulator / baseline = {:.3}",
+            "  baseline, the bare event queue at {} pending: median {:.2} M events/s; simulator / baseline = {:.3}",
             r.peak_packets,
             baseline / 1e6,
             rate / baseline,
         );
     }
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
