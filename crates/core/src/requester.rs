@@ -660,7 +660,8 @@ impl Engine {
     }
 
     /// Selective repeat: if responses are held past the first missing one of the READ at
-    /// `pos`, asks again for the gap before them (once per gap); if none is held but some
+    /// `pos`, asks again for the gap before them (once per gap, unless the gap's own
+    /// resent responses overtook it: then that copy was lost too); if none is held but some
     /// were dropped as too far ahead, for the rest of the READ.
     fn ask_for_read_gap(&mut self, index: u32, pos: usize) {
         let qp = self.qp_mut(index);
@@ -671,13 +672,18 @@ impl Engine {
         let Some(repair) = req.read_repair.as_deref_mut() else {
             return;
         };
-        let on_its_way =
-            |(from, until): (Psn, Psn)| from.distance_to(expected) >= 0 && expected.precedes(until);
+        let first_held = repair.held.first().map(|(offset, _)| expected.add(offset));
+        // Still coming: asked for, and nothing past it from the same asking has arrived.
+        let on_its_way = |(from, until): (Psn, Psn)| {
+            from.distance_to(expected) >= 0
+                && expected.precedes(until)
+                && first_held.is_none_or(|held| !held.precedes(until))
+        };
         if repair.asked.is_some_and(on_its_way) {
             return;
         }
-        let until = match repair.held.first() {
-            Some((first_held, _)) => expected.add(first_held),
+        let until = match first_held {
+            Some(held) => held,
             None if std::mem::take(&mut repair.overflow) => wqe.first_psn.add(wqe.span),
             None => return,
         };

@@ -100,7 +100,7 @@ pub struct World {
     pub ecn_marked: u64,
     /// Packets each host's link loses on purpose, by their number among what the host sent
     /// (0 first): a burst where the test wants one, besides the random `link.loss`.
-    pub lost_sends: Vec<std::ops::Range<u64>>,
+    pub lost_sends: Vec<Vec<std::ops::Range<u64>>>,
     /// Packets each host has sent.
     sends: Vec<u64>,
     /// Hosts whose outgoing link's queue is logged (INT and marking ports always are).
@@ -139,7 +139,7 @@ impl World {
             port_tx_bytes: vec![0; hosts],
             ecn_ports: vec![None; hosts],
             ecn_marked: 0,
-            lost_sends: vec![0..0; hosts],
+            lost_sends: vec![Vec::new(); hosts],
             sends: vec![0; hosts],
             watched_ports: vec![false; hosts],
             queue_log: Vec::new(),
@@ -257,7 +257,9 @@ impl World {
         let arrives = start + on_wire + self.link.delay;
         let number = self.sends[from];
         self.sends[from] += 1;
-        if self.lost_sends[from].contains(&number) || self.rng.chance(self.link.loss) {
+        if self.lost_sends[from].iter().any(|r| r.contains(&number))
+            || self.rng.chance(self.link.loss)
+        {
             self.dropped_by_link += 1;
             return;
         }
