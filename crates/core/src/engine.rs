@@ -388,11 +388,13 @@ impl Engine {
     /// later are dropped as for an unknown QP.
     pub fn destroy_qp(&mut self, qpn: QpNum) -> Result<(), Error> {
         let index = self.live(qpn)?;
-        self.qps[index as usize] = None;
+        let scheduled = self.qps[index as usize].take().is_some_and(|q| q.scheduled);
         // Off the ready list and the timers too: the index is reused by the next queue pair,
-        // which must not inherit a turn or a timer. A scan, but destroying is not on the
-        // per-packet path.
-        self.ready.retain(|&i| i != index);
+        // which must not inherit a turn or a timer. A scan of the ready list, only when it is
+        // on it (a queue pair with nothing left to send, the usual case, is not).
+        if scheduled {
+            self.ready.retain(|&i| i != index);
+        }
         self.timer_queued[index as usize] = None;
         self.free_qps.push(index);
         Ok(())
@@ -550,9 +552,12 @@ impl Engine {
                 }
             }
             Transition::Reset => {
-                let num = qp.num;
-                let config = qp.config;
+                // Back to new, but still on the ready list if it was: `scheduled` says
+                // whether it is there (destroy_qp and schedule rely on it), and only
+                // poll_transmit takes an entry off.
+                let (num, config, scheduled) = (qp.num, qp.config, qp.scheduled);
                 *qp = Qp::new(num, config);
+                qp.scheduled = scheduled;
                 self.controller.reset(index);
             }
         }

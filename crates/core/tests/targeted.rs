@@ -955,6 +955,19 @@ fn destroying_a_busy_queue_pair_leaves_the_others_and_its_successor_whole() {
     // A queue pair destroyed mid-transfer (on the ready list, its retransmit timer armed,
     // packets in flight) must neither stop the engine nor leak into the queue pair that
     // reuses its slot.
+    // Alone, its timers go with it: nothing is left due.
+    let mut alone = World::new(2, 7, Impairments::CLEAN);
+    let z = Pair::connect(&mut alone, &PairOptions::default());
+    z.post_write(&mut alone, 1, 0, 512 * 1024);
+    alone.run_until(Duration::from_micros(20), |_| false);
+    assert!(
+        alone.engines[0].next_timeout().is_some(),
+        "the sender's timer is armed"
+    );
+    for h in 0..2 {
+        alone.engines[h].destroy_qp(z.qp[h]).unwrap();
+        assert_eq!(alone.engines[h].next_timeout(), None);
+    }
     let mut world = World::new(2, 7, Impairments::CLEAN);
     let a = Pair::connect(&mut world, &PairOptions::default());
     let b = Pair::connect(&mut world, &PairOptions::default());
@@ -965,11 +978,18 @@ fn destroying_a_busy_queue_pair_leaves_the_others_and_its_successor_whole() {
         world.engines[h].destroy_qp(a.qp[h]).unwrap();
         assert!(world.engines[h].destroy_qp(a.qp[h]).is_err());
     }
-    // One destroyed with work posted but not a packet sent: still on the ready list.
+    // One destroyed with work posted but not a packet sent: still on the ready list; and
+    // one reset first (still on the list: a reset does not take it off).
     let d = Pair::connect(&mut world, &PairOptions::default());
     d.post_write(&mut world, 4, 0, 4096);
+    let r = Pair::connect(&mut world, &PairOptions::default());
+    r.post_write(&mut world, 5, 0, 4096);
+    world.engines[0]
+        .modify_qp(r.qp[0], Transition::Reset)
+        .unwrap();
     for h in 0..2 {
         world.engines[h].destroy_qp(d.qp[h]).unwrap();
+        world.engines[h].destroy_qp(r.qp[h]).unwrap();
     }
     world.run_until(Duration::from_micros(10), |_| false);
     let c = Pair::connect(&mut world, &PairOptions::default());
