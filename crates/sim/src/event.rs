@@ -1,6 +1,6 @@
 //! The event core: a priority queue of timed events, earliest first, ties broken by the
-//! order they were scheduled in (so a run never depends on how the heap happens to order
-//! equal keys).
+//! order they were scheduled in (so a run never depends on how the queue's structure
+//! happens to hold equal times).
 //!
 //! Time is integer picoseconds: at 400 Gbit/s a 1 KB packet takes 20.48 ns, and rounding
 //! every serialisation to whole nanoseconds would shift link rates by up to 5%. The engine
@@ -8,6 +8,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 
 use sluice_core::Instant;
 
@@ -69,8 +70,8 @@ impl<E> Ord for Far<E> {
 /// a binary heap beyond. Ties are broken by scheduling order, and the order never depends
 /// on the structure: an event reaches a slot from the heap only as the slot enters the
 /// wheel's span, before any event can be pushed into it directly, so a slot's list holds
-/// its events newest first, and a stable sort latest first when the cursor reaches the
-/// slot leaves the next event, earliest and first scheduled of its time, at the end.
+/// its events newest first, and a stable sort by time of the reversed list when the cursor
+/// reaches the slot puts them in (time, scheduling order).
 ///
 /// Nearly every event of a fabric lands a link delay or a serialisation ahead, within the
 /// wheel. The events of all slots live in one arena of list nodes with a last-in-first-out
@@ -89,9 +90,12 @@ pub struct EventQueue<E> {
     summary: u64,
     /// The absolute slot (time >> GRAIN_BITS) of the events in `current`.
     cursor: u64,
-    /// The cursor's pending events, latest first (ties: latest scheduled first), so that
-    /// the next is the last.
+    /// The cursor's events, earliest first (ties: first scheduled first); `current[head..]`
+    /// are pending. Events scheduled into it while it is served are nearly always the
+    /// latest yet: they go at the back, so even 100,000 flows starting at one instant
+    /// queue in linear time.
     current: Vec<(Ps, E)>,
+    head: usize,
     /// Events at or beyond `cursor + SLOTS`, keyed by (time, scheduling order).
     far: BinaryHeap<Reverse<Far<E>>>,
     /// The slot of the earliest event in `far` (`u64::MAX`: none).
@@ -123,6 +127,7 @@ impl<E> Default for EventQueue<E> {
             summary: 0,
             cursor: 0,
             current: Vec::new(),
+            head: 0,
             far: BinaryHeap::new(),
             far_slot: u64::MAX,
             len: 0,
@@ -136,17 +141,17 @@ fn slot_of(at: Ps) -> u64 {
     at >> GRAIN_BITS
 }
 
-/// Sorts latest first, stably: by insertion for a slot's usual few events, mostly in that
-/// order already.
-fn sort_latest_first<E: Copy>(v: &mut [(Ps, E)]) {
+/// Sorts by time, stably: by insertion for a slot's usual few events, mostly in order
+/// already.
+fn sort_by_time<E: Copy>(v: &mut [(Ps, E)]) {
     if v.len() > 32 {
-        v.sort_by_key(|e| Reverse(e.0));
+        v.sort_by_key(|e| e.0);
         return;
     }
     for i in 1..v.len() {
         let x = v[i];
         let mut j = i;
-        while j > 0 && v[j - 1].0 < x.0 {
+        while j > 0 && v[j - 1].0 > x.0 {
             v[j] = v[j - 1];
             j -= 1;
         }
@@ -210,13 +215,14 @@ impl<E: Copy> EventQueue<E> {
     /// Into the slot being served: after every pending event of its time or earlier (it is
     /// the latest scheduled of its time so far).
     fn insert_current(&mut self, at: Ps, event: E) {
-        let i = self.current.partition_point(|&(t, _)| t > at);
+        let i = self.head + self.current[self.head..].partition_point(|&(t, _)| t <= at);
         self.current.insert(i, (at, event));
     }
 
-    /// Moves slot `s`'s events into `current`, latest first, freeing their nodes.
+    /// Moves slot `s`'s events into `current` (all served), in order, freeing their nodes.
     fn take_slot(&mut self, s: usize) {
         self.current.clear();
+        self.head = 0;
         let mut n = std::mem::replace(&mut self.heads[s], NIL);
         self.occupied[s / 64] &= !(1 << (s % 64));
         if self.occupied[s / 64] == 0 {
@@ -229,8 +235,10 @@ impl<E: Copy> EventQueue<E> {
             self.free = n;
             n = next;
         }
-        // The list is newest first, as ties must be in `current`; a stable sort keeps them.
-        sort_latest_first(&mut self.current);
+        // The list is newest first: reversed, it is in scheduling order, which the stable
+        // sort keeps among equal times.
+        self.current.reverse();
+        sort_by_time(&mut self.current);
     }
 
     /// The first occupied slot after the cursor, within the wheel: the rest of the
@@ -264,14 +272,14 @@ impl<E: Copy> EventQueue<E> {
     /// The earliest event, if any is due at or before `until`.
     #[inline]
     pub fn pop_until(&mut self, until: Ps) -> Option<(Ps, E)> {
-        if self.current.is_empty() && !self.advance(until) {
+        if self.head == self.current.len() && !self.advance(until) {
             return None;
         }
-        let &(at, event) = self.current.last()?;
+        let &(at, event) = self.current.get(self.head)?;
         if at > until {
             return None;
         }
-        self.current.pop();
+        self.head += 1;
         self.len -= 1;
         self.popped += 1;
         Some((at, event))
@@ -300,16 +308,17 @@ impl<E: Copy> EventQueue<E> {
 
     /// Moves what the wheel now reaches in from the heap, in key order.
     fn take_far(&mut self) {
-        while let Some(Reverse(Far(k, _))) = self.far.peek() {
-            let slot = slot_of((k >> 64) as Ps);
+        loop {
+            let Some(top) = self.far.peek_mut() else {
+                break;
+            };
+            let at = ((top.0).0 >> 64) as Ps;
+            let slot = slot_of(at);
             if slot >= self.cursor + SLOTS {
                 self.far_slot = slot;
                 return;
             }
-            let Some(Reverse(Far(key, event))) = self.far.pop() else {
-                break;
-            };
-            let at = (key >> 64) as Ps;
+            let Reverse(Far(_, event)) = PeekMut::pop(top);
             if slot == self.cursor {
                 self.insert_current(at, event);
             } else {
