@@ -677,11 +677,16 @@ fn selective_repeat_asks_once_for_a_burst_of_lost_read_responses() {
     // those six again, once, and nothing else is sent twice. If one of the six is lost
     // again (the responder's send 34 is the resent response 7), the resent 8..=10 arrive
     // ahead of it: the requester asks again for 7 alone, without waiting for its timer.
-    let cases: [(&[std::ops::Range<u64>], (u64, u64)); 2] =
-        [(&[5..11], (2, 32 + 6)), (&[5..11, 34..35], (3, 32 + 6 + 1))];
-    for (lost, (requests, responses)) in cases {
+    // (responder sends lost, as ranges of send numbers; READ requests; responses sent)
+    type Case = (Vec<std::ops::Range<u64>>, u64, u64);
+    let first_burst = 5..11;
+    let cases: [Case; 2] = [
+        (vec![first_burst.clone()], 2, 32 + 6),
+        (vec![first_burst, 34..35], 3, 32 + 6 + 1),
+    ];
+    for (lost, requests, responses) in cases {
         let mut world = World::new(2, 16, Impairments::CLEAN);
-        world.lost_sends[1] = lost.to_vec();
+        world.lost_sends[1] = lost.clone();
         let options = PairOptions {
             recovery: Recovery::SelectiveRepeat,
             mtu: Mtu::M1024,
