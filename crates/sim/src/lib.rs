@@ -30,7 +30,6 @@ pub struct Flow {
 }
 
 pub mod event;
-mod fib;
 pub mod network;
 pub mod report;
 pub mod result;

@@ -21,7 +21,6 @@ use sluice_wire::{
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
-use crate::fib::Fib;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
 use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
 use crate::topology::{Routes, Topology};
@@ -202,7 +201,6 @@ pub struct Network<'a> {
     cc: &'a CcConfig,
     topo: &'a Topology,
     routes: &'a Routes,
-    fib: Fib,
     now: Ps,
     events: EventQueue<Ev>,
     rng: Rng,
@@ -382,7 +380,6 @@ impl<'a> Network<'a> {
         Ok(Network {
             scenario,
             hosts_count: topo.hosts,
-            fib: Fib::new(routes, topo.hosts, topo.nodes.len() as u32),
             switch: scenario.switch.clone(),
             seed: scenario.seed,
             cc,
@@ -886,7 +883,7 @@ impl<'a> Network<'a> {
 
     /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
     fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
-        let cands = self.fib.candidates(node, dst);
+        let cands = self.routes.candidates(node, dst);
         match cands.len() {
             0 => return None,
             1 => return Some(cands[0]),

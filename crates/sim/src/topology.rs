@@ -1,6 +1,7 @@
 //! Fabrics: nodes (hosts, then switches) joined by full-duplex links, the builders of the
 //! scenario's topology kinds, and shortest-path routes.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -65,12 +66,20 @@ impl TopologyError {
 
 /// Shortest-path routes to every host: for each (node, destination host) the ports that lie
 /// on a shortest path (in hops), in ascending port order.
+///
+/// Most (switch, destination) pairs share one of a few candidate lists (a ToR's uplinks, a
+/// core's port towards a pod), so each names a list: 4 bytes per pair, and the lists the
+/// packet path reads stay in the nearest cache. A host's own routes follow from its switch's
+/// and are not stored.
 #[derive(Clone)]
 pub struct Routes {
     hosts: u32,
     nodes: u32,
-    /// The candidates of entry `i = node * hosts + dst` are `ports[offsets[i]..offsets[i + 1]]`:
-    /// one flat table, because a 6,000-node fabric has tens of millions of entries.
+    /// Each host's switch (`UNREACHED`: it has no link).
+    host_switch: Vec<u32>,
+    /// The list of switch `u` towards `dst`: `list[(u - hosts) * hosts + dst]`.
+    list: Vec<u32>,
+    /// List `l` is `ports[offsets[l]..offsets[l + 1]]`.
     offsets: Vec<u32>,
     ports: Vec<u16>,
 }
@@ -81,7 +90,8 @@ impl fmt::Debug for Routes {
         f.debug_struct("Routes")
             .field("hosts", &self.hosts)
             .field("nodes", &self.nodes)
-            .field("candidate_ports", &self.ports.len())
+            .field("distinct_lists", &(self.offsets.len() - 1))
+            .field("listed_ports", &self.ports.len())
             .finish()
     }
 }
@@ -89,12 +99,19 @@ impl fmt::Debug for Routes {
 impl Routes {
     /// The ports of `node` that lie on a shortest path to host `dst`, ascending. Empty when
     /// `node == dst`, when `dst` is unreachable, or when either id is out of range.
+    #[inline]
     pub fn candidates(&self, node: NodeId, dst: NodeId) -> &[u16] {
         if node >= self.nodes || dst >= self.hosts {
             return &[];
         }
-        let i = node as usize * self.hosts as usize + dst as usize;
-        &self.ports[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+        if node < self.hosts {
+            // A host goes up its one port, if its switch reaches `dst`.
+            let s = self.host_switch[node as usize];
+            let reaches = s != UNREACHED && node != dst && !self.candidates(s, dst).is_empty();
+            return if reaches { &[0] } else { &[] };
+        }
+        let l = self.list[(node - self.hosts) as usize * self.hosts as usize + dst as usize];
+        &self.ports[self.offsets[l as usize] as usize..self.offsets[l as usize + 1] as usize]
     }
 
     /// The number of destination hosts (the topology's `hosts`).
@@ -267,14 +284,16 @@ impl Topology {
         }
         drop(dists);
 
-        // The table in its own order, node by node and destination by destination, so it is
-        // appended and never rearranged.
-        let mut offsets = Vec::with_capacity(n * hosts + 1);
-        offsets.push(0u32);
+        // The table in its own order, switch by switch and destination by destination, so
+        // it is appended and never rearranged; each list is stored once.
+        let mut list = Vec::with_capacity((n - hosts) * hosts);
+        let mut offsets = vec![0u32];
         let mut ports: Vec<u16> = Vec::new();
+        let mut ids: HashMap<Box<[u16]>, u32> = HashMap::new();
+        let mut candidates: Vec<u16> = Vec::new();
         let mut closer = vec![0u8; groups];
         let mut masks: Vec<u64> = Vec::new();
-        for u in 0..n {
+        for u in hosts..n {
             let out = &peers[first[u]..first[u + 1]];
             // Which ports of u lead one hop closer to each group's switch: one bit per port,
             // in 64-port words (masks[word * groups + g]). Built port by port with the groups
@@ -303,30 +322,51 @@ impl Topology {
             }
             for h in 0..hosts {
                 let g = group_of[h] as usize;
-                if u == h || g == UNREACHED as usize {
-                    // Nothing towards itself or towards an unlinked host.
+                candidates.clear();
+                if g == UNREACHED as usize {
+                    // Nothing towards an unlinked host.
                 } else if u == switch_of_group[g] {
-                    ports.push(down[h]);
-                } else if u < hosts && group_of[u] as usize == g {
-                    // Another host of the same switch: up its one port.
-                    ports.push(0);
+                    candidates.push(down[h]);
                 } else {
                     for word in 0..words {
                         let mut bits = masks[word * groups + g];
                         while bits != 0 {
-                            ports.push((word * 64 + bits.trailing_zeros() as usize) as u16);
+                            candidates.push((word * 64 + bits.trailing_zeros() as usize) as u16);
                             bits &= bits - 1;
                         }
                     }
                 }
-                let end = u32::try_from(ports.len())
-                    .expect("topology: routes would hold more than u32::MAX candidate ports");
-                offsets.push(end);
+                let id = match ids.get(candidates.as_slice()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = (offsets.len() - 1) as u32;
+                        ports.extend_from_slice(&candidates);
+                        let end = u32::try_from(ports.len()).expect(
+                            "topology: routes would hold more than u32::MAX candidate ports",
+                        );
+                        offsets.push(end);
+                        ids.insert(candidates.as_slice().into(), id);
+                        id
+                    }
+                };
+                list.push(id);
             }
         }
+        let host_switch = (0..hosts)
+            .map(|h| {
+                let g = group_of[h];
+                if g == UNREACHED {
+                    UNREACHED
+                } else {
+                    switch_of_group[g as usize] as u32
+                }
+            })
+            .collect();
         Routes {
             hosts: self.hosts,
             nodes: n as u32,
+            host_switch,
+            list,
             offsets,
             ports,
         }
@@ -1152,6 +1192,13 @@ mod tests {
         assert!(routes.candidates(10_000, 0).is_empty());
         assert!(routes.candidates(0, 320).is_empty());
         assert!(t.path(&routes, 0, 320).is_empty());
+        // The 56 switches x 320 hosts share 18 lists: one port each for ports 0..=15 (a
+        // ToR's hosts; an agg's ToRs and a core's pods are among them), a ToR's 4 uplinks,
+        // an agg's 4 cores.
+        assert_eq!(
+            (routes.offsets.len() - 1, routes.ports.len()),
+            (18, 16 + 4 + 4)
+        );
     }
 
     #[test]
@@ -1368,7 +1415,7 @@ mod tests {
         assert_eq!(checked_path_len(&t, &routes, 0, 1), 3);
         assert_eq!(
             format!("{routes:?}"),
-            "Routes { hosts: 2, nodes: 4, candidate_ports: 8 }"
+            "Routes { hosts: 2, nodes: 4, distinct_lists: 4, listed_ports: 6 }"
         );
 
         // A switch left unlinked makes its hosts unreachable: no candidates, empty path.
