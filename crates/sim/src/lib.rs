@@ -3,9 +3,10 @@
 //! (`sluice_control`) on simulated fabrics: hosts behind a NIC model, output-queued switches
 //! with a shared buffer, ECN, PFC, INT and several routing modes.
 //!
-//! Time is integer picoseconds (the engine sees nanoseconds); every random choice comes from one seeded generator per
-//! run; simultaneous events run in the order they were scheduled. The same scenario and
-//! seed therefore give the same run, byte for byte. See `docs/sim.md`.
+//! Time is integer picoseconds (the engine sees nanoseconds); every random choice comes
+//! from one seeded generator per run; simultaneous events run in the order they were
+//! scheduled. The same scenario and seed therefore give the same run, byte for byte. See
+//! `docs/sim.md`.
 
 pub mod plot;
 pub mod topology;
@@ -14,6 +15,18 @@ pub mod workload;
 /// A node of the fabric: hosts are `0..hosts`, switches follow.
 pub type NodeId = u32;
 
+/// The latest time a scenario may name, in ns: a flow's start, the time limit, the sample
+/// interval. One simulated hour; with delays bounded by [`MAX_DELAY_NS`] every event time
+/// stays far inside the picosecond clock (2^64 ps is 213 days).
+pub const MAX_TIME_NS: u64 = 3_600 * 1_000_000_000;
+
+/// The longest link or NIC delay a scenario may set, in ns: one second.
+pub const MAX_DELAY_NS: u64 = 1_000_000_000;
+
+/// The most bytes one flow may carry: 256 GiB, posted as up to 256 WRITEs of 1 GiB (a send
+/// queue's default depth).
+pub const MAX_FLOW_BYTES: u64 = 1 << 38;
+
 /// A flow to simulate: one RDMA WRITE of `bytes` from host `src` to host `dst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flow {
@@ -21,15 +34,17 @@ pub struct Flow {
     pub id: u32,
     pub src: NodeId,
     pub dst: NodeId,
+    /// 1 ..= [`MAX_FLOW_BYTES`].
     pub bytes: u64,
     /// When it starts, in nanoseconds of simulated time; with `after`, how long after that
-    /// flow completes.
+    /// flow completes. At most [`MAX_TIME_NS`].
     pub start_ns: u64,
     /// Starts only once flow `after` has completed (a collective's steps), `start_ns` later.
     pub after: Option<u32>,
 }
 
 pub mod event;
+mod ideal;
 pub mod network;
 pub mod report;
 pub mod result;

@@ -14,16 +14,16 @@ use sluice_core::{
     QpCaps, QpConfig, QpNum, Recovery, Rng, SendOp, SendWr, Sge, WcStatus,
 };
 use sluice_wire::{
-    Bth, Ccx, ETHERNET_HEADER_LEN, ExtHeaders, IPV4_HEADER_LEN, IntHop, Opcode, Psn, RoceHeaders,
-    UDP_HEADER_LEN,
+    Ccx, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, IntHop, Opcode, Psn, RoceHeaders, UDP_HEADER_LEN,
 };
 
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
+use crate::ideal::ideal_fct_ps;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
 use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
-use crate::topology::{Routes, Topology};
+use crate::topology::{Port, Routes, Topology};
 use crate::{Flow, NodeId};
 
 /// Bytes an Ethernet link spends on a frame besides its header: FCS 4, preamble 8,
@@ -41,6 +41,9 @@ const FLOWLET_SLOTS: usize = 4096;
 const HELD_WHILE_PAUSED: usize = 8;
 /// The largest message the engine takes; longer flows are posted as several.
 const MAX_MESSAGE: u64 = 1 << 30;
+/// A flow's send queue depth: the longest flow's messages are all posted at once.
+const SEND_QUEUE_DEPTH: u32 = 256;
+const _: () = assert!(crate::MAX_FLOW_BYTES.div_ceil(MAX_MESSAGE) <= SEND_QUEUE_DEPTH as u64);
 /// The memory region every host writes from and into (length only: nothing is stored).
 const REGION_BYTES: u64 = 1 << 40;
 const REGION_ADDR: u64 = 0x1000;
@@ -258,7 +261,7 @@ fn class_of(op: Opcode) -> u8 {
 /// Bytes on the link for a packet of RoCE `headers` with `payload` bytes: the UDP payload
 /// (`RoceHeaders::wire_len`: headers, payload, pad, ICRC) in IPv4, UDP and an Ethernet frame
 /// with its preamble and gap.
-fn frame_bytes(headers: &RoceHeaders, payload: u64) -> u64 {
+pub(crate) fn frame_bytes(headers: &RoceHeaders, payload: u64) -> u64 {
     let udp = headers.wire_len(payload as usize).unwrap_or(0);
     (ETHERNET_HEADER_LEN + ETHERNET_TRAILER_AND_GAP + IPV4_HEADER_LEN + UDP_HEADER_LEN + udp) as u64
 }
@@ -569,7 +572,10 @@ impl<'a> Network<'a> {
                 pd: host.pd,
                 send_cq: host.cq,
                 recv_cq: host.cq,
-                caps: QpCaps::default(),
+                caps: QpCaps {
+                    max_send_wr: SEND_QUEUE_DEPTH,
+                    ..QpCaps::default()
+                },
             })?;
         }
         for (i, (me, peer)) in [(f.src, f.dst), (f.dst, f.src)].into_iter().enumerate() {
@@ -1083,13 +1089,12 @@ fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
     let mut ports = Vec::new();
     for (node, links) in topo.nodes.iter().enumerate() {
         for link in links {
-            let touches_host = node < topo.hosts as usize || link.peer < topo.hosts;
             let per_byte = 8_000_000_000_000 / link.bps.max(1);
             ports.push(PortState {
                 peer: link.peer,
                 peer_port: link.peer_port,
                 bps: link.bps,
-                flight_ps: link.delay_ns * PS_PER_NS + if touches_host { nic_ps } else { 0 },
+                flight_ps: flight_ps(topo, node as NodeId, link, nic_ps),
                 ps_per_byte: if per_byte * link.bps.max(1) == 8_000_000_000_000 {
                     per_byte
                 } else {
@@ -1129,64 +1134,9 @@ fn stamp_int(headers: &mut RoceHeaders, hop: IntHop) {
     }
 }
 
-/// The completion time flow `f` would have alone on the idle fabric: its packets pipelined
-/// store-and-forward along its path (every packet waits for the link and for its whole
-/// self to arrive), then the ACK of the last one back. Exact for this simulator's link model.
-fn ideal_fct_ps(
-    topo: &Topology,
-    routes: &Routes,
-    f: &Flow,
-    ccx: Option<sluice_wire::CcxLayout>,
-    mtu: Mtu,
-    nic_ps: Ps,
-) -> Ps {
-    let forward = topo.path(routes, f.src, f.dst);
-    let back = topo.path(routes, f.dst, f.src);
-    if forward.is_empty() {
-        return 0;
-    }
-    // Frame sizes from the headers the engine sends: a CC extension header on every packet
-    // when the law negotiated one, the RETH on the first packet of the WRITE.
-    let ccx_len = ccx.map_or(0, |l| l.wire_len() as u64);
-    let frame = |opcode: Opcode, payload: u64| {
-        let headers = RoceHeaders {
-            bth: Bth::new(opcode, 0, Psn::new(0)),
-            ccx: None,
-            ext: ExtHeaders::default(),
-        };
-        frame_bytes(&headers, payload) + ccx_len
-    };
-    let mtu = u64::from(mtu.bytes());
-    let packets = f.bytes.div_ceil(mtu).max(1);
-    // done[j]: when the previous packet finished crossing hop j.
-    let mut done = vec![0u64; forward.len()];
-    for k in 0..packets {
-        let (opcode, payload) = match (k == 0, k + 1 == packets) {
-            (true, true) => (Opcode::RC_RDMA_WRITE_ONLY, f.bytes),
-            (true, false) => (Opcode::RC_RDMA_WRITE_FIRST, mtu),
-            (false, false) => (Opcode::RC_RDMA_WRITE_MIDDLE, mtu),
-            (false, true) => (Opcode::RC_RDMA_WRITE_LAST, f.bytes - k * mtu),
-        };
-        let wire = frame(opcode, payload);
-        let mut ready = 0; // when this packet is fully at the node before hop j
-        for (j, hop) in forward.iter().enumerate() {
-            let start = ready.max(done[j]);
-            done[j] = start + serialisation_ps(wire, hop.bps);
-            ready = done[j] + flight_ps(hop, j, forward.len(), nic_ps);
-        }
-    }
-    let ack = frame(Opcode::RC_ACKNOWLEDGE, 0);
-    let last = forward.len() - 1;
-    let mut t = done[last] + flight_ps(&forward[last], last, forward.len(), nic_ps);
-    for (j, hop) in back.iter().enumerate() {
-        t += serialisation_ps(ack, hop.bps) + flight_ps(hop, j, back.len(), nic_ps);
-    }
-    t
-}
-
-/// Propagation over hop `j` of a host-to-host path of `hops`: the link's delay, plus the
-/// NIC's on the first and last (the hops that touch a host).
-fn flight_ps(hop: &crate::topology::Port, j: usize, hops: usize, nic_ps: Ps) -> Ps {
-    let nic = if j == 0 || j + 1 == hops { nic_ps } else { 0 };
-    hop.delay_ns * PS_PER_NS + nic
+/// Propagation over `link` leaving node `from`: the link's delay, plus the NIC's when one
+/// end is a host (a host's NIC delays what it sends and what it receives).
+pub(crate) fn flight_ps(topo: &Topology, from: NodeId, link: &Port, nic_ps: Ps) -> Ps {
+    let touches_host = from < topo.hosts || link.peer < topo.hosts;
+    link.delay_ns * PS_PER_NS + if touches_host { nic_ps } else { 0 }
 }

@@ -19,7 +19,7 @@ pub struct Scenario {
     #[serde(default = "default_seed")]
     pub seed: u64,
     /// Simulated time after which a run stops even if flows are unfinished (they are
-    /// reported as such).
+    /// reported as such). At most one hour.
     #[serde(default = "default_time_limit_us")]
     pub time_limit_us: f64,
     pub topology: TopologySpec,
@@ -164,7 +164,7 @@ pub struct TransportConfig {
     /// The retransmit timeout exponent: 4.096 us x 2^timeout.
     pub timeout: u8,
     pub retry_cnt: u8,
-    /// PCIe/DMA latency added to every packet a host sends and receives.
+    /// PCIe/DMA latency added to every packet a host sends and receives (at most 1 s).
     pub nic_delay_ns: u64,
 }
 
@@ -229,7 +229,7 @@ impl CcConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OutputConfig {
-    /// Queue lengths and link throughput are sampled this often.
+    /// Queue lengths and link throughput are sampled this often (1 ns to one hour).
     pub sample_interval_us: f64,
     /// Per-flow throughput over time is recorded when the workload has at most this many
     /// flows (it costs a lookup per packet).
@@ -291,9 +291,12 @@ impl Scenario {
     /// Checks what the types alone do not.
     pub fn check(&self) -> Result<(), ScenarioError> {
         let bad = |m: String| Err(ScenarioError::Invalid(m));
-        if !(self.time_limit_us.is_finite() && self.time_limit_us > 0.0) {
+        // Written so that NaN fails too.
+        let max_us = (crate::MAX_TIME_NS / 1_000) as f64;
+        if !(self.time_limit_us > 0.0 && self.time_limit_us <= max_us) {
             return bad(format!(
-                "time_limit_us: expected a positive number of microseconds, got {}",
+                "time_limit_us: expected a positive number of microseconds, at most {max_us} \
+                 (one hour), got {}",
                 self.time_limit_us
             ));
         }
@@ -357,6 +360,13 @@ impl Scenario {
                 t.timeout
             ));
         }
+        if t.nic_delay_ns > crate::MAX_DELAY_NS {
+            return bad(format!(
+                "transport.nic_delay_ns: expected at most {} (one second), got {}",
+                crate::MAX_DELAY_NS,
+                t.nic_delay_ns
+            ));
+        }
         if t.retry_cnt > 7 {
             return bad(format!(
                 "transport.retry_cnt: expected 0 ..= 7, got {}",
@@ -364,9 +374,10 @@ impl Scenario {
             ));
         }
         let o = &self.output;
-        if !(o.sample_interval_us.is_finite() && o.sample_interval_us > 0.0) {
+        // Samples are taken on whole nanoseconds.
+        if !(o.sample_interval_us >= 0.001 && o.sample_interval_us <= max_us) {
             return bad(format!(
-                "output.sample_interval_us: expected a positive number, got {}",
+                "output.sample_interval_us: expected 0.001 (one nanosecond) ..= {max_us}, got {}",
                 o.sample_interval_us
             ));
         }

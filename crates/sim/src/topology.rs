@@ -445,7 +445,7 @@ pub enum TopologySpec {
         host_link_gbps: f64,
         /// Rate of the link between the two switches.
         bottleneck_gbps: f64,
-        /// Propagation delay of every link.
+        /// Propagation delay of every link (at most 1 s).
         #[serde(default = "default_delay_ns")]
         link_delay_ns: u64,
     },
@@ -455,7 +455,7 @@ pub enum TopologySpec {
         hosts: u32,
         /// Rate of each host's link.
         link_gbps: f64,
-        /// Propagation delay of every link.
+        /// Propagation delay of every link (at most 1 s).
         #[serde(default = "default_delay_ns")]
         link_delay_ns: u64,
     },
@@ -476,7 +476,7 @@ pub enum TopologySpec {
         /// A leaf's host capacity over its spine capacity; only used to derive the fabric rate.
         #[serde(default = "default_oversubscription")]
         oversubscription: f64,
-        /// Propagation delay of every link.
+        /// Propagation delay of every link (at most 1 s).
         #[serde(default = "default_delay_ns")]
         link_delay_ns: u64,
     },
@@ -504,7 +504,7 @@ pub enum TopologySpec {
         /// Rate of each ToR-agg and agg-core link.
         #[serde(default = "default_fat_tree_fabric_gbps")]
         fabric_link_gbps: f64,
-        /// Propagation delay of every link.
+        /// Propagation delay of every link (at most 1 s).
         #[serde(default = "default_delay_ns")]
         link_delay_ns: u64,
     },
@@ -529,7 +529,7 @@ pub enum TopologySpec {
         /// Rate of each link between groups; `host_link_gbps` when absent.
         #[serde(default)]
         global_link_gbps: Option<f64>,
-        /// Propagation delay of every link.
+        /// Propagation delay of every link (at most 1 s).
         #[serde(default = "default_delay_ns")]
         link_delay_ns: u64,
     },
@@ -569,6 +569,18 @@ fn default_links_per_group_pair() -> u32 {
 impl TopologySpec {
     /// Builds the fabric, or says which field makes the shape impossible.
     pub fn build(&self) -> Result<Topology, TopologyError> {
+        let (Self::Dumbbell { link_delay_ns, .. }
+        | Self::Star { link_delay_ns, .. }
+        | Self::LeafSpine { link_delay_ns, .. }
+        | Self::FatTree { link_delay_ns, .. }
+        | Self::Dragonfly { link_delay_ns, .. }) = *self;
+        if link_delay_ns > crate::MAX_DELAY_NS {
+            return Err(TopologyError::new(format!(
+                "{}: link_delay_ns ({link_delay_ns}) must be at most {} (one second)",
+                self.name(),
+                crate::MAX_DELAY_NS
+            )));
+        }
         match *self {
             Self::Dumbbell {
                 hosts_per_side,
@@ -1644,6 +1656,14 @@ mod tests {
             (
                 "kind = \"dragonfly\"\ngroups = 100000\nrouters_per_group = 100000\nhosts_per_router = 1\nhost_link_gbps = 1",
                 "more than a node id can number",
+            ),
+            (
+                "kind = \"star\"\nhosts = 2\nlink_gbps = 1\nlink_delay_ns = 1000000001",
+                "star: link_delay_ns (1000000001) must be at most 1000000000 (one second)",
+            ),
+            (
+                "kind = \"fat-tree\"\nlink_delay_ns = 18446744073709551615",
+                "fat-tree: link_delay_ns (18446744073709551615) must be at most",
             ),
         ];
         for (text, want) in cases {

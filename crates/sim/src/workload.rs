@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use sluice_core::Rng;
 
-use crate::{Flow, NodeId};
+use crate::{Flow, MAX_FLOW_BYTES, MAX_TIME_NS, NodeId};
 
 /// The most flows one workload may produce. A flow takes 40 bytes here and more in the
 /// simulator, so this keeps a mistyped load or duration from exhausting memory.
@@ -216,10 +216,10 @@ impl Cdf {
             let bytes = parse_number(bytes, "size_bytes").map_err(|m| line_error(line, m))?;
             let percent =
                 parse_number(percent, "cumulative_percent").map_err(|m| line_error(line, m))?;
-            if bytes < 0.0 {
+            if !(0.0..=MAX_FLOW_BYTES as f64).contains(&bytes) {
                 return Err(line_error(
                     line,
-                    format!("size_bytes must be >= 0, found {bytes}"),
+                    format!("size_bytes must be 0 ..= {MAX_FLOW_BYTES}, found {bytes}"),
                 ));
             }
             match points.last() {
@@ -418,8 +418,12 @@ fn invalid(kind: &'static str, field: &'static str, message: String) -> Workload
 }
 
 fn check_bytes(kind: &'static str, bytes: u64) -> Result<(), WorkloadError> {
-    if bytes == 0 {
-        return Err(invalid(kind, "bytes", "must be at least 1".to_owned()));
+    if !(1..=MAX_FLOW_BYTES).contains(&bytes) {
+        return Err(invalid(
+            kind,
+            "bytes",
+            format!("must be 1 ..= {MAX_FLOW_BYTES}, found {bytes}"),
+        ));
     }
     Ok(())
 }
@@ -464,12 +468,14 @@ fn poisson(
         ));
     }
     let duration_ns = duration_us * 1e3;
-    // Below 2^63 ns (292 years), so rounded arrival times fit a u64 exactly enough.
-    if !(duration_ns > 0.0 && duration_ns < 9.2e18) {
+    if !(duration_ns > 0.0 && duration_ns <= MAX_TIME_NS as f64) {
         return Err(invalid(
             KIND,
             "duration_us",
-            format!("must be a positive number of microseconds, found {duration_us}"),
+            format!(
+                "must be a positive number of microseconds, at most {}, found {duration_us}",
+                MAX_TIME_NS / 1_000
+            ),
         ));
     }
     if host_link_bps == 0 {
@@ -551,6 +557,13 @@ fn incast(
         ));
     }
     check_bytes(KIND, bytes)?;
+    if start_ns > MAX_TIME_NS {
+        return Err(invalid(
+            KIND,
+            "start_ns",
+            format!("must be at most {MAX_TIME_NS} (one hour), found {start_ns}"),
+        ));
+    }
     Ok((0..hosts)
         .filter(|&host| host != receiver)
         .take(senders as usize)
@@ -682,8 +695,17 @@ fn parse_flow_list(text: &str, origin: &str, hosts: u32) -> Result<Vec<Flow>, Wo
                 format!("src and dst are both {src}: a flow must cross the network"),
             ));
         }
-        if bytes == 0 {
-            return Err(line_error(line, "bytes must be at least 1".to_owned()));
+        if !(1..=MAX_FLOW_BYTES).contains(&bytes) {
+            return Err(line_error(
+                line,
+                format!("bytes must be 1 ..= {MAX_FLOW_BYTES}, found {bytes}"),
+            ));
+        }
+        if start_ns > MAX_TIME_NS {
+            return Err(line_error(
+                line,
+                format!("start_ns must be at most {MAX_TIME_NS} (one hour), found {start_ns}"),
+            ));
         }
         if flows.len() as u64 >= MAX_FLOWS {
             return Err(line_error(
@@ -869,7 +891,14 @@ mod tests {
                 "line 2: size_bytes must be a finite number",
             ),
             ("0 0\n100 50 7\n200 100", "line 2: expected two numbers"),
-            ("-5 0\n100 100", "line 1: size_bytes must be >= 0"),
+            (
+                "-5 0\n100 100",
+                "line 1: size_bytes must be 0 ..= 274877906944",
+            ),
+            (
+                "0 0\n274877906945 100",
+                "line 2: size_bytes must be 0 ..= 274877906944, found 274877906945",
+            ),
             (
                 "0 0\n100 150\n",
                 "line 2: cumulative_percent must be at most 100",
@@ -998,6 +1027,10 @@ mod tests {
                 poisson_spec("websearch", 0.5, -3.0),
                 "`duration_us` must be a positive",
             ),
+            (
+                poisson_spec("websearch", 0.5, 3.6e9 + 1.0),
+                "`duration_us` must be a positive number of microseconds, at most 3600000000",
+            ),
             (poisson_spec("nope", 0.5, 100.0), "`nope` is not a builtin"),
         ];
         for (spec, expected) in cases {
@@ -1072,7 +1105,8 @@ mod tests {
             .generate(4, BPS, 0, Path::new("."))
             .unwrap_err();
         assert!(
-            err.to_string().contains("`bytes` must be at least 1"),
+            err.to_string()
+                .contains("`bytes` must be 1 ..= 274877906944, found 0"),
             "{err}"
         );
     }
@@ -1157,17 +1191,31 @@ mod tests {
         };
         assert_eq!(gen_flows(&all, 8, 0).len(), 7);
         let bad = [
-            (8, 1, 0, "`senders` must be 1 ..= 7"),
-            (0, 1, 0, "`senders` must be 1 ..= 7"),
-            (3, 1, 8, "`receiver` must be a host"),
-            (3, 0, 0, "`bytes` must be at least 1"),
+            (8, 1, 0, 0, "`senders` must be 1 ..= 7"),
+            (0, 1, 0, 0, "`senders` must be 1 ..= 7"),
+            (3, 1, 8, 0, "`receiver` must be a host"),
+            (3, 0, 0, 0, "`bytes` must be 1 ..= 274877906944, found 0"),
+            (
+                3,
+                (1 << 38) + 1,
+                0,
+                0,
+                "`bytes` must be 1 ..= 274877906944, found 274877906945",
+            ),
+            (
+                3,
+                1,
+                0,
+                3_600_000_000_001,
+                "`start_ns` must be at most 3600000000000",
+            ),
         ];
-        for (senders, bytes, receiver, expected) in bad {
+        for (senders, bytes, receiver, start_ns, expected) in bad {
             let spec = WorkloadSpec::Incast {
                 senders,
                 bytes,
                 receiver,
-                start_ns: 0,
+                start_ns,
             };
             let err = spec
                 .generate(8, BPS, 0, Path::new("."))
@@ -1209,7 +1257,18 @@ mod tests {
             ("0 4 10 0\n", "line 1: dst 4 is not a host"),
             ("\n\n9 1 10 0\n", "line 3: src 9 is not a host"),
             ("1 1 10 0\n", "line 1: src and dst are both 1"),
-            ("0 1 0 0\n", "line 1: bytes must be at least 1"),
+            (
+                "0 1 0 0\n",
+                "line 1: bytes must be 1 ..= 274877906944, found 0",
+            ),
+            (
+                "0 1 274877906945 0\n",
+                "line 1: bytes must be 1 ..= 274877906944, found 274877906945",
+            ),
+            (
+                "0 1 1 3600000000001\n",
+                "line 1: start_ns must be at most 3600000000000 (one hour)",
+            ),
             ("0 -1 10 0\n", "line 1: dst must be a non-negative integer"),
         ];
         for (text, expected) in bad {

@@ -305,6 +305,14 @@ fn bad_scenarios_are_refused_with_the_field_named() {
             "label",
         ),
         ("[output]\nsample_interval_us = 0\n", "sample_interval_us"),
+        (
+            "[output]\nsample_interval_us = 0.0009\n",
+            "sample_interval_us: expected 0.001 (one nanosecond)",
+        ),
+        (
+            "[transport]\nnic_delay_ns = 1000000001\n",
+            "nic_delay_ns: expected at most 1000000000",
+        ),
     ];
     for (extra, needle) in cases {
         let err = Scenario::parse(&format!("{base}{extra}"), Path::new("."))
@@ -313,6 +321,16 @@ fn bad_scenarios_are_refused_with_the_field_named() {
         assert!(
             err.contains(needle),
             "`{extra}` gave `{err}`, without `{needle}`"
+        );
+    }
+    // Top-level keys go before the tables.
+    for limit in ["0", "-1", "nan", "3600000001"] {
+        let err = Scenario::parse(&format!("time_limit_us = {limit}\n{base}"), Path::new("."))
+            .expect_err(limit)
+            .to_string();
+        assert!(
+            err.contains("time_limit_us: expected a positive number of microseconds, at most"),
+            "time_limit_us = {limit} gave `{err}`"
         );
     }
     let err = Scenario::parse("[topology]\nkind = \"ring\"\n", Path::new("."))
