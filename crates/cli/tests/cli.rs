@@ -310,9 +310,39 @@ fn sim_run_writes_the_summary_the_csvs_and_the_plots() {
     }
     let flows = std::fs::read_to_string(dir.join("flows.csv")).unwrap();
     assert_eq!(flows.lines().count(), 1 + 6 * 16);
-    for svg in ["fct_slowdown.svg", "queue.svg", "throughput.svg"] {
+    for svg in [
+        "fct_slowdown.svg",
+        "fct_slowdown_p50.svg",
+        "queue.svg",
+        "throughput.svg",
+    ] {
         let text = std::fs::read_to_string(dir.join(svg)).unwrap();
         assert!(text.starts_with("<svg") && text.contains("hpcc"), "{svg}");
+    }
+    // Every time series names its columns and has rows for every law.
+    for (csv, header) in [
+        (
+            "timeseries.csv",
+            "algorithm,time_ns,max_queue_bytes,total_queue_bytes,goodput_gbps",
+        ),
+        ("flow_throughput.csv", "algorithm,time_ns,flow,gbps"),
+        ("ports.csv", "algorithm,time_ns,port,queue_bytes,gbps"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(csv)).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(header), "{csv}");
+        let columns = header.split(',').count();
+        let rows: Vec<&str> = lines.collect();
+        assert!(
+            rows.iter().all(|r| r.split(',').count() == columns),
+            "{csv}"
+        );
+        for law in ["none", "dcqcn", "dctcp", "timely", "swift", "hpcc"] {
+            assert!(
+                rows.iter().any(|r| r.starts_with(&format!("{law},"))),
+                "{csv} has no rows for {law}"
+            );
+        }
     }
 }
 

@@ -33,16 +33,7 @@ fn one_flow_alone_gets_line_rate_and_the_ideal_fct() {
     let f = &r.flows[0];
     assert_eq!((f.src, f.dst), (0, 1));
     let fct = f.fct_ns().expect("completed");
-    assert!(
-        fct >= f.ideal_ns,
-        "faster than ideal: {fct} < {}",
-        f.ideal_ns
-    );
-    assert!(
-        fct as f64 <= f.ideal_ns as f64 * 1.001,
-        "fct {fct} ns vs ideal {} ns",
-        f.ideal_ns
-    );
+    assert_eq!(fct, f.ideal_ns, "measured FCT vs ideal, ns");
     // Payload rate: 40 Gbit/s x 1024 / (1024 + 82): Ethernet 38 with preamble and gap, IP 20,
     // UDP 8, BTH 12, ICRC 4.
     let goodput = 4_000_000.0 * 8.0 / fct as f64;
@@ -150,10 +141,11 @@ fn pfc_caps_the_queue_that_would_grow() {
     let free = two_to_one("", "none");
     let pfc = two_to_one("pfc = { xoff_bytes = 100000, xon_bytes = 80000 }", "none");
     let peak = |r: &sluice_sim::RunResult| r.series.max_queue_bytes.iter().copied().max().unwrap();
-    // Each ingress may hold xoff plus what arrives while the pause travels back (about
-    // 2 us x 100 Gbit/s = 25 KB): two senders, under 2 x 130 KB.
+    // Each ingress fills to xoff before it pauses its sender, and may hold what arrives
+    // while the pause travels back (about 2 us x 100 Gbit/s = 25 KB): two senders, between
+    // 2 x 100 KB and 2 x 130 KB.
     assert!(
-        peak(&pfc) < 260_000,
+        (200_000..260_000).contains(&peak(&pfc)),
         "PFC let the queue reach {} B",
         peak(&pfc)
     );
@@ -177,7 +169,10 @@ fn ecn_marks_bring_dctcp_to_the_marking_threshold() {
     );
     let settled = settled_queue(&r);
     assert!(r.counters.ecn_marks > 0 && r.counters.cnps > 0);
-    assert!(settled < 200_000, "settled at {settled} B");
+    assert!(
+        (40_000..100_000).contains(&settled),
+        "settled at {settled} B"
+    );
     assert_eq!(completed(&r), 2);
 }
 
@@ -189,6 +184,9 @@ fn dynamic_thresholds_drop_without_pfc_and_the_flows_recover() {
     assert!(r.counters.retransmissions > 0);
     assert_eq!(completed(&r), 2);
     let peak = r.series.max_queue_bytes.iter().copied().max().unwrap();
-    // alpha = 1: one queue may hold at most half the buffer.
-    assert!(peak <= 100_000 + 1200, "queue {peak} B over the threshold");
+    // alpha = 1: one queue may hold at most half the buffer, and drops begin only there.
+    assert!(
+        (95_000..=100_000 + 1200).contains(&peak),
+        "queue peaked at {peak} B, the threshold is 100000 B"
+    );
 }
