@@ -244,11 +244,11 @@ pub fn write_all(dir: &Path, scenario: &str, runs: &[RunResult]) -> std::io::Res
     // One chart per percentile: one colour per algorithm (the palette has eight).
     std::fs::write(
         dir.join("fct_slowdown.svg"),
-        slowdown_chart(runs, 99).to_svg(),
+        slowdown_chart(runs, "p99", |s| s.p99).to_svg(),
     )?;
     std::fs::write(
         dir.join("fct_slowdown_p50.svg"),
-        slowdown_chart(runs, 50).to_svg(),
+        slowdown_chart(runs, "p50", |s| s.p50).to_svg(),
     )?;
     std::fs::write(dir.join("queue.svg"), queue_chart(runs).to_svg())?;
     std::fs::write(dir.join("throughput.svg"), throughput_chart(runs).to_svg())?;
@@ -346,7 +346,8 @@ fn flow_series_csv(runs: &[RunResult]) -> String {
 }
 
 /// The `percentile` (50 or 99) slowdown by flow-size bucket, one line per algorithm.
-fn slowdown_chart(runs: &[RunResult], percentile: u32) -> Chart {
+/// The `percentile` (named for the titles, read by `pick`) of each size bucket, per law.
+fn slowdown_chart(runs: &[RunResult], percentile: &str, pick: fn(&Slowdown) -> f64) -> Chart {
     let series = runs
         .iter()
         .map(|r| {
@@ -362,7 +363,7 @@ fn slowdown_chart(runs: &[RunResult], percentile: u32) -> Chart {
                     } else {
                         BUCKETS[i].0 as f64
                     };
-                    Some((x, if percentile == 50 { v.p50 } else { v.p99 }))
+                    Some((x, pick(&v)))
                 })
                 .collect();
             Line {
@@ -372,9 +373,9 @@ fn slowdown_chart(runs: &[RunResult], percentile: u32) -> Chart {
         })
         .collect();
     Chart {
-        title: format!("FCT slowdown by flow size, p{percentile}"),
+        title: format!("FCT slowdown by flow size, {percentile}"),
         x_label: "flow size, bytes (bucket upper bound)".into(),
-        y_label: format!("p{percentile} FCT slowdown"),
+        y_label: format!("{percentile} FCT slowdown"),
         x_log: true,
         y_log: true,
         series,

@@ -189,7 +189,8 @@ impl Default for TransportConfig {
 #[serde(deny_unknown_fields)]
 pub struct CcConfig {
     pub name: String,
-    /// What reports call it (default: the name); two entries of one law need two labels.
+    /// What reports call it (default: the name); two entries of one law need two labels. It
+    /// names CSV rows, so it has no commas, quotes or control characters.
     pub label: Option<String>,
     #[serde(default)]
     pub params: toml::Table,
@@ -394,6 +395,17 @@ impl Scenario {
                 &sluice_control::registry::Mode::Inline,
             )
             .map_err(|e| ScenarioError::Invalid(format!("cc: {e}")))?;
+            // Labels name rows of the CSV files, unquoted.
+            if cc.label().is_empty()
+                || cc
+                    .label()
+                    .contains(|c: char| c == ',' || c == '"' || c.is_control())
+            {
+                return bad(format!(
+                    "cc: label {:?} must be non-empty, without commas, quotes or control characters",
+                    cc.label()
+                ));
+            }
             if labels.contains(&cc.label()) {
                 return bad(format!(
                     "cc: two entries are labelled `{}`; give one a distinct `label`",

@@ -306,6 +306,18 @@ fn bad_scenarios_are_refused_with_the_field_named() {
         ),
         ("[output]\nsample_interval_us = 0\n", "sample_interval_us"),
         (
+            "[[cc]]\nname = \"dcqcn\"\nlabel = \"dcqcn,fast\"\n",
+            "without commas",
+        ),
+        (
+            "[[cc]]\nname = \"dcqcn\"\nlabel = \"a\\nb\"\n",
+            "without commas",
+        ),
+        (
+            "[[cc]]\nname = \"dcqcn\"\nlabel = \"\"\n",
+            "must be non-empty",
+        ),
+        (
             "[output]\nsample_interval_us = 0.0009\n",
             "sample_interval_us: expected 0.001 (one nanosecond)",
         ),
