@@ -564,11 +564,10 @@ impl<'a> Network<'a> {
 
     /// Creates and connects the two queue pairs of a flow and posts its WRITEs.
     fn open_flow(&mut self, f: &Flow) -> Result<(), sluice_core::Error> {
-        let t = &self.scenario.transport;
         let mut qp = [QpNum(0); 2];
         for (i, h) in [f.src, f.dst].into_iter().enumerate() {
             let host = &mut self.hosts[h as usize];
-            qp[i] = host.engine.create_qp(QpConfig {
+            let created = host.engine.create_qp(QpConfig {
                 pd: host.pd,
                 send_cq: host.cq,
                 recv_cq: host.cq,
@@ -576,8 +575,25 @@ impl<'a> Network<'a> {
                     max_send_wr: SEND_QUEUE_DEPTH,
                     ..QpCaps::default()
                 },
-            })?;
+            });
+            match created {
+                Ok(q) => qp[i] = q,
+                Err(e) => {
+                    if i == 1 {
+                        let _ = self.hosts[f.src as usize].engine.destroy_qp(qp[0]);
+                    }
+                    return Err(e);
+                }
+            }
         }
+        // From here on close_flow releases both, whatever fails next.
+        self.flows[f.id as usize].qps = Some((qp[0], qp[1]));
+        if self.flow_series() {
+            let key = (f.dst, qp[1].0);
+            let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
+            self.flow_of_qp.insert(at, (key, f.id));
+        }
+        let t = &self.scenario.transport;
         for (i, (me, peer)) in [(f.src, f.dst), (f.dst, f.src)].into_iter().enumerate() {
             let c = Connection {
                 timeout: t.timeout,
@@ -597,13 +613,6 @@ impl<'a> Network<'a> {
                 )
             };
             self.hosts[me as usize].engine.connect(qp[i], &c)?;
-        }
-        let state = &mut self.flows[f.id as usize];
-        state.qps = Some((qp[0], qp[1]));
-        if self.flow_series() {
-            let key = (f.dst, qp[1].0);
-            let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
-            self.flow_of_qp.insert(at, (key, f.id));
         }
         let (src_mr, dst_mr) = (self.hosts[f.src as usize].mr, self.hosts[f.dst as usize].mr);
         let mut left = f.bytes;
