@@ -36,7 +36,7 @@ use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Gate, Law};
 
 use crate::params::{
-    ParamError, ParamInfo, Params, parse_f64_in, parse_u64, parse_u64_in, unknown,
+    ParamError, ParamInfo, Params, parse_f64_in, parse_u64, parse_u64_in, unknown, us_to_ns,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,10 +140,10 @@ impl Credit {
     pub fn new(p: CreditParams) -> Credit {
         Credit {
             unscheduled: p.unscheduled_bytes,
-            base_rtt: Duration::from_nanos((p.base_rtt_us * 1e3) as u64),
+            base_rtt: Duration::from_nanos(us_to_ns(p.base_rtt_us)),
             quantum: p.grant_quantum_bytes.max(1),
             downlink_bps: ((p.downlink_gbps * 1e9) as u64).max(1),
-            stall: Duration::from_nanos((p.stall_us * 1e3) as u64),
+            stall: Duration::from_nanos(us_to_ns(p.stall_us)),
             next_grant_at: Instant::ZERO,
         }
     }

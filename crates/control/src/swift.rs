@@ -49,6 +49,7 @@ use sluice_core::control::{Actions, Event, EventKind, EventMask, Law, NakKind};
 
 use crate::params::{
     ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u32, unknown,
+    us_to_ns,
 };
 
 /// Swift's parameters. The paper gives the equations but, in what could be checked here,
@@ -250,7 +251,7 @@ impl Swift {
             min_cwnd,
             max_cwnd: finite(p.max_cwnd).max(min_cwnd),
             init_cwnd: finite(p.init_cwnd),
-            base_rtt_ns: ((finite(p.base_rtt_us) * 1e3) as u64).max(1),
+            base_rtt_ns: us_to_ns(finite(p.base_rtt_us)).max(1),
             retx_reset: p.retx_reset,
         }
     }
