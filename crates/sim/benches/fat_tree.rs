@@ -1,8 +1,9 @@
 //! The simulator's speed on the HPCC paper's fat-tree (320 hosts, 100/400 Gbit/s, web
 //! search at 30% load): events per second of wall time, wall time per simulated
 //! millisecond, and peak memory, beside a baseline measured in the same run: the bare event
-//! queue, churned at the same occupancy with the same kind of near-future times (the most
-//! any simulator built on it could do).
+//! queue, holding as many events as the run's peak of packets in flight (about one pending
+//! event each) and churned with the same kind of near-future times (the most any simulator
+//! built on it could do).
 //!
 //! `cargo bench -p sluice-sim --bench fat_tree`; `SLUICE_SIM_BENCH_US` sets the arrival
 //! window (default 1000 us), `SLUICE_SIM_BENCH_CC` the law (default hpcc);

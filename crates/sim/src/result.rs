@@ -55,9 +55,11 @@ pub struct FabricCounters {
 /// A port's identity in reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortId {
+    /// The node, and the port's index among its ports (as in `Topology::nodes`).
     pub node: NodeId,
     pub port: u16,
-    /// "tor3.p17"-style name.
+    /// The node's role and id, the port, and the node at the other end, as in
+    /// "tor21.p17->agg37".
     pub name: String,
 }
 

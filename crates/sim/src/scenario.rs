@@ -62,7 +62,8 @@ fn default_cc() -> Vec<CcConfig> {
 pub enum Routing {
     /// Per flow: a hash of the 5-tuple (the UDP source port is the entropy).
     Ecmp,
-    /// Per packet, uniformly at random among the shortest paths.
+    /// Per packet and per hop: each switch picks uniformly at random among its ports on a
+    /// shortest path.
     Spray,
     /// Per flowlet: a flow may change path after a gap of `flowlet_gap_us`.
     Flowlet,

@@ -374,7 +374,8 @@ impl Topology {
 
     /// The ports one packet crosses from host `src` to host `dst` taking the first candidate
     /// at every node (for ideal flow-completion times), starting with `src`'s port 0. Empty
-    /// when `src == dst`, when `dst` is unreachable, or when `routes` is not this fabric's.
+    /// when `src == dst` or when `dst` is unreachable. `routes` must be this fabric's: with
+    /// another's the walk still ends, but what it returns means nothing.
     pub fn path(&self, routes: &Routes, src: NodeId, dst: NodeId) -> Vec<Port> {
         let mut path = Vec::new();
         let mut node = src;

@@ -194,6 +194,8 @@ fn every_topology_and_workload_kind_runs() {
         "kind = \"all-to-all\"\nbytes = 20000",
         "kind = \"all-reduce\"\nbytes = 400000",
         "kind = \"poisson\"\ncdf = \"hadoop\"\nload = 0.3\nduration_us = 50",
+        "kind = \"incast\"\nsenders = 5\nbytes = 50000\nreceiver = 2",
+        "kind = \"file\"\npath = \"crates/sim/tests/data/staggered-small.txt\"",
     ];
     for topology in topologies {
         for workload in workloads {
