@@ -200,6 +200,7 @@ pub struct Network<'a> {
     /// Copies of what every packet reads (kept by value: one load, not a chain).
     hosts_count: u32,
     switch: SwitchConfig,
+    flowlet_gap_ps: Ps,
     seed: u64,
     cc: &'a CcConfig,
     topo: &'a Topology,
@@ -359,14 +360,14 @@ impl<'a> Network<'a> {
                 _ => events.push(f.start_ns * PS_PER_NS, Ev::FlowStart(f.id)),
             }
         }
-        let interval = (scenario.output.sample_interval_us * PS_PER_US as f64) as Ps;
-        events.push(interval.max(1), Ev::Sample);
-        let switch_ports = (topo.hosts as usize..topo.nodes.len())
-            .map(|n| topo.nodes[n].len())
-            .sum::<usize>();
+        // Samples fall on whole nanoseconds, the series' unit.
+        let interval_ns = ((scenario.output.sample_interval_us * 1e3).round() as u64).max(1);
+        events.push(interval_ns * PS_PER_NS, Ev::Sample);
+        // Hosts have one port each, and come first.
+        let switch_ports = total_ports - topo.hosts;
         let port_series = switch_ports <= 256;
         let mut series = Series {
-            interval_ns: interval / PS_PER_NS,
+            interval_ns,
             ..Series::default()
         };
         if port_series {
@@ -384,6 +385,7 @@ impl<'a> Network<'a> {
             scenario,
             hosts_count: topo.hosts,
             switch: scenario.switch.clone(),
+            flowlet_gap_ps: (scenario.switch.flowlet_gap_us * PS_PER_US as f64) as Ps,
             seed: scenario.seed,
             cc,
             topo,
@@ -453,7 +455,7 @@ impl<'a> Network<'a> {
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 {
-                        let next = self.now + self.series.interval_ns.max(1) * PS_PER_NS;
+                        let next = self.now + self.series.interval_ns * PS_PER_NS;
                         self.events.push(next, Ev::Sample);
                     }
                 }
@@ -502,8 +504,7 @@ impl<'a> Network<'a> {
             .flat_map(|n| (0..self.topo.nodes[n as usize].len() as u16).map(move |p| (n, p)))
             .map(|(n, p)| PortPeak {
                 port: port_id(self.topo, n, p),
-                max_queue_bytes: self.ports[(self.port_base[n as usize] + u32::from(p)) as usize]
-                    .max_queue,
+                max_queue_bytes: self.ports[self.port_index(n, p)].max_queue,
             })
             .filter(|p| p.max_queue_bytes > 0)
             .collect();
@@ -904,22 +905,25 @@ impl<'a> Network<'a> {
             1 => return Some(cands[0]),
             _ => {}
         }
-        let p = &self.packets[pkt as usize];
-        let flow_hash = hash(
-            (u64::from(p.src) << 40)
-                ^ (u64::from(p.dst) << 16)
-                ^ u64::from(p.src_port)
-                ^ (u64::from(node) << 56)
-                ^ self.seed,
-        );
+        // The flow's 5-tuple hashed with the switch's id (spraying does not need it).
+        let flow_hash = || {
+            let p = &self.packets[pkt as usize];
+            hash(
+                (u64::from(p.src) << 40)
+                    ^ (u64::from(p.dst) << 16)
+                    ^ u64::from(p.src_port)
+                    ^ (u64::from(node) << 56)
+                    ^ self.seed,
+            )
+        };
         let n = cands.len() as u64;
         let pick = match self.switch.routing {
-            Routing::Ecmp => (flow_hash % n) as usize,
+            Routing::Ecmp => (flow_hash() % n) as usize,
             Routing::Spray => self.rng.below(n) as usize,
             Routing::Adaptive => {
                 // Shortest queue; ties go to the flow's ECMP choice, then onwards, so that
                 // idle fabrics still spread flows.
-                let start = (flow_hash % n) as usize;
+                let start = (flow_hash() % n) as usize;
                 (0..cands.len())
                     .map(|k| (start + k) % cands.len())
                     .min_by_key(|&k| {
@@ -929,11 +933,10 @@ impl<'a> Network<'a> {
                     .unwrap_or(start)
             }
             Routing::Flowlet => {
-                let gap = (self.switch.flowlet_gap_us * PS_PER_US as f64) as Ps;
                 let s = (node - self.hosts_count) as usize;
-                let slot = (flow_hash as usize) % FLOWLET_SLOTS;
+                let slot = (flow_hash() as usize) % FLOWLET_SLOTS;
                 let (last, port) = self.flowlets[s][slot];
-                let keep = port != u16::MAX && self.now.saturating_sub(last) <= gap;
+                let keep = port != u16::MAX && self.now.saturating_sub(last) <= self.flowlet_gap_ps;
                 let choice = if keep {
                     cands.iter().position(|&c| c == port).unwrap_or(0)
                 } else {
@@ -976,11 +979,14 @@ impl<'a> Network<'a> {
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        // A packet that kick() would pick at once (an idle port with nothing ahead of it
-        // in its class's order) skips the queue; the accounting is the same.
-        let at_once = !st.busy
-            && st.queue[CONTROL].is_empty()
-            && (class == CONTROL || (!st.paused && st.queue[DATA].is_empty()));
+        // An idle switch port has nothing queued but paused data: whatever it could send it
+        // started when it became free (TxDone) or was resumed (PFC), and either event kicks
+        // it again. So a packet it may send now goes at once, skipping the queue (the
+        // accounting is the same), and one it may not waits for those events.
+        debug_assert!(
+            st.busy || (st.queue[CONTROL].is_empty() && (st.paused || st.queue[DATA].is_empty()))
+        );
+        let at_once = !st.busy && (class == CONTROL || !st.paused);
         if !at_once {
             st.queue[class].push_back(&mut self.packets, pkt);
         }
@@ -1000,8 +1006,6 @@ impl<'a> Network<'a> {
         }
         if at_once {
             self.transmit(node, out, class, pkt);
-        } else {
-            self.kick(node, out);
         }
     }
 
@@ -1065,18 +1069,16 @@ impl<'a> Network<'a> {
         let interval_s = s.interval_ns as f64 * 1e-9;
         s.times_ns.push(self.now / PS_PER_NS);
         let (mut max_q, mut total_q) = (0, 0);
-        let first_switch_port = self.port_base.get(self.topo.hosts as usize).copied();
-        for (i, st) in self.ports.iter_mut().enumerate() {
+        // Hosts have one port each, and come first.
+        for st in &mut self.ports[self.hosts_count as usize..] {
             let q = st.queued[DATA] + st.queued[CONTROL];
-            let sent = st.tx_bytes - st.sampled_tx;
-            st.sampled_tx = st.tx_bytes;
-            if first_switch_port.is_some_and(|f| i as u32 >= f) {
-                max_q = max_q.max(q);
-                total_q += q;
-                if port_series {
-                    s.port_queue_bytes.push(q);
-                    s.port_bps.push(sent as f64 * 8.0 / interval_s);
-                }
+            max_q = max_q.max(q);
+            total_q += q;
+            if port_series {
+                s.port_queue_bytes.push(q);
+                s.port_bps
+                    .push((st.tx_bytes - st.sampled_tx) as f64 * 8.0 / interval_s);
+                st.sampled_tx = st.tx_bytes;
             }
         }
         s.max_queue_bytes.push(max_q);
