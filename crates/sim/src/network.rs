@@ -279,6 +279,8 @@ pub enum RunError {
     Law(String, String),
     #[error("host {0}: {1}")]
     Engine(NodeId, sluice_core::Error),
+    #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
+    Mtu(u32),
 }
 
 impl<'a> Network<'a> {
@@ -291,10 +293,7 @@ impl<'a> Network<'a> {
         flows: &[Flow],
     ) -> Result<Network<'a>, RunError> {
         let t = &scenario.transport;
-        let mtu = Mtu::ALL
-            .into_iter()
-            .find(|m| m.bytes() == t.mtu)
-            .unwrap_or(Mtu::M1024);
+        let mtu = Mtu::from_bytes(t.mtu).ok_or(RunError::Mtu(t.mtu))?;
         let pairs = cc
             .param_pairs()
             .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;

@@ -2,18 +2,19 @@
 //! congestion-control algorithms on them, in parallel (each run is independent and
 //! single-threaded, so parallelism changes nothing in the results).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::network::{Network, RunError};
 use crate::result::RunResult;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ScenarioError};
 use crate::topology::TopologyError;
 use crate::workload::WorkloadError;
 
 /// A scenario could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
     #[error("topology: {0}")]
     Topology(#[from] TopologyError),
     #[error("workload: {0}")]
@@ -22,12 +23,14 @@ pub enum SimError {
     Run(#[from] RunError),
 }
 
-/// Runs every algorithm of `scenario`; `progress(algorithm index, simulated ns)` is called
-/// now and then from the runs' threads. Results come in the scenario's order.
+/// Runs every algorithm of `scenario` (checked first: its fields are public);
+/// `progress(algorithm index, simulated ns)` is called now and then from the runs' threads.
+/// Results come in the scenario's order.
 pub fn run_scenario(
     scenario: &Scenario,
     progress: &(dyn Fn(usize, u64) + Sync),
 ) -> Result<Vec<RunResult>, SimError> {
+    scenario.check()?;
     let topo = scenario.topology.build()?;
     let routes = topo.routes();
     let flows = scenario.workload.generate(
@@ -40,26 +43,39 @@ pub fn run_scenario(
     // back the ones after it.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<RunResult, RunError>>>> =
-        Mutex::new((0..scenario.cc.len()).map(|_| None).collect());
+    let mut results: Vec<Option<Result<RunResult, RunError>>> =
+        (0..scenario.cc.len()).map(|_| None).collect();
     std::thread::scope(|s| {
-        for _ in 0..threads.min(scenario.cc.len()) {
-            s.spawn(|| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(cc) = scenario.cc.get(index) else {
-                        return;
-                    };
-                    let run = Network::new(scenario, cc, &topo, &routes, &flows)
-                        .map(|n| n.run(|ns| progress(index, ns)));
-                    results.lock().expect("no run panics")[index] = Some(run);
-                }
-            });
+        let workers: Vec<_> = (0..threads.min(scenario.cc.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(cc) = scenario.cc.get(index) else {
+                            return done;
+                        };
+                        let run = Network::new(scenario, cc, &topo, &routes, &flows)
+                            .map(|n| n.run(|ns| progress(index, ns)));
+                        done.push((index, run));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            let done = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for (index, run) in done {
+                results[index] = Some(run);
+            }
         }
     });
-    let results = results.into_inner().expect("no run panics");
     results
         .into_iter()
-        .map(|r| r.expect("every run ran").map_err(SimError::from))
+        .map(|r| {
+            r.expect("every index is taken by one worker")
+                .map_err(SimError::from)
+        })
         .collect()
 }

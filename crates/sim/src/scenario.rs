@@ -341,7 +341,7 @@ impl Scenario {
             }
         }
         let t = &self.transport;
-        if sluice_core::Mtu::ALL.iter().all(|m| m.bytes() != t.mtu) {
+        if sluice_core::Mtu::from_bytes(t.mtu).is_none() {
             return bad(format!(
                 "transport.mtu: expected 256, 512, 1024, 2048 or 4096, got {}",
                 t.mtu

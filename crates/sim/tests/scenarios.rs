@@ -337,6 +337,13 @@ fn bad_scenarios_are_refused_with_the_field_named() {
             "`{extra}` gave `{err}`, without `{needle}`"
         );
     }
+    // A scenario changed after parsing is checked again before it runs.
+    let mut s = Scenario::parse(base, Path::new(".")).unwrap();
+    s.transport.mtu = 1000;
+    let err = sluice_sim::run_scenario(&s, &|_, _| {})
+        .expect_err("MTU 1000")
+        .to_string();
+    assert!(err.contains("transport.mtu"), "{err}");
     // Top-level keys go before the tables.
     for limit in ["0", "-1", "nan", "3600000001"] {
         let err = Scenario::parse(&format!("time_limit_us = {limit}\n{base}"), Path::new("."))
