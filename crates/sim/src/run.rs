@@ -35,7 +35,7 @@ pub fn run_scenario(
     let routes = topo.routes();
     let flows = scenario.workload.generate(
         topo.hosts,
-        scenario.topology.host_link_bps(),
+        topo.host_link_bps(),
         scenario.seed,
         &scenario.base_dir,
     )?;

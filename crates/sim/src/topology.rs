@@ -372,6 +372,16 @@ impl Topology {
         }
     }
 
+    /// The rate of the hosts' links in bit/s (every builder gives all hosts the same): host
+    /// 0's, or 0 in a fabric without hosts.
+    pub fn host_link_bps(&self) -> u64 {
+        self.nodes
+            .first()
+            .filter(|_| self.hosts > 0)
+            .and_then(|ports| ports.first())
+            .map_or(0, |link| link.bps)
+    }
+
     /// The ports one packet crosses from host `src` to host `dst` taking the first candidate
     /// at every node (for ideal flow-completion times), starting with `src`'s port 0. Empty
     /// when `src == dst` or when `dst` is unreachable. `routes` must be this fabric's: with
@@ -659,19 +669,6 @@ impl TopologySpec {
                 link_delay_ns,
             ),
         }
-    }
-
-    /// The rate of a host's link in bit/s, as `build` sets it (0 if that rate is invalid,
-    /// which `build` rejects).
-    pub fn host_link_bps(&self) -> u64 {
-        let gbps = match *self {
-            Self::Dumbbell { host_link_gbps, .. }
-            | Self::LeafSpine { host_link_gbps, .. }
-            | Self::FatTree { host_link_gbps, .. }
-            | Self::Dragonfly { host_link_gbps, .. } => host_link_gbps,
-            Self::Star { link_gbps, .. } => link_gbps,
-        };
-        gbps_to_bps(gbps).unwrap_or(0)
     }
 
     /// The kind, as written in the scenario: "dumbbell", "star", "leaf-spine", "fat-tree",
@@ -1129,8 +1126,8 @@ mod tests {
     fn hpcc_fat_tree_by_default() {
         let spec = parse(r#"kind = "fat-tree""#);
         assert_eq!(spec.name(), "fat-tree");
-        assert_eq!(spec.host_link_bps(), 100_000_000_000);
         let t = build(r#"kind = "fat-tree""#);
+        assert_eq!(t.host_link_bps(), 100_000_000_000);
         assert_eq!(t.hosts, 320);
         assert_eq!(t.switches(), 56);
         assert_eq!(t.node_count(), 376);
@@ -1526,7 +1523,7 @@ mod tests {
     fn toml_specs_parse_with_defaults() {
         let spec = parse(LEFT);
         assert_eq!(spec.name(), "dragonfly");
-        assert_eq!(spec.host_link_bps(), 200_000_000_000);
+        assert_eq!(spec.build().unwrap().host_link_bps(), 200_000_000_000);
         assert_eq!(
             parse(r#"kind = "fat-tree""#),
             TopologySpec::FatTree {
@@ -1571,8 +1568,8 @@ mod tests {
         "#,
         );
         assert_eq!(spec.name(), "leaf-spine");
-        assert_eq!(spec.host_link_bps(), 10_000_000_000);
-        let star = parse("kind = \"star\"\nhosts = 4\nlink_gbps = 0.0000000015");
+        assert_eq!(spec.build().unwrap().host_link_bps(), 10_000_000_000);
+        let star = build("kind = \"star\"\nhosts = 4\nlink_gbps = 0.0000000015");
         assert_eq!(star.host_link_bps(), 2); // 1.5 bit/s rounds to 2
     }
 
