@@ -740,9 +740,7 @@ fn trim_decimals(text: &str) -> String {
 
 /// A pixel coordinate or length with fixed precision, so output bytes are reproducible.
 fn num(v: f64) -> String {
-    let text = format!("{v:.2}");
-    let text = trim_decimals(&text);
-    if text == "-0" { "0".to_string() } else { text }
+    fixed(v, 2)
 }
 
 /// `text` made safe as XML character data or attribute value. Characters XML 1.0 forbids
