@@ -194,6 +194,17 @@ impl Topology {
         });
     }
 
+    /// Links every host to a switch, filling the switches from `first` on in order,
+    /// `per_switch` hosts each (host h goes to switch `first + h / per_switch`).
+    ///
+    /// # Panics
+    /// As [`Topology::link`], or if `per_switch` is 0.
+    pub fn attach_hosts(&mut self, first: NodeId, per_switch: u32, bps: u64, delay_ns: u64) {
+        for h in 0..self.hosts {
+            self.link(h, first + h / per_switch, bps, delay_ns);
+        }
+    }
+
     /// The number of non-host nodes.
     pub fn switches(&self) -> u32 {
         self.node_count().saturating_sub(self.hosts)
@@ -751,12 +762,9 @@ fn dumbbell(
     port_limit(K, "hosts_per_side + 1", u128::from(n) + 1)?;
 
     let mut t = Topology::new(nodes - 2);
-    let left = t.add_switch("switch");
-    let right = t.add_switch("switch");
-    for h in 0..t.hosts {
-        t.link(h, if h < n { left } else { right }, host_bps, delay_ns);
-    }
-    t.link(left, right, neck_bps, delay_ns);
+    let left = t.add_switches("switch", 2);
+    t.attach_hosts(left, n, host_bps, delay_ns);
+    t.link(left, left + 1, neck_bps, delay_ns);
     Ok(t)
 }
 
@@ -769,9 +777,7 @@ fn star(hosts: u32, link_gbps: f64, delay_ns: u64) -> Result<Topology, TopologyE
 
     let mut t = Topology::new(hosts);
     let switch = t.add_switch("switch");
-    for h in 0..hosts {
-        t.link(h, switch, bps, delay_ns);
-    }
+    t.attach_hosts(switch, hosts, bps, delay_ns);
     Ok(t)
 }
 
@@ -822,9 +828,7 @@ fn leaf_spine(
     let mut t = Topology::new(nodes - leaves - spines);
     let first_leaf = t.add_switches("leaf", leaves);
     let first_spine = t.add_switches("spine", spines);
-    for h in 0..t.hosts {
-        t.link(h, first_leaf + h / per_leaf, host_bps, delay_ns);
-    }
+    t.attach_hosts(first_leaf, per_leaf, host_bps, delay_ns);
     for l in 0..leaves {
         for s in 0..spines {
             t.link(first_leaf + l, first_spine + s, fabric_bps, delay_ns);
@@ -883,10 +887,8 @@ fn fat_tree(
     let tor = |pod: u32, i: u32| first_tor + pod * tors + i;
     let agg = |pod: u32, i: u32| first_agg + pod * aggs + i;
     let core = |i: u32| first_core + i;
-    for h in 0..hosts {
-        // Hosts fill ToR 0 of pod 0, then ToR 1 of pod 0, ...; ToR ids follow the same order.
-        topo.link(h, first_tor + h / per_tor, host_bps, delay_ns);
-    }
+    // Hosts fill ToR 0 of pod 0, then ToR 1 of pod 0, ...; ToR ids follow the same order.
+    topo.attach_hosts(first_tor, per_tor, host_bps, delay_ns);
     for pod in 0..pods {
         for i in 0..tors {
             for j in 0..aggs {
@@ -949,9 +951,7 @@ fn dragonfly(
     let mut t = Topology::new(nodes - routers);
     let base = t.add_switches("router", routers);
     let router = |group: u32, i: u32| base + group * per_group + i;
-    for host in 0..t.hosts {
-        t.link(host, base + host / per_router, host_bps, delay_ns);
-    }
+    t.attach_hosts(base, per_router, host_bps, delay_ns);
     for group in 0..groups {
         for i in 0..per_group {
             for j in i + 1..per_group {
