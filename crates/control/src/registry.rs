@@ -178,6 +178,41 @@ mod tests {
         }
     }
 
+    /// And the other way round: the names each law's `set` matches are exactly the listed
+    /// ones, so no parameter is settable but missing from `--cc list`. Read from the
+    /// sources, where `set` is a match on string literals.
+    #[test]
+    fn every_settable_parameter_is_listed() {
+        let sources = [
+            ("none", include_str!("line_rate.rs")),
+            ("static", include_str!("static_rate.rs")),
+            ("dcqcn", include_str!("dcqcn.rs")),
+            ("dctcp", include_str!("dctcp.rs")),
+            ("timely", include_str!("timely.rs")),
+            ("swift", include_str!("swift.rs")),
+            ("hpcc", include_str!("hpcc.rs")),
+            ("credit", include_str!("credit.rs")),
+        ];
+        assert_eq!(sources.len(), LAWS.len());
+        for (law, source) in sources {
+            let info = info(law).unwrap_or_else(|| panic!("{law} is not a law"));
+            let set = &source[source.find("    fn set(&mut self").expect(law)..];
+            let set = &set[..set.find("\n    }\n").expect(law)];
+            let mut matched: Vec<&str> = set
+                .lines()
+                .filter_map(|line| line.trim_start().strip_prefix('"'))
+                .filter_map(|rest| rest.split_once("\" =>").map(|(name, _)| name))
+                .collect();
+            let mut listed: Vec<&str> = info.params.iter().map(|p| p.name).collect();
+            matched.sort_unstable();
+            listed.sort_unstable();
+            assert_eq!(
+                matched, listed,
+                "{law}: names set() matches vs names listed"
+            );
+        }
+    }
+
     #[test]
     fn unknown_laws_and_parameters_are_named_in_the_error() {
         let e = build("reno", &[], &Mode::Inline).err().unwrap();
