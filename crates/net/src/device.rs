@@ -598,7 +598,11 @@ impl Device {
     /// Orders the staged messages by the socket they leave from, keeping their order within
     /// each (`first` grows in staging order, so a queue pair's packets stay in order): one
     /// `sendmmsg` per socket instead of one per change of socket. Packets of different
-    /// queue pairs may pass each other, as they may on the network. Sorts in place.
+    /// queue pairs may pass each other, as they may on the network. So may a queue pair's
+    /// own packets if its UDP source port (the socket is chosen by it) changes within one
+    /// batch, as when a multipath law moves it: those before and after the change leave in
+    /// socket order. The receiver sees reordering, which it handles as on any network with
+    /// several paths. Sorts in place.
     fn group_by_source(&mut self) {
         self.tx_msgs.sort_unstable_by_key(|m| (m.source, m.first));
     }
