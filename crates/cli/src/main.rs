@@ -114,6 +114,10 @@ struct PerfArgs {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<u32>,
+    /// Retransmit timeout of each queue pair: 4.096 us x 2^N (1..=31), as perftest's -u.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14,
+          value_parser = clap::value_parser!(u8).range(1..=31))]
+    qp_timeout: u8,
     /// Send messages up to this size inline.
     #[arg(short = 'I', long = "inline-size", default_value_t = 0)]
     inline_size: u32,
@@ -343,6 +347,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         tx_depth: a.tx_depth,
         rx_depth: a.rx_depth,
         mtu: a.mtu,
+        qp_timeout: a.qp_timeout,
         inline_size: a.inline_size,
         cq_mod: a.cq_mod,
         compare_swap,

@@ -157,6 +157,24 @@ fn timely_holds_a_flow_to_its_floor_when_every_rtt_is_high() {
     );
 }
 
+/// perftest's `-u` (the QP retransmit timeout exponent) is taken in its range, 1..=31;
+/// outside it is a usage error. (That it reaches the queue pairs shows by hand: `-u 1`, an
+/// 8 us timer, makes a loopback write-bw retransmit; too erratically to assert here.)
+#[test]
+fn the_qp_timeout_is_perftests_exponent() {
+    let r = loopback(&["write-bw", "-u", "18", "-s", "4096", "-n", "50"], 24_120);
+    assert_eq!(r[0]["iterations"], 50);
+    for bad in ["0", "32", "x"] {
+        let o = Command::new(SLUICE)
+            .args(["perf", "write-bw", "--loopback", "-u", bad])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "-u {bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("qp-timeout"), "-u {bad}: {err}");
+    }
+}
+
 #[test]
 fn a_bad_congestion_control_is_a_usage_error() {
     for args in [

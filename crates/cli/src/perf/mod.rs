@@ -42,6 +42,8 @@ pub struct Options {
     /// Path MTU; `None`: the largest that fits the route to the peer (both ends then use the
     /// smaller of their two).
     pub mtu: Option<u32>,
+    /// Each queue pair's retransmit timeout exponent (4.096 us x 2^N), as perftest's `-u`.
+    pub qp_timeout: u8,
     /// The size up to which SENDs and WRITEs are sent inline.
     pub inline_size: u32,
     /// Ask for a completion every this many messages (bandwidth tests).
@@ -129,6 +131,7 @@ impl Options {
             tx_depth: 128,
             rx_depth: 512,
             mtu: None,
+            qp_timeout: 14,
             inline_size: 0,
             cq_mod: 100,
             compare_swap: false,

@@ -386,6 +386,7 @@ fn open(
         );
         // We accept OUT_READS; we keep at most what the peer accepts outstanding at it.
         c.max_dest_rd_atomic = OUT_READS as u8;
+        c.timeout = o.qp_timeout;
         c.max_rd_atomic = r.out_reads.clamp(1, OUT_READS) as u8;
         // perftest's exchange cannot negotiate Sluice's control packets: a law that needs
         // them is the user's word that the peer runs it too.
