@@ -2,10 +2,14 @@
 //! the event loop that drives them.
 //!
 //! A packet moves as events: a port starts sending it when the port is free (host ports take
-//! the next packet from the engine, switch ports from their queues, control class first),
-//! `TxDone` frees the port one serialisation later, and `Arrive` hands the packet to the next
-//! node one propagation delay after that (store and forward). Packets live in a slab and
-//! events carry their index, so nothing is allocated per packet once the slab has grown.
+//! the next packet from the engine, switch ports from their queues, control class first) and
+//! is busy for one serialisation; `Arrive` hands the packet to the next node one propagation
+//! delay after that (store and forward). A port is free from the instant its serialisation
+//! ends, whatever else happens at that instant. `TxDone` wakes a host port then (to ask its
+//! engine for more) and a switch port only when packets wait for it: most packets find their
+//! switch port idle, and an event per packet to free it would do nothing. Packets live in a
+//! slab and events carry their index, so nothing is allocated per packet once the slab has
+//! grown.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -57,7 +61,8 @@ enum Ev {
         port: u16,
         pkt: u32,
     },
-    /// `port` of `node` has finished sending.
+    /// `port` of `node` has finished sending and is free: a host port asks its engine for
+    /// more, a switch port sends what waits.
     TxDone {
         node: NodeId,
         port: u16,
@@ -154,7 +159,10 @@ struct PortState {
     ps_per_byte: Ps,
     queue: [Fifo; 2],
     queued: [u64; 2],
-    busy: bool,
+    /// Sending until then; free from then on.
+    busy_until: Ps,
+    /// A switch port's `TxDone` is scheduled (it has one only while packets wait for it).
+    wake_pending: bool,
     /// The peer paused this port's data class.
     paused: bool,
     paused_since: Ps,
@@ -440,12 +448,10 @@ impl<'a> Network<'a> {
                 Ev::FlowStart(f) => self.start_flow(f),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
                 Ev::TxDone { node, port } => {
-                    let st = self.port_mut(node, port);
-                    st.busy = false;
-                    let queued = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
                     if self.is_host(node) {
                         self.after_engine(node);
-                    } else if queued {
+                    } else {
+                        self.port_mut(node, port).wake_pending = false;
                         self.kick(node, port);
                     }
                 }
@@ -804,13 +810,18 @@ impl<'a> Network<'a> {
 
     // ---- ports ---------------------------------------------------------------------------
 
-    /// Starts sending on `port` of `node` if it is free and has something to send.
+    /// Starts sending on `port` of `node` if it is free and has something to send. A switch
+    /// port that still has packets waiting gets a `TxDone` for when it is free (one at a
+    /// time); a host port always has one, to ask its engine for more.
     fn kick(&mut self, node: NodeId, port: u16) {
         let i = self.port_index(node, port);
-        if self.ports[i].busy {
+        let host = self.is_host(node);
+        if self.now < self.ports[i].busy_until {
+            if !host {
+                self.wake_when_free(i, node, port);
+            }
             return;
         }
-        let host = self.is_host(node);
         loop {
             let p = &self.ports[i];
             let class = if !p.queue[CONTROL].is_empty() {
@@ -831,7 +842,23 @@ impl<'a> Network<'a> {
                 .pop_front(&self.packets)
                 .expect("not empty");
             self.transmit(node, port, class, pkt);
+            if !host {
+                self.wake_when_free(i, node, port);
+            }
             return;
+        }
+    }
+
+    /// Schedules switch port `i`'s `TxDone` for when it is free, if packets wait and none is
+    /// scheduled. Ports with nothing waiting have none: most packets of a lightly loaded
+    /// fabric find their port idle, and their `TxDone` would do nothing.
+    fn wake_when_free(&mut self, i: usize, node: NodeId, port: u16) {
+        let st = &mut self.ports[i];
+        let waiting = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
+        if waiting && !st.wake_pending {
+            st.wake_pending = true;
+            let at = st.busy_until.max(self.now);
+            self.events.push(at, Ev::TxDone { node, port });
         }
     }
 
@@ -840,7 +867,6 @@ impl<'a> Network<'a> {
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         let st = &mut self.ports[i];
         st.queued[class] -= bytes;
-        st.busy = true;
         st.tx_bytes += bytes;
         let (queue_after, tx_bytes, bps) = (st.queued[class], st.tx_bytes, st.bps);
         let (peer, peer_port, flight_ps) = (st.peer, st.peer_port, st.flight_ps);
@@ -849,6 +875,7 @@ impl<'a> Network<'a> {
         } else {
             serialisation_ps(bytes, bps)
         };
+        st.busy_until = self.now + ser;
         if !self.is_host(node) {
             self.leave_switch(node, pkt, bytes);
             // Data packets collect the path's records; an ACK carries its data packet's back
@@ -865,7 +892,9 @@ impl<'a> Network<'a> {
                 );
             }
         }
-        self.events.push(self.now + ser, Ev::TxDone { node, port });
+        if self.is_host(node) {
+            self.events.push(self.now + ser, Ev::TxDone { node, port });
+        }
         self.events.push(
             self.now + ser + flight_ps,
             Ev::Arrive {
@@ -978,14 +1007,11 @@ impl<'a> Network<'a> {
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        // An idle switch port has nothing queued but paused data: whatever it could send it
-        // started when it became free (TxDone) or was resumed (PFC), and either event kicks
-        // it again. So a packet it may send now goes at once, skipping the queue (the
-        // accounting is the same), and one it may not waits for those events.
-        debug_assert!(
-            st.busy || (st.queue[CONTROL].is_empty() && (st.paused || st.queue[DATA].is_empty()))
-        );
-        let at_once = !st.busy && (class == CONTROL || !st.paused);
+        // A packet that kick() would pick at once (a free port with nothing ahead of it in
+        // its class's order) skips the queue; the accounting is the same.
+        let at_once = self.now >= st.busy_until
+            && st.queue[CONTROL].is_empty()
+            && (class == CONTROL || (!st.paused && st.queue[DATA].is_empty()));
         if !at_once {
             st.queue[class].push_back(&mut self.packets, pkt);
         }
@@ -1005,6 +1031,8 @@ impl<'a> Network<'a> {
         }
         if at_once {
             self.transmit(node, out, class, pkt);
+        } else {
+            self.kick(node, out);
         }
     }
 
@@ -1112,7 +1140,8 @@ fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
                 },
                 queue: Default::default(),
                 queued: [0; 2],
-                busy: false,
+                busy_until: 0,
+                wake_pending: false,
                 paused: false,
                 paused_since: 0,
                 tx_bytes: 0,
