@@ -738,6 +738,41 @@ fn node_total(kind: &str, what: &str, parts: &[u128]) -> Result<u32, TopologyErr
     })
 }
 
+/// The most (switch, destination host) pairs a fabric may have: the route table holds 4
+/// bytes for each (2^28: 1 GiB).
+const MAX_ROUTE_ENTRIES: u128 = 1 << 28;
+/// The most links a fabric may have (each takes 48 bytes on its two ports).
+const MAX_LINKS: u128 = 1 << 24;
+/// Computing routes walks the switches and their links once per switch: at most 2^32 steps
+/// (under a minute).
+const MAX_ROUTE_WORK: u128 = 1 << 32;
+
+/// Checks that a fabric of `hosts` hosts, `switches` switches and `links` links can be built
+/// and routed in bounded memory and time, so that a mistyped count is an error, not an
+/// exhausted machine.
+fn size_limits(kind: &str, hosts: u128, switches: u128, links: u128) -> Result<(), TopologyError> {
+    let entries = hosts * switches;
+    if entries > MAX_ROUTE_ENTRIES {
+        return Err(TopologyError::new(format!(
+            "{kind}: {hosts} hosts x {switches} switches need {entries} route entries, more \
+             than {MAX_ROUTE_ENTRIES}; use fewer hosts or switches"
+        )));
+    }
+    if links > MAX_LINKS {
+        return Err(TopologyError::new(format!(
+            "{kind}: the shape has {links} links, more than {MAX_LINKS}"
+        )));
+    }
+    let work = switches * (switches + links);
+    if work > MAX_ROUTE_WORK {
+        return Err(TopologyError::new(format!(
+            "{kind}: {switches} switches over {links} links take {work} steps to route, more \
+             than {MAX_ROUTE_WORK}; use fewer switches or links"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that a node with `ports` ports can number them with a `u16`.
 fn port_limit(kind: &str, what: &str, ports: u128) -> Result<(), TopologyError> {
     if ports > MAX_PORTS as u128 {
@@ -759,12 +794,15 @@ fn dumbbell(
     let host_bps = rate(K, "host_link_gbps", host_link_gbps)?;
     let neck_bps = rate(K, "bottleneck_gbps", bottleneck_gbps)?;
     let nodes = node_total(K, "hosts_per_side", &[2 * u128::from(n), 2])?;
+    let links = 2 * u128::from(n) + 1;
+    size_limits(K, 2 * u128::from(n), 2, links)?;
     port_limit(K, "hosts_per_side + 1", u128::from(n) + 1)?;
 
     let mut t = Topology::new(nodes - 2);
     let left = t.add_switches("switch", 2);
     t.attach_hosts(left, n, host_bps, delay_ns);
     t.link(left, left + 1, neck_bps, delay_ns);
+    debug_assert_eq!(t.link_count() as u128, links);
     Ok(t)
 }
 
@@ -773,11 +811,14 @@ fn star(hosts: u32, link_gbps: f64, delay_ns: u64) -> Result<Topology, TopologyE
     let hosts = count(K, "hosts", hosts)?;
     let bps = rate(K, "link_gbps", link_gbps)?;
     node_total(K, "hosts", &[u128::from(hosts), 1])?;
+    let links = u128::from(hosts);
+    size_limits(K, u128::from(hosts), 1, links)?;
     port_limit(K, "hosts", u128::from(hosts))?;
 
     let mut t = Topology::new(hosts);
     let switch = t.add_switch("switch");
     t.attach_hosts(switch, hosts, bps, delay_ns);
+    debug_assert_eq!(t.link_count() as u128, links);
     Ok(t)
 }
 
@@ -818,6 +859,9 @@ fn leaf_spine(
         "leaves x hosts_per_leaf + leaves + spines",
         &[hosts, u128::from(leaves), u128::from(spines)],
     )?;
+    let (leaf_count, spine_count) = (u128::from(leaves), u128::from(spines));
+    let links = hosts + leaf_count * spine_count;
+    size_limits(K, hosts, leaf_count + spine_count, links)?;
     port_limit(
         K,
         "hosts_per_leaf + spines",
@@ -834,6 +878,7 @@ fn leaf_spine(
             t.link(first_leaf + l, first_spine + s, fabric_bps, delay_ns);
         }
     }
+    debug_assert_eq!(t.link_count() as u128, links);
     Ok(t)
 }
 
@@ -873,6 +918,11 @@ fn fat_tree(
         "pods x tors_per_pod x hosts_per_tor hosts and the switches",
         &[p * t * u128::from(per_tor), p * t, p * a, u128::from(cores)],
     )?;
+    let c = u128::from(cores);
+    // Host links, ToR to agg within each pod, and each agg to its block of cores.
+    let all_hosts = p * t * u128::from(per_tor);
+    let links = all_hosts + p * t * a + p * c;
+    size_limits(K, all_hosts, p * t + p * a + c, links)?;
     port_limit(K, "hosts_per_tor + aggs_per_pod", u128::from(per_tor) + a)?;
     port_limit(K, "tors_per_pod + cores / aggs_per_pod", t + u128::from(up))?;
     port_limit(K, "pods", p)?;
@@ -903,6 +953,7 @@ fn fat_tree(
             }
         }
     }
+    debug_assert_eq!(topo.link_count() as u128, links);
     Ok(topo)
 }
 
@@ -939,6 +990,9 @@ fn dragonfly(
         "groups x routers_per_group x (hosts_per_router + 1)",
         &[g * r * h, g * r],
     )?;
+    // Host links, all-to-all within each group, and the global links.
+    let links = g * r * h + g * r * (r - 1) / 2 + g * (g - 1) / 2 * u128::from(pair_links);
+    size_limits(K, g * r * h, g * r, links)?;
     // Round-robin gives each router at most this many of its group's global links.
     let global_per_router = ((g - 1) * u128::from(pair_links)).div_ceil(r);
     port_limit(
@@ -972,6 +1026,7 @@ fn dragonfly(
             }
         }
     }
+    debug_assert_eq!(t.link_count() as u128, links);
     Ok(t)
 }
 
@@ -1663,10 +1718,134 @@ mod tests {
                 "kind = \"fat-tree\"\nlink_delay_ns = 18446744073709551615",
                 "fat-tree: link_delay_ns (18446744073709551615) must be at most",
             ),
+            (
+                "kind = \"dragonfly\"\ngroups = 20000\nrouters_per_group = 1\nhosts_per_router = 1\nhost_link_gbps = 1",
+                "dragonfly: 20000 hosts x 20000 switches need 400000000 route entries, more than 268435456",
+            ),
+            (
+                "kind = \"dragonfly\"\ngroups = 6000\nrouters_per_group = 1\nhosts_per_router = 1\nhost_link_gbps = 1",
+                "dragonfly: the shape has 18003000 links, more than 16777216",
+            ),
+            (
+                "kind = \"leaf-spine\"\nleaves = 2000\nspines = 2000\nhosts_per_leaf = 1\nhost_link_gbps = 1",
+                "leaf-spine: 4000 switches over 4002000 links take 16024000000 steps to route",
+            ),
         ];
         for (text, want) in cases {
             let e = build_err(text);
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+        }
+    }
+
+    /// Any shape, however odd its numbers, builds or is refused with an error: no panic.
+    /// What builds is a fabric: one port per host, links that lead back, every host
+    /// reachable from every other.
+    mod any_shape {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Mostly valid, so that many shapes build.
+        fn rate() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                3 => prop::sample::select(vec![1.5, 25.0, 100.0, 400.0]),
+                1 => prop::sample::select(vec![0.0, -1.0, f64::NAN, f64::INFINITY, 1e-12, 1e300]),
+            ]
+        }
+
+        fn spec() -> impl Strategy<Value = TopologySpec> {
+            let n = || 0u32..6;
+            let delay =
+                prop_oneof![3 => prop::sample::select(vec![0u64, 1000]), 1 => Just(u64::MAX)];
+            prop_oneof![
+                (n(), rate(), rate(), delay.clone()).prop_map(|(h, a, b, d)| {
+                    TopologySpec::Dumbbell {
+                        hosts_per_side: h,
+                        host_link_gbps: a,
+                        bottleneck_gbps: b,
+                        link_delay_ns: d,
+                    }
+                }),
+                (n(), rate(), delay.clone()).prop_map(|(h, a, d)| TopologySpec::Star {
+                    hosts: h,
+                    link_gbps: a,
+                    link_delay_ns: d,
+                }),
+                (
+                    n(),
+                    n(),
+                    n(),
+                    rate(),
+                    prop::option::of(rate()),
+                    rate(),
+                    delay.clone()
+                )
+                    .prop_map(|(l, s, h, a, f, o, d)| TopologySpec::LeafSpine {
+                        leaves: l,
+                        spines: s,
+                        hosts_per_leaf: h,
+                        host_link_gbps: a,
+                        fabric_link_gbps: f,
+                        oversubscription: o,
+                        link_delay_ns: d,
+                    }),
+                ((n(), n(), n(), 0u32..9, n()), rate(), rate(), delay.clone()).prop_map(
+                    |((p, t, a, c, h), hr, fr, d)| TopologySpec::FatTree {
+                        pods: p,
+                        tors_per_pod: t,
+                        aggs_per_pod: a,
+                        cores: c,
+                        hosts_per_tor: h,
+                        host_link_gbps: hr,
+                        fabric_link_gbps: fr,
+                        link_delay_ns: d,
+                    }
+                ),
+                (
+                    (n(), n(), n(), n()),
+                    rate(),
+                    prop::option::of(rate()),
+                    delay
+                )
+                    .prop_map(|((g, r, h, l), hr, lr, d)| {
+                        TopologySpec::Dragonfly {
+                            groups: g,
+                            routers_per_group: r,
+                            hosts_per_router: h,
+                            links_per_group_pair: l,
+                            host_link_gbps: hr,
+                            local_link_gbps: lr,
+                            global_link_gbps: lr,
+                            link_delay_ns: d,
+                        }
+                    }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1_000))]
+            #[test]
+            fn builds_a_fabric_or_says_why_not(spec in spec()) {
+                let Ok(t) = spec.build() else {
+                    return Ok(());
+                };
+                for (node, ports) in t.nodes.iter().enumerate() {
+                    if (node as u32) < t.hosts {
+                        prop_assert_eq!(ports.len(), 1, "host {}", node);
+                    }
+                    for (i, port) in ports.iter().enumerate() {
+                        let back = t.nodes[port.peer as usize][port.peer_port as usize];
+                        prop_assert_eq!((back.peer as usize, back.peer_port as usize), (node, i));
+                        prop_assert!(port.bps > 0 && port.delay_ns <= crate::MAX_DELAY_NS);
+                    }
+                }
+                let routes = t.routes();
+                for src in 0..t.hosts {
+                    for dst in 0..t.hosts {
+                        let hops = t.path(&routes, src, dst).len();
+                        prop_assert_eq!(hops == 0, src == dst, "{} -> {} in {:?}", src, dst, spec);
+                    }
+                }
+            }
         }
     }
 }
