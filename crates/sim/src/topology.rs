@@ -1495,12 +1495,9 @@ mod tests {
         assert!(t.path(&routes, 0, 1).is_empty());
     }
 
-    /// A deterministic pseudo-random number in `0..bound` (64-bit LCG, top bits).
-    fn next(state: &mut u64, bound: u32) -> u32 {
-        *state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((*state >> 33) % u64::from(bound)) as u32
+    /// A deterministic pseudo-random number in `0..bound`.
+    fn next(rng: &mut sluice_core::Rng, bound: u32) -> u32 {
+        rng.below(u64::from(bound)) as u32
     }
 
     #[test]
@@ -1509,7 +1506,7 @@ mod tests {
         // some hosts left unlinked, parallel links and disconnected parts: the per-switch
         // sharing inside `routes` must still give exactly the shortest-path ports.
         for seed in 1..=20u64 {
-            let mut rng = seed;
+            let mut rng = sluice_core::Rng::new(seed);
             let hosts = 1 + next(&mut rng, 30);
             let switches = 1 + next(&mut rng, 12);
             let mut t = Topology::new(hosts);
