@@ -1356,4 +1356,99 @@ mod tests {
             .to_string();
         assert!(err.contains("senders"), "{err}");
     }
+
+    /// Flow lists and CDFs are user files: any text parses or is refused with an error, no
+    /// panic; what parses keeps the documented invariants.
+    mod any_text {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A line these files should refuse.
+        fn bad_line() -> impl Strategy<Value = String> {
+            let token = prop::sample::select(vec![
+                "0",
+                "1",
+                "7",
+                "100",
+                "1e3",
+                "-5",
+                "nan",
+                "inf",
+                "18446744073709551615",
+                "274877906945",
+                "3600000000001",
+                "x",
+                ",",
+                "",
+            ]);
+            prop::collection::vec(token, 0..6).prop_map(|t| t.join(" "))
+        }
+
+        /// Flow lists: mostly well-formed lines (hosts 0..8, some equal, some out of a
+        /// fabric of 8), some comments and blanks, now and then a bad line.
+        fn flow_list() -> impl Strategy<Value = String> {
+            let sep = prop::sample::select(vec![" ", ",", "\t", " , "]);
+            let good = (0u32..9, 0u32..9, 1u64..100_000, 0u64..1_000_000, sep)
+                .prop_map(|(s, d, b, t, sep)| format!("{s}{sep}{d}{sep}{b}{sep}{t}"));
+            let line = prop_oneof![
+                12 => good,
+                2 => Just("# a comment".to_string()),
+                1 => Just(String::new()),
+                1 => bad_line(),
+            ];
+            prop::collection::vec(line, 0..12).prop_map(|l| l.join("\n"))
+        }
+
+        /// CDFs: increasing points from (0, 0) to 100%, now and then a line broken.
+        fn cdf_text() -> impl Strategy<Value = String> {
+            let steps = prop::collection::vec((0u64..100_000, 0u32..40), 1..10);
+            let broken = prop::option::weighted(0.2, (any::<prop::sample::Index>(), bad_line()));
+            (steps, broken).prop_map(|(steps, broken)| {
+                let total: u32 = steps.iter().map(|s| s.1).sum::<u32>().max(1);
+                let (mut size, mut percent) = (0u64, 0u32);
+                let mut lines = vec!["0 0".to_string()];
+                for (k, (dsize, dpercent)) in steps.iter().enumerate() {
+                    size += dsize;
+                    percent += dpercent;
+                    let p = if k + 1 == steps.len() {
+                        100.0
+                    } else {
+                        f64::from(percent) * 100.0 / f64::from(total)
+                    };
+                    lines.push(format!("{size} {p}"));
+                }
+                if let Some((at, bad)) = broken {
+                    let at = at.index(lines.len());
+                    lines[at] = bad;
+                }
+                lines.join("\n")
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+            #[test]
+            fn flow_lists_parse_or_say_why_not(text in flow_list()) {
+                let Ok(flows) = parse_flow_list(&text, "test", 8) else {
+                    return Ok(());
+                };
+                for (i, f) in flows.iter().enumerate() {
+                    prop_assert_eq!(f.id as usize, i);
+                    prop_assert!(f.src < 8 && f.dst < 8 && f.src != f.dst);
+                    prop_assert!((1..=MAX_FLOW_BYTES).contains(&f.bytes));
+                    prop_assert!(f.start_ns <= MAX_TIME_NS);
+                }
+                prop_assert!(flows.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
+            }
+
+            #[test]
+            fn cdfs_parse_or_say_why_not(text in cdf_text(), seed in 0u64..1000) {
+                let Ok(cdf) = Cdf::parse(&text) else {
+                    return Ok(());
+                };
+                let size = cdf.sample(&mut sluice_core::Rng::new(seed));
+                prop_assert!((1..=MAX_FLOW_BYTES).contains(&size), "{}", size);
+            }
+        }
+    }
 }
