@@ -876,7 +876,11 @@ impl<'a> Network<'a> {
             serialisation_ps(bytes, bps)
         };
         st.busy_until = self.now + ser;
-        if !self.is_host(node) {
+        if self.is_host(node) {
+            // A host port asks its engine for more once free; a switch port is woken only
+            // when packets wait (kick).
+            self.events.push(self.now + ser, Ev::TxDone { node, port });
+        } else {
             self.leave_switch(node, pkt, bytes);
             // Data packets collect the path's records; an ACK carries its data packet's back
             // unchanged (as HPCC's switches do: they stamp data packets only).
@@ -891,9 +895,6 @@ impl<'a> Network<'a> {
                     },
                 );
             }
-        }
-        if self.is_host(node) {
-            self.events.push(self.now + ser, Ev::TxDone { node, port });
         }
         self.events.push(
             self.now + ser + flight_ps,
