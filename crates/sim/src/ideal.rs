@@ -90,21 +90,25 @@ fn pipeline_ps(hops: &[[Ps; 3]], packets: u64) -> u128 {
     if packets == 1 {
         return (0..h).map(|j| s(j, 0)).sum();
     }
+    // after[b]: the last packet's serialisations over hops b..H-1.
+    let mut after = vec![0u128; h + 1];
+    for j in (0..h).rev() {
+        after[j] = after[j + 1] + s(j, 2);
+    }
     let middles = u128::from(packets - 2);
-    let mut longest = 0;
+    let (mut longest, mut before) = (0, 0);
     for a in 0..h {
-        let before: u128 = (0..=a).map(|j| s(j, 0)).sum();
+        before += s(a, 0);
         if middles == 0 {
-            let after: u128 = (a..h).map(|j| s(j, 2)).sum();
-            longest = longest.max(before + after);
+            longest = longest.max(before + after[a]);
             continue;
         }
         let (mut across, mut slowest) = (0, 0);
-        for b in a..h {
-            across += s(b, 1);
-            slowest = slowest.max(s(b, 1));
-            let after: u128 = (b..h).map(|j| s(j, 2)).sum();
-            longest = longest.max(before + across + (middles - 1) * slowest + after);
+        for (hop, rest) in hops[a..].iter().zip(&after[a..]) {
+            let middle = u128::from(hop[1]);
+            across += middle;
+            slowest = slowest.max(middle);
+            longest = longest.max(before + across + (middles - 1) * slowest + rest);
         }
     }
     longest
