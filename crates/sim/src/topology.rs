@@ -726,18 +726,6 @@ fn count(kind: &str, field: &str, value: u32) -> Result<u32, TopologyError> {
     Ok(value)
 }
 
-/// The number of nodes `parts` add up to, or an error if a `NodeId` cannot number them.
-/// Computed in u128 so no product of u32 fields can overflow on the way.
-fn node_total(kind: &str, what: &str, parts: &[u128]) -> Result<u32, TopologyError> {
-    let total: u128 = parts.iter().sum();
-    u32::try_from(total).map_err(|_| {
-        TopologyError::new(format!(
-            "{kind}: {what} make {total} nodes, more than a node id can number ({})",
-            u32::MAX
-        ))
-    })
-}
-
 /// The most (switch, destination host) pairs a fabric may have: the route table holds 4
 /// bytes for each (2^28: 1 GiB).
 const MAX_ROUTE_ENTRIES: u128 = 1 << 28;
@@ -747,10 +735,25 @@ const MAX_LINKS: u128 = 1 << 24;
 /// (under a minute).
 const MAX_ROUTE_WORK: u128 = 1 << 32;
 
-/// Checks that a fabric of `hosts` hosts, `switches` switches and `links` links can be built
-/// and routed in bounded memory and time, so that a mistyped count is an error, not an
-/// exhausted machine.
-fn size_limits(kind: &str, hosts: u128, switches: u128, links: u128) -> Result<(), TopologyError> {
+/// The node count of a fabric of `hosts` hosts, `switches` switches and `links` links (`what`
+/// says how the fields make the nodes), or an error if a `NodeId` cannot number them or the
+/// fabric cannot be built and routed in bounded memory and time: a mistyped count is an
+/// error, not an exhausted machine. Computed in u128 so no product of u32 fields can
+/// overflow on the way.
+fn fabric_size(
+    kind: &str,
+    what: &str,
+    hosts: u128,
+    switches: u128,
+    links: u128,
+) -> Result<u32, TopologyError> {
+    let nodes = hosts + switches;
+    let nodes = u32::try_from(nodes).map_err(|_| {
+        TopologyError::new(format!(
+            "{kind}: {what} make {nodes} nodes, more than a node id can number ({})",
+            u32::MAX
+        ))
+    })?;
     let entries = hosts * switches;
     if entries > MAX_ROUTE_ENTRIES {
         return Err(TopologyError::new(format!(
@@ -770,7 +773,7 @@ fn size_limits(kind: &str, hosts: u128, switches: u128, links: u128) -> Result<(
              than {MAX_ROUTE_WORK}; use fewer switches or links"
         )));
     }
-    Ok(())
+    Ok(nodes)
 }
 
 /// Checks that a node with `ports` ports can number them with a `u16`.
@@ -793,9 +796,8 @@ fn dumbbell(
     let n = count(K, "hosts_per_side", hosts_per_side)?;
     let host_bps = rate(K, "host_link_gbps", host_link_gbps)?;
     let neck_bps = rate(K, "bottleneck_gbps", bottleneck_gbps)?;
-    let nodes = node_total(K, "hosts_per_side", &[2 * u128::from(n), 2])?;
     let links = 2 * u128::from(n) + 1;
-    size_limits(K, 2 * u128::from(n), 2, links)?;
+    let nodes = fabric_size(K, "hosts_per_side", 2 * u128::from(n), 2, links)?;
     port_limit(K, "hosts_per_side + 1", u128::from(n) + 1)?;
 
     let mut t = Topology::new(nodes - 2);
@@ -810,9 +812,8 @@ fn star(hosts: u32, link_gbps: f64, delay_ns: u64) -> Result<Topology, TopologyE
     const K: &str = "star";
     let hosts = count(K, "hosts", hosts)?;
     let bps = rate(K, "link_gbps", link_gbps)?;
-    node_total(K, "hosts", &[u128::from(hosts), 1])?;
     let links = u128::from(hosts);
-    size_limits(K, u128::from(hosts), 1, links)?;
+    fabric_size(K, "hosts", u128::from(hosts), 1, links)?;
     port_limit(K, "hosts", u128::from(hosts))?;
 
     let mut t = Topology::new(hosts);
@@ -854,14 +855,15 @@ fn leaf_spine(
         }
     };
     let hosts = u128::from(leaves) * u128::from(per_leaf);
-    let nodes = node_total(
-        K,
-        "leaves x hosts_per_leaf + leaves + spines",
-        &[hosts, u128::from(leaves), u128::from(spines)],
-    )?;
     let (leaf_count, spine_count) = (u128::from(leaves), u128::from(spines));
     let links = hosts + leaf_count * spine_count;
-    size_limits(K, hosts, leaf_count + spine_count, links)?;
+    let nodes = fabric_size(
+        K,
+        "leaves x hosts_per_leaf + leaves + spines",
+        hosts,
+        leaf_count + spine_count,
+        links,
+    )?;
     port_limit(
         K,
         "hosts_per_leaf + spines",
@@ -913,16 +915,17 @@ fn fat_tree(
     // Each agg reaches its own block of this many cores; each core one agg per pod.
     let up = cores / aggs;
     let (p, t, a) = (u128::from(pods), u128::from(tors), u128::from(aggs));
-    let nodes = node_total(
-        K,
-        "pods x tors_per_pod x hosts_per_tor hosts and the switches",
-        &[p * t * u128::from(per_tor), p * t, p * a, u128::from(cores)],
-    )?;
     let c = u128::from(cores);
     // Host links, ToR to agg within each pod, and each agg to its block of cores.
     let all_hosts = p * t * u128::from(per_tor);
     let links = all_hosts + p * t * a + p * c;
-    size_limits(K, all_hosts, p * t + p * a + c, links)?;
+    let nodes = fabric_size(
+        K,
+        "pods x tors_per_pod x hosts_per_tor hosts and the switches",
+        all_hosts,
+        p * t + p * a + c,
+        links,
+    )?;
     port_limit(K, "hosts_per_tor + aggs_per_pod", u128::from(per_tor) + a)?;
     port_limit(K, "tors_per_pod + cores / aggs_per_pod", t + u128::from(up))?;
     port_limit(K, "pods", p)?;
@@ -985,14 +988,15 @@ fn dragonfly(
         u128::from(per_group),
         u128::from(per_router),
     );
-    let nodes = node_total(
-        K,
-        "groups x routers_per_group x (hosts_per_router + 1)",
-        &[g * r * h, g * r],
-    )?;
     // Host links, all-to-all within each group, and the global links.
     let links = g * r * h + g * r * (r - 1) / 2 + g * (g - 1) / 2 * u128::from(pair_links);
-    size_limits(K, g * r * h, g * r, links)?;
+    let nodes = fabric_size(
+        K,
+        "groups x routers_per_group x (hosts_per_router + 1)",
+        g * r * h,
+        g * r,
+        links,
+    )?;
     // Round-robin gives each router at most this many of its group's global links.
     let global_per_router = ((g - 1) * u128::from(pair_links)).div_ceil(r);
     port_limit(
