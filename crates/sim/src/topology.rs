@@ -1739,8 +1739,8 @@ mod tests {
     }
 
     /// Any shape, however odd its numbers, builds or is refused with an error: no panic.
-    /// What builds is a fabric: one port per host, links that lead back, every host
-    /// reachable from every other.
+    /// What builds is a fabric: one port per host, links that lead back with the same rate
+    /// and delay, exact shortest-path routes, every host reachable from every other.
     mod any_shape {
         use super::*;
         use proptest::prelude::*;
@@ -1829,20 +1829,18 @@ mod tests {
                 let Ok(t) = spec.build() else {
                     return Ok(());
                 };
-                for (node, ports) in t.nodes.iter().enumerate() {
-                    if (node as u32) < t.hosts {
-                        prop_assert_eq!(ports.len(), 1, "host {}", node);
-                    }
-                    for (i, port) in ports.iter().enumerate() {
-                        let back = t.nodes[port.peer as usize][port.peer_port as usize];
-                        prop_assert_eq!((back.peer as usize, back.peer_port as usize), (node, i));
-                        prop_assert!(port.bps > 0 && port.delay_ns <= crate::MAX_DELAY_NS);
-                    }
+                for ports in &t.nodes[..t.hosts as usize] {
+                    prop_assert_eq!(ports.len(), 1);
                 }
+                for port in t.nodes.iter().flatten() {
+                    prop_assert!(port.bps > 0 && port.delay_ns <= crate::MAX_DELAY_NS);
+                }
+                assert_symmetric_ports(&t);
                 let routes = t.routes();
+                assert_routes_exact(&t, &routes);
                 for src in 0..t.hosts {
                     for dst in 0..t.hosts {
-                        let hops = t.path(&routes, src, dst).len();
+                        let hops = checked_path_len(&t, &routes, src, dst);
                         prop_assert_eq!(hops == 0, src == dst, "{} -> {} in {:?}", src, dst, spec);
                     }
                 }
