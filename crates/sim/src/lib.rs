@@ -23,8 +23,8 @@ pub const MAX_TIME_NS: u64 = 3_600 * 1_000_000_000;
 /// The longest link or NIC delay a scenario may set, in ns: one second.
 pub const MAX_DELAY_NS: u64 = 1_000_000_000;
 
-/// The most bytes one flow may carry: 256 GiB, posted as up to 256 WRITEs of 1 GiB (a send
-/// queue's default depth).
+/// The most bytes one flow may carry: 256 GiB, posted at once as up to 256 WRITEs of 1 GiB
+/// (the depth of the send queue the simulator gives a flow).
 pub const MAX_FLOW_BYTES: u64 = 1 << 38;
 
 /// A flow to simulate: one RDMA WRITE of `bytes` from host `src` to host `dst`.

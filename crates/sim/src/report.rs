@@ -345,8 +345,8 @@ fn flow_series_csv(runs: &[RunResult]) -> String {
     out
 }
 
-/// The `percentile` (50 or 99) slowdown by flow-size bucket, one line per algorithm.
-/// The `percentile` (named for the titles, read by `pick`) of each size bucket, per law.
+/// The `percentile` (named for the titles, read by `pick`) slowdown by flow-size bucket, one
+/// line per algorithm.
 fn slowdown_chart(runs: &[RunResult], percentile: &str, pick: fn(&Slowdown) -> f64) -> Chart {
     let series = runs
         .iter()

@@ -43,9 +43,7 @@ pub fn run_scenario(
     // back the ones after it.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<RunResult, RunError>>> =
-        (0..scenario.cc.len()).map(|_| None).collect();
-    std::thread::scope(|s| {
+    let mut results: Vec<(usize, Result<RunResult, RunError>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads.min(scenario.cc.len()))
             .map(|_| {
                 s.spawn(|| {
@@ -62,20 +60,14 @@ pub fn run_scenario(
                 })
             })
             .collect();
-        for worker in workers {
-            let done = worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            for (index, run) in done {
-                results[index] = Some(run);
-            }
-        }
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
+    results.sort_unstable_by_key(|&(index, _)| index);
     results
         .into_iter()
-        .map(|r| {
-            r.expect("every index is taken by one worker")
-                .map_err(SimError::from)
-        })
+        .map(|(_, run)| run.map_err(SimError::from))
         .collect()
 }
