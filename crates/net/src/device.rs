@@ -89,6 +89,8 @@ pub struct Device {
     polled: Instant,
     sender: sys::Sender,
     receiver: sys::Receiver,
+    /// Wakes [`Device::wait`] for the engine's timers and the caller's timeout.
+    alarm: sys::Alarm,
     /// Packets encoded and not yet accepted by the kernel.
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
@@ -152,6 +154,7 @@ impl Device {
             polled: Instant::ZERO,
             sender: sys::Sender::new(),
             receiver: sys::Receiver::new(slot),
+            alarm: sys::Alarm::new()?,
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
@@ -260,7 +263,8 @@ impl Device {
             .tx_msgs
             .get(self.tx_sent)
             .map(|m| self.sources.socket(m.source, &self.socket).fd());
-        sys::wait(self.socket.fd(), pending, ns)?;
+        self.alarm.set(ns)?;
+        sys::wait(self.socket.fd(), pending, &self.alarm)?;
         Ok(())
     }
 

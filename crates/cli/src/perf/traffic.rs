@@ -19,10 +19,11 @@ pub(crate) struct Measured {
 
 /// Polls the device once; if nothing happened (and unless busy polling), sleeps on the socket
 /// until a packet or the next timer. Sleeping at once measured best on a 2-core machine: a
-/// spinning thread there delays the kernel softirq that delivers its own packets.
+/// spinning thread there delays the kernel softirq that delivers its own packets. The sleep
+/// is capped so that stall timeouts and the peer's end of test are noticed within 10 ms.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
     if !s.dev.poll()? && !s.busy_poll {
-        s.dev.wait(Some(Duration::from_millis(1)))?;
+        s.dev.wait(Some(Duration::from_millis(10)))?;
     }
     Ok(())
 }
