@@ -213,15 +213,20 @@ impl Device {
 
     /// Does whatever can be done now without blocking: sends what the engine has (what the
     /// application posted, and ACKs and responses owed for what arrived last time), receives a
-    /// batch of datagrams, fires due timers. Returns whether anything happened; call it again
-    /// until it returns `false` before [`Device::wait`]ing.
+    /// batch of datagrams, fires due timers. Returns whether a datagram arrived or a timer
+    /// fired, i.e. whether there may be new completions, or new packets for the engine to
+    /// send; call it again until it returns `false` before [`Device::wait`]ing.
     ///
     /// Sending comes first so that what an application posts in reply to a message leaves in
     /// one system call with the ACK of that message, and reaches the peer in one wake-up.
+    /// Sending alone does not count: once it is done the engine has nothing more to send
+    /// until something arrives or a timer fires (or the socket is full, which `wait` also
+    /// waits on), so a poll after it would only find the socket empty again, one system
+    /// call per message in a ping-pong.
     pub fn poll(&mut self) -> Result<bool, NetError> {
         let now = self.now();
-        let mut progress = self.transmit(now)?;
-        progress |= self.receive()?;
+        self.transmit(now)?;
+        let mut progress = self.receive()?;
         self.polled = now;
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -234,7 +239,7 @@ impl Device {
     /// last poll received. Call it before going quiet (ending a run, closing the device), or
     /// a peer may wait for an ACK that was never sent.
     pub fn flush(&mut self) -> Result<(), NetError> {
-        // Bounded: each round either moves packets or returns false.
+        // Bounded: a round that receives nothing (and fires no timer) ends it.
         for _ in 0..1024 {
             if !self.poll()? {
                 break;
@@ -388,8 +393,8 @@ impl Device {
 
     // ---- transmit -----------------------------------------------------------------------
 
-    fn transmit(&mut self, now: Instant) -> Result<bool, NetError> {
-        let mut progress = false;
+    /// Sends until the engine has nothing more or the socket is full.
+    fn transmit(&mut self, now: Instant) -> Result<(), NetError> {
         loop {
             if self.tx_sent == self.tx_msgs.len() {
                 self.tx_msgs.clear();
@@ -397,15 +402,13 @@ impl Device {
                 self.tx_sent = 0;
                 self.tx_stamps = false;
                 if self.stage(now) == 0 {
-                    return Ok(progress);
+                    return Ok(());
                 }
             }
-            let sent = self.send_staged()?;
-            if sent == 0 {
+            if self.send_staged()? == 0 {
                 self.counters.tx_blocked += 1;
-                return Ok(progress);
+                return Ok(());
             }
-            progress = true;
         }
     }
 
