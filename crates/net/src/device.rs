@@ -9,8 +9,8 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
-    RocePacket, UDP_HEADER_LEN, UdpHeader, pad_for,
+    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, Opcode,
+    ROCE_V2_PORT, RocePacket, UDP_HEADER_LEN, UdpHeader, pad_for,
 };
 
 use crate::capture::Capture;
@@ -95,6 +95,8 @@ pub struct Device {
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
     tx_msgs: Vec<OutMsg>,
+    /// The ACKs of the batch being staged, until they join the end of `tx_msgs`.
+    tx_acks: Vec<OutMsg>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
     /// Some staged packet carries CCX timestamps (to move to when it leaves).
@@ -158,6 +160,7 @@ impl Device {
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
+            tx_acks: Vec::with_capacity(TX_PACKETS),
             tx_sent: 0,
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
@@ -499,6 +502,7 @@ impl Device {
                     first: i,
                     count: 1,
                     segment: 0,
+                    ack: m.ack,
                 });
             }
         }
@@ -522,6 +526,12 @@ impl Device {
 
     /// Takes packets from the engine into the send buffer, grouping runs of full-size
     /// packets to one destination into GSO batches. Returns how many it took.
+    ///
+    /// ACKs and NAKs leave after the batch's other packets, in the same system call. A
+    /// datagram wakes its receiver as soon as it lands; a peer waiting for our reply (a
+    /// ping-pong of WRITEs) should wake to the reply, not to the ACK before it and then sleep
+    /// again. ACKs are cumulative and their PSN space is not the requests', so letting a
+    /// request pass one changes nothing the peer can rely on.
     fn stage(&mut self, now: Instant) -> usize {
         let gso = self.socket.gso;
         while self.tx_packets.len() < TX_PACKETS {
@@ -554,11 +564,20 @@ impl Device {
             buf[HEADER_ROOM + payload_len..end - ICRC_LEN].fill(0);
             let len = end - start;
 
-            // Join the open batch if it goes to the same place and all its packets are full.
+            // ACKs go in their own list, appended to the batch at the end.
+            let ack = t.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE;
+            let msgs = if ack {
+                &mut self.tx_acks
+            } else {
+                &mut self.tx_msgs
+            };
+            // Join the open batch if it goes to the same place, its packets are the last
+            // staged and all of them are full.
             let index = self.tx_packets.len();
             let joins = gso
-                && self.tx_msgs.last().is_some_and(|m| {
-                    m.dst == dst
+                && msgs.last().is_some_and(|m| {
+                    m.first + m.count == index
+                        && m.dst == dst
                         && m.source == source
                         && m.count < MAX_GSO_SEGMENTS
                         && (m.count + 1) * usize::from(m.segment) <= MAX_GSO_BYTES
@@ -566,16 +585,17 @@ impl Device {
                         && len <= usize::from(m.segment)
                 });
             let segment_index = if joins {
-                let m = self.tx_msgs.last_mut().expect("checked above");
+                let m = msgs.last_mut().expect("checked above");
                 m.count += 1;
                 m.count - 1
             } else {
-                self.tx_msgs.push(OutMsg {
+                msgs.push(OutMsg {
                     dst,
                     source,
                     first: index,
                     count: 1,
                     segment: len as u16,
+                    ack,
                 });
                 0
             };
@@ -596,6 +616,8 @@ impl Device {
                 stamped,
             });
         }
+        self.tx_msgs.extend_from_slice(&self.tx_acks);
+        self.tx_acks.clear();
         if !self.sources.pool.is_empty() {
             self.group_by_source();
         }
@@ -611,7 +633,8 @@ impl Device {
     /// socket order. The receiver sees reordering, which it handles as on any network with
     /// several paths. Sorts in place.
     fn group_by_source(&mut self) {
-        self.tx_msgs.sort_unstable_by_key(|m| (m.source, m.first));
+        self.tx_msgs
+            .sort_unstable_by_key(|m| (m.source, m.ack, m.first));
     }
 }
 

@@ -223,6 +223,8 @@ pub(crate) struct OutMsg {
     pub(crate) first: usize,
     pub(crate) count: usize,
     pub(crate) segment: u16,
+    /// ACKs (or NAKs): sent after the other messages of their batch (see `Device::stage`).
+    pub(crate) ack: bool,
 }
 
 /// Where one packet to send lies in the send buffer.

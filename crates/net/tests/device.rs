@@ -402,6 +402,63 @@ fn flush_sends_the_ack_owed_for_what_was_received() {
     assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
 }
 
+#[test]
+fn a_reply_leaves_before_the_ack_it_travels_with() {
+    // B owes A an ACK when it posts its own WRITE: both leave in one batch, the WRITE first,
+    // so that A (in a ping-pong, asleep waiting for it) wakes to the WRITE.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join("device-reply-first.pcap");
+    let (mut a, mut b) = pair(4096, true, Mtu::M1024);
+    let sge = |end: &End| {
+        [Sge {
+            lkey: end.mr.lkey,
+            addr: BASE,
+            len: 8,
+        }]
+    };
+    let to = |end: &End| SendOp::Write {
+        remote_addr: BASE,
+        rkey: end.mr.rkey,
+    };
+    let (op, s) = (to(&b), sge(&a));
+    a.dev
+        .engine()
+        .post_send(a.qp, &SendWr::new(1, op, &s))
+        .unwrap();
+    a.dev.flush().unwrap();
+    let start = Instant::now();
+    while b.dev.counters().rx_datagrams == 0 {
+        b.dev.poll().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the WRITE arrived"
+        );
+    }
+    let now = b.dev.now();
+    let filter = CaptureFilter::parse("tx").unwrap();
+    b.dev
+        .set_capture(Some(Capture::create(&path, filter, 65535, now).unwrap()));
+    let (op, s) = (to(&a), sge(&b));
+    b.dev
+        .engine()
+        .post_send(b.qp, &SendWr::new(2, op, &s))
+        .unwrap();
+    b.dev.poll().unwrap();
+    assert_eq!(b.dev.take_capture().unwrap().finish().unwrap(), 2);
+    let mut reader = CaptureReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let mut opcodes = Vec::new();
+    while let Some(r) = reader.next_record().unwrap() {
+        // The BTH opcode, after the 20-byte IPv4 and 8-byte UDP headers.
+        opcodes.push(Opcode(r.data[28]));
+    }
+    assert_eq!(
+        opcodes,
+        [Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_ACKNOWLEDGE],
+        "{:?}",
+        opcodes.iter().map(|o| o.name()).collect::<Vec<_>>()
+    );
+}
+
 /// Records the RTT sample of every ACK.
 #[derive(Debug)]
 struct RttRecorder(std::sync::Arc<std::sync::Mutex<Vec<Duration>>>);
