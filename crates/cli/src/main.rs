@@ -233,6 +233,7 @@ struct SynthArgs {
 }
 
 fn main() -> ExitCode {
+    sluice_net::exit_on_closed_pipe();
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap(PcapCommand::Check(args)) => run_check(&args),

@@ -176,6 +176,25 @@ fn the_qp_timeout_is_perftests_exponent() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `sluice perf ... | head -1`: the reader is gone before the results are printed.
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(SLUICE)
+        .args(["perf", "write-lat", "--loopback", "-n", "100"])
+        .args(["-p", "0", "--roce-port", "24130"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{err}");
+}
+
+#[test]
 fn a_bad_congestion_control_is_a_usage_error() {
     for args in [
         &["write-bw", "--cc", "reno"][..],
