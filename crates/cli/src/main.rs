@@ -133,10 +133,14 @@ struct PerfArgs {
     /// One JSON object per result on standard output.
     #[arg(long)]
     json: bool,
-    /// Spin on the socket, never sleep (by default a side spins 20 us, then sleeps until a
-    /// packet or timer; spinning only pays when every side has a core of its own).
+    /// Spin on the socket, never sleep (spinning only pays when every side has a core of
+    /// its own).
     #[arg(long)]
     busy_poll: bool,
+    /// Microseconds a side with nothing to do spins before it sleeps until a packet or
+    /// timer (0: sleep at once; --loopback on one core never spins).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    spin_us: u32,
     /// UDP port of RoCE v2 (4791 for any standard peer).
     #[arg(long, default_value_t = ROCE_V2_PORT)]
     roce_port: u16,
@@ -355,6 +359,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         report_gbits: a.report_gbits,
         json: a.json,
         busy_poll: a.busy_poll,
+        spin: std::time::Duration::from_micros(u64::from(a.spin_us)),
         roce_port: a.roce_port,
         source_sockets: a.source_sockets,
         bind: a.bind,

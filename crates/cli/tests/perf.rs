@@ -176,6 +176,25 @@ fn the_qp_timeout_is_perftests_exponent() {
 }
 
 #[test]
+fn the_spin_before_sleeping_is_microseconds_or_nothing() {
+    // Sleeping at once and spinning first both complete the same test.
+    for (spin, port) in [("0", 24_140), ("1000", 24_141)] {
+        let r = loopback(&["write-lat", "--spin-us", spin, "-n", "200"], port);
+        assert_eq!(r[0]["iterations"], 200, "--spin-us {spin}");
+    }
+    for bad in ["-1", "1000001", "soon"] {
+        let o = Command::new(SLUICE)
+            .args(["perf", "write-lat", "--loopback"])
+            .arg(format!("--spin-us={bad}"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "--spin-us {bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("spin-us"), "--spin-us {bad}: {err}");
+    }
+}
+
+#[test]
 fn output_into_a_closed_pipe_ends_quietly() {
     // `sluice perf ... | head -1`: the reader is gone before the results are printed.
     use std::os::unix::process::ExitStatusExt;

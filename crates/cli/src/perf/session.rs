@@ -40,6 +40,10 @@ pub(crate) struct Session {
     pub(crate) mr: MrInfo,
     pub(crate) recv_offset: u64,
     pub(crate) busy_poll: bool,
+    /// How long an idle side spins before sleeping (see `traffic::pump`).
+    pub(crate) spin: Duration,
+    /// Since when polls have found nothing to do.
+    pub(crate) idle_since: Option<Instant>,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
     /// For peeking: has the peer started the end-of-test exchange?
@@ -415,6 +419,8 @@ fn open(
         mr,
         recv_offset: half,
         busy_poll: o.busy_poll,
+        spin: o.spin,
+        idle_since: None,
         recv_size: max_size,
         stream,
         exchange,
