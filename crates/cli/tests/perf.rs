@@ -26,6 +26,23 @@ fn loopback(args: &[&str], port: u16) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Runs `sluice perf ARGS` and checks that it is refused as a usage error (exit 2) whose
+/// message says `says`.
+fn refused(args: &[&str], says: &str) {
+    let o = Command::new(SLUICE)
+        .arg("perf")
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{args:?}: bad options exit 2: {err}"
+    );
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
 #[test]
 fn every_test_runs_over_loopback_and_reports_json() {
     let tests = [
@@ -112,9 +129,7 @@ fn errors_say_what_to_do() {
             "--pcap-filter",
         ),
     ] {
-        let (code, err) = run(args);
-        assert_eq!(code, Some(2), "{args:?}: bad options exit 2: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        refused(args, says);
     }
 }
 
@@ -165,13 +180,7 @@ fn the_qp_timeout_is_perftests_exponent() {
     let r = loopback(&["write-bw", "-u", "18", "-s", "4096", "-n", "50"], 24_120);
     assert_eq!(r[0]["iterations"], 50);
     for bad in ["0", "32", "x"] {
-        let o = Command::new(SLUICE)
-            .args(["perf", "write-bw", "--loopback", "-u", bad])
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(2), "-u {bad}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("qp-timeout"), "-u {bad}: {err}");
+        refused(&["write-bw", "--loopback", "-u", bad], "qp-timeout");
     }
 }
 
@@ -183,14 +192,10 @@ fn the_spin_before_sleeping_is_microseconds_or_nothing() {
         assert_eq!(r[0]["iterations"], 200, "--spin-us {spin}");
     }
     for bad in ["-1", "1000001", "soon"] {
-        let o = Command::new(SLUICE)
-            .args(["perf", "write-lat", "--loopback"])
-            .arg(format!("--spin-us={bad}"))
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(2), "--spin-us {bad}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("spin-us"), "--spin-us {bad}: {err}");
+        refused(
+            &["write-lat", "--loopback", &format!("--spin-us={bad}")],
+            "spin-us",
+        );
     }
 }
 
@@ -221,15 +226,7 @@ fn a_bad_congestion_control_is_a_usage_error() {
         &["write-bw", "--cc", "dcqcn", "--cc-param", "speed"],
         &["write-bw", "--cc", "swift", "--cc-decoupled", "0,1,1"],
     ] {
-        let o = Command::new(SLUICE)
-            .arg("perf")
-            .args(args)
-            .args(["--loopback"])
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("--cc"), "{args:?}: {err}");
+        refused(&[args, &["--loopback"]].concat(), "--cc");
     }
     let o = Command::new(SLUICE)
         .args(["perf", "write-bw", "--cc", "list"])

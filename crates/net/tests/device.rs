@@ -123,6 +123,35 @@ fn run(a: &mut End, b: &mut End, wr_id: u64, op: SendOp, len: u32) -> Completion
     complete(a, b)
 }
 
+/// Posts a `len`-byte WRITE from `from`'s region to `to`'s (both at `BASE`).
+fn post_write(from: &mut End, to: &End, wr_id: u64, len: u32) {
+    let sge = [Sge {
+        lkey: from.mr.lkey,
+        addr: BASE,
+        len,
+    }];
+    let op = SendOp::Write {
+        remote_addr: BASE,
+        rkey: to.mr.rkey,
+    };
+    from.dev
+        .engine()
+        .post_send(from.qp, &SendWr::new(wr_id, op, &sge))
+        .unwrap();
+}
+
+/// Polls `end` until it has received a datagram, for at most 5 s.
+fn poll_until_received(end: &mut End) {
+    let start = Instant::now();
+    while end.dev.counters().rx_datagrams == 0 {
+        end.dev.poll().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nothing arrived in 5 s"
+        );
+    }
+}
+
 /// Pumps both devices until `a` completes something, for at most 10 s.
 fn complete(a: &mut End, b: &mut End) -> Completion {
     let start = Instant::now();
@@ -361,29 +390,10 @@ fn ipv6_carries_the_same_traffic() {
 #[test]
 fn flush_sends_the_ack_owed_for_what_was_received() {
     let (mut a, mut b) = pair(4096, true, Mtu::M1024);
-    let sge = [Sge {
-        lkey: a.mr.lkey,
-        addr: BASE,
-        len: 100,
-    }];
-    let op = SendOp::Write {
-        remote_addr: BASE,
-        rkey: b.mr.rkey,
-    };
-    a.dev
-        .engine()
-        .post_send(a.qp, &SendWr::new(5, op, &sge))
-        .unwrap();
+    post_write(&mut a, &b, 5, 100);
     a.dev.flush().unwrap();
     // B takes the WRITE in, flushes, and then goes quiet for good.
-    let start = Instant::now();
-    while b.dev.counters().rx_datagrams == 0 {
-        b.dev.poll().unwrap();
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the WRITE arrived"
-        );
-    }
+    poll_until_received(&mut b);
     b.dev.flush().unwrap();
     // A completes from B's ACK alone, well before its retransmit timeout (67 ms) could
     // have resent the WRITE.
@@ -409,40 +419,14 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join("device-reply-first.pcap");
     let (mut a, mut b) = pair(4096, true, Mtu::M1024);
-    let sge = |end: &End| {
-        [Sge {
-            lkey: end.mr.lkey,
-            addr: BASE,
-            len: 8,
-        }]
-    };
-    let to = |end: &End| SendOp::Write {
-        remote_addr: BASE,
-        rkey: end.mr.rkey,
-    };
-    let (op, s) = (to(&b), sge(&a));
-    a.dev
-        .engine()
-        .post_send(a.qp, &SendWr::new(1, op, &s))
-        .unwrap();
+    post_write(&mut a, &b, 1, 8);
     a.dev.flush().unwrap();
-    let start = Instant::now();
-    while b.dev.counters().rx_datagrams == 0 {
-        b.dev.poll().unwrap();
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the WRITE arrived"
-        );
-    }
+    poll_until_received(&mut b);
     let now = b.dev.now();
     let filter = CaptureFilter::parse("tx").unwrap();
     b.dev
         .set_capture(Some(Capture::create(&path, filter, 65535, now).unwrap()));
-    let (op, s) = (to(&a), sge(&b));
-    b.dev
-        .engine()
-        .post_send(b.qp, &SendWr::new(2, op, &s))
-        .unwrap();
+    post_write(&mut b, &a, 2, 8);
     b.dev.poll().unwrap();
     assert_eq!(b.dev.take_capture().unwrap().finish().unwrap(), 2);
     let mut reader = CaptureReader::new(std::fs::File::open(&path).unwrap()).unwrap();
@@ -505,15 +489,7 @@ fn rtt_samples_leave_out_the_time_packets_wait_to_be_read() {
     assert_eq!(run(&mut a, &mut b, 0, op, 100).status, WcStatus::Success);
     std::thread::sleep(NAP);
     samples.lock().unwrap().clear();
-    let sge = [Sge {
-        lkey: a.mr.lkey,
-        addr: BASE,
-        len: 100,
-    }];
-    a.dev
-        .engine()
-        .post_send(a.qp, &SendWr::new(1, op, &sge))
-        .unwrap();
+    post_write(&mut a, &b, 1, 100);
     a.dev.poll().unwrap();
     std::thread::sleep(NAP);
     let before = b.dev.counters().rx_datagrams;
