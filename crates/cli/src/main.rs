@@ -358,8 +358,11 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         compare_swap,
         report_gbits: a.report_gbits,
         json: a.json,
-        busy_poll: a.busy_poll,
-        spin: std::time::Duration::from_micros(u64::from(a.spin_us)),
+        spin: if a.busy_poll {
+            std::time::Duration::MAX
+        } else {
+            std::time::Duration::from_micros(u64::from(a.spin_us))
+        },
         roce_port: a.roce_port,
         source_sockets: a.source_sockets,
         bind: a.bind,

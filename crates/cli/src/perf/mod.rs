@@ -54,11 +54,9 @@ pub struct Options {
     pub json: bool,
     /// Print nothing (the server end of a loopback run).
     pub quiet: bool,
-    /// Never sleep on the socket: spin (lowest latency when every side has a core of its
-    /// own; on fewer cores it starves the kernel's packet processing).
-    pub busy_poll: bool,
     /// How long a side with nothing to do spins before it sleeps on the socket (see
-    /// [`DEFAULT_SPIN`]).
+    /// [`DEFAULT_SPIN`]); [`Duration::MAX`]: it never sleeps (`--busy-poll`: lowest latency
+    /// when every side has a core of its own; on fewer cores it holds up the other side).
     pub spin: Duration,
     /// Extra send sockets for per-QP source ports (`DeviceConfig::source_sockets`).
     pub source_sockets: u8,
@@ -148,7 +146,6 @@ impl Options {
             report_gbits: false,
             json: false,
             quiet: false,
-            busy_poll: false,
             spin: DEFAULT_SPIN,
             source_sockets: 0,
             roce_port: sluice_wire::ROCE_V2_PORT,
@@ -226,11 +223,11 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
         .local_addr()
         .map_err(|e| PerfError::Exchange(e.to_string()))?
         .port();
-    // Both ends spin only if each has a core: on one core a spinning end holds up the
-    // other end, which is what it waits for.
+    // Both ends spin a while only if each has a core: on one core a spinning end holds up
+    // the other end, which is what it waits for. (`--busy-poll` is taken as asked.)
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let options = &Options {
-        spin: if cores >= 2 {
+        spin: if cores >= 2 || options.spin == Duration::MAX {
             options.spin
         } else {
             Duration::ZERO

@@ -39,7 +39,6 @@ pub(crate) struct Session {
     /// WRITEs, SENDs) from `recv_offset` on.
     pub(crate) mr: MrInfo,
     pub(crate) recv_offset: u64,
-    pub(crate) busy_poll: bool,
     /// How long an idle side spins before sleeping (see `traffic::pump`).
     pub(crate) spin: Duration,
     /// Since when polls have found nothing to do.
@@ -418,7 +417,6 @@ fn open(
         qps: ends,
         mr,
         recv_offset: half,
-        busy_poll: o.busy_poll,
         spin: o.spin,
         idle_since: None,
         recv_size: max_size,

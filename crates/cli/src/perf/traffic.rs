@@ -18,17 +18,14 @@ pub(crate) struct Measured {
 }
 
 /// Polls the device once. A side with nothing to do spins (polls again) for `spin`, then
-/// sleeps on the socket until a packet or the next timer; with `--busy-poll` it never
-/// sleeps. A short spin catches a reply that comes within microseconds without the cost of a
+/// sleeps on the socket until a packet or the next timer; with `--busy-poll` (`spin` is
+/// `Duration::MAX`) it never sleeps. A short spin catches a reply that comes within microseconds without the cost of a
 /// wake-up (in a VM a wake-up is several microseconds); sleeping after it keeps an idle side
 /// off the CPU. The sleep is capped so that stall timeouts and the peer's end of test are
 /// noticed within 10 ms.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
-        return Ok(());
-    }
-    if s.busy_poll {
         return Ok(());
     }
     let since = *s.idle_since.get_or_insert_with(Instant::now);
