@@ -236,8 +236,21 @@ struct SynthArgs {
     port: u16,
 }
 
+/// Lets SIGPIPE end the process quietly, as command-line tools do. Rust programs ignore it,
+/// so printing into a closed pipe (`sluice ... | head`) is a write error, which `println!`
+/// turns into a panic with a backtrace. (Sockets are unaffected: std sends on them with
+/// MSG_NOSIGNAL and sees EPIPE as an error.)
+#[allow(unsafe_code)]
+fn exit_on_closed_pipe() {
+    // SAFETY: installs the default disposition, before any other thread exists; no handler
+    // code runs in this process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
-    sluice_net::exit_on_closed_pipe();
+    exit_on_closed_pipe();
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap(PcapCommand::Check(args)) => run_check(&args),

@@ -27,13 +27,6 @@ pub fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<
     sys::route_mtu(local, peer)
 }
 
-/// Lets SIGPIPE end the process quietly, as command-line tools do. Rust programs ignore it,
-/// so printing into a closed pipe (`sluice ... | head`) is a write error, which `println!`
-/// turns into a panic with a backtrace. Call it first thing in `main`.
-pub fn exit_on_closed_pipe() {
-    sys::default_sigpipe();
-}
-
 /// What can go wrong in the datapath, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {

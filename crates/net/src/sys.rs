@@ -350,15 +350,6 @@ impl Sender {
     }
 }
 
-/// Restores SIGPIPE's default action (end the process), which the Rust runtime sets to
-/// ignore.
-pub(crate) fn default_sigpipe() {
-    // SAFETY: installs the default disposition; no handler code runs in this process.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 /// `CLOCK_REALTIME` in ns since the Unix epoch: the clock of [`InMsg::arrived_ns`].
 pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
