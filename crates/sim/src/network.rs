@@ -1008,14 +1008,7 @@ impl<'a> Network<'a> {
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        // A packet that kick() would pick at once (a free port with nothing ahead of it in
-        // its class's order) skips the queue; the accounting is the same.
-        let at_once = self.now >= st.busy_until
-            && st.queue[CONTROL].is_empty()
-            && (class == CONTROL || (!st.paused && st.queue[DATA].is_empty()));
-        if !at_once {
-            st.queue[class].push_back(&mut self.packets, pkt);
-        }
+        st.queue[class].push_back(&mut self.packets, pkt);
         st.queued[class] += bytes;
         st.max_queue = st.max_queue.max(st.queued[DATA] + st.queued[CONTROL]);
         if class == DATA {
@@ -1030,11 +1023,8 @@ impl<'a> Network<'a> {
                 }
             }
         }
-        if at_once {
-            self.transmit(node, out, class, pkt);
-        } else {
-            self.kick(node, out);
-        }
+        // Sends it at once if the port is free and nothing goes before it (kick's order).
+        self.kick(node, out);
     }
 
     /// Buffer and PFC accounting as `pkt` leaves switch `node`.
