@@ -174,7 +174,9 @@ pub struct Engine {
     pub(crate) mrs: MrTable,
     pub(crate) cqs: Vec<Option<CompletionQueue>>,
     pds: u32,
-    pub(crate) qps: Vec<Option<Qp>>,
+    /// Boxed: a live-or-free check reads this dense array, not a field of a cold `Qp`,
+    /// and a `Qp` never moves.
+    pub(crate) qps: Vec<Option<Box<Qp>>>,
     free_qps: Vec<u32>,
     /// Queue pairs that may have something to send, served round-robin: O(1) per packet.
     ready: VecDeque<u32>,
@@ -378,7 +380,7 @@ impl Engine {
             None => return Err(Error::Exhausted("queue pairs")),
         };
         let num = QpNum(FIRST_QPN + index);
-        self.qps[index as usize] = Some(Qp::new(num, config));
+        self.qps[index as usize] = Some(Box::new(Qp::new(num, config)));
         self.controller.reset(index);
         Ok(num)
     }
@@ -453,12 +455,12 @@ impl Engine {
     }
 
     fn qp(&self, qpn: QpNum) -> Option<&Qp> {
-        self.qps.get(Self::index(qpn)? as usize)?.as_ref()
+        self.qps.get(Self::index(qpn)? as usize)?.as_deref()
     }
 
     pub(crate) fn qp_mut(&mut self, index: u32) -> &mut Qp {
         self.qps[index as usize]
-            .as_mut()
+            .as_deref_mut()
             .expect("a live queue pair index")
     }
 
@@ -501,7 +503,7 @@ impl Engine {
                 qp.attrs.recovery = recovery;
                 qp.resp.epsn = rq_psn;
                 qp.resp.reorder = (recovery == crate::Recovery::SelectiveRepeat)
-                    .then(|| crate::reorder::ReorderBuffer::new(REORDER_LIMIT));
+                    .then(|| Box::new(crate::reorder::ReorderBuffer::new(REORDER_LIMIT)));
                 qp.state = QpState::Rtr;
             }
             Transition::Rts {

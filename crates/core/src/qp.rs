@@ -260,11 +260,13 @@ pub struct RecvWr<'a> {
     pub sgl: &'a [Sge],
 }
 
-/// A fixed-capacity scatter/gather list (no allocation per work request).
+/// A fixed-capacity scatter/gather list (no allocation per work request). The count comes
+/// first (`repr(C)`), beside the first entry: a one-entry list is read in 24 bytes.
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
 pub(crate) struct SgList {
-    sges: [Sge; MAX_SGE],
     count: u8,
+    sges: [Sge; MAX_SGE],
 }
 
 impl SgList {
@@ -313,26 +315,29 @@ impl SgList {
     }
 }
 
-/// A posted send request inside the engine.
+/// A posted send request inside the engine. Aligned to a cache line, with what sending and
+/// retiring read in the first line (`repr(C)`: declaration order) and the data's location
+/// after it: acknowledging a request reads one line of it.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct SendWqe {
     pub(crate) wr_id: u64,
     pub(crate) op: SendOp,
-    pub(crate) sgl: SgList,
-    pub(crate) inline: Option<Box<[u8]>>,
     pub(crate) len: u32,
-    pub(crate) signaled: bool,
-    pub(crate) fence: bool,
-    pub(crate) solicited: bool,
     /// The PSNs this request occupies: `first_psn .. first_psn + span`, set when it is first
     /// sent. A READ occupies one PSN per response packet; an atomic one.
     pub(crate) first_psn: Psn,
     pub(crate) span: u32,
-    pub(crate) started: bool,
     /// READ: response bytes received in order so far.
     pub(crate) read_done: u32,
+    pub(crate) signaled: bool,
+    pub(crate) fence: bool,
+    pub(crate) solicited: bool,
+    pub(crate) started: bool,
     /// READ and atomics: every response has arrived.
     pub(crate) responded: bool,
+    pub(crate) sgl: SgList,
+    pub(crate) inline: Option<Box<[u8]>>,
 }
 
 impl SendWqe {
@@ -399,7 +404,9 @@ impl Default for QpAttrs {
     }
 }
 
-/// The requester's sequence state.
+/// The requester's sequence state. In declaration order (`repr(C)`): one cache line of
+/// what sending and acknowledging read (sequence numbers, cursor, send queue), then the
+/// timers, then what only recovery reads.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct Requester {
@@ -418,17 +425,17 @@ pub(crate) struct Requester {
     pub(crate) rnr_retries_left: u8,
     /// Posted, not yet completed; the front is the oldest.
     pub(crate) sq: VecDeque<SendWqe>,
-    /// When the retransmit timer fires, if armed.
-    pub(crate) deadline: Option<crate::Instant>,
     /// No sending before this time (an RNR NAK's wait).
     pub(crate) rnr_wait_until: Option<crate::Instant>,
+    /// When the retransmit timer fires, if armed.
+    pub(crate) deadline: Option<crate::Instant>,
     /// A go-back-N from an out-of-order READ response was already asked for this PSN.
     pub(crate) read_retry_at: Option<Psn>,
-    /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
-    pub(crate) resend: VecDeque<Psn>,
     /// Selective repeat of READ responses; kept out of line (boxed once per queue pair, at
     /// its first READ response out of order): most queue pairs never need it.
     pub(crate) read_repair: Option<Box<ReadRepair>>,
+    /// Selective repeat: single PSNs the responder NAK'd, to resend before anything new.
+    pub(crate) resend: VecDeque<Psn>,
 }
 
 /// Selective repeat of READ responses at the requester.
@@ -506,7 +513,9 @@ pub(crate) enum InProgress {
     },
 }
 
-/// The responder's sequence state.
+/// The responder's sequence state. In declaration order (`repr(C)`): one cache line of
+/// what every request and every ACK reads (sequence numbers, what is owed, whether packets
+/// are held), then the message in progress and the queues only some operations use.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct Responder {
@@ -516,16 +525,16 @@ pub(crate) struct Responder {
     pub(crate) msn: u32,
     /// An ACK of everything before `epsn` is due.
     pub(crate) ack_due: bool,
-    /// New request packets taken since the last coalesced ACK.
-    pub(crate) unacked: u32,
     /// A sequence-error NAK was sent for the current `epsn`: do not send another.
     pub(crate) nak_sent: bool,
+    /// New request packets taken since the last coalesced ACK.
+    pub(crate) unacked: u32,
     pub(crate) responses: VecDeque<Response>,
-    pub(crate) rq: VecDeque<RecvWqe>,
+    /// Selective repeat: packets held past a gap (boxed: a pointer in the hot line).
+    pub(crate) reorder: Option<Box<crate::reorder::ReorderBuffer>>,
     pub(crate) in_progress: Option<InProgress>,
+    pub(crate) rq: VecDeque<RecvWqe>,
     pub(crate) resources: VecDeque<ResponderResource>,
-    /// Selective repeat: packets held past a gap.
-    pub(crate) reorder: Option<crate::reorder::ReorderBuffer>,
 }
 
 /// How much a queue pair holds: every one of these queues has a bound.
@@ -566,10 +575,13 @@ pub(crate) struct Knobs {
     pub(crate) path: Option<u16>,
 }
 
-/// One queue pair. Laid out for the cache: with thousands of queue pairs each packet finds
-/// its queue pair cold, so what every packet reads (state, attributes, knobs, then the
-/// requester's and responder's sequence state) comes first. (640 bytes: the requester
-/// starts at byte 168, the responder at 312, by `-Zprint-type-sizes`.)
+/// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of
+/// queue pairs each packet finds its queue pair cold, and every cache line it touches is a
+/// miss. The first line holds what every visit reads (state, flags, attributes, what the
+/// control law asked for); then the requester's line of sequence state and send queue, its
+/// timers, what sending a request reads (configuration, knobs, pacing, the RTT probe), and
+/// the responder's line of sequence state and owed responses. `the_hot_fields_share_lines`
+/// pins the offsets.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Qp {
@@ -585,6 +597,11 @@ pub(crate) struct Qp {
     pub(crate) control_started: bool,
     pub(crate) num: QpNum,
     pub(crate) attrs: QpAttrs,
+    /// Credit the control law granted the peer, not sent yet.
+    pub(crate) grant_due: u64,
+    /// The CC extension header of the latest request from the peer: what responses echo.
+    pub(crate) ccx_echo: Option<Box<CcxEcho>>,
+    pub(crate) req: Requester,
     pub(crate) config: QpConfig,
     /// What the control law set.
     pub(crate) knobs: Knobs,
@@ -594,16 +611,11 @@ pub(crate) struct Qp {
     pub(crate) paced: (crate::Instant, u64),
     /// The packet timed for an RTT sample: its PSN and when it left.
     pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
-    /// Credit the control law granted the peer, not sent yet.
-    pub(crate) grant_due: u64,
-    pub(crate) req: Requester,
     pub(crate) resp: Responder,
     /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
     pub(crate) granted_total: u64,
     /// The largest credit total the peer has granted us.
     pub(crate) credit_total_seen: u64,
-    /// The CC extension header of the latest request from the peer: what responses echo.
-    pub(crate) ccx_echo: Option<Box<CcxEcho>>,
 }
 
 /// The CC extension header of a request, kept for the responses that echo it.
@@ -754,5 +766,40 @@ mod tests {
         assert_eq!(pieces, vec![(1, 108, 2), (2, 200, 5), (3, 300, 3)]);
         assert_eq!(sgl.pieces(35, 0).count(), 0);
         assert!(SgList::new(&[Sge::default(); MAX_SGE + 1]).is_none());
+    }
+
+    /// The layout the cache work depends on (`repr(C)` keeps declaration order; this
+    /// catches a field added in the wrong place). Lines are 64 bytes.
+    #[test]
+    fn the_hot_fields_share_lines() {
+        use std::mem::{offset_of, size_of};
+        let line = |offset: usize| offset / 64;
+        let end = |offset: usize, size: usize| line(offset + size - 1);
+        // Line 0: what every visit reads.
+        assert_eq!(end(offset_of!(Qp, attrs), size_of::<QpAttrs>()), 0);
+        assert_eq!(line(offset_of!(Qp, cnp_due)), 0);
+        assert_eq!(line(offset_of!(Qp, grant_due)), 0);
+        // The requester's first line: sequence numbers, cursor, send queue.
+        let req = offset_of!(Qp, req);
+        assert_eq!(req % 64, 0);
+        let sq_end = offset_of!(Requester, sq) + size_of::<VecDeque<SendWqe>>();
+        assert_eq!(line(offset_of!(Requester, next_psn)), 0);
+        assert_eq!(line(sq_end - 1), 0);
+        // Its second: the RNR wait and the retransmit deadline.
+        assert_eq!(line(offset_of!(Requester, rnr_wait_until)), 1);
+        assert_eq!(end(offset_of!(Requester, deadline), 16), 1);
+        // The responder's first line: sequence numbers, what is owed, held packets.
+        let resp = offset_of!(Qp, resp);
+        assert_eq!(resp % 64, 0);
+        assert_eq!(end(offset_of!(Responder, reorder), 8), 0);
+        assert_eq!(line(offset_of!(Responder, ack_due)), 0);
+        assert!(size_of::<Qp>() <= 9 * 64, "{}", size_of::<Qp>());
+        // A work request: one line for sending and retiring, the list's count and first
+        // entry in the next.
+        assert_eq!(std::mem::align_of::<SendWqe>(), 64);
+        assert_eq!(line(offset_of!(SendWqe, responded)), 0);
+        assert_eq!(line(offset_of!(SendWqe, first_psn)), 0);
+        assert_eq!(offset_of!(SendWqe, sgl), 64);
+        assert_eq!(end(offset_of!(SgList, sges), size_of::<Sge>()), 0);
     }
 }

@@ -291,16 +291,23 @@ impl Engine {
         // Gather the payload: inline data or the local buffers (checked at post time; a
         // region deregistered since then fails the request).
         if payload_len > 0 {
-            let wqe = &req.sq[cursor];
+            // The list is borrowed, not copied: a one-entry list is read from the work
+            // request's second cache line only.
+            let qp = self.qps[index as usize]
+                .as_deref()
+                .expect("a live queue pair index");
+            let wqe = &qp.req.sq[cursor];
             let dst = &mut payload[..payload_len as usize];
-            if let Some(data) = &wqe.inline {
-                dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
-            } else {
-                let (pd, sgl) = (qp.config.pd, wqe.sgl);
-                if self.mrs.gather(pd, &sgl, offset, dst).is_err() {
-                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
-                    return None;
+            let gathered = match &wqe.inline {
+                Some(data) => {
+                    dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
+                    Ok(())
                 }
+                None => self.mrs.gather(qp.config.pd, &wqe.sgl, offset, dst),
+            };
+            if gathered.is_err() {
+                self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                return None;
             }
         }
         let qp = self.qp_mut(index);

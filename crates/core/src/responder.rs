@@ -628,6 +628,11 @@ impl Engine {
         payload: &mut [u8],
     ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
+        // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
+        // before reading the fields a response is built from (other cache lines).
+        if !qp.cnp_due && qp.grant_due == 0 && !qp.resp.ack_due && qp.resp.responses.is_empty() {
+            return None;
+        }
         let dst = qp.attrs.peer?;
         let src_port = qp.src_port();
         let dest_qp = qp.attrs.dest_qpn;
