@@ -867,7 +867,11 @@ impl Engine {
         }
         #[cfg(debug_assertions)]
         self.check_requester(index);
-        self.schedule(index);
+        // On the ready list only with something to send: an ACK that completes the last
+        // request leaves nothing, and a turn that finds nothing reads cold cache lines.
+        if self.qp_mut(index).may_send_more() {
+            self.schedule(index);
+        }
     }
 
     /// A response, with what its CC extension header says: the round trip its echoed
