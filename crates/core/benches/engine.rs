@@ -315,20 +315,32 @@ fn summary() {
     println!(
         "  requester {requester:.1} ns and responder {responder:.1} ns of engine work per data packet"
     );
+    // The rows are measured in turn three times and each keeps its best, so that a slow
+    // minute of a shared machine does not fall on one row only; the ratio is to 1 QP.
     println!(
-        "\nOne 4 KiB WRITE in flight on every queue pair, length-only memory (best of 5 runs of 0.3 s)"
+        "\nOne 4 KiB WRITE in flight on every queue pair, length-only memory (best of 3 turns of 5 runs of 0.3 s)"
     );
     println!(
-        "  {:>8}{:>16}{:>28}",
-        "QPs", "messages/s", "ns/data packet (2 sides)"
+        "  {:>8}{:>16}{:>28}{:>12}",
+        "QPs", "messages/s", "ns/data packet (2 sides)", "ratio"
     );
-    for qps in [1usize, 1024, 16384] {
-        let mut bench = Bench::new(qps, false, 1 << 20);
-        let (rate, ns) = best_of(&mut bench, Duration::from_millis(300), |b| {
-            b.round_over_all_qps();
-            qps as u64
-        });
-        println!("  {qps:>8}{rate:>16.0}{ns:>28.1}");
+    const QPS: [usize; 3] = [1, 1024, 16384];
+    let mut best = [(0.0f64, f64::MAX); QPS.len()];
+    for _ in 0..3 {
+        for (row, &qps) in QPS.iter().enumerate() {
+            let mut bench = Bench::new(qps, false, 1 << 20);
+            let (rate, ns) = best_of(&mut bench, Duration::from_millis(300), |b| {
+                b.round_over_all_qps();
+                qps as u64
+            });
+            if rate > best[row].0 {
+                best[row] = (rate, ns);
+            }
+        }
+    }
+    for (&qps, &(rate, ns)) in QPS.iter().zip(&best) {
+        let ratio = ns / best[0].1;
+        println!("  {qps:>8}{rate:>16.0}{ns:>28.1}{ratio:>12.2}");
     }
 }
 
