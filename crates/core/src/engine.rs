@@ -557,7 +557,7 @@ impl Engine {
                 // Back to new, but still on the ready list if it was: `scheduled` says
                 // whether it is there (destroy_qp and schedule rely on it), and only
                 // poll_transmit takes an entry off.
-                let (num, config, scheduled) = (qp.num, qp.config, qp.scheduled);
+                let (num, config, scheduled) = (qp.num, qp.config(), qp.scheduled);
                 *qp = Qp::new(num, config);
                 qp.scheduled = scheduled;
                 self.controller.reset(index);
@@ -638,7 +638,7 @@ impl Engine {
     ) -> Result<(u32, SgList, u32), Error> {
         let index = self.live(qpn)?;
         let qp = self.qps[index as usize].as_ref().expect("live");
-        if sgl.len() > qp.config.caps.max_sge as usize {
+        if sgl.len() > qp.caps.max_sge as usize {
             return Err(Error::InvalidArgument(
                 "more scatter/gather entries than max_sge",
             ));
@@ -651,7 +651,7 @@ impl Engine {
             .ok_or(Error::InvalidArgument("a message is at most 2^31 bytes"))?;
         for sge in list.entries() {
             self.mrs
-                .check(sge.lkey, qp.config.pd, sge.addr, u64::from(sge.len), need)
+                .check(sge.lkey, qp.pd, sge.addr, u64::from(sge.len), need)
                 .map_err(|_| {
                     Error::InvalidArgument("a buffer is outside a registered region it may use")
                 })?;
@@ -680,7 +680,7 @@ impl Engine {
             .as_ref()
             .expect("checked_sgl found it");
         let inline = if wr.inline && !wr.op.is_read_or_atomic() {
-            if len > qp.config.caps.max_inline {
+            if len > qp.caps.max_inline {
                 return Err(Error::InvalidArgument("inline data longer than max_inline"));
             }
             let mut data = vec![0u8; len as usize].into_boxed_slice();
@@ -704,7 +704,7 @@ impl Engine {
                     send_opcode(wr.op),
                     qpn,
                 );
-                let cq = qp.config.send_cq;
+                let cq = qp.send_cq;
                 self.complete(index, cq, c);
                 return Ok(());
             }
@@ -715,7 +715,7 @@ impl Engine {
                 });
             }
         }
-        if qp.req.sq.len() >= qp.config.caps.max_send_wr as usize {
+        if qp.req.sq.len() >= qp.caps.max_send_wr as usize {
             return Err(Error::QueueFull("send queue"));
         }
         qp.req.sq.push_back(SendWqe {
@@ -747,7 +747,7 @@ impl Engine {
             QpState::Error => {
                 let c =
                     Completion::unfinished(wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, qpn);
-                let cq = qp.config.recv_cq;
+                let cq = qp.recv_cq;
                 self.complete(index, cq, c);
                 return Ok(());
             }
@@ -758,7 +758,7 @@ impl Engine {
                 });
             }
         }
-        if qp.resp.rq.len() >= qp.config.caps.max_recv_wr as usize {
+        if qp.resp.rq.len() >= qp.caps.max_recv_wr as usize {
             return Err(Error::QueueFull("receive queue"));
         }
         qp.resp.rq.push_back(RecvWqe {
@@ -1049,7 +1049,7 @@ impl Engine {
         let qp = self.qp_mut(index);
         qp.state = QpState::Error;
         let num = qp.num;
-        let (send_cq, recv_cq) = (qp.config.send_cq, qp.config.recv_cq);
+        let (send_cq, recv_cq) = (qp.send_cq, qp.recv_cq);
         let sends: Vec<SendWqe> = qp.req.sq.drain(..).collect();
         qp.req.cursor = 0;
         qp.req.deadline = None;

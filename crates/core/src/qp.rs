@@ -405,8 +405,8 @@ impl Default for QpAttrs {
 }
 
 /// The requester's sequence state. In declaration order (`repr(C)`): one cache line of
-/// what sending and acknowledging read (sequence numbers, cursor, send queue), then the
-/// timers, then what only recovery reads.
+/// what sending and acknowledging read (sequence numbers, cursor, send queue), one of the
+/// timers and the RTT probe, then what only recovery reads.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct Requester {
@@ -429,6 +429,8 @@ pub(crate) struct Requester {
     pub(crate) rnr_wait_until: Option<crate::Instant>,
     /// When the retransmit timer fires, if armed.
     pub(crate) deadline: Option<crate::Instant>,
+    /// The packet timed for an RTT sample: its PSN and when it left.
+    pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
     /// A go-back-N from an out-of-order READ response was already asked for this PSN.
     pub(crate) read_retry_at: Option<Psn>,
     /// Selective repeat of READ responses; kept out of line (boxed once per queue pair, at
@@ -577,11 +579,12 @@ pub(crate) struct Knobs {
 
 /// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of
 /// queue pairs each packet finds its queue pair cold, and every cache line it touches is a
-/// miss. The first line holds what every visit reads (state, flags, attributes, what the
-/// control law asked for); then the requester's line of sequence state and send queue, its
-/// timers, what sending a request reads (configuration, knobs, pacing, the RTT probe), and
-/// the responder's line of sequence state and owed responses. `the_hot_fields_share_lines`
-/// pins the offsets.
+/// miss. Line 0 holds what every visit reads (state, flags, attributes, the grant the control
+/// law asked for, the protection domain and send CQ); lines 1 and 2 the requester's sequence
+/// state, send queue, timers and RTT probe; line 4 what else sending a request reads (knobs,
+/// pacing); line 5 the responder's sequence state and owed responses. Its creation settings
+/// (`QpConfig`) are kept apart by field for that. `the_hot_fields_share_lines` pins the
+/// offsets.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Qp {
@@ -599,18 +602,19 @@ pub(crate) struct Qp {
     pub(crate) attrs: QpAttrs,
     /// Credit the control law granted the peer, not sent yet.
     pub(crate) grant_due: u64,
+    pub(crate) pd: PdId,
+    pub(crate) send_cq: CqId,
+    pub(crate) req: Requester,
     /// The CC extension header of the latest request from the peer: what responses echo.
     pub(crate) ccx_echo: Option<Box<CcxEcho>>,
-    pub(crate) req: Requester,
-    pub(crate) config: QpConfig,
+    pub(crate) caps: QpCaps,
     /// What the control law set.
     pub(crate) knobs: Knobs,
     /// Pacing: the slot the last request packet took, and its bits on the wire. The next
     /// may go one packet time later at the rate in force *now*, so a law that raises the
     /// rate shortens the wait at once.
     pub(crate) paced: (crate::Instant, u64),
-    /// The packet timed for an RTT sample: its PSN and when it left.
-    pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
+    pub(crate) recv_cq: CqId,
     pub(crate) resp: Responder,
     /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
     pub(crate) granted_total: u64,
@@ -631,7 +635,10 @@ impl Qp {
     pub(crate) fn new(num: QpNum, config: QpConfig) -> Qp {
         Qp {
             num,
-            config,
+            pd: config.pd,
+            send_cq: config.send_cq,
+            recv_cq: config.recv_cq,
+            caps: config.caps,
             state: QpState::Reset,
             attrs: QpAttrs::default(),
             req: Requester::default(),
@@ -645,8 +652,17 @@ impl Qp {
             credit_total_seen: 0,
             control_started: false,
             paced: (crate::Instant::ZERO, 0),
-            rtt_probe: None,
             ccx_echo: None,
+        }
+    }
+
+    /// What it was created with.
+    pub(crate) fn config(&self) -> QpConfig {
+        QpConfig {
+            pd: self.pd,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            caps: self.caps,
         }
     }
 
@@ -657,8 +673,10 @@ impl Qp {
     /// carries the total credit granted the peer.
     pub(crate) fn ccx_out(&self, now: crate::Instant, response: bool) -> Option<sluice_wire::Ccx> {
         use sluice_wire::{Ccx, CcxLayout, IntPath};
+        // The layout first: without one, the echo's cache line is not read.
+        let layout = self.attrs.ccx?;
         let echo = self.ccx_echo.as_deref().copied().filter(|_| response);
-        Some(match self.attrs.ccx? {
+        Some(match layout {
             CcxLayout::Timestamps => Ccx::Timestamps {
                 tx_ns: now.as_nanos(),
                 echo_ns: match echo {
@@ -690,8 +708,17 @@ impl Qp {
             || self.grant_due > 0
             || self.resp.ack_due
             || !self.resp.responses.is_empty()
-            || !self.req.resend.is_empty()
             || self.req.cursor < self.req.sq.len()
+            || self.resends_queued()
+    }
+
+    /// Whether NAK'd PSNs wait to be resent. Only selective repeat queues them, so a
+    /// go-back-N queue pair does not read the queue (a cache line of its own).
+    pub(crate) fn resends_queued(&self) -> bool {
+        debug_assert!(
+            self.attrs.recovery == Recovery::SelectiveRepeat || self.req.resend.is_empty()
+        );
+        self.attrs.recovery == Recovery::SelectiveRepeat && !self.req.resend.is_empty()
     }
 
     pub(crate) fn psns(&self) -> QpPsns {
@@ -779,18 +806,25 @@ mod tests {
         assert_eq!(end(offset_of!(Qp, attrs), size_of::<QpAttrs>()), 0);
         assert_eq!(line(offset_of!(Qp, cnp_due)), 0);
         assert_eq!(line(offset_of!(Qp, grant_due)), 0);
-        // The requester's first line: sequence numbers, cursor, send queue.
+        assert_eq!(line(offset_of!(Qp, pd)), 0);
+        assert_eq!(line(offset_of!(Qp, send_cq)), 0);
+        // Lines 1 and 2, the requester's: sequence numbers, cursor and send queue; then the
+        // RNR wait, the retransmit deadline, the RTT probe and the READ retry mark.
         let req = offset_of!(Qp, req);
-        assert_eq!(req % 64, 0);
+        assert_eq!(req, 64);
         let sq_end = offset_of!(Requester, sq) + size_of::<VecDeque<SendWqe>>();
-        assert_eq!(line(offset_of!(Requester, next_psn)), 0);
         assert_eq!(line(sq_end - 1), 0);
-        // Its second: the RNR wait and the retransmit deadline.
         assert_eq!(line(offset_of!(Requester, rnr_wait_until)), 1);
-        assert_eq!(end(offset_of!(Requester, deadline), 16), 1);
-        // The responder's first line: sequence numbers, what is owed, held packets.
+        assert_eq!(line(offset_of!(Requester, rtt_probe)), 1);
+        assert_eq!(end(offset_of!(Requester, read_retry_at), 8), 1);
+        // What else sending a request reads: one line.
+        let knobs = offset_of!(Qp, knobs);
+        assert_eq!(line(knobs), 4);
+        assert_eq!(end(knobs, size_of::<Knobs>()), 4);
+        assert_eq!(end(offset_of!(Qp, paced), 16), 4);
+        // Line 5, the responder's: sequence numbers, what is owed, held packets.
         let resp = offset_of!(Qp, resp);
-        assert_eq!(resp % 64, 0);
+        assert_eq!(resp, 5 * 64);
         assert_eq!(end(offset_of!(Responder, reorder), 8), 0);
         assert_eq!(line(offset_of!(Responder, ack_due)), 0);
         assert!(size_of::<Qp>() <= 9 * 64, "{}", size_of::<Qp>());

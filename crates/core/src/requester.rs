@@ -111,7 +111,10 @@ impl Engine {
             }
         }
         // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
-        while let Some(p) = self.qp_mut(index).req.resend.pop_front() {
+        while self.qp_mut(index).resends_queued() {
+            let Some(p) = self.qp_mut(index).req.resend.pop_front() else {
+                break;
+            };
             let req = &self.qp_mut(index).req;
             let d = req.una.distance_to(p);
             if d < 0 || d >= req.una.distance_to(req.max_sent) {
@@ -303,7 +306,7 @@ impl Engine {
                     dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
                     Ok(())
                 }
-                None => self.mrs.gather(qp.config.pd, &wqe.sgl, offset, dst),
+                None => self.mrs.gather(qp.pd, &wqe.sgl, offset, dst),
             };
             if gathered.is_err() {
                 self.fail_request(index, cursor, WcStatus::LocalProtectionError);
@@ -336,8 +339,8 @@ impl Engine {
         // the rest of its message took to leave.
         let answered =
             bth.ack_req || bth.opcode == Opcode::RC_RDMA_READ_REQUEST || ext.atomic_eth.is_some();
-        if !retransmission && answered && qp.rtt_probe.is_none() {
-            qp.rtt_probe = Some((psn, now));
+        if !retransmission && answered && qp.req.rtt_probe.is_none() {
+            qp.req.rtt_probe = Some((psn, now));
         }
         if let Some(at) = arm_at {
             self.arm(index, at);
@@ -420,9 +423,9 @@ impl Engine {
         }
         let packets = qp.req.confirmed.distance_to(psn) as u32;
         qp.req.confirmed = psn;
-        let probed = match qp.rtt_probe {
+        let probed = match qp.req.rtt_probe {
             Some((probe, sent)) if probe.precedes(psn) => {
-                qp.rtt_probe = None;
+                qp.req.rtt_probe = None;
                 Some(now - sent)
             }
             _ => None,
@@ -586,7 +589,7 @@ impl Engine {
             self.fail_request(index, pos, WcStatus::BadResponseError);
             return;
         }
-        let (pd, sgl, read_done) = (qp.config.pd, wqe.sgl, wqe.read_done);
+        let (pd, sgl, read_done) = (qp.pd, wqe.sgl, wqe.read_done);
         let bytes = match payload {
             Payload::Bytes(b) => Some(b),
             Payload::Len(_) => None,
@@ -646,7 +649,7 @@ impl Engine {
             self.fail_request(index, pos, WcStatus::BadResponseError);
             return;
         }
-        let (pd, sgl, request_end) = (qp.config.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
+        let (pd, sgl, request_end) = (qp.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
         if repair.held.insert(d) == Insert::Full {
             // No room to record it: asked for again once the gaps before it are filled.
             repair.overflow = true;
@@ -720,7 +723,7 @@ impl Engine {
                 .pieces(0, 8)
                 .next()
                 .expect("atomics have an 8-byte buffer");
-            let pd = qp.config.pd;
+            let pd = qp.pd;
             if self
                 .mrs
                 .check(lkey, pd, addr, 8, crate::Access::LOCAL_WRITE)
@@ -745,7 +748,7 @@ impl Engine {
     pub(crate) fn retire(&mut self, index: u32) -> usize {
         let qp = self.qp_mut(index);
         let num = qp.num;
-        let cq = qp.config.send_cq;
+        let cq = qp.send_cq;
         let mtu = qp.attrs.mtu;
         let confirmed = qp.req.confirmed;
         let mut done = 0;
@@ -859,7 +862,7 @@ impl Engine {
     pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
         let qp = self.qp_mut(index);
         // Karn's rule: a packet that may be sent twice gives no RTT sample.
-        qp.rtt_probe = None;
+        qp.req.rtt_probe = None;
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
         for (i, w) in req.sq.iter().enumerate() {

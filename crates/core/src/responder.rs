@@ -179,7 +179,7 @@ impl Engine {
         let bth = &headers.bth;
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
-        let pd = qp.config.pd;
+        let pd = qp.pd;
         let len = payload.len();
         let in_send = matches!(qp.resp.in_progress, Some(InProgress::Send { .. }));
         let in_write = matches!(qp.resp.in_progress, Some(InProgress::Write { .. }));
@@ -526,7 +526,7 @@ impl Engine {
         opcode: WcOpcode,
     ) {
         let qp = self.qp_mut(index);
-        let (num, cq) = (qp.num, qp.config.recv_cq);
+        let (num, cq) = (qp.num, qp.recv_cq);
         let byte_len = if status == WcStatus::Success {
             byte_len
         } else {
@@ -566,7 +566,7 @@ impl Engine {
     fn on_duplicate(&mut self, index: u32, headers: &RoceHeaders, info: &OpcodeInfo) {
         let psn = headers.bth.psn;
         let qp = self.qp_mut(index);
-        let pd = qp.config.pd;
+        let pd = qp.pd;
         match info.operation {
             Operation::RdmaReadRequest => {
                 let Some(reth) = headers.ext.reth else { return };
@@ -638,7 +638,7 @@ impl Engine {
         let dest_qp = qp.attrs.dest_qpn;
         let mtu = qp.attrs.mtu;
         let msn = qp.resp.msn;
-        let pd = qp.config.pd;
+        let pd = qp.pd;
         let ack = |syndrome| Aeth { syndrome, msn };
         let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
         // CNPs and control packets: not sequenced, no payload, never a CC extension header.
