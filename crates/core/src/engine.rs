@@ -261,7 +261,7 @@ impl Engine {
             qp.knobs.window_bytes = window;
         }
         if let Some(port) = act.path() {
-            qp.knobs.path = Some(port);
+            qp.path = Some(port);
         }
         let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
         if act.cnp() {
@@ -269,7 +269,7 @@ impl Engine {
             wake = true;
         }
         if act.granted() > 0 {
-            qp.grant_due = qp.grant_due.saturating_add(act.granted());
+            qp.resp.grant_due = qp.resp.grant_due.saturating_add(act.granted());
             wake = true;
         }
         if wake && qp.state.receiving() {

@@ -534,6 +534,8 @@ pub(crate) struct Responder {
     pub(crate) responses: VecDeque<Response>,
     /// Selective repeat: packets held past a gap (boxed: a pointer in the hot line).
     pub(crate) reorder: Option<Box<crate::reorder::ReorderBuffer>>,
+    /// Credit the control law granted the peer, not sent yet.
+    pub(crate) grant_due: u64,
     pub(crate) in_progress: Option<InProgress>,
     pub(crate) rq: VecDeque<RecvWqe>,
     pub(crate) resources: VecDeque<ResponderResource>,
@@ -573,18 +575,16 @@ pub(crate) struct Knobs {
     pub(crate) rate_bps: Option<u64>,
     /// Request payload bytes allowed unacknowledged; `None` is the engine's window.
     pub(crate) window_bytes: Option<u64>,
-    /// UDP source port.
-    pub(crate) path: Option<u16>,
 }
 
 /// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of
 /// queue pairs each packet finds its queue pair cold, and every cache line it touches is a
-/// miss. Line 0 holds what every visit reads (state, flags, attributes, the grant the control
-/// law asked for, the protection domain and send CQ); lines 1 and 2 the requester's sequence
-/// state, send queue, timers and RTT probe; line 4 what else sending a request reads (knobs,
-/// pacing); line 5 the responder's sequence state and owed responses. Its creation settings
-/// (`QpConfig`) are kept apart by field for that. `the_hot_fields_share_lines` pins the
-/// offsets.
+/// miss. Line 0 holds what every visit reads (state, flags, attributes, the protection domain,
+/// send CQ and path); lines 1 and 2 the requester's sequence state, send queue, timers and
+/// RTT probe; line 4 what else sending a request reads (knobs, pacing); line 5 the
+/// responder's sequence state, what it owes (responses, an ACK, a grant) and held packets.
+/// Its creation settings (`QpConfig`) are kept apart by field for that.
+/// `the_hot_fields_share_lines` pins the offsets.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Qp {
@@ -600,10 +600,11 @@ pub(crate) struct Qp {
     pub(crate) control_started: bool,
     pub(crate) num: QpNum,
     pub(crate) attrs: QpAttrs,
-    /// Credit the control law granted the peer, not sent yet.
-    pub(crate) grant_due: u64,
     pub(crate) pd: PdId,
     pub(crate) send_cq: CqId,
+    /// The UDP source port the control law chose (a multipath law's path); `None`: the
+    /// queue pair's own (`src_port`). Beside the attributes, since every packet reads it.
+    pub(crate) path: Option<u16>,
     pub(crate) req: Requester,
     /// The CC extension header of the latest request from the peer: what responses echo.
     pub(crate) ccx_echo: Option<Box<CcxEcho>>,
@@ -615,11 +616,12 @@ pub(crate) struct Qp {
     /// rate shortens the wait at once.
     pub(crate) paced: (crate::Instant, u64),
     pub(crate) recv_cq: CqId,
+    /// The largest credit total the peer has granted us. (Here, so that `resp` starts a
+    /// line.)
+    pub(crate) credit_total_seen: u64,
     pub(crate) resp: Responder,
     /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
     pub(crate) granted_total: u64,
-    /// The largest credit total the peer has granted us.
-    pub(crate) credit_total_seen: u64,
 }
 
 /// The CC extension header of a request, kept for the responses that echo it.
@@ -647,7 +649,7 @@ impl Qp {
             async_pending: false,
             knobs: Knobs::default(),
             cnp_due: false,
-            grant_due: 0,
+            path: None,
             granted_total: 0,
             credit_total_seen: 0,
             control_started: false,
@@ -705,7 +707,7 @@ impl Qp {
     /// go now is found out at that turn). Never false when a packet could go.
     pub(crate) fn may_send_more(&self) -> bool {
         self.cnp_due
-            || self.grant_due > 0
+            || self.resp.grant_due > 0
             || self.resp.ack_due
             || !self.resp.responses.is_empty()
             || self.req.cursor < self.req.sq.len()
@@ -756,7 +758,7 @@ impl Qp {
     /// one, else Soft-RoCE's choice, 0xC000 plus a hash of the QPN, so that ECMP spreads
     /// queue pairs over paths.
     pub(crate) fn src_port(&self) -> u16 {
-        if let Some(port) = self.knobs.path {
+        if let Some(port) = self.path {
             return port;
         }
         let h = self.num.0.wrapping_mul(0x9E37_79B1);
@@ -805,7 +807,7 @@ mod tests {
         // Line 0: what every visit reads.
         assert_eq!(end(offset_of!(Qp, attrs), size_of::<QpAttrs>()), 0);
         assert_eq!(line(offset_of!(Qp, cnp_due)), 0);
-        assert_eq!(line(offset_of!(Qp, grant_due)), 0);
+        assert_eq!(line(offset_of!(Qp, path)), 0);
         assert_eq!(line(offset_of!(Qp, pd)), 0);
         assert_eq!(line(offset_of!(Qp, send_cq)), 0);
         // Lines 1 and 2, the requester's: sequence numbers, cursor and send queue; then the
@@ -827,6 +829,7 @@ mod tests {
         assert_eq!(resp, 5 * 64);
         assert_eq!(end(offset_of!(Responder, reorder), 8), 0);
         assert_eq!(line(offset_of!(Responder, ack_due)), 0);
+        assert_eq!(end(offset_of!(Responder, grant_due), 8), 0);
         assert!(size_of::<Qp>() <= 9 * 64, "{}", size_of::<Qp>());
         // A work request: one line for sending and retiring, the list's count and first
         // entry in the next.

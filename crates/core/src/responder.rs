@@ -630,7 +630,8 @@ impl Engine {
         let qp = self.qp_mut(index);
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
         // before reading the fields a response is built from (other cache lines).
-        if !qp.cnp_due && qp.grant_due == 0 && !qp.resp.ack_due && qp.resp.responses.is_empty() {
+        if !qp.cnp_due && qp.resp.grant_due == 0 && !qp.resp.ack_due && qp.resp.responses.is_empty()
+        {
             return None;
         }
         let dst = qp.attrs.peer?;
@@ -662,8 +663,8 @@ impl Engine {
                 return Some(unsequenced(bth, ExtHeaders::default()));
             }
         }
-        if qp.grant_due > 0 {
-            let more = std::mem::take(&mut qp.grant_due);
+        if qp.resp.grant_due > 0 {
+            let more = std::mem::take(&mut qp.resp.grant_due);
             let by_ccx = qp.attrs.ccx == Some(sluice_wire::CcxLayout::Credit);
             if qp.state == QpState::Error || !(by_ccx || qp.attrs.cc_control) {
                 self.counters.grants_unsent += 1;
