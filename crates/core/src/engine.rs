@@ -868,8 +868,21 @@ impl Engine {
         #[cfg(debug_assertions)]
         self.check_requester(index);
         // On the ready list only with something to send: an ACK that completes the last
-        // request leaves nothing, and a turn that finds nothing reads cold cache lines.
-        if self.qp_mut(index).may_send_more() {
+        // request leaves nothing, and a turn that finds nothing reads cold cache lines. A
+        // response can give only the requester more to send (what the responder owes grows
+        // with requests; the control law's CNPs and grants schedule as they are asked for,
+        // in `apply`), so it is judged by the requester's lines alone.
+        let qp = self.qp_mut(index);
+        let more = if is_response {
+            debug_assert!(
+                qp.scheduled || !qp.owes_peer(),
+                "owes the peer, not scheduled"
+            );
+            qp.requests_to_send()
+        } else {
+            qp.may_send_more()
+        };
+        if more {
             self.schedule(index);
         }
     }

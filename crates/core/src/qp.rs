@@ -706,12 +706,20 @@ impl Qp {
     /// peer, or requests not wholly sent (whether pacing, the window or an RNR wait let them
     /// go now is found out at that turn). Never false when a packet could go.
     pub(crate) fn may_send_more(&self) -> bool {
+        self.owes_peer() || self.requests_to_send()
+    }
+
+    /// Whether the responder owes the peer a packet, or the control law asked for one.
+    pub(crate) fn owes_peer(&self) -> bool {
         self.cnp_due
             || self.resp.grant_due > 0
             || self.resp.ack_due
             || !self.resp.responses.is_empty()
-            || self.req.cursor < self.req.sq.len()
-            || self.resends_queued()
+    }
+
+    /// Whether requests are not wholly sent, or NAK'd ones wait to be sent again.
+    pub(crate) fn requests_to_send(&self) -> bool {
+        self.req.cursor < self.req.sq.len() || self.resends_queued()
     }
 
     /// Whether NAK'd PSNs wait to be resent. Only selective repeat queues them, so a
