@@ -458,6 +458,14 @@ impl Engine {
         self.qps.get(Self::index(qpn)? as usize)?.as_deref()
     }
 
+    /// Live queue pair `index`, read only: borrows the queue pairs alone, so that other
+    /// fields of the engine (the memory regions) can be used beside it.
+    pub(crate) fn qp_at(&self, index: u32) -> &Qp {
+        self.qps[index as usize]
+            .as_deref()
+            .expect("a live queue pair index")
+    }
+
     pub(crate) fn qp_mut(&mut self, index: u32) -> &mut Qp {
         self.qps[index as usize]
             .as_deref_mut()
@@ -637,7 +645,7 @@ impl Engine {
         need: Access,
     ) -> Result<(u32, SgList, u32), Error> {
         let index = self.live(qpn)?;
-        let qp = self.qps[index as usize].as_ref().expect("live");
+        let qp = self.qp_at(index);
         if sgl.len() > qp.caps.max_sge as usize {
             return Err(Error::InvalidArgument(
                 "more scatter/gather entries than max_sge",
@@ -676,9 +684,7 @@ impl Engine {
             Access::NONE
         };
         let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, need)?;
-        let qp = self.qps[index as usize]
-            .as_ref()
-            .expect("checked_sgl found it");
+        let qp = self.qp_at(index);
         let inline = if wr.inline && !wr.op.is_read_or_atomic() {
             if len > qp.caps.max_inline {
                 return Err(Error::InvalidArgument("inline data longer than max_inline"));

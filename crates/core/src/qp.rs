@@ -731,6 +731,15 @@ impl Qp {
         self.attrs.recovery == Recovery::SelectiveRepeat && !self.req.resend.is_empty()
     }
 
+    /// Takes the next NAK'd PSN to resend, under the same rule as [`Qp::resends_queued`].
+    pub(crate) fn next_resend(&mut self) -> Option<Psn> {
+        if self.attrs.recovery != Recovery::SelectiveRepeat {
+            debug_assert!(self.req.resend.is_empty());
+            return None;
+        }
+        self.req.resend.pop_front()
+    }
+
     pub(crate) fn psns(&self) -> QpPsns {
         QpPsns {
             sq_psn: self.req.max_sent,

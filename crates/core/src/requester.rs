@@ -111,10 +111,7 @@ impl Engine {
             }
         }
         // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
-        while self.qp_mut(index).resends_queued() {
-            let Some(p) = self.qp_mut(index).req.resend.pop_front() else {
-                break;
-            };
+        while let Some(p) = self.qp_mut(index).next_resend() {
             let req = &self.qp_mut(index).req;
             let d = req.una.distance_to(p);
             if d < 0 || d >= req.una.distance_to(req.max_sent) {
@@ -296,9 +293,7 @@ impl Engine {
         if payload_len > 0 {
             // The list is borrowed, not copied: a one-entry list is read from the work
             // request's second cache line only.
-            let qp = self.qps[index as usize]
-                .as_deref()
-                .expect("a live queue pair index");
+            let qp = self.qp_at(index);
             let wqe = &qp.req.sq[cursor];
             let dst = &mut payload[..payload_len as usize];
             let gathered = match &wqe.inline {

@@ -630,8 +630,7 @@ impl Engine {
         let qp = self.qp_mut(index);
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
         // before reading the fields a response is built from (other cache lines).
-        if !qp.cnp_due && qp.resp.grant_due == 0 && !qp.resp.ack_due && qp.resp.responses.is_empty()
-        {
+        if !qp.owes_peer() {
             return None;
         }
         let dst = qp.attrs.peer?;
