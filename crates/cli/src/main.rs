@@ -139,7 +139,12 @@ struct PerfArgs {
     busy_poll: bool,
     /// Microseconds a side with nothing to do spins before it sleeps until a packet or
     /// timer (0: sleep at once; --loopback on one core never spins).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    #[arg(
+        long,
+        default_value_t = perf::DEFAULT_SPIN.as_micros() as u32,
+        value_parser = clap::value_parser!(u32).range(0..=1_000_000),
+        conflicts_with = "busy_poll"
+    )]
     spin_us: u32,
     /// UDP port of RoCE v2 (4791 for any standard peer).
     #[arg(long, default_value_t = ROCE_V2_PORT)]

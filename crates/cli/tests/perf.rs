@@ -197,6 +197,11 @@ fn the_spin_before_sleeping_is_microseconds_or_nothing() {
             "spin-us",
         );
     }
+    // Never sleeping and a spin before sleeping cannot both be asked for.
+    refused(
+        &["write-lat", "--loopback", "--busy-poll", "--spin-us", "5"],
+        "--busy-poll",
+    );
 }
 
 #[test]
