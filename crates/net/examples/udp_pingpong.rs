@@ -20,7 +20,9 @@ enum Wait {
     Spin(Option<Duration>),
 }
 
-/// Receives one datagram; the socket is non-blocking unless the wait is `Block`.
+/// Receives one datagram on a blocking socket. Spinning polls it without blocking
+/// (`MSG_DONTWAIT`), so that blocking after the spin is one system call, as in Sluice's
+/// own wait, not a change of the socket's mode and back.
 fn recv(socket: &UdpSocket, buf: &mut [u8], wait: Wait) -> std::io::Result<usize> {
     let limit = match wait {
         Wait::Block => return Ok(socket.recv_from(buf)?.0),
@@ -28,18 +30,34 @@ fn recv(socket: &UdpSocket, buf: &mut [u8], wait: Wait) -> std::io::Result<usize
     };
     let start = Instant::now();
     loop {
-        match socket.recv_from(buf) {
-            Ok((n, _)) => return Ok(n),
+        match recv_dontwait(socket, buf) {
+            Ok(n) => return Ok(n),
             Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
             Err(_) if limit.is_some_and(|l| start.elapsed() >= l) => {
-                socket.set_nonblocking(false)?;
-                let n = socket.recv_from(buf)?.0;
-                socket.set_nonblocking(true)?;
-                return Ok(n);
+                return Ok(socket.recv_from(buf)?.0);
             }
             Err(_) => std::hint::spin_loop(),
         }
     }
+}
+
+/// One `recv` that does not block (`WouldBlock` if nothing waits).
+#[allow(unsafe_code)]
+fn recv_dontwait(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast::<libc::c_void>(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 fn main() -> std::io::Result<()> {
@@ -66,9 +84,6 @@ fn main() -> std::io::Result<()> {
     let iterations = numbers.get(1).copied().unwrap_or(10_000).max(1);
     let server = UdpSocket::bind("127.0.0.2:0")?;
     let client = UdpSocket::bind("127.0.0.1:0")?;
-    let spin = matches!(wait, Wait::Spin(_));
-    server.set_nonblocking(spin)?;
-    client.set_nonblocking(spin)?;
     let (server_addr, client_addr): (SocketAddr, SocketAddr) =
         (server.local_addr()?, client.local_addr()?);
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
