@@ -254,7 +254,9 @@ impl Device {
     /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
     /// engine's next timer is due, or `timeout` passes, whichever comes first.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
-        let now = self.now();
+        // One clock read serves the engine's time and the alarm's.
+        let wall = std::time::Instant::now();
+        let now = Instant::from_nanos(wall.duration_since(self.epoch).as_nanos() as u64);
         let timer = self
             .engine
             .next_timeout()
@@ -271,7 +273,7 @@ impl Device {
             .tx_msgs
             .get(self.tx_sent)
             .map(|m| self.sources.socket(m.source, &self.socket).fd());
-        self.alarm.set(ns)?;
+        self.alarm.set(wall, ns)?;
         sys::wait(self.socket.fd(), pending, &self.alarm)?;
         Ok(())
     }

@@ -579,10 +579,10 @@ impl Alarm {
         Ok(Alarm { fd, armed: None })
     }
 
-    /// Makes the alarm go off no later than `in_ns` from now (if given). One that went off
-    /// is cleared first, so that it does not keep waking [`wait`].
-    pub(crate) fn set(&mut self, in_ns: Option<u64>) -> io::Result<()> {
-        let now = std::time::Instant::now();
+    /// Makes the alarm go off no later than `in_ns` after `now` (if given; `now` is the
+    /// caller's reading of the monotonic clock). One that went off is cleared first, so that
+    /// it does not keep waking [`wait`].
+    pub(crate) fn set(&mut self, now: std::time::Instant, in_ns: Option<u64>) -> io::Result<()> {
         if self.armed.is_some_and(|at| at <= now) {
             let mut expirations = 0u64;
             // SAFETY: reads 8 bytes into a u64 that lives across the call. EAGAIN (not yet

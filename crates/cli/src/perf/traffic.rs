@@ -19,9 +19,9 @@ pub(crate) struct Measured {
 
 /// Polls the device once. A side with nothing to do spins (polls again) for `spin`, then
 /// sleeps on the socket until a packet or the next timer; with `--busy-poll` (`spin` is
-/// `Duration::MAX`) it never sleeps. A short spin catches a reply that comes within microseconds without the cost of a
-/// wake-up (in a VM a wake-up is several microseconds); sleeping after it keeps an idle side
-/// off the CPU. The sleep is capped so that stall timeouts and the peer's end of test are
+/// `Duration::MAX`) it never sleeps. A short spin catches a reply that comes within
+/// microseconds without the cost of a wake-up (in a VM a wake-up is several microseconds);
+/// sleeping after it keeps an idle side off the CPU. The sleep is capped so that stall timeouts and the peer's end of test are
 /// noticed within 10 ms.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
     if s.dev.poll()? {
@@ -335,13 +335,16 @@ fn wait_until(
     what: impl Fn() -> String,
     mut done: impl FnMut(&mut Session) -> Result<bool, PerfError>,
 ) -> Result<(), PerfError> {
-    let since = Instant::now();
+    // The clock is read after each pump, not before: the pump that sends a reply the caller
+    // just posted is then the first thing done.
+    let mut since = None;
     while !done(s)? {
-        if since.elapsed() > o.stall_timeout {
+        pump(s)?;
+        let now = Instant::now();
+        if now - *since.get_or_insert(now) > o.stall_timeout {
             let message = format!("{} within {:?}", what(), o.stall_timeout);
             return Err(s.transport_error(message));
         }
-        pump(s)?;
     }
     Ok(())
 }
