@@ -416,7 +416,8 @@ impl Receiver {
     }
 
     /// Receives what is waiting, up to [`MAX_BATCH`] messages (one after a call that found
-    /// none), in one system call; none when nothing is. Datagrams cut short by the buffer are dropped and counted in `truncated`.
+    /// none), in one system call; none when nothing is. Datagrams cut short by the buffer
+    /// are dropped and counted in `truncated`.
     pub(crate) fn recv(&mut self, socket: &Socket, truncated: &mut u64) -> io::Result<usize> {
         let a = &mut self.arrays;
         // The headers point into heap buffers that never move, so only the fields the kernel
@@ -448,9 +449,9 @@ impl Receiver {
             )
         };
         self.msgs.clear();
-        // The kernel writes back the headers of the messages it returns; one more is the
-        // margin for the one it tried and found nothing for.
-        self.touched = (rc.max(0) as usize + 1).min(MAX_BATCH);
+        // The kernel writes back the headers of the messages it returns, and of the one it
+        // tried and found nothing for if it asked for more.
+        self.touched = (rc.max(0) as usize + 1).min(self.want);
         self.want = if rc > 0 { MAX_BATCH } else { 1 };
         if rc < 0 {
             let e = io::Error::last_os_error();
