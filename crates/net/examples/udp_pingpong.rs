@@ -9,7 +9,7 @@
 //! [--spin | --spin-us N]`
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 /// How an end waits for a datagram.
@@ -84,8 +84,7 @@ fn main() -> std::io::Result<()> {
     let iterations = numbers.get(1).copied().unwrap_or(10_000).max(1);
     let server = UdpSocket::bind("127.0.0.2:0")?;
     let client = UdpSocket::bind("127.0.0.1:0")?;
-    let (server_addr, client_addr): (SocketAddr, SocketAddr) =
-        (server.local_addr()?, client.local_addr()?);
+    let (server_addr, client_addr) = (server.local_addr()?, client.local_addr()?);
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = vec![0u8; 65536];
         for _ in 0..iterations {
