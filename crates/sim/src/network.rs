@@ -451,8 +451,9 @@ impl<'a> Network<'a> {
                     if self.is_host(node) {
                         self.after_engine(node);
                     } else {
-                        self.port_mut(node, port).wake_pending = false;
-                        self.kick(node, port);
+                        let i = self.port_index(node, port);
+                        self.ports[i].wake_pending = false;
+                        self.kick_switch(node, port, i);
                     }
                 }
                 Ev::HostTimer { host } => self.host_timer(host),
@@ -704,7 +705,7 @@ impl<'a> Network<'a> {
         while let Ok(Some(c)) = self.hosts[host as usize].engine.poll_cq(cq) {
             self.complete(&c);
         }
-        self.kick(host, 0);
+        self.kick_host(host);
         let h = &mut self.hosts[host as usize];
         if let Some(due) = h.engine.next_timeout() {
             let at = from_instant(due).max(self.now);
@@ -810,16 +811,12 @@ impl<'a> Network<'a> {
 
     // ---- ports ---------------------------------------------------------------------------
 
-    /// Starts sending on `port` of `node` if it is free and has something to send. A switch
-    /// port that still has packets waiting gets a `TxDone` for when it is free (one at a
-    /// time); a host port always has one, to ask its engine for more.
-    fn kick(&mut self, node: NodeId, port: u16) {
-        let i = self.port_index(node, port);
-        let host = self.is_host(node);
+    /// Starts sending on the port of `host` if it is free: control packets first, then data
+    /// unless paused, asking the engine for more when nothing sendable is queued. The port
+    /// always has a `TxDone` when it sends, to ask the engine again.
+    fn kick_host(&mut self, host: NodeId) {
+        let i = self.port_index(host, 0);
         if self.now < self.ports[i].busy_until {
-            if !host {
-                self.wake_when_free(i, node, port);
-            }
             return;
         }
         loop {
@@ -829,11 +826,11 @@ impl<'a> Network<'a> {
             } else if !p.queue[DATA].is_empty() && !p.paused {
                 DATA
             } else {
-                // Nothing sendable queued: a host asks its engine for more. While paused it
-                // still does (ACKs must go on), but holds at most a few data packets.
+                // Nothing sendable queued: ask the engine for more. While paused it still
+                // does (ACKs must go on), but holds at most a few data packets.
                 let room = p.queue[DATA].is_empty()
                     || (p.paused && (p.queue[DATA].len as usize) < HELD_WHILE_PAUSED);
-                if host && room && self.pull_from_engine(node) {
+                if room && self.pull_from_engine(host) {
                     continue;
                 }
                 return;
@@ -841,18 +838,37 @@ impl<'a> Network<'a> {
             let pkt = self.ports[i].queue[class]
                 .pop_front(&self.packets)
                 .expect("not empty");
-            self.transmit(node, port, class, pkt);
-            if !host {
-                self.wake_when_free(i, node, port);
-            }
+            let (ser, arrive_at, arrive) = self.start_sending(i, class, pkt);
+            self.events.push(
+                self.now + ser,
+                Ev::TxDone {
+                    node: host,
+                    port: 0,
+                },
+            );
+            self.events.push(arrive_at, arrive);
             return;
         }
     }
 
-    /// Schedules switch port `i`'s `TxDone` for when it is free, if packets wait and none is
-    /// scheduled. Ports with nothing waiting have none: most packets of a lightly loaded
-    /// fabric find their port idle, and their `TxDone` would do nothing.
-    fn wake_when_free(&mut self, i: usize, node: NodeId, port: u16) {
+    /// Starts sending on `port` (index `i`) of switch `node` if it is free and has something
+    /// to send, control class first; then, if packets still wait, schedules its `TxDone` for
+    /// when it is free (one at a time). Ports with nothing waiting have none: most packets
+    /// of a lightly loaded fabric find their port idle, and their `TxDone` would do nothing.
+    #[inline]
+    fn kick_switch(&mut self, node: NodeId, port: u16, i: usize) {
+        let st = &mut self.ports[i];
+        if self.now >= st.busy_until {
+            let class = if !st.queue[CONTROL].is_empty() {
+                CONTROL
+            } else if !st.queue[DATA].is_empty() && !st.paused {
+                DATA
+            } else {
+                return;
+            };
+            let pkt = st.queue[class].pop_front(&self.packets).expect("not empty");
+            self.switch_transmit(node, i, class, pkt);
+        }
         let st = &mut self.ports[i];
         let waiting = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
         if waiting && !st.wake_pending {
@@ -862,48 +878,50 @@ impl<'a> Network<'a> {
         }
     }
 
-    fn transmit(&mut self, node: NodeId, port: u16, class: usize, pkt: u32) {
-        let i = self.port_index(node, port);
+    /// Puts `pkt` of `class` on the link of port `i`, now free: busy for its serialisation.
+    /// Returns that time, and when and as what the packet reaches the peer (for the caller
+    /// to schedule: the order of pushes decides ties).
+    #[inline]
+    fn start_sending(&mut self, i: usize, class: usize, pkt: u32) -> (Ps, Ps, Ev) {
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         let st = &mut self.ports[i];
         st.queued[class] -= bytes;
         st.tx_bytes += bytes;
-        let (queue_after, tx_bytes, bps) = (st.queued[class], st.tx_bytes, st.bps);
-        let (peer, peer_port, flight_ps) = (st.peer, st.peer_port, st.flight_ps);
         let ser = if st.ps_per_byte > 0 {
             bytes * st.ps_per_byte
         } else {
-            serialisation_ps(bytes, bps)
+            serialisation_ps(bytes, st.bps)
         };
         st.busy_until = self.now + ser;
-        if self.is_host(node) {
-            // A host port asks its engine for more once free; a switch port is woken only
-            // when packets wait (kick).
-            self.events.push(self.now + ser, Ev::TxDone { node, port });
-        } else {
-            self.leave_switch(node, pkt, bytes);
-            // Data packets collect the path's records; an ACK carries its data packet's back
-            // unchanged (as HPCC's switches do: they stamp data packets only).
-            if self.switch.int && class == DATA {
-                stamp_int(
-                    &mut self.headers[pkt as usize],
-                    IntHop {
-                        qlen_bytes: queue_after.min(u64::from(u32::MAX)) as u32,
-                        tx_bytes: tx_bytes as u32,
-                        ts_ns: (self.now / PS_PER_NS) as u32,
-                        rate_100mbps: (bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
-                    },
-                );
-            }
+        let arrive = Ev::Arrive {
+            node: st.peer,
+            port: st.peer_port,
+            pkt,
+        };
+        (ser, self.now + ser + st.flight_ps, arrive)
+    }
+
+    /// A switch port's send: buffer and PFC accounting as `pkt` leaves, its INT record, and
+    /// the link.
+    fn switch_transmit(&mut self, node: NodeId, i: usize, class: usize, pkt: u32) {
+        let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
+        self.leave_switch(node, pkt, bytes);
+        // Data packets collect the path's records; an ACK carries its data packet's back
+        // unchanged (as HPCC's switches do: they stamp data packets only).
+        if self.switch.int && class == DATA {
+            let st = &self.ports[i];
+            stamp_int(
+                &mut self.headers[pkt as usize],
+                IntHop {
+                    qlen_bytes: (st.queued[class] - bytes).min(u64::from(u32::MAX)) as u32,
+                    tx_bytes: (st.tx_bytes + bytes) as u32,
+                    ts_ns: (self.now / PS_PER_NS) as u32,
+                    rate_100mbps: (st.bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
+                },
+            );
         }
-        self.events.push(
-            self.now + ser + flight_ps,
-            Ev::Arrive {
-                node: peer,
-                port: peer_port,
-                pkt,
-            },
-        );
+        let (_, arrive_at, arrive) = self.start_sending(i, class, pkt);
+        self.events.push(arrive_at, arrive);
     }
 
     fn arrive(&mut self, node: NodeId, port: u16, pkt: u32) {
@@ -1024,7 +1042,7 @@ impl<'a> Network<'a> {
             }
         }
         // Sends it at once if the port is free and nothing goes before it (kick's order).
-        self.kick(node, out);
+        self.kick_switch(node, out, i);
     }
 
     /// Buffer and PFC accounting as `pkt` leaves switch `node`.
@@ -1074,7 +1092,8 @@ impl<'a> Network<'a> {
             if self.is_host(node) {
                 self.after_engine(node);
             } else {
-                self.kick(node, port);
+                let i = self.port_index(node, port);
+                self.kick_switch(node, port, i);
             }
         }
     }
