@@ -544,11 +544,6 @@ impl<'a> Network<'a> {
         (self.port_base[node as usize] + u32::from(port)) as usize
     }
 
-    fn port_mut(&mut self, node: NodeId, port: u16) -> &mut PortState {
-        let i = self.port_index(node, port);
-        &mut self.ports[i]
-    }
-
     fn is_host(&self, node: NodeId) -> bool {
         node < self.hosts_count
     }
@@ -1041,7 +1036,7 @@ impl<'a> Network<'a> {
                 }
             }
         }
-        // Sends it at once if the port is free and nothing goes before it (kick's order).
+        // Sends it at once if the port is free and nothing goes before it (`kick_switch`'s order).
         self.kick_switch(node, out, i);
     }
 
@@ -1082,7 +1077,8 @@ impl<'a> Network<'a> {
 
     fn pfc(&mut self, node: NodeId, port: u16, pause: bool) {
         let now = self.now;
-        let st = self.port_mut(node, port);
+        let i = self.port_index(node, port);
+        let st = &mut self.ports[i];
         if pause && !st.paused {
             st.paused = true;
             st.paused_since = now;
@@ -1092,7 +1088,6 @@ impl<'a> Network<'a> {
             if self.is_host(node) {
                 self.after_engine(node);
             } else {
-                let i = self.port_index(node, port);
                 self.kick_switch(node, port, i);
             }
         }
