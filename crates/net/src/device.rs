@@ -211,7 +211,12 @@ impl Device {
 
     /// The engine's clock: nanoseconds since the device opened.
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        self.engine_time(std::time::Instant::now())
+    }
+
+    /// The engine's time at `wall`, a reading of the monotonic clock.
+    fn engine_time(&self, wall: std::time::Instant) -> Instant {
+        Instant::from_nanos(wall.duration_since(self.epoch).as_nanos() as u64)
     }
 
     /// Does whatever can be done now without blocking: sends what the engine has (what the
@@ -256,7 +261,7 @@ impl Device {
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
-        let now = Instant::from_nanos(wall.duration_since(self.epoch).as_nanos() as u64);
+        let now = self.engine_time(wall);
         let timer = self
             .engine
             .next_timeout()
