@@ -174,9 +174,11 @@ pub struct Engine {
     pub(crate) mrs: MrTable,
     pub(crate) cqs: Vec<Option<CompletionQueue>>,
     pds: u32,
-    /// Boxed: a live-or-free check reads this dense array, not a field of a cold `Qp`,
-    /// and a `Qp` never moves.
-    pub(crate) qps: Vec<Option<Box<Qp>>>,
+    /// In line, not boxed: a round over many queue pairs walks one array in index order,
+    /// seven to a 4 KiB page, instead of boxes scattered among their send queues (fewer
+    /// TLB misses at 16,384 queue pairs). A free slot costs no more than a live one
+    /// (`Option<Qp>` is a `Qp`: the state's niche marks `None`).
+    pub(crate) qps: Vec<Option<Qp>>,
     free_qps: Vec<u32>,
     /// Queue pairs that may have something to send, served round-robin: O(1) per packet.
     ready: VecDeque<u32>,
@@ -380,7 +382,7 @@ impl Engine {
             None => return Err(Error::Exhausted("queue pairs")),
         };
         let num = QpNum(FIRST_QPN + index);
-        self.qps[index as usize] = Some(Box::new(Qp::new(num, config)));
+        self.qps[index as usize] = Some(Qp::new(num, config));
         self.controller.reset(index);
         Ok(num)
     }
@@ -455,20 +457,20 @@ impl Engine {
     }
 
     fn qp(&self, qpn: QpNum) -> Option<&Qp> {
-        self.qps.get(Self::index(qpn)? as usize)?.as_deref()
+        self.qps.get(Self::index(qpn)? as usize)?.as_ref()
     }
 
     /// Live queue pair `index`, read only: borrows the queue pairs alone, so that other
     /// fields of the engine (the memory regions) can be used beside it.
     pub(crate) fn qp_at(&self, index: u32) -> &Qp {
         self.qps[index as usize]
-            .as_deref()
+            .as_ref()
             .expect("a live queue pair index")
     }
 
     pub(crate) fn qp_mut(&mut self, index: u32) -> &mut Qp {
         self.qps[index as usize]
-            .as_deref_mut()
+            .as_mut()
             .expect("a live queue pair index")
     }
 
