@@ -42,7 +42,7 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
     let roce_at = ip_len + UDP_LEN;
     need(ip_packet, roce_at + BTH_LEN + ICRC_LEN, layer)?;
     let (ip_udp, roce) = ip_packet.split_at(roce_at);
-    masked_crc(ip_udp, roce)
+    masked_crc(ip_udp, &roce[..roce.len() - ICRC_LEN], &[], &[])
 }
 
 /// Computes the ICRC of a datagram held in two parts: `ip_udp`, exactly the IP and UDP
@@ -55,6 +55,29 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
 /// socket reports; the fields the ICRC masks need not be right.
 #[inline]
 pub fn compute_split(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+    check_ip_udp(ip_udp)?;
+    need(roce, BTH_LEN, Layer::Bth)?;
+    need(roce, BTH_LEN + ICRC_LEN, Layer::Extension)?;
+    masked_crc(ip_udp, &roce[..roce.len() - ICRC_LEN], &[], &[])
+}
+
+/// [`compute_split`] over a RoCE packet held in three parts, `head ++ payload ++ tail`:
+/// `head` from the BTH to the end of the extension headers (the CC extension header, if
+/// any, whole), `payload`, and `tail`, the pad and then the four ICRC bytes (not covered).
+/// A sender that hands the kernel its headers and the payload from where the payload lies
+/// hashes them where they are, without joining them first.
+#[inline]
+pub fn compute_parts(ip_udp: &[u8], head: &[u8], payload: &[u8], tail: &[u8]) -> Result<u32> {
+    check_ip_udp(ip_udp)?;
+    need(head, BTH_LEN, Layer::Bth)?;
+    need(tail, ICRC_LEN, Layer::Extension)?;
+    masked_crc(ip_udp, head, payload, &tail[..tail.len() - ICRC_LEN])
+}
+
+/// Checks that `ip_udp` is exactly an IPv4 header without options or an IPv6 header, and a
+/// UDP header.
+#[inline]
+fn check_ip_udp(ip_udp: &[u8]) -> Result<()> {
     let (ip_len, layer) = ip_version(ip_udp)?;
     if ip_len == IPV4_LEN && ip_udp[0] & 0x0F != 5 {
         return Err(Error::UnsupportedIp("IPv4 options"));
@@ -66,9 +89,7 @@ pub fn compute_split(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
             "IP and UDP headers must be exactly 28 (IPv4) or 48 (IPv6) bytes",
         ));
     }
-    need(roce, BTH_LEN, Layer::Bth)?;
-    need(roce, BTH_LEN + ICRC_LEN, Layer::Extension)?;
-    masked_crc(ip_udp, roce)
+    Ok(())
 }
 
 /// The IP header length and layer announced by the version nibble of `buf[0]`.
@@ -87,27 +108,34 @@ fn ip_version(buf: &[u8]) -> Result<(usize, Layer)> {
 }
 
 /// The ICRC over `ip_udp` (exactly the IP and UDP headers of the version in its first byte)
-/// and `roce` (at least a BTH and an ICRC): the callers have checked those lengths.
+/// and the RoCE packet `head ++ payload ++ pad` without its ICRC, where `head` holds at
+/// least the BTH and the whole CC extension header if there is one: the callers have
+/// checked the lengths of `ip_udp` and the BTH.
 #[inline(always)]
-fn masked_crc(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+fn masked_crc(ip_udp: &[u8], head: &[u8], payload: &[u8], pad: &[u8]) -> Result<u32> {
     // One copy of the code per header length, so that the header copies are of fixed size.
     if ip_udp.len() == IPV4_LEN + UDP_LEN {
-        masked_crc_of::<{ IPV4_LEN + UDP_LEN }>(ip_udp, roce)
+        masked_crc_of::<{ IPV4_LEN + UDP_LEN }>(ip_udp, head, payload, pad)
     } else {
-        masked_crc_of::<{ IPV6_LEN + UDP_LEN }>(ip_udp, roce)
+        masked_crc_of::<{ IPV6_LEN + UDP_LEN }>(ip_udp, head, payload, pad)
     }
 }
 
 /// [`masked_crc`] for an `ip_udp` of `HEADERS` bytes.
 #[inline(always)]
-fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
+fn masked_crc_of<const HEADERS: usize>(
+    ip_udp: &[u8],
+    headers: &[u8],
+    payload: &[u8],
+    pad: &[u8],
+) -> Result<u32> {
     let ip_len = HEADERS - UDP_LEN;
 
     // Mask a copy of the fixed headers; the rest of the packet is hashed in place.
     let mut head = [0u8; IPV6_LEN + UDP_LEN + BTH_LEN];
     let head = &mut head[..HEADERS + BTH_LEN];
     head[..HEADERS].copy_from_slice(&ip_udp[..HEADERS]);
-    head[HEADERS..].copy_from_slice(&roce[..BTH_LEN]);
+    head[HEADERS..].copy_from_slice(&headers[..BTH_LEN]);
     if ip_len == IPV4_LEN {
         if head[0] & 0x0F != 5 {
             return Err(Error::UnsupportedIp("IPv4 options"));
@@ -127,8 +155,8 @@ fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32
 
     let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
     crc.update(head);
-    let mut rest = &roce[BTH_LEN..roce.len() - ICRC_LEN];
-    if roce[1] & 0x0F == CCX_TVER {
+    let mut rest = &headers[BTH_LEN..];
+    if headers[1] & 0x0F == CCX_TVER {
         let ccx_len = rest.first().map_or(0, |&words| usize::from(words) * 4);
         if !(4..=CCX_MAX_LEN).contains(&ccx_len) || ccx_len > rest.len() {
             return Err(Error::BadCcx(
@@ -143,6 +171,8 @@ fn masked_crc_of<const HEADERS: usize>(ip_udp: &[u8], roce: &[u8]) -> Result<u32
         rest = &rest[ccx_len..];
     }
     crc.update(rest);
+    crc.update(payload);
+    crc.update(pad);
     Ok(crc.finalize())
 }
 
@@ -552,6 +582,38 @@ mod tests {
                 assert_eq!(compute_split(ip_udp, roce).unwrap(), oracle(&pkt));
                 assert_eq!(compute_split(ip_udp, roce), compute(&pkt));
             }
+        }
+    }
+
+    #[test]
+    fn parts_match_split_at_every_cut() {
+        // Without a CC extension header, and with a 20-byte one (layout 1, TVer 1) that the
+        // head must hold whole.
+        for ccx in [0usize, 20] {
+            let roce_len = 12 + ccx + 40 + 2 + ICRC_LEN;
+            let mut pkt: Vec<u8> = (0..28 + roce_len).map(|i| (i * 29 + 3) as u8).collect();
+            pkt[0] = 0x45;
+            let (ip_udp, roce) = pkt.split_at_mut(28);
+            if ccx > 0 {
+                roce[1] = (roce[1] & 0xF0) | 1;
+                roce[12] = (ccx / 4) as u8;
+                roce[13] = 1;
+            }
+            let whole = compute_split(ip_udp, roce).unwrap();
+            for head in 12 + ccx..=roce_len - ICRC_LEN {
+                for tail_at in head..=roce_len - ICRC_LEN {
+                    let (h, rest) = roce.split_at(head);
+                    let (payload, tail) = rest.split_at(tail_at - head);
+                    assert_eq!(compute_parts(ip_udp, h, payload, tail), Ok(whole));
+                }
+            }
+            // Too short a head for its CC extension header, too short a tail for the ICRC.
+            if ccx > 0 {
+                let (h, rest) = roce.split_at(12 + ccx - 1);
+                assert!(compute_parts(ip_udp, h, &[], rest).is_err());
+            }
+            let (h, tail) = roce.split_at(roce_len - 3);
+            assert!(compute_parts(ip_udp, h, &[], tail).is_err());
         }
     }
 
