@@ -98,8 +98,12 @@ impl Two {
             for h in 0..2 {
                 while let Some(t) = self.e[h].poll_transmit(self.now, &mut payload) {
                     moved = true;
-                    let p = Payload::Bytes(&payload[..t.payload_len as usize]);
-                    self.e[1 - h].handle_packet(self.now, self.addr[h], false, &t.headers, p);
+                    let [a, b] = &mut self.e;
+                    let (from, to) = if h == 0 { (&*a, b) } else { (&*b, a) };
+                    let Some(p) = from.payload(t.payload_at, t.payload_len, &payload) else {
+                        continue; // its region is gone: lost, as a driver would drop it
+                    };
+                    to.handle_packet(self.now, self.addr[h], false, &t.headers, p);
                 }
             }
             if moved {

@@ -150,8 +150,7 @@ impl Payload<'_> {
     }
 }
 
-/// A packet to put on the wire. The payload was written into the buffer given to
-/// [`Engine::poll_transmit`] (unless the memory it comes from is length-only).
+/// A packet to put on the wire. Its payload is read with [`Engine::payload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub dst: IpAddr,
@@ -159,6 +158,22 @@ pub struct Transmit {
     pub src_port: u16,
     pub headers: RoceHeaders,
     pub payload_len: u32,
+    pub payload_at: PayloadAt,
+}
+
+/// Where the payload of a [`Transmit`] is.
+///
+/// Data that lies in one piece of a registered region is not copied: a driver hands the
+/// region's bytes to the kernel itself, and the kernel's copy is the only one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadAt {
+    /// In the buffer given to [`Engine::poll_transmit`], from its start: no payload, inline
+    /// data, or data gathered from several pieces of memory (unless that memory is
+    /// length-only: then the buffer holds nothing of it).
+    Buffer,
+    /// In place: `payload_len` bytes from `addr` of the region whose key is `key` (checked
+    /// when the packet was built).
+    Region { key: u32, addr: u64 },
 }
 
 /// A completion queue overran: completions were lost and the queue pairs that produced them
@@ -952,12 +967,13 @@ impl Engine {
 
     // ---- packets out ---------------------------------------------------------------------
 
-    /// The next packet to send, if any may go now. Its payload is written to
-    /// `payload[..payload_len]`; `payload` must hold a full MTU (4096 bytes).
+    /// The next packet to send, if any may go now. `payload` must hold a full MTU (4096
+    /// bytes): a payload that is not read in place from a region is written to its start.
+    /// Read the payload with [`Engine::payload`] before the next call.
     pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
         while let Some(index) = self.ready.pop_front() {
             let transmit = self
-                .next_response_packet(index, now, payload)
+                .next_response_packet(index, now)
                 .or_else(|| self.next_request_packet(index, now, payload));
             let qp = self.qp_mut(index);
             match transmit {
@@ -978,6 +994,21 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with
+    /// `buffer` (its `payload_at` and `payload_len`): read in place from its memory region,
+    /// or from the buffer. A region's bytes are what they are
+    /// when this is called (as a NIC reads memory when it sends, not when the request was
+    /// posted). `None` if the region was deregistered since the packet was built: drop the
+    /// packet (the request fails when it is sent again). A region deregistered while its
+    /// sends are outstanding is the application's error, as with a NIC; a key that was
+    /// reused by then (a tag repeats after two reuses of a slot) would read the new region.
+    pub fn payload<'a>(&'a self, at: PayloadAt, len: u32, buffer: &'a [u8]) -> Option<Payload<'a>> {
+        match at {
+            PayloadAt::Buffer => Some(Payload::Bytes(&buffer[..len as usize])),
+            PayloadAt::Region { key, addr } => self.mrs.slice(key, addr, len),
+        }
     }
 
     /// Puts a queue pair on the ready list (if it is not already there).

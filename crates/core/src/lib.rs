@@ -24,7 +24,9 @@ mod time;
 
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
-pub use engine::{Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PdId, Transmit};
+pub use engine::{
+    Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PayloadAt, PdId, Transmit,
+};
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};
 pub use qp::{

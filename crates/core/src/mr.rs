@@ -7,7 +7,7 @@
 
 use crate::qp::SgList;
 use crate::rng::Rng;
-use crate::{Error, PdId};
+use crate::{Error, Payload, PayloadAt, PdId};
 
 /// Access rights of a memory region (and, for the remote ones, of a queue pair).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -252,22 +252,42 @@ impl MrTable {
         }
     }
 
-    /// Copies message bytes `offset .. offset + dst.len()` of a scatter/gather list into
-    /// `dst`, checking every piece against `pd` (regions may be deregistered after posting).
+    /// Finds message bytes `offset .. offset + dst.len()` of a scatter/gather list, checking
+    /// every piece against `pd` (regions may be deregistered after posting). In one piece
+    /// (the usual case) they are not copied: where they lie is returned. In several, they
+    /// are copied into `dst`.
     pub(crate) fn gather(
         &self,
         pd: PdId,
         sgl: &SgList,
         offset: u32,
         dst: &mut [u8],
-    ) -> Result<(), AccessError> {
+    ) -> Result<PayloadAt, AccessError> {
+        let len = dst.len() as u32;
         let mut at = 0usize;
-        for (lkey, addr, n) in sgl.pieces(offset, dst.len() as u32) {
+        for (lkey, addr, n) in sgl.pieces(offset, len) {
             self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
+            if n == len {
+                return Ok(PayloadAt::Region { key: lkey, addr });
+            }
             self.read(lkey, addr, &mut dst[at..at + n as usize]);
             at += n as usize;
         }
-        Ok(())
+        Ok(PayloadAt::Buffer)
+    }
+
+    /// `len` bytes from `va` of region `key`, if it is registered and holds them: the bytes,
+    /// or the length of a length-only region. Zero bytes name no memory: always there.
+    pub(crate) fn slice(&self, key: u32, va: u64, len: u32) -> Option<Payload<'_>> {
+        if len == 0 {
+            return Some(Payload::Bytes(&[]));
+        }
+        let region = self.get(key)?;
+        let at = region.offset(va, u64::from(len))?;
+        Some(match &region.memory {
+            Memory::Bytes(bytes) => Payload::Bytes(&bytes[at..at + len as usize]),
+            Memory::LengthOnly(_) => Payload::Len(len),
+        })
     }
 
     /// Copies `src` (or, for a length-only payload, nothing) to message bytes `offset ..` of

@@ -9,7 +9,7 @@ use sluice_wire::{
 };
 
 use crate::cq::{Completion, WcStatus};
-use crate::engine::{Payload, Transmit, send_opcode};
+use crate::engine::{Payload, PayloadAt, Transmit, send_opcode};
 use crate::qp::{QpState, ReadRepair, SendOp};
 use crate::{Engine, Instant};
 
@@ -288,8 +288,10 @@ impl Engine {
                 }
             }
         }
-        // Gather the payload: inline data or the local buffers (checked at post time; a
+        // Find the payload: inline data (copied into the buffer: the work request may be
+        // retired before the packet leaves) or the local buffers (checked at post time; a
         // region deregistered since then fails the request).
+        let mut payload_at = PayloadAt::Buffer;
         if payload_len > 0 {
             // The list is borrowed, not copied: a one-entry list is read from the work
             // request's second cache line only.
@@ -299,13 +301,16 @@ impl Engine {
             let gathered = match &wqe.inline {
                 Some(data) => {
                     dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
-                    Ok(())
+                    Ok(PayloadAt::Buffer)
                 }
                 None => self.mrs.gather(qp.pd, &wqe.sgl, offset, dst),
             };
-            if gathered.is_err() {
-                self.fail_request(index, cursor, WcStatus::LocalProtectionError);
-                return None;
+            match gathered {
+                Ok(at) => payload_at = at,
+                Err(_) => {
+                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                    return None;
+                }
             }
         }
         let qp = self.qp_mut(index);
@@ -361,6 +366,7 @@ impl Engine {
                 ext,
             },
             payload_len,
+            payload_at,
         })
     }
 

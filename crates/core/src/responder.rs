@@ -9,7 +9,7 @@ use sluice_wire::{
 
 use crate::Engine;
 use crate::cq::{Completion, WcOpcode, WcStatus};
-use crate::engine::{Payload, Transmit};
+use crate::engine::{Payload, PayloadAt, Transmit};
 use crate::mr::Access;
 use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
@@ -620,12 +620,12 @@ impl Engine {
     }
 
     /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
-    /// PSN order, then a coalesced ACK of everything received.
+    /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
+    /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
     pub(crate) fn next_response_packet(
         &mut self,
         index: u32,
         now: crate::Instant,
-        payload: &mut [u8],
     ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
@@ -651,6 +651,7 @@ impl Engine {
                 ext,
             },
             payload_len: 0,
+            payload_at: PayloadAt::Buffer,
         };
         if qp.cnp_due {
             // The control law's congestion notification goes before anything else.
@@ -696,7 +697,7 @@ impl Engine {
         {
             return None;
         }
-        let (bth, ext, payload_len) = match qp.resp.responses.front_mut() {
+        let (bth, ext, payload_len, payload_at) = match qp.resp.responses.front_mut() {
             Some(Response::Read {
                 psn,
                 rkey,
@@ -737,10 +738,15 @@ impl Engine {
                     let qp = self.qp_mut(index);
                     qp.resp.responses.clear();
                     self.refuse(index, bth.psn, Refusal::RemoteAccess);
-                    return self.next_response_packet(index, now, payload);
+                    return self.next_response_packet(index, now);
                 }
-                self.mrs.read(key, at, &mut payload[..len as usize]);
-                (bth, ext, len)
+                // A zero-length READ names no memory (its key was not checked).
+                let payload_at = if len == 0 {
+                    PayloadAt::Buffer
+                } else {
+                    PayloadAt::Region { key, addr: at }
+                };
+                (bth, ext, len, payload_at)
             }
             Some(&mut Response::AtomicAck { psn, original, .. }) => {
                 qp.resp.responses.pop_front();
@@ -753,6 +759,7 @@ impl Engine {
                     Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn),
                     ext,
                     0,
+                    PayloadAt::Buffer,
                 )
             }
             Some(&mut Response::Nak { psn, syndrome }) => {
@@ -761,7 +768,12 @@ impl Engine {
                     aeth: Some(ack(syndrome)),
                     ..ExtHeaders::default()
                 };
-                (Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn), ext, 0)
+                (
+                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn),
+                    ext,
+                    0,
+                    PayloadAt::Buffer,
+                )
             }
             None if qp.resp.ack_due => {
                 qp.resp.ack_due = false;
@@ -774,6 +786,7 @@ impl Engine {
                     Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, qp.resp.epsn.sub(1)),
                     ext,
                     0,
+                    PayloadAt::Buffer,
                 )
             }
             None => return None,
@@ -784,6 +797,7 @@ impl Engine {
             src_port,
             headers: RoceHeaders { bth, ccx, ext },
             payload_len,
+            payload_at,
         })
     }
 }

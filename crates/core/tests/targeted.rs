@@ -1009,3 +1009,113 @@ fn destroying_a_busy_queue_pair_leaves_the_others_and_its_successor_whole() {
     assert_eq!(send_cq_statuses(&mut world, &c), [(3, WcStatus::Success)]);
     assert_eq!(world.engines[0].counters().retransmit_timeouts, 0);
 }
+
+/// Fills host `h`'s region with a pattern that differs from byte to byte and from host to
+/// host, and returns a copy of it.
+fn fill_pattern(world: &mut World, p: &Pair, h: usize) -> Vec<u8> {
+    let bytes = world.engines[h].mr_bytes_mut(p.mr[h].lkey).unwrap();
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (i * 7 + h * 13) as u8;
+    }
+    bytes.to_vec()
+}
+
+#[test]
+fn a_payload_in_one_piece_of_a_region_is_read_in_place_not_copied() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (mr0, mr1) = (p.mr[0], p.mr[1]);
+    let local = fill_pattern(&mut world, &p, 0);
+    let now = world.now;
+    let write = SendOp::Write {
+        remote_addr: mr1.addr,
+        rkey: mr1.rkey,
+    };
+    let e = &mut world.engines[0];
+    // One piece: 1,000 bytes from offset 10 (one packet at MTU 1024).
+    e.post_send(p.qp[0], &SendWr::new(1, write, &[sge(mr0, 10, 1000)]))
+        .unwrap();
+    // Two pieces in one packet: 100 bytes from offset 0, then 200 from offset 2,000.
+    let two = [sge(mr0, 0, 100), sge(mr0, 2000, 200)];
+    e.post_send(p.qp[0], &SendWr::new(2, write, &two)).unwrap();
+    // Inline: copied at post time, so it can only come from the buffer.
+    let small = [sge(mr0, 500, 16)];
+    let inline = SendWr {
+        inline: true,
+        ..SendWr::new(3, write, &small)
+    };
+    e.post_send(p.qp[0], &inline).unwrap();
+
+    let mut buf = [0u8; 4096];
+    let t = e.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(
+        t.payload_at,
+        PayloadAt::Region {
+            key: mr0.lkey,
+            addr: mr0.addr + 10
+        }
+    );
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "nothing copied into the buffer"
+    );
+    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
+        panic!("the region's bytes");
+    };
+    assert_eq!(bytes, &local[10..1010]);
+
+    let t = e.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(t.payload_at, PayloadAt::Buffer);
+    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
+        panic!("the buffer's bytes");
+    };
+    assert_eq!(bytes, [&local[..100], &local[2000..2200]].concat());
+
+    buf.fill(0);
+    let t = e.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(t.payload_at, PayloadAt::Buffer);
+    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
+        panic!("the buffer's bytes");
+    };
+    assert_eq!(bytes, &local[500..516]);
+}
+
+#[test]
+fn a_read_response_is_read_in_place_and_dropped_if_its_region_goes() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (mr0, mr1) = (p.mr[0], p.mr[1]);
+    let remote = fill_pattern(&mut world, &p, 1);
+    let now = world.now;
+    let read = SendOp::Read {
+        remote_addr: mr1.addr + 64,
+        rkey: mr1.rkey,
+    };
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(1, read, &[sge(mr0, 0, 300)]))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let request = world.engines[0].poll_transmit(now, &mut buf).unwrap();
+    let responder = &mut world.engines[1];
+    let from = world.addrs[0];
+    responder.handle_packet(now, from, false, &request.headers, Payload::Len(0));
+    let t = responder.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(
+        t.payload_at,
+        PayloadAt::Region {
+            key: mr1.rkey,
+            addr: mr1.addr + 64
+        }
+    );
+    let Some(Payload::Bytes(bytes)) = responder.payload(t.payload_at, t.payload_len, &buf) else {
+        panic!("the region's bytes");
+    };
+    assert_eq!(bytes, &remote[64..364]);
+    // Deregistered between building the packet and sending it: there is nothing to send.
+    responder.deregister_mr(mr1.lkey).unwrap();
+    assert!(
+        responder
+            .payload(t.payload_at, t.payload_len, &buf)
+            .is_none()
+    );
+}

@@ -104,6 +104,8 @@ pub struct Device {
     solver: Ipv4IdSolver,
     counters: NetCounters,
     capture: Option<Capture>,
+    /// Where a sent packet's parts are joined for the capture.
+    capture_scratch: Vec<u8>,
 }
 
 impl Device {
@@ -166,6 +168,7 @@ impl Device {
             solver: Ipv4IdSolver::new(),
             counters: NetCounters::default(),
             capture: None,
+            capture_scratch: Vec::new(),
         })
     }
 
@@ -440,12 +443,16 @@ impl Device {
         if let (true, Some(now)) = (self.tx_stamps, leaving) {
             self.restamp(now, batch.clone());
         }
+        if !self.write_icrcs(batch.clone()) {
+            return Ok(self.drop_unsent());
+        }
         let msgs = &self.tx_msgs[batch];
         let socket = self.sources.socket(source, &self.socket);
-        match self
-            .sender
-            .send(socket, &self.tx_buf, &self.tx_packets, msgs)
-        {
+        let (engine, buf) = (&self.engine, &self.tx_buf[..]);
+        let parts = |p: &OutPacket| {
+            packet_parts(engine, buf, p).expect("resolved when its ICRC was written, just above")
+        };
+        match self.sender.send(socket, &self.tx_packets, msgs, parts) {
             Ok(n) => {
                 self.counters.tx_syscalls += 1;
                 for m in &msgs[..n] {
@@ -457,7 +464,14 @@ impl Device {
                 if let (Some(capture), Some(now)) = (self.capture.as_mut(), leaving) {
                     for m in &msgs[..n] {
                         let from = self.sources.addr(m.source, self.local);
-                        record_sent(capture, now, from, m, &self.tx_packets, &self.tx_buf);
+                        for p in &self.tx_packets[m.first..m.first + m.count] {
+                            let roce = &mut self.capture_scratch;
+                            roce.clear();
+                            for part in parts(p) {
+                                roce.extend_from_slice(part);
+                            }
+                            record_sent(capture, now, from, m.dst, p.ip_id, roce);
+                        }
                     }
                 }
                 self.tx_sent += n;
@@ -480,29 +494,57 @@ impl Device {
                 let Some(stamped) = p.stamped.filter(|&s| s < now) else {
                     continue;
                 };
-                let ccx = &mut self.tx_buf[p.offset + BTH_LEN..p.offset + p.len];
+                let head_end = p.offset + usize::from(p.head_len);
+                let ccx = &mut self.tx_buf[p.offset + BTH_LEN..head_end];
                 sluice_wire::delay_timestamps(ccx, (now - stamped).as_nanos() as u64);
                 p.stamped = Some(now);
             }
         }
     }
 
-    /// Splits every unsent GSO batch into single datagrams (their ICRCs were computed for
-    /// IPv4 identifications 0, 1, 2...: recompute each for identification 0).
+    /// Computes the ICRC of every packet of messages `batch`, about to be handed to the
+    /// kernel, over its bytes as they are now (a payload read in place from a region is
+    /// hashed where it lies, as the kernel will copy it), and writes it into the packet's
+    /// last four bytes. False if a packet's region has been deregistered since the engine
+    /// built it.
+    fn write_icrcs(&mut self, batch: std::ops::Range<usize>) -> bool {
+        for m in &self.tx_msgs[batch] {
+            let from = self.sources.addr(m.source, self.local);
+            for p in &self.tx_packets[m.first..m.first + m.count] {
+                let Some([head, payload, tail]) = packet_parts(&self.engine, &self.tx_buf, p)
+                else {
+                    return false;
+                };
+                let mut ip_udp = [0u8; MAX_IP_UDP];
+                let ip_udp_len = ip_udp_header(from, m.dst, p.len, p.ip_id, &mut ip_udp)
+                    .expect("an MTU packet fits in an IP datagram");
+                let crc = icrc::compute_parts(&ip_udp[..ip_udp_len], head, payload, tail)
+                    .expect("headers built by `stage` are well formed");
+                let end = p.offset + p.len;
+                self.tx_buf[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
+            }
+        }
+        true
+    }
+
+    /// Drops every staged packet not yet sent (one of them could not be read: its region
+    /// is gone); returns how many messages that was. The engine resends what was lost, as
+    /// after a loss on the network, and fails the request whose memory is gone.
+    fn drop_unsent(&mut self) -> usize {
+        let dropped = &self.tx_msgs[self.tx_sent..];
+        self.counters.tx_region_gone += dropped.iter().map(|m| m.count as u64).sum::<u64>();
+        let n = dropped.len();
+        self.tx_sent = self.tx_msgs.len();
+        n
+    }
+
+    /// Splits every unsent GSO batch into single datagrams (each leaves with IPv4
+    /// identification 0; its ICRC is computed for that when it is sent).
     fn unbatch(&mut self) {
         let mut single = Vec::with_capacity(self.tx_packets.len());
         for m in &self.tx_msgs[self.tx_sent..] {
-            let from = self.sources.addr(m.source, self.local);
             for i in m.first..m.first + m.count {
-                let p = self.tx_packets[i];
-                let mut head = [0u8; MAX_IP_UDP];
-                let head_len = ip_udp_header(from, m.dst, p.len, 0, &mut head);
-                let roce = &mut self.tx_buf[p.offset..p.offset + p.len];
-                let crc = head_len.and_then(|n| icrc::compute_split(&head[..n], roce).ok());
-                if let Some(crc) = crc {
-                    let at = roce.len() - ICRC_LEN;
-                    roce[at..].copy_from_slice(&crc.to_le_bytes());
-                }
+                self.tx_packets[i].ip_id = 0;
                 single.push(OutMsg {
                     dst: m.dst,
                     source: m.source,
@@ -552,7 +594,6 @@ impl Device {
             };
             let dst = SocketAddr::new(t.dst, self.peer_port);
             let source = self.sources.pick(t.src_port);
-            let from = self.sources.addr(source, self.local);
             let payload_len = t.payload_len as usize;
             let Ok(header_len) = t.headers.header_len() else {
                 self.counters.tx_encode_errors += 1;
@@ -606,20 +647,17 @@ impl Device {
                 });
                 0
             };
-            // Segment k of a GSO batch leaves with IPv4 identification k (and a single
-            // datagram, from an unconnected Don't-Fragment socket, with 0).
-            let mut head = [0u8; MAX_IP_UDP];
-            let head_len = ip_udp_header(from, dst, len, segment_index as u16, &mut head)
-                .expect("an MTU packet fits in an IP datagram");
-            let roce = &mut buf[start..end];
-            let crc = icrc::compute_split(&head[..head_len], roce)
-                .expect("headers and packet built just above are well formed");
-            roce[len - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
             let stamped = matches!(t.headers.ccx, Some(Ccx::Timestamps { .. })).then_some(now);
             self.tx_stamps |= stamped.is_some();
             self.tx_packets.push(OutPacket {
                 offset: slot + start,
                 len,
+                head_len: header_len as u16,
+                payload_len: payload_len as u16,
+                payload_at: t.payload_at,
+                // Segment k of a GSO batch leaves with IPv4 identification k (and a single
+                // datagram, from an unconnected Don't-Fragment socket, with 0).
+                ip_id: segment_index as u16,
                 stamped,
             });
         }
@@ -678,25 +716,38 @@ impl SourceSockets {
     }
 }
 
-/// Records the packets of message `m`, just handed to the kernel, in the capture.
+/// The parts packet `p` is sent in, one after the other: from its headers up to its payload
+/// (in the send buffer), its payload, and its pad and ICRC (in the send buffer). A payload
+/// read in place comes from its region; one in the buffer makes the three parts adjacent.
+/// `None` if its region has been deregistered since the engine built the packet.
+fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<[&'a [u8]; 3]> {
+    let packet = &buf[p.offset..p.offset + p.len];
+    let (head, rest) = packet.split_at(usize::from(p.head_len));
+    let (in_buffer, tail) = rest.split_at(usize::from(p.payload_len));
+    let payload = match engine.payload(p.payload_at, u32::from(p.payload_len), in_buffer)? {
+        Payload::Bytes(bytes) => bytes,
+        // Length-only memory has no bytes to send: whatever the buffer holds goes.
+        Payload::Len(_) => in_buffer,
+    };
+    Some([head, payload, tail])
+}
+
+/// Records RoCE packet `roce`, just handed to the kernel for `dst` with IPv4 identification
+/// `ip_id` (the one its ICRC was computed for), in the capture.
 fn record_sent(
     capture: &mut Capture,
     now: Instant,
     local: SocketAddr,
-    m: &OutMsg,
-    packets: &[OutPacket],
-    buf: &[u8],
+    dst: SocketAddr,
+    ip_id: u16,
+    roce: &[u8],
 ) {
-    for (k, p) in packets[m.first..m.first + m.count].iter().enumerate() {
-        let roce = &buf[p.offset..p.offset + p.len];
-        let mut head = [0u8; MAX_IP_UDP];
-        // The identification the packet's ICRC was computed for (see `stage`).
-        let Some(head_len) = ip_udp_header(local, m.dst, p.len, k as u16, &mut head) else {
-            continue;
-        };
-        if let Ok(packet) = RocePacket::parse(roce) {
-            capture.record(now, true, &head[..head_len], roce, &packet);
-        }
+    let mut head = [0u8; MAX_IP_UDP];
+    let Some(head_len) = ip_udp_header(local, dst, roce.len(), ip_id, &mut head) else {
+        return;
+    };
+    if let Ok(packet) = RocePacket::parse(roce) {
+        capture.record(now, true, &head[..head_len], roce, &packet);
     }
 }
 
@@ -751,4 +802,80 @@ pub(crate) fn ip_udp_header(
     };
     udp.emit(udp_len, &mut out[ip_len..]).ok()?;
     Some(ip_len + UDP_HEADER_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    use sluice_core::{Access, Connection, Memory, Mtu, QpConfig, SendOp, SendWr, Sge, WcStatus};
+    use sluice_wire::Psn;
+
+    use super::*;
+
+    /// Payloads are read from their region when they leave. One whose region was
+    /// deregistered while it waited is dropped, not sent with whatever that memory is now;
+    /// when the request is sent again it fails.
+    #[test]
+    fn a_packet_whose_region_goes_before_it_leaves_is_dropped() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let peer = UdpSocket::bind((lo, 0)).unwrap();
+        peer.set_nonblocking(true).unwrap();
+        let mut config = DeviceConfig::new(lo);
+        config.local.set_port(0);
+        config.peer_port = peer.local_addr().unwrap().port();
+        let mut dev = Device::open(config).unwrap();
+        let e = dev.engine();
+        let pd = e.alloc_pd();
+        let memory = Memory::Bytes(vec![7; 1 << 16].into_boxed_slice());
+        let mr = e.register_mr(pd, 0x1000, memory, Access::ALL).unwrap();
+        let cq = e.create_cq(16).unwrap();
+        let caps = Default::default();
+        let qp = e
+            .create_qp(QpConfig {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                caps,
+            })
+            .unwrap();
+        let c = Connection {
+            timeout: 1, // 8 us
+            ..Connection::new(lo, 0x99, Mtu::M4096, Psn::new(0), Psn::new(0))
+        };
+        e.connect(qp, &c).unwrap();
+        let sgl = [Sge {
+            lkey: mr.lkey,
+            addr: 0x1000,
+            len: 1 << 16,
+        }];
+        let op = SendOp::Write {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        e.post_send(qp, &SendWr::new(1, op, &sgl)).unwrap();
+
+        let now = dev.now();
+        assert_eq!(dev.stage(now), 16, "the WRITE's 16 packets wait to leave");
+        dev.engine().deregister_mr(mr.lkey).unwrap();
+        dev.transmit(now).unwrap();
+        assert_eq!(dev.counters().tx_region_gone, 16);
+        assert_eq!(dev.counters().tx_datagrams, 0);
+        let mut buf = [0u8; 9000];
+        assert!(peer.recv(&mut buf).is_err(), "nothing reached the peer");
+
+        let start = std::time::Instant::now();
+        let completion = loop {
+            dev.poll().unwrap();
+            if let Some(c) = dev.engine().poll_cq(cq).unwrap() {
+                break c;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "no completion");
+        };
+        assert_eq!(
+            (completion.wr_id, completion.status),
+            (1, WcStatus::LocalProtectionError)
+        );
+        assert!(peer.recv(&mut buf).is_err(), "still nothing");
+    }
 }

@@ -80,4 +80,8 @@ pub struct NetCounters {
     pub tx_blocked: u64,
     /// Packets the engine produced that could not be encoded (a bug if ever non-zero).
     pub tx_encode_errors: u64,
+    /// Packets dropped before they left because the memory region their payload is read
+    /// from was deregistered while they waited (with the other packets staged with them;
+    /// the engine resends them, and fails the request whose memory is gone).
+    pub tx_region_gone: u64,
 }

@@ -29,6 +29,8 @@ pub(crate) const MAX_BATCH: usize = 64;
 pub(crate) const MAX_GSO_SEGMENTS: usize = 64;
 /// The most bytes of UDP payload one GSO send or one GRO receive carries.
 pub(crate) const MAX_GSO_BYTES: usize = 65_000;
+/// The parts a packet is sent in: its headers, its payload where it lies, its pad and ICRC.
+pub(crate) const PARTS: usize = 3;
 
 /// A bound, non-blocking UDP socket set up for RoCE v2.
 #[derive(Debug)]
@@ -227,11 +229,21 @@ pub(crate) struct OutMsg {
     pub(crate) ack: bool,
 }
 
-/// Where one packet to send lies in the send buffer.
-#[derive(Debug, Clone, Copy, Default)]
+/// Where one packet to send lies: its headers, pad and ICRC in the send buffer, its payload
+/// there too (between them) or in place in a memory region of the engine.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct OutPacket {
+    /// Where its headers start in the send buffer.
     pub(crate) offset: usize,
+    /// The RoCE packet's length, BTH to ICRC.
     pub(crate) len: usize,
+    /// The length of its headers, BTH to the last extension header.
+    pub(crate) head_len: u16,
+    pub(crate) payload_len: u16,
+    pub(crate) payload_at: sluice_core::PayloadAt,
+    /// The IPv4 identification it leaves with (its index in its GSO batch), which its ICRC
+    /// covers.
+    pub(crate) ip_id: u16,
     /// The time its CC extension header's timestamps say, if it carries them.
     pub(crate) stamped: Option<sluice_core::Instant>,
 }
@@ -280,19 +292,20 @@ impl std::fmt::Debug for Sender {
 impl Sender {
     pub(crate) fn new() -> Sender {
         Sender {
-            arrays: MsgArrays::new(MAX_BATCH * MAX_GSO_SEGMENTS),
+            arrays: MsgArrays::new(MAX_BATCH * MAX_GSO_SEGMENTS * PARTS),
         }
     }
 
-    /// Sends up to [`MAX_BATCH`] messages of `packets` in `buf` in one system call. Returns
-    /// how many messages went; `Ok(0)` when the socket buffer is full (try again when the
-    /// socket is writable).
-    pub(crate) fn send(
+    /// Sends up to [`MAX_BATCH`] messages of `packets` in one system call, each packet
+    /// handed to the kernel as the parts `parts` gives for it, one after the other (parts
+    /// that are adjacent in memory as one). Returns how many messages went; `Ok(0)` when the
+    /// socket buffer is full (try again when the socket is writable).
+    pub(crate) fn send<'a>(
         &mut self,
         socket: &Socket,
-        buf: &[u8],
         packets: &[OutPacket],
         msgs: &[OutMsg],
+        parts: impl Fn(&OutPacket) -> [&'a [u8]; PARTS],
     ) -> io::Result<usize> {
         let a = &mut self.arrays;
         let n = msgs.len().min(MAX_BATCH);
@@ -303,20 +316,31 @@ impl Sender {
                 "a batch the kernel takes"
             );
             a.names[i] = RawAddr::new(m.dst);
-            for (k, p) in packets[m.first..m.first + m.count].iter().enumerate() {
-                a.iovs[iov_at + k] = libc::iovec {
-                    // The kernel only reads through this pointer (sendmmsg).
-                    iov_base: buf[p.offset..p.offset + p.len].as_ptr() as *mut c_void,
-                    iov_len: p.len,
-                };
+            let first_iov = iov_at;
+            // Where the last part pushed ends: a part starting there extends its iovec.
+            let mut end = std::ptr::null::<u8>();
+            for p in &packets[m.first..m.first + m.count] {
+                for part in parts(p).into_iter().filter(|part| !part.is_empty()) {
+                    let range = part.as_ptr_range();
+                    if range.start == end {
+                        a.iovs[iov_at - 1].iov_len += part.len();
+                    } else {
+                        a.iovs[iov_at] = libc::iovec {
+                            // The kernel only reads through this pointer (sendmmsg).
+                            iov_base: part.as_ptr() as *mut c_void,
+                            iov_len: part.len(),
+                        };
+                        iov_at += 1;
+                    }
+                    end = range.end;
+                }
             }
             let hdr = &mut a.hdrs[i].msg_hdr;
             hdr.msg_name = (&raw mut a.names[i].storage).cast::<c_void>();
             hdr.msg_namelen = a.names[i].len;
-            hdr.msg_iov = &raw mut a.iovs[iov_at];
-            hdr.msg_iovlen = m.count as _;
+            hdr.msg_iov = &raw mut a.iovs[first_iov];
+            hdr.msg_iovlen = (iov_at - first_iov) as _;
             hdr.msg_flags = 0;
-            iov_at += m.count;
             if m.count > 1 {
                 let space = cmsg_space(size_of::<u16>());
                 hdr.msg_control = a.cmsgs[i].as_mut_ptr().cast::<c_void>();
@@ -336,8 +360,9 @@ impl Sender {
                 hdr.msg_controllen = 0;
             }
         }
-        // SAFETY: the first `n` headers point at live names, iovecs (into `buf`, which outlives
-        // the call) and control buffers, all owned by `self` or borrowed for the call.
+        // SAFETY: the first `n` headers point at live names, iovecs (into the parts, borrowed
+        // for `'a`, which outlives the call) and control buffers, all owned by `self` or
+        // borrowed for the call.
         let rc = unsafe { libc::sendmmsg(socket.fd(), a.hdrs.as_mut_ptr(), n as u32, 0) };
         if rc < 0 {
             let e = io::Error::last_os_error();

@@ -199,7 +199,11 @@ impl World {
             }
             while let Some(t) = self.engines[h].poll_transmit(self.now, &mut payload) {
                 let ce = self.rng.chance(self.link.ce_mark);
-                let bytes = self.encode(h, &t, ce, &payload[..t.payload_len as usize]);
+                let bytes = match self.engines[h].payload(t.payload_at, t.payload_len, &payload) {
+                    Some(Payload::Bytes(b)) => self.encode(h, &t, ce, b),
+                    Some(Payload::Len(n)) => self.encode(h, &t, ce, &vec![0; n as usize]),
+                    None => continue, // its region is gone: dropped, as a driver would
+                };
                 let to = self.host_of(t.dst);
                 self.send(h, to, bytes);
             }
