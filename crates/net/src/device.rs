@@ -237,7 +237,7 @@ impl Device {
     pub fn poll(&mut self) -> Result<bool, NetError> {
         let now = self.now();
         self.transmit(now)?;
-        let mut progress = self.receive()?;
+        let mut progress = self.receive(false)?;
         self.polled = now;
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -260,7 +260,9 @@ impl Device {
     }
 
     /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
-    /// engine's next timer is due, or `timeout` passes, whichever comes first.
+    /// engine's next timer is due, or `timeout` passes, whichever comes first. Datagrams
+    /// that arrive may be handed to the engine here already (call [`Device::poll`] after,
+    /// as always, to send what they call for).
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
@@ -281,6 +283,21 @@ impl Device {
             .tx_msgs
             .get(self.tx_sent)
             .map(|m| self.sources.socket(m.source, &self.socket).fd());
+        // Waiting for a datagram alone (no packets waiting for room, no engine timer due
+        // before the caller's limit, or just after it: the receive timeout may end two
+        // scheduler ticks late): sleep in the receive itself, one system call where `ppoll`
+        // and then `recvmmsg` are two.
+        let late = Duration::from_millis(10).as_nanos() as u64;
+        let only_datagrams = match (timer, limit) {
+            (Some(t), Some(l)) => t > l.saturating_add(late),
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        if pending.is_none() && only_datagrams {
+            self.socket.set_recv_timeout(timeout)?;
+            self.receive(true)?;
+            return Ok(());
+        }
         self.alarm.set(wall, ns)?;
         sys::wait(self.socket.fd(), pending, &self.alarm)?;
         Ok(())
@@ -295,13 +312,14 @@ impl Device {
 
     // ---- receive ------------------------------------------------------------------------
 
-    /// Receives a batch and hands each packet to the engine timed when the kernel received
+    /// Receives a batch (with `wait`, sleeping until one comes or the socket's receive
+    /// timeout passes) and hands each packet to the engine timed when the kernel received
     /// it: a packet that waited in the socket while this thread slept is not made to look
     /// late (which would inflate RTT samples the most when traffic is slowest).
-    fn receive(&mut self) -> Result<bool, NetError> {
+    fn receive(&mut self, wait: bool) -> Result<bool, NetError> {
         let n = self
             .receiver
-            .recv(&self.socket, &mut self.counters.rx_truncated)?;
+            .recv(&self.socket, wait, &mut self.counters.rx_truncated)?;
         if n == 0 {
             return Ok(false);
         }

@@ -7,6 +7,7 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 use libc::{c_int, c_void, socklen_t};
 
@@ -35,7 +36,11 @@ pub(crate) const PARTS: usize = 3;
 /// A bound, non-blocking UDP socket set up for RoCE v2.
 #[derive(Debug)]
 pub(crate) struct Socket {
+    /// Blocking: every call passes MSG_DONTWAIT except the receive that waits
+    /// ([`Receiver::recv`] with `wait`), which sleeps in the kernel until a datagram comes.
     socket: UdpSocket,
+    /// The receive timeout (SO_RCVTIMEO) last set; `None`: none.
+    recv_timeout: Option<Duration>,
     /// The kernel segments our batches (UDP_SEGMENT).
     pub(crate) gso: bool,
     /// The kernel coalesces received datagrams of one flow (UDP_GRO).
@@ -87,7 +92,6 @@ impl Socket {
     /// buffers of `buffer_bytes`.
     pub(crate) fn bind(local: SocketAddr, tos: u8, buffer_bytes: usize) -> io::Result<Socket> {
         let socket = UdpSocket::bind(local)?;
-        socket.set_nonblocking(true)?;
         let fd = socket.as_raw_fd();
         path_mtu_discovery(fd, local.is_ipv4())?;
         if local.is_ipv4() {
@@ -113,7 +117,23 @@ impl Socket {
         // Arrival times from the kernel, taken before the packet waits for us to wake up and
         // read it. Without them packets are timed when read (RTT samples then include it).
         let _ = set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
-        Ok(Socket { socket, gso, gro })
+        Ok(Socket {
+            socket,
+            recv_timeout: None,
+            gso,
+            gro,
+        })
+    }
+
+    /// Makes a receive that waits give up after `timeout` (`None`: never). A system call
+    /// only when it changes. The kernel counts it in scheduler ticks, rounded up, so it may
+    /// end up to two ticks late (8 ms at 250 Hz).
+    pub(crate) fn set_recv_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if self.recv_timeout != timeout {
+            self.socket.set_read_timeout(timeout)?;
+            self.recv_timeout = timeout;
+        }
+        Ok(())
     }
 
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -363,7 +383,14 @@ impl Sender {
         // SAFETY: the first `n` headers point at live names, iovecs (into the parts, borrowed
         // for `'a`, which outlives the call) and control buffers, all owned by `self` or
         // borrowed for the call.
-        let rc = unsafe { libc::sendmmsg(socket.fd(), a.hdrs.as_mut_ptr(), n as u32, 0) };
+        let rc = unsafe {
+            libc::sendmmsg(
+                socket.fd(),
+                a.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+            )
+        };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock {
@@ -441,9 +468,15 @@ impl Receiver {
     }
 
     /// Receives what is waiting, up to [`MAX_BATCH`] messages (one after a call that found
-    /// none), in one system call; none when nothing is. Datagrams cut short by the buffer
-    /// are dropped and counted in `truncated`.
-    pub(crate) fn recv(&mut self, socket: &Socket, truncated: &mut u64) -> io::Result<usize> {
+    /// none), in one system call; none when nothing is. With `wait`, sleeps until the first
+    /// comes, or the socket's receive timeout passes, or a signal. Datagrams cut short by the
+    /// buffer are dropped and counted in `truncated`.
+    pub(crate) fn recv(
+        &mut self,
+        socket: &Socket,
+        wait: bool,
+        truncated: &mut u64,
+    ) -> io::Result<usize> {
         let a = &mut self.arrays;
         // The headers point into heap buffers that never move, so only the fields the kernel
         // writes back (name and control lengths, flags) need resetting; the pointers are set
@@ -469,7 +502,11 @@ impl Receiver {
                 socket.fd(),
                 a.hdrs.as_mut_ptr(),
                 self.want as u32,
-                0,
+                if wait {
+                    libc::MSG_WAITFORONE
+                } else {
+                    libc::MSG_DONTWAIT
+                },
                 std::ptr::null_mut(),
             )
         };
@@ -481,7 +518,8 @@ impl Receiver {
         if rc < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
+                // Nothing waiting; or, waiting, the timeout passed or a signal came.
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
                 // An ICMP error for an earlier send (peer port closed): not fatal here.
                 io::ErrorKind::ConnectionRefused => Ok(0),
                 _ => Err(e),

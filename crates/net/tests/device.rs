@@ -413,6 +413,29 @@ fn flush_sends_the_ack_owed_for_what_was_received() {
 }
 
 #[test]
+fn waiting_takes_in_what_arrives_and_ends_at_the_timeout() {
+    let (mut a, mut b) = pair(4096, true, Mtu::M1024);
+    // Nothing to send, no timer: B sleeps in its receive until its timeout.
+    let start = Instant::now();
+    b.dev.wait(Some(Duration::from_millis(20))).unwrap();
+    let slept = start.elapsed();
+    assert!(slept >= Duration::from_millis(20), "woke early: {slept:?}");
+    assert!(slept < Duration::from_millis(500), "woke late: {slept:?}");
+    // A WRITE from A wakes it, and B's engine has taken it in before any poll.
+    post_write(&mut a, &b, 5, 100);
+    a.dev.flush().unwrap();
+    let start = Instant::now();
+    b.dev.wait(Some(Duration::from_secs(5))).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(b.dev.counters().rx_datagrams, 1);
+    let landed = &b.dev.engine().mr_bytes(b.mr.lkey).unwrap()[..100];
+    assert_eq!(landed, &a.dev.engine().mr_bytes(a.mr.lkey).unwrap()[..100]);
+    // Its ACK leaves at the next poll.
+    b.dev.flush().unwrap();
+    assert_eq!(complete(&mut a, &mut b).status, WcStatus::Success);
+}
+
+#[test]
 fn a_reply_leaves_before_the_ack_it_travels_with() {
     // B owes A an ACK when it posts its own WRITE: both leave in one batch, the WRITE first,
     // so that A (in a ping-pong, asleep waiting for it) wakes to the WRITE.
