@@ -52,6 +52,42 @@ fn random_op(rng: &mut Rng) -> Op {
     }
 }
 
+/// `len` bytes from `addr` of region `lkey` as one to three non-empty pieces (one when `len`
+/// is too short to cut), half the time listed last piece first.
+fn split(rng: &mut Rng, lkey: u32, addr: u64, len: u32) -> Vec<Sge> {
+    let pieces = 1 + rng.below(3) as u32;
+    let mut cuts: Vec<u32> = (1..pieces.min(len))
+        .map(|_| 1 + rng.below(u64::from(len - 1)) as u32)
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut from = 0;
+    let mut sgl: Vec<Sge> = cuts
+        .into_iter()
+        .chain([len])
+        .map(|to| {
+            let sge = Sge {
+                lkey,
+                addr: addr + u64::from(from),
+                len: to - from,
+            };
+            from = to;
+            sge
+        })
+        .collect();
+    if rng.chance(0.5) {
+        sgl.reverse();
+    }
+    sgl
+}
+
+/// Where each byte of a message over `sgl` lies, as an offset in a region based at `base`.
+fn positions(base: u64, sgl: &[Sge]) -> Vec<usize> {
+    sgl.iter()
+        .flat_map(|s| (0..u64::from(s.len)).map(move |k| (s.addr - base + k) as usize))
+        .collect()
+}
+
 struct Outcome {
     all_succeeded: bool,
     /// Times the send queue drained (SQD) and resumed.
@@ -122,16 +158,15 @@ fn run_seed(seed: u64) -> Outcome {
             .unwrap();
         recv_slot += 1;
     }
+    // Each request's local list, for the expected memory.
+    let mut sgls: Vec<Vec<Sge>> = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
         let slot = i as u64 * SLOT;
-        let local = |len: u32| {
-            [Sge {
-                lkey: a.lkey,
-                addr: a.addr + slot,
-                len,
-            }]
-        };
-        let result = [Sge {
+        // The local buffer in one to three pieces of the request's slot, in or out of
+        // memory order: a payload within one piece is sent from where it lies, one across
+        // pieces is gathered (and a READ's response scattered).
+        let mut local = |len: u32| split(&mut rng, a.lkey, a.addr + slot, len);
+        let result = vec![Sge {
             lkey: a.lkey,
             addr: a.addr + slot,
             len: 8,
@@ -185,8 +220,13 @@ fn run_seed(seed: u64) -> Outcome {
                 result,
             ),
         };
+        sgls.push(sgl.clone());
         let mut wr = SendWr::new(i as u64, send_op, &sgl);
         wr.fence = rng.chance(0.1);
+        // Short SENDs and WRITEs sometimes inline: copied at post time, sent from a copy.
+        let len: u32 = sgl.iter().map(|s| s.len).sum();
+        wr.inline =
+            matches!(op, Op::Send { .. } | Op::Write { .. }) && len <= 256 && rng.chance(0.3);
         world.engines[0].post_send(p.qp[0], &wr).unwrap();
     }
 
@@ -299,13 +339,14 @@ fn run_seed(seed: u64) -> Outcome {
     for (i, op) in ops.iter().enumerate() {
         let slot = i as u64 * SLOT;
         let done = i < succeeded;
+        let local = positions(a.addr, &sgls[i]);
         match *op {
             Op::Send { len, imm } => {
                 let dst = recv_slot * SLOT;
                 recv_slot += 1;
                 recvs_expected.push((recv_slot - 1, len, imm, WcOpcode::Recv));
                 if done {
-                    let src = expect_a[slot as usize..][..len as usize].to_vec();
+                    let src: Vec<u8> = local[..].iter().map(|&k| expect_a[k]).collect();
                     expect_b[dst as usize..][..len as usize].copy_from_slice(&src);
                 } else {
                     uncertain_b.push((dst, u64::from(len)));
@@ -313,7 +354,7 @@ fn run_seed(seed: u64) -> Outcome {
             }
             Op::Write { len, imm } => {
                 if done {
-                    let src = expect_a[slot as usize..][..len as usize].to_vec();
+                    let src: Vec<u8> = local[..].iter().map(|&k| expect_a[k]).collect();
                     expect_b[slot as usize..][..len as usize].copy_from_slice(&src);
                 } else {
                     uncertain_b.push((slot, u64::from(len)));
@@ -325,21 +366,21 @@ fn run_seed(seed: u64) -> Outcome {
             }
             Op::Read { len } => {
                 let src = read_source(slot);
+                let data = &expect_b[src as usize..][..len as usize];
                 if done {
-                    let data = expect_b[src as usize..][..len as usize].to_vec();
-                    expect_a[slot as usize..][..len as usize].copy_from_slice(&data);
+                    for (k, &at) in local.iter().enumerate() {
+                        expect_a[at] = data[k];
+                    }
                 } else {
                     // The destination may hold part of the data.
-                    let data = expect_b[src as usize..][..len as usize].to_vec();
-                    let got = &world.engines[0].mr_bytes(a.lkey).unwrap()[slot as usize..]
-                        [..len as usize];
-                    for (k, byte) in got.iter().enumerate() {
+                    let got = world.engines[0].mr_bytes(a.lkey).unwrap();
+                    for (k, &at) in local.iter().enumerate() {
                         assert!(
-                            *byte == data[k] || *byte == expect_a[slot as usize + k],
+                            got[at] == data[k] || got[at] == expect_a[at],
                             "seed {seed}: READ {i} wrote a foreign byte"
                         );
+                        expect_a[at] = got[at];
                     }
-                    expect_a[slot as usize..][..len as usize].copy_from_slice(got);
                 }
             }
             Op::FetchAdd { add } => {
