@@ -29,6 +29,10 @@ const TX_PACKETS: usize = 256;
 /// The largest IP + UDP header the ICRC covers (IPv6).
 const MAX_IP_UDP: usize = 48;
 
+/// How late a receive timeout may end (two ticks at 250 Hz, rounded up), and the shortest
+/// wait that sleeps in the receive rather than in `ppoll` with a timer to the microsecond.
+const RECV_TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
 /// DSCP 26 (the class RoCE deployments use) with ECT(0): the TOS byte Sluice sends with.
 pub const DEFAULT_TOS: u8 = (26 << 2) | 0b10;
 
@@ -262,7 +266,9 @@ impl Device {
     /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
     /// engine's next timer is due, or `timeout` passes, whichever comes first. Datagrams
     /// that arrive may be handed to the engine here already (call [`Device::poll`] after,
-    /// as always, to send what they call for).
+    /// as always, to send what they call for). A `timeout` of 10 ms or more may be overrun
+    /// by up to two scheduler ticks (8 ms at 250 Hz); shorter ones and engine timers are
+    /// kept to the microsecond.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
@@ -284,11 +290,13 @@ impl Device {
             .get(self.tx_sent)
             .map(|m| self.sources.socket(m.source, &self.socket).fd());
         // Waiting for a datagram alone (no packets waiting for room, no engine timer due
-        // before the caller's limit, or just after it: the receive timeout may end two
-        // scheduler ticks late): sleep in the receive itself, one system call where `ppoll`
-        // and then `recvmmsg` are two.
-        let late = Duration::from_millis(10).as_nanos() as u64;
+        // before the caller's limit or just after it, and a limit long enough for a receive
+        // timeout, which the kernel counts in scheduler ticks and may end two ticks late):
+        // sleep in the receive itself, one system call where `ppoll` and then `recvmmsg`
+        // are two.
+        let late = RECV_TIMEOUT_SLACK.as_nanos() as u64;
         let only_datagrams = match (timer, limit) {
+            (_, Some(l)) if l < late => false,
             (Some(t), Some(l)) => t > l.saturating_add(late),
             (Some(_), None) => false,
             (None, _) => true,

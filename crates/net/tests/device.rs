@@ -421,6 +421,18 @@ fn waiting_takes_in_what_arrives_and_ends_at_the_timeout() {
     let slept = start.elapsed();
     assert!(slept >= Duration::from_millis(20), "woke early: {slept:?}");
     assert!(slept < Duration::from_millis(500), "woke late: {slept:?}");
+    // A short wait keeps to its time (a receive timeout would run to a scheduler tick, 4 ms
+    // at 250 Hz): the best of five waits of 1 ms.
+    let best = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            b.dev.wait(Some(Duration::from_millis(1))).unwrap();
+            start.elapsed()
+        })
+        .min()
+        .unwrap();
+    assert!(best >= Duration::from_millis(1), "woke early: {best:?}");
+    assert!(best < Duration::from_micros(3500), "woke late: {best:?}");
     // A WRITE from A wakes it, and B's engine has taken it in before any poll.
     post_write(&mut a, &b, 5, 100);
     a.dev.flush().unwrap();
