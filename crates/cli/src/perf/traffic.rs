@@ -22,7 +22,8 @@ pub(crate) struct Measured {
 /// `Duration::MAX`) it never sleeps. A short spin catches a reply that comes within
 /// microseconds without the cost of a wake-up (in a VM a wake-up is several microseconds);
 /// sleeping after it keeps an idle side off the CPU. The sleep is capped so that stall
-/// timeouts and the peer's end of test are noticed within 10 ms.
+/// timeouts and the peer's end of test are noticed within 10 ms (18 ms at worst: see
+/// `Device::wait`).
 fn pump(s: &mut Session) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
