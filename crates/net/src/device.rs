@@ -782,7 +782,9 @@ fn record_sent(
 
 impl AsRawFd for Device {
     /// The socket: readable when datagrams wait (for epoll, mio or an async runtime; call
-    /// [`Device::poll`] when it is, and by [`Device::next_deadline`] at the latest).
+    /// [`Device::poll`] when it is, and by [`Device::next_deadline`] at the latest). It is a
+    /// blocking socket, for [`Device::wait`]'s sake, but `poll` never blocks on it: every
+    /// call it makes passes `MSG_DONTWAIT`. Read and write it only through the device.
     fn as_raw_fd(&self) -> RawFd {
         self.socket.fd()
     }
