@@ -998,12 +998,13 @@ impl Engine {
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with
     /// `buffer` (its `payload_at` and `payload_len`): read in place from its memory region,
-    /// or from the buffer. A region's bytes are what they are
-    /// when this is called (as a NIC reads memory when it sends, not when the request was
-    /// posted). `None` if the region was deregistered since the packet was built: drop the
-    /// packet (the request fails when it is sent again). A region deregistered while its
-    /// sends are outstanding is the application's error, as with a NIC; a key that was
-    /// reused by then (a tag repeats after two reuses of a slot) would read the new region.
+    /// or from the buffer. A region's bytes are what they are when this is called (as a NIC
+    /// reads memory when it sends, not when the request was posted); zero bytes name no
+    /// memory and are always there. `None` if the region was deregistered since the packet
+    /// was built: drop the packet (the request fails when it is sent again). A region
+    /// deregistered while its sends are outstanding is the application's error, as with a
+    /// NIC; a key that was reused by then (a tag repeats after two reuses of a slot) would
+    /// read the new region.
     pub fn payload<'a>(&'a self, at: PayloadAt, len: u32, buffer: &'a [u8]) -> Option<Payload<'a>> {
         match at {
             PayloadAt::Buffer => Some(Payload::Bytes(&buffer[..len as usize])),

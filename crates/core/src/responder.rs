@@ -740,13 +740,7 @@ impl Engine {
                     self.refuse(index, bth.psn, Refusal::RemoteAccess);
                     return self.next_response_packet(index, now);
                 }
-                // A zero-length READ names no memory (its key was not checked).
-                let payload_at = if len == 0 {
-                    PayloadAt::Buffer
-                } else {
-                    PayloadAt::Region { key, addr: at }
-                };
-                (bth, ext, len, payload_at)
+                (bth, ext, len, PayloadAt::Region { key, addr: at })
             }
             Some(&mut Response::AtomicAck { psn, original, .. }) => {
                 qp.resp.responses.pop_front();
