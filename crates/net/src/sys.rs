@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use libc::{c_int, c_void, socklen_t};
+use sluice_wire::{ICRC_LEN, pad_for};
 
 // Linux UDP socket options that the libc crate does not export for glibc targets.
 const UDP_SEGMENT: c_int = 103;
@@ -33,7 +34,7 @@ pub(crate) const MAX_GSO_BYTES: usize = 65_000;
 /// The parts a packet is sent in: its headers, its payload where it lies, its pad and ICRC.
 pub(crate) const PARTS: usize = 3;
 
-/// A bound, non-blocking UDP socket set up for RoCE v2.
+/// A bound UDP socket set up for RoCE v2.
 #[derive(Debug)]
 pub(crate) struct Socket {
     /// Blocking: every call passes MSG_DONTWAIT except the receive that waits
@@ -255,8 +256,6 @@ pub(crate) struct OutMsg {
 pub(crate) struct OutPacket {
     /// Where its headers start in the send buffer.
     pub(crate) offset: usize,
-    /// The RoCE packet's length, BTH to ICRC.
-    pub(crate) len: usize,
     /// The length of its headers, BTH to the last extension header.
     pub(crate) head_len: u16,
     pub(crate) payload_len: u16,
@@ -266,6 +265,14 @@ pub(crate) struct OutPacket {
     pub(crate) ip_id: u16,
     /// The time its CC extension header's timestamps say, if it carries them.
     pub(crate) stamped: Option<sluice_core::Instant>,
+}
+
+impl OutPacket {
+    /// The RoCE packet's length, BTH to ICRC: headers, payload, pad and ICRC.
+    pub(crate) fn len(&self) -> usize {
+        let payload = usize::from(self.payload_len);
+        usize::from(self.head_len) + payload + usize::from(pad_for(payload)) + ICRC_LEN
+    }
 }
 
 /// The arrays `sendmmsg` and `recvmmsg` read and write: `MAX_BATCH` message headers, socket
