@@ -901,21 +901,22 @@ impl<'a> Network<'a> {
     fn switch_transmit(&mut self, node: NodeId, i: usize, class: usize, pkt: u32) {
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         self.leave_switch(node, pkt, bytes);
-        // Data packets collect the path's records; an ACK carries its data packet's back
-        // unchanged (as HPCC's switches do: they stamp data packets only).
+        let (_, arrive_at, arrive) = self.start_sending(i, class, pkt);
+        // Data packets collect the path's records (the port's queue and count with this
+        // packet gone); an ACK carries its data packet's back unchanged (as HPCC's switches
+        // do: they stamp data packets only).
         if self.switch.int && class == DATA {
             let st = &self.ports[i];
             stamp_int(
                 &mut self.headers[pkt as usize],
                 IntHop {
-                    qlen_bytes: (st.queued[class] - bytes).min(u64::from(u32::MAX)) as u32,
-                    tx_bytes: (st.tx_bytes + bytes) as u32,
+                    qlen_bytes: st.queued[class].min(u64::from(u32::MAX)) as u32,
+                    tx_bytes: st.tx_bytes as u32,
                     ts_ns: (self.now / PS_PER_NS) as u32,
                     rate_100mbps: (st.bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
                 },
             );
         }
-        let (_, arrive_at, arrive) = self.start_sending(i, class, pkt);
         self.events.push(arrive_at, arrive);
     }
 
