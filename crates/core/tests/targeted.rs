@@ -1010,6 +1010,14 @@ fn destroying_a_busy_queue_pair_leaves_the_others_and_its_successor_whole() {
     assert_eq!(world.engines[0].counters().retransmit_timeouts, 0);
 }
 
+/// The bytes of `t`'s payload (polled with `buf`): in place or from the buffer.
+fn payload_bytes<'a>(e: &'a Engine, t: &Transmit, buf: &'a [u8]) -> &'a [u8] {
+    match e.payload(t.payload_at, t.payload_len, buf) {
+        Some(Payload::Bytes(bytes)) => bytes,
+        other => panic!("real bytes, got {other:?}"),
+    }
+}
+
 /// Fills host `h`'s region with a pattern that differs from byte to byte and from host to
 /// host, and returns a copy of it.
 fn fill_pattern(world: &mut World, p: &Pair, h: usize) -> Vec<u8> {
@@ -1059,25 +1067,19 @@ fn a_payload_in_one_piece_of_a_region_is_read_in_place_not_copied() {
         buf.iter().all(|&b| b == 0),
         "nothing copied into the buffer"
     );
-    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
-        panic!("the region's bytes");
-    };
-    assert_eq!(bytes, &local[10..1010]);
+    assert_eq!(payload_bytes(e, &t, &buf), &local[10..1010]);
 
     let t = e.poll_transmit(now, &mut buf).unwrap();
     assert_eq!(t.payload_at, PayloadAt::Buffer);
-    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
-        panic!("the buffer's bytes");
-    };
-    assert_eq!(bytes, [&local[..100], &local[2000..2200]].concat());
+    assert_eq!(
+        payload_bytes(e, &t, &buf),
+        [&local[..100], &local[2000..2200]].concat()
+    );
 
     buf.fill(0);
     let t = e.poll_transmit(now, &mut buf).unwrap();
     assert_eq!(t.payload_at, PayloadAt::Buffer);
-    let Some(Payload::Bytes(bytes)) = e.payload(t.payload_at, t.payload_len, &buf) else {
-        panic!("the buffer's bytes");
-    };
-    assert_eq!(bytes, &local[500..516]);
+    assert_eq!(payload_bytes(e, &t, &buf), &local[500..516]);
 }
 
 #[test]
@@ -1107,10 +1109,7 @@ fn a_read_response_is_read_in_place_and_dropped_if_its_region_goes() {
             addr: mr1.addr + 64
         }
     );
-    let Some(Payload::Bytes(bytes)) = responder.payload(t.payload_at, t.payload_len, &buf) else {
-        panic!("the region's bytes");
-    };
-    assert_eq!(bytes, &remote[64..364]);
+    assert_eq!(payload_bytes(responder, &t, &buf), &remote[64..364]);
     // Deregistered between building the packet and sending it: there is nothing to send.
     responder.deregister_mr(mr1.lkey).unwrap();
     assert!(

@@ -201,7 +201,7 @@ impl World {
                 let ce = self.rng.chance(self.link.ce_mark);
                 let bytes = match self.engines[h].payload(t.payload_at, t.payload_len, &payload) {
                     Some(Payload::Bytes(b)) => self.encode(h, &t, ce, b),
-                    Some(Payload::Len(n)) => self.encode(h, &t, ce, &vec![0; n as usize]),
+                    Some(Payload::Len(n)) => self.encode(h, &t, ce, &ZEROS[..n as usize]),
                     None => continue, // its region is gone: dropped, as a driver would
                 };
                 let to = self.host_of(t.dst);
@@ -440,6 +440,9 @@ impl Default for PairOptions {
         }
     }
 }
+
+/// The bytes a length-only payload is sent as (an MTU's worth).
+static ZEROS: [u8; 4096] = [0; 4096];
 
 /// The byte pattern memory regions are filled with, to see any byte written where it should
 /// not be.
