@@ -41,8 +41,8 @@ pub(crate) struct Session {
     pub(crate) recv_offset: u64,
     /// How long an idle side spins before sleeping (see `traffic::pump`).
     pub(crate) spin: Duration,
-    /// Since when polls have found nothing to do.
-    pub(crate) idle_since: Option<Instant>,
+    /// Since when polls have found nothing to do (the device's clock).
+    pub(crate) idle_since: Option<sluice_core::Instant>,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
     /// For peeking: has the peer started the end-of-test exchange?

@@ -24,13 +24,18 @@ pub(crate) struct Measured {
 /// sleeping after it keeps an idle side off the CPU. The sleep is capped so that stall
 /// timeouts and the peer's end of test are noticed within 10 ms (18 ms at worst: see
 /// `Device::wait`).
+/// Time is the poll's own clock reading (`Device::polled_at`): a spinning side reads the
+/// clock once per round, not three times.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
         return Ok(());
     }
-    let since = *s.idle_since.get_or_insert_with(Instant::now);
-    if since.elapsed() < s.spin {
+    if s.spin == Duration::MAX {
+        return Ok(());
+    }
+    let now = s.dev.polled_at();
+    if now - *s.idle_since.get_or_insert(now) < s.spin {
         return Ok(());
     }
     s.dev.wait(Some(Duration::from_millis(10)))?;
@@ -336,12 +341,13 @@ fn wait_until(
     what: impl Fn() -> String,
     mut done: impl FnMut(&mut Session) -> Result<bool, PerfError>,
 ) -> Result<(), PerfError> {
-    // The clock is read after each pump, not before: the pump that sends a reply the caller
-    // just posted is then the first thing done.
+    // Timed by the pumps' polls: the first pump, which sends a reply the caller just
+    // posted, comes before anything else. A pump that slept is counted from the poll before
+    // its sleep, at most 18 ms behind a stall timeout of seconds.
     let mut since = None;
     while !done(s)? {
         pump(s)?;
-        let now = Instant::now();
+        let now = s.dev.polled_at();
         if now - *since.get_or_insert(now) > o.stall_timeout {
             let message = format!("{} within {:?}", what(), o.stall_timeout);
             return Err(s.transport_error(message));
