@@ -124,7 +124,9 @@ impl Bench {
         loop {
             let mut moved = false;
             for h in 0..2 {
-                while let Some(t) = self.engines[h].poll_transmit(self.now, &mut self.payload) {
+                loop {
+                    let next = self.engines[h].poll_transmit(self.now, &mut self.payload);
+                    let Some(t) = &next else { break };
                     moved = true;
                     if t.payload_len > 0 {
                         self.data_packets += 1;
