@@ -397,16 +397,18 @@ impl Engine {
             None if self.qps.len()
                 < (self.config.max_qps as usize).min((1 << 24) - FIRST_QPN as usize) =>
             {
-                let num = QpNum(FIRST_QPN + self.qps.len() as u32);
-                self.qps.push(Qp::new(num, config));
                 self.live.push(false);
                 self.timer_queued.push(None);
-                self.qps.len() as u32 - 1
+                self.live.len() as u32 - 1
             }
             None => return Err(Error::Exhausted("queue pairs")),
         };
         let num = QpNum(FIRST_QPN + index);
-        self.qps[index as usize] = Qp::new(num, config);
+        let qp = Qp::new(num, config);
+        match self.qps.get_mut(index as usize) {
+            Some(slot) => *slot = qp,
+            None => self.qps.push(qp),
+        }
         self.live[index as usize] = true;
         self.controller.reset(index);
         Ok(num)
@@ -450,11 +452,11 @@ impl Engine {
     pub fn poll_async_event(&mut self) -> Option<crate::AsyncEvent> {
         while let Some(index) = self.async_events.pop_front() {
             // A queue pair destroyed or reset since has nothing to report.
-            if self.is_live(index)
-                && let qp = self.qp_mut(index)
-                && std::mem::take(&mut qp.async_pending)
-                && qp.state == QpState::Sqd
-            {
+            if !self.is_live(index) {
+                continue;
+            }
+            let qp = self.qp_mut(index);
+            if std::mem::take(&mut qp.async_pending) && qp.state == QpState::Sqd {
                 return Some(crate::AsyncEvent::SqDrained(qp.num));
             }
         }

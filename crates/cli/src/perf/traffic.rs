@@ -24,6 +24,7 @@ pub(crate) struct Measured {
 /// sleeping after it keeps an idle side off the CPU. The sleep is capped so that stall
 /// timeouts and the peer's end of test are noticed within 10 ms (18 ms at worst: see
 /// `Device::wait`).
+///
 /// Time is the poll's own clock reading (`Device::polled_at`): a spinning side reads the
 /// clock once per round, not three times.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
