@@ -255,7 +255,7 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         let t0 = Instant::now();
         let op = send_op(o.test.verb(), &s.qps[0], o.compare_swap, i);
         post(s, 0, op, size, i, true, o.inline_size)?;
-        wait_for_send(s, o, i)?;
+        wait_for_send(s, o, i, &mut 0)?;
         samples.push(t0.elapsed().as_nanos() as u64);
         i += 1;
     }
@@ -268,7 +268,9 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
 
 /// WRITE ping-pong (perftest's `run_iter_lat_write`): each side's k-th WRITE carries k (mod
 /// 256) in its last byte; a side writes its k-th once the peer's k-th landed, except that the
-/// server writes its first at once. A sample is half the time between the client's writes.
+/// server writes its first at once, and waits for each WRITE's completion (its ACK) before it
+/// looks for the peer's next, as perftest does. A sample is half the time between the
+/// client's writes.
 fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
     let iterations = o.iterations();
     let server = s.role == Role::Server;
@@ -289,10 +291,10 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
             let op = send_op(Verb::Write, &s.qps[0], false, sent);
             post(s, 0, op, size, sent, true, o.inline_size)?;
             stamps.push(Instant::now());
+            wait_for_send(s, o, sent, &mut 0)?;
         }
     }
     let elapsed = start.elapsed();
-    drain_sends(s, o)?;
     let samples = if server {
         Vec::new()
     } else {
@@ -309,25 +311,28 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
 }
 
 /// SEND ping-pong (perftest's `run_iter_lat_send`): the client sends first, each side
-/// answers each receive. A sample is half the client's round trip.
+/// answers each receive and waits for each SEND's completion (its ACK), as perftest does. A
+/// sample is half the client's round trip.
 fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
     let iterations = o.iterations();
     let client = s.role == Role::Client;
     let mut samples = Vec::with_capacity(iterations.min(1 << 24) as usize);
+    // The peer's next SEND may complete here before our own SEND's ACK does.
+    let mut received = 0;
     let start = Instant::now();
     for i in 0..iterations {
         let t0 = Instant::now();
         if !client {
-            wait_for_receive(s, o, i)?;
+            wait_for_receive(s, o, i, &mut received)?;
         }
         post(s, 0, SendOp::Send, size, i + 1, true, o.inline_size)?;
+        wait_for_send(s, o, i + 1, &mut received)?;
         if client {
-            wait_for_receive(s, o, i)?;
+            wait_for_receive(s, o, i, &mut received)?;
             samples.push(t0.elapsed().as_nanos() as u64 / 2);
         }
     }
     let elapsed = start.elapsed();
-    drain_sends(s, o)?;
     Ok(Measured {
         messages: iterations,
         elapsed,
@@ -362,50 +367,49 @@ fn wait_for_mark(s: &mut Session, o: &Options, size: u32, mark: u64) -> Result<(
     let (lkey, at) = (s.mr.lkey, (s.recv_offset + u64::from(size) - 1) as usize);
     let what = || format!("WRITE {mark} from the peer did not land");
     wait_until(s, o, what, |s| {
-        if s.dev.engine().mr_bytes(lkey).map(|b| b[at]) == Some(mark as u8) {
-            return Ok(true);
-        }
-        // Reap our own WRITEs' completions so the send queue never fills.
-        while next_completion(s)?.is_some() {}
-        Ok(false)
+        Ok(s.dev.engine().mr_bytes(lkey).map(|b| b[at]) == Some(mark as u8))
     })
 }
 
-/// Waits for a receive completion (the peer's `i`-th SEND) and reposts the receive.
-fn wait_for_receive(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+/// Waits for a receive completion (the peer's `i`-th SEND) and reposts the receive, or
+/// takes one of the `received` that completed earlier.
+fn wait_for_receive(
+    s: &mut Session,
+    o: &Options,
+    i: u64,
+    received: &mut u64,
+) -> Result<(), PerfError> {
     let what = || format!("SEND {i} from the peer did not arrive");
     wait_until(s, o, what, |s| {
-        while let Some(c) = next_completion(s)? {
+        while *received == 0 {
+            let Some(c) = next_completion(s)? else {
+                return Ok(false);
+            };
             if c.opcode == sluice_core::WcOpcode::Recv {
                 post_recv(s, 0, c.wr_id)?;
-                return Ok(true);
+                *received += 1;
             }
         }
-        Ok(false)
+        *received -= 1;
+        Ok(true)
     })
 }
 
-/// Waits until every send of QP 0 completed (was acknowledged), so that nothing is left
-/// in flight when the end-of-test exchange stops the datapath.
-fn drain_sends(s: &mut Session, o: &Options) -> Result<(), PerfError> {
-    let qpn = s.qps[0].qpn;
-    let what = || "our last message was not acknowledged".to_string();
-    wait_until(s, o, what, |s| {
-        while let Some(c) = next_completion(s)? {
-            if c.opcode == sluice_core::WcOpcode::Recv {
-                post_recv(s, 0, c.wr_id)?;
-            }
-        }
-        Ok(s.dev.engine().qp_queues(qpn).is_none_or(|q| q.send == 0))
-    })
-}
-
-/// Waits for our own request `i` to complete (READ, atomics).
-fn wait_for_send(s: &mut Session, o: &Options, i: u64) -> Result<(), PerfError> {
+/// Waits for our own request `i` to complete. Receives that complete meanwhile are reposted
+/// and counted in `received` (for `wait_for_receive`).
+fn wait_for_send(
+    s: &mut Session,
+    o: &Options,
+    i: u64,
+    received: &mut u64,
+) -> Result<(), PerfError> {
     let what = || format!("request {i} did not complete");
     wait_until(s, o, what, |s| {
         while let Some(c) = next_completion(s)? {
-            if c.wr_id == i {
+            if c.opcode == sluice_core::WcOpcode::Recv {
+                post_recv(s, 0, c.wr_id)?;
+                *received += 1;
+            } else if c.wr_id == i {
                 return Ok(true);
             }
         }
