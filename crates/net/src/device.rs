@@ -352,7 +352,7 @@ impl Device {
                     .max(self.polled)
                     .min(read_at)
             };
-            for segment in bytes.chunks(msg.segment) {
+            for (k, segment) in bytes.chunks(msg.segment).enumerate() {
                 Self::deliver(
                     &mut self.engine,
                     &mut self.solver,
@@ -361,14 +361,15 @@ impl Device {
                     now,
                     &msg,
                     self.local,
-                    segment,
+                    (segment, k as u16),
                 );
             }
         }
         Ok(true)
     }
 
-    /// Checks one received RoCE packet and hands it to the engine.
+    /// Checks one received RoCE packet, segment `k` of its datagram (0 unless the kernel
+    /// joined several, GRO), and hands it to the engine.
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         engine: &mut Engine,
@@ -378,7 +379,7 @@ impl Device {
         now: Instant,
         msg: &InMsg,
         local: SocketAddr,
-        roce: &[u8],
+        (roce, k): (&[u8], u16),
     ) {
         counters.rx_datagrams += 1;
         let packet = match RocePacket::parse(roce) {
@@ -388,19 +389,28 @@ impl Device {
                 return;
             }
         };
+        // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
         let mut head = [0u8; MAX_IP_UDP];
-        let Some(head_len) = ip_udp_header(msg.src, local, roce.len(), 0, &mut head) else {
+        let icrc_with = |id: u16, head: &mut [u8; MAX_IP_UDP]| {
+            let head_len = ip_udp_header(msg.src, local, roce.len(), id, head)?;
+            let crc = icrc::compute_split(&head[..head_len], roce).ok()?;
+            Some((head_len, crc))
+        };
+        // A GSO sender (Sluice) computed segment k's ICRC for identification k, the one the
+        // segment has once the kernel splits it; a single datagram from an unconnected
+        // Don't-Fragment socket has 0.
+        let Some((head_len, mut computed)) = icrc_with(k, &mut head) else {
             counters.rx_malformed += 1;
             return;
         };
-        let Ok(computed) = icrc::compute_split(&head[..head_len], roce) else {
-            counters.rx_malformed += 1;
-            return;
-        };
-        let mut ip_id = 0;
+        let mut ip_id = k;
+        if computed != packet.icrc && k != 0 {
+            ip_id = 0;
+            computed = icrc_with(0, &mut head).map_or(computed, |(_, crc)| crc);
+        }
         if computed != packet.icrc {
-            // IPv4 from a sender that does not write identification 0 (Soft-RoCE, GSO
-            // segments): find the identification the ICRC was computed over, if one exists.
+            // IPv4 from a sender that writes other identifications (Soft-RoCE): find the one
+            // the ICRC was computed over, if one exists.
             match msg
                 .src
                 .is_ipv4()
@@ -421,9 +431,7 @@ impl Device {
             counters.rx_ce += 1;
         }
         if let Some(c) = capture {
-            if ip_id != 0 {
-                ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
-            }
+            ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
             c.record(now, false, &head[..head_len], roce, &packet);
         }
         let headers = packet.headers();

@@ -66,7 +66,10 @@ pub struct NetCounters {
     pub rx_malformed: u64,
     /// The ICRC matched no header the packet can have travelled under (dropped).
     pub rx_icrc_errors: u64,
-    /// IPv4 packets whose ICRC was computed over a non-zero identification (accepted).
+    /// IPv4 packets whose ICRC was computed over an identification found by solving for it
+    /// (as Soft-RoCE writes them; accepted, with 16 bits less of corruption detection). Not
+    /// counted: segment k of a joined (GRO) datagram whose ICRC was computed for
+    /// identification k, as a GSO sender's are.
     pub rx_ipv4_id_nonzero: u64,
     /// Larger than the receive buffer (dropped).
     pub rx_truncated: u64,
