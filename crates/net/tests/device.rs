@@ -460,7 +460,7 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join("device-reply-first.pcap");
     let (mut a, mut b) = pair(4096, true, Mtu::M1024);
-    assert!(b.dev.offloads().0, "GSO on loopback");
+    let (gso, gro) = b.dev.offloads();
     post_write(&mut a, &b, 1, 8);
     a.dev.flush().unwrap();
     poll_until_received(&mut b);
@@ -475,7 +475,9 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     let after = *b.dev.counters();
     assert_eq!(after.tx_syscalls - before.tx_syscalls, 1);
     assert_eq!(after.tx_datagrams - before.tx_datagrams, 2);
-    assert_eq!(after.tx_gso_batches - before.tx_gso_batches, 1, "one send");
+    if gso {
+        assert_eq!(after.tx_gso_batches - before.tx_gso_batches, 1, "one send");
+    }
     assert_eq!(b.dev.take_capture().unwrap().finish().unwrap(), 2);
     // A takes both in: its WRITE completes, B's lands, both ICRCs check.
     let start = Instant::now();
@@ -492,11 +494,13 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
     assert_eq!(a.dev.counters().rx_datagrams, 2);
     assert_eq!(a.dev.counters().rx_icrc_errors, 0);
-    assert_eq!(
-        a.dev.counters().rx_ipv4_id_nonzero,
-        0,
-        "the ACK checked as segment 1"
-    );
+    if gso && gro {
+        assert_eq!(
+            a.dev.counters().rx_ipv4_id_nonzero,
+            0,
+            "the ACK checked as segment 1"
+        );
+    }
     assert_eq!(a.dev.engine().mr_bytes(a.mr.lkey).unwrap()[..8], [0xAB; 8]);
     assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
     let mut reader = CaptureReader::new(std::fs::File::open(&path).unwrap()).unwrap();
