@@ -99,8 +99,9 @@ pub struct Device {
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
     tx_msgs: Vec<OutMsg>,
-    /// The ACKs of the batch being staged, until they join the end of `tx_msgs`.
-    tx_acks: Vec<OutMsg>,
+    /// The ACKs of the batch being staged (with where they go and the socket they leave
+    /// from), placed after its other packets.
+    tx_acks: Vec<(OutPacket, SocketAddr, u8)>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
     /// Some staged packet carries CCX timestamps (to move to when it leaves).
@@ -164,9 +165,7 @@ impl Device {
             receiver: sys::Receiver::new(slot),
             alarm: sys::Alarm::new()?,
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
-            // Up to TX_PACKETS staged, and a second entry for each ACK that ends a batch
-            // (`end_batch_with`): never grown on the datapath.
-            tx_packets: Vec::with_capacity(2 * TX_PACKETS),
+            tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
             tx_acks: Vec::with_capacity(TX_PACKETS),
             tx_sent: 0,
@@ -619,16 +618,19 @@ impl Device {
     /// Takes packets from the engine into the send buffer, grouping runs of full-size
     /// packets to one destination into GSO batches. Returns how many it took.
     ///
-    /// ACKs and NAKs leave after the batch's other packets, in the same system call, a lone
-    /// one as the last segment of the last batch if it goes to the same place
-    /// (`end_batch_with`). A datagram wakes its receiver as soon as it lands; a peer waiting
-    /// for our reply (a ping-pong of WRITEs) should wake to the reply, not to the ACK before
-    /// it and then sleep again. ACKs are cumulative and their PSN space is not the
-    /// requests', so letting a request pass one changes nothing the peer can rely on.
+    /// ACKs and NAKs are placed after the batch's other packets (`place`), in the same system
+    /// call and, where GSO lets them, the same send. A datagram wakes its receiver as soon
+    /// as it lands; a peer waiting for our reply (a ping-pong of WRITEs) should wake to the
+    /// reply, not to the ACK before it and then sleep again. ACKs are cumulative and their
+    /// PSN space is not the requests', so letting a request pass one changes nothing the
+    /// peer can rely on.
     fn stage(&mut self, now: Instant) -> usize {
-        let gso = self.socket.gso;
-        while self.tx_packets.len() < TX_PACKETS {
-            let slot = self.tx_packets.len() * TX_SLOT;
+        loop {
+            let staged = self.tx_packets.len() + self.tx_acks.len();
+            if staged == TX_PACKETS {
+                break;
+            }
+            let slot = staged * TX_SLOT;
             let buf = &mut self.tx_buf[slot..slot + TX_SLOT];
             let Some(t) = self
                 .engine
@@ -654,62 +656,26 @@ impl Device {
             let pad = usize::from(pad_for(payload_len));
             let end = HEADER_ROOM + payload_len + pad + ICRC_LEN;
             buf[HEADER_ROOM + payload_len..end - ICRC_LEN].fill(0);
-            let len = end - start;
-
-            // ACKs go in their own list, appended to the batch at the end.
-            let ack = t.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE;
-            let msgs = if ack {
-                &mut self.tx_acks
-            } else {
-                &mut self.tx_msgs
-            };
-            // Join the open batch if it goes to the same place, its packets are the last
-            // staged and all of them are full.
-            let index = self.tx_packets.len();
-            let joins = gso
-                && msgs.last().is_some_and(|m| {
-                    m.first + m.count == index
-                        && m.dst == dst
-                        && m.source == source
-                        && m.count < MAX_GSO_SEGMENTS
-                        && (m.count + 1) * usize::from(m.segment) <= MAX_GSO_BYTES
-                        && self.tx_packets[m.first + m.count - 1].len() == usize::from(m.segment)
-                        && len <= usize::from(m.segment)
-                });
-            let segment_index = if joins {
-                let m = msgs.last_mut().expect("checked above");
-                m.count += 1;
-                m.count - 1
-            } else {
-                msgs.push(OutMsg {
-                    dst,
-                    source,
-                    first: index,
-                    count: 1,
-                    segment: len as u16,
-                    ack,
-                });
-                0
-            };
             let stamped = matches!(t.headers.ccx, Some(Ccx::Timestamps { .. })).then_some(now);
             self.tx_stamps |= stamped.is_some();
-            self.tx_packets.push(OutPacket {
+            let packet = OutPacket {
                 offset: slot + start,
                 head_len: header_len as u16,
                 payload_len: payload_len as u16,
                 payload_at: t.payload_at,
-                // Segment k of a GSO batch leaves with IPv4 identification k (and a single
-                // datagram, from an unconnected Don't-Fragment socket, with 0).
-                ip_id: segment_index as u16,
+                ip_id: 0, // set by `place`
                 stamped,
-            });
-            debug_assert_eq!(self.tx_packets[index].len(), len);
+            };
+            debug_assert_eq!(packet.len(), end - start);
+            if t.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE {
+                self.tx_acks.push((packet, dst, source));
+            } else {
+                self.place(packet, dst, source, false);
+            }
         }
         for i in 0..self.tx_acks.len() {
-            let ack = self.tx_acks[i];
-            if !self.end_batch_with(ack) {
-                self.tx_msgs.push(ack);
-            }
+            let (packet, dst, source) = self.tx_acks[i];
+            self.place(packet, dst, source, true);
         }
         self.tx_acks.clear();
         if !self.sources.pool.is_empty() {
@@ -718,38 +684,46 @@ impl Device {
         self.tx_packets.len()
     }
 
-    /// Makes a lone ACK the last segment of the last batch staged, if that batch goes to the
-    /// same place and all its packets are full: one GSO send, which the kernel carries to a
-    /// peer on this host as one datagram where two would each cost a delivery (about a
-    /// microsecond on loopback), and a peer that waits for a reply and for the ACK of its own
-    /// message (perftest's latency loops) gets both at once. Elsewhere the kernel or the
-    /// network splits it into two datagrams as for any GSO send. The ACK's staged entry is
-    /// left unreferenced. Returns whether it joined.
-    fn end_batch_with(&mut self, ack: OutMsg) -> bool {
-        if !self.socket.gso || ack.count != 1 {
-            return false;
+    /// Appends `packet`, for `dst` from socket `source`, to the staged packets: as the next
+    /// segment of the last message if GSO lets it join (same destination and socket, the
+    /// message's packets all full, room left, and this one no longer than they are), else
+    /// as a message of its own. Segment k of a GSO batch leaves with IPv4 identification k,
+    /// which its ICRC is computed for (and a single datagram, from an unconnected
+    /// Don't-Fragment socket, with 0). An ACK placed after a reply to the same peer thus
+    /// ends the reply's send as its shorter last segment: the kernel carries the two to a
+    /// peer on this host as one datagram, where two would each cost a delivery (about a
+    /// microsecond on loopback), and a peer that waits for a reply and for the ACK of its
+    /// own message (perftest's latency loops) gets both at once; elsewhere the kernel or
+    /// the network splits them as any GSO send.
+    fn place(&mut self, mut packet: OutPacket, dst: SocketAddr, source: u8, ack: bool) {
+        let len = packet.len();
+        let last = self.tx_msgs.last_mut().filter(|m| {
+            // Every packet is placed here, in order: the last message ends at the last one.
+            debug_assert_eq!(m.first + m.count, self.tx_packets.len());
+            let segment = usize::from(m.segment);
+            self.socket.gso
+                && m.dst == dst
+                && m.source == source
+                && m.count < MAX_GSO_SEGMENTS
+                && (m.count + 1) * segment <= MAX_GSO_BYTES
+                && self.tx_packets[m.first + m.count - 1].len() == segment
+                && len <= segment
+        });
+        match last {
+            Some(m) => {
+                packet.ip_id = m.count as u16;
+                m.count += 1;
+            }
+            None => self.tx_msgs.push(OutMsg {
+                dst,
+                source,
+                first: self.tx_packets.len(),
+                count: 1,
+                segment: len as u16,
+                ack,
+            }),
         }
-        let Some(m) = self.tx_msgs.last_mut() else {
-            return false;
-        };
-        let end = m.first + m.count;
-        let segment = usize::from(m.segment);
-        let packet = self.tx_packets[ack.first];
-        let joins = end == self.tx_packets.len()
-            && m.dst == ack.dst
-            && m.source == ack.source
-            && m.count < MAX_GSO_SEGMENTS
-            && (m.count + 1) * segment <= MAX_GSO_BYTES
-            && self.tx_packets[end - 1].len() == segment
-            && packet.len() <= segment;
-        if joins {
-            self.tx_packets.push(OutPacket {
-                ip_id: m.count as u16,
-                ..packet
-            });
-            m.count += 1;
-        }
-        joins
+        self.tx_packets.push(packet);
     }
 
     /// Orders the staged messages by the socket they leave from, keeping their order within
