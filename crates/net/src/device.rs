@@ -360,15 +360,16 @@ impl Device {
                     now,
                     &msg,
                     self.local,
-                    (segment, k as u16),
+                    segment,
+                    k as u16,
                 );
             }
         }
         Ok(true)
     }
 
-    /// Checks one received RoCE packet, segment `k` of its datagram (0 unless the kernel
-    /// joined several, GRO), and hands it to the engine.
+    /// Checks one received RoCE packet `roce`, segment `k` of its datagram (0 unless the
+    /// kernel joined several, GRO), and hands it to the engine.
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         engine: &mut Engine,
@@ -378,7 +379,8 @@ impl Device {
         now: Instant,
         msg: &InMsg,
         local: SocketAddr,
-        (roce, k): (&[u8], u16),
+        roce: &[u8],
+        k: u16,
     ) {
         counters.rx_datagrams += 1;
         let packet = match RocePacket::parse(roce) {
