@@ -381,14 +381,10 @@ fn wait_for_receive(
 ) -> Result<(), PerfError> {
     let what = || format!("SEND {i} from the peer did not arrive");
     wait_until(s, o, what, |s| {
-        while *received == 0 {
-            let Some(c) = next_completion(s)? else {
-                return Ok(false);
-            };
-            if c.opcode == sluice_core::WcOpcode::Recv {
-                post_recv(s, 0, c.wr_id)?;
-                *received += 1;
-            }
+        // Our own sends' completions (none is outstanding here) are passed over.
+        while *received == 0 && next_send_completion(s, received)?.is_some() {}
+        if *received == 0 {
+            return Ok(false);
         }
         *received -= 1;
         Ok(true)
@@ -405,14 +401,27 @@ fn wait_for_send(
 ) -> Result<(), PerfError> {
     let what = || format!("request {i} did not complete");
     wait_until(s, o, what, |s| {
-        while let Some(c) = next_completion(s)? {
-            if c.opcode == sluice_core::WcOpcode::Recv {
-                post_recv(s, 0, c.wr_id)?;
-                *received += 1;
-            } else if c.wr_id == i {
+        while let Some(c) = next_send_completion(s, received)? {
+            if c.wr_id == i {
                 return Ok(true);
             }
         }
         Ok(false)
     })
+}
+
+/// The next completion of one of our own requests, if any; receive completions before it
+/// are reposted and counted in `received`.
+fn next_send_completion(
+    s: &mut Session,
+    received: &mut u64,
+) -> Result<Option<Completion>, PerfError> {
+    while let Some(c) = next_completion(s)? {
+        if c.opcode != sluice_core::WcOpcode::Recv {
+            return Ok(Some(c));
+        }
+        post_recv(s, 0, c.wr_id)?;
+        *received += 1;
+    }
+    Ok(None)
 }
