@@ -346,7 +346,7 @@ fn run_seed(seed: u64) -> Outcome {
                 recv_slot += 1;
                 recvs_expected.push((recv_slot - 1, len, imm, WcOpcode::Recv));
                 if done {
-                    let src: Vec<u8> = local[..].iter().map(|&k| expect_a[k]).collect();
+                    let src: Vec<u8> = local.iter().map(|&k| expect_a[k]).collect();
                     expect_b[dst as usize..][..len as usize].copy_from_slice(&src);
                 } else {
                     uncertain_b.push((dst, u64::from(len)));
@@ -354,7 +354,7 @@ fn run_seed(seed: u64) -> Outcome {
             }
             Op::Write { len, imm } => {
                 if done {
-                    let src: Vec<u8> = local[..].iter().map(|&k| expect_a[k]).collect();
+                    let src: Vec<u8> = local.iter().map(|&k| expect_a[k]).collect();
                     expect_b[slot as usize..][..len as usize].copy_from_slice(&src);
                 } else {
                     uncertain_b.push((slot, u64::from(len)));

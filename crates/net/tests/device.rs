@@ -152,6 +152,19 @@ fn poll_until_received(end: &mut End) {
     }
 }
 
+/// Polls `end` alone until it completes something, for at most `limit` (`what` says what
+/// should have happened).
+fn poll_until_completion(end: &mut End, limit: Duration, what: &str) -> Completion {
+    let start = Instant::now();
+    loop {
+        end.dev.poll().unwrap();
+        if let Some(c) = end.dev.engine().poll_cq(end.cq).unwrap() {
+            return c;
+        }
+        assert!(start.elapsed() < limit, "{what}");
+    }
+}
+
 /// Pumps both devices until `a` completes something, for at most 10 s.
 fn complete(a: &mut End, b: &mut End) -> Completion {
     let start = Instant::now();
@@ -401,17 +414,7 @@ fn flush_sends_the_ack_owed_for_what_was_received() {
     b.dev.flush().unwrap();
     // A completes from B's ACK alone, well before its retransmit timeout (67 ms) could
     // have resent the WRITE.
-    let start = Instant::now();
-    let c = loop {
-        a.dev.poll().unwrap();
-        if let Some(c) = a.dev.engine().poll_cq(a.cq).unwrap() {
-            break c;
-        }
-        assert!(
-            start.elapsed() < Duration::from_millis(50),
-            "the ACK was flushed"
-        );
-    };
+    let c = poll_until_completion(&mut a, Duration::from_millis(50), "the ACK was flushed");
     assert_eq!(c.status, WcStatus::Success);
     assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
 }
@@ -480,17 +483,7 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     }
     assert_eq!(b.dev.take_capture().unwrap().finish().unwrap(), 2);
     // A takes both in: its WRITE completes, B's lands, both ICRCs check.
-    let start = Instant::now();
-    let c = loop {
-        a.dev.poll().unwrap();
-        if let Some(c) = a.dev.engine().poll_cq(a.cq).unwrap() {
-            break c;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "A's WRITE completes"
-        );
-    };
+    let c = poll_until_completion(&mut a, Duration::from_secs(5), "A's WRITE completes");
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
     assert_eq!(a.dev.counters().rx_datagrams, 2);
     assert_eq!(a.dev.counters().rx_icrc_errors, 0);
