@@ -27,7 +27,7 @@ const TX_SLOT: usize = HEADER_ROOM + MAX_PAYLOAD + 8;
 /// Packets taken from the engine per round before they are handed to the kernel.
 const TX_PACKETS: usize = 256;
 /// The largest IP + UDP header the ICRC covers (IPv6).
-const MAX_IP_UDP: usize = 48;
+const MAX_IP_UDP: usize = icrc::MAX_IP_UDP_LEN;
 
 /// How late a receive timeout may end (two ticks at 250 Hz, rounded up), and the shortest
 /// wait that sleeps in the receive rather than in `ppoll` with a timer to the microsecond.
@@ -393,7 +393,7 @@ impl Device {
         // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
         let mut head = [0u8; MAX_IP_UDP];
         let icrc_with = |id: u16, head: &mut [u8; MAX_IP_UDP]| {
-            let head_len = ip_udp_header(msg.src, local, roce.len(), id, head)?;
+            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, head).ok()?;
             let crc = icrc::compute_split(&head[..head_len], roce).ok()?;
             Some((head_len, crc))
         };
@@ -560,7 +560,7 @@ impl Device {
                     return false;
                 };
                 let mut ip_udp = [0u8; MAX_IP_UDP];
-                let ip_udp_len = ip_udp_header(from, m.dst, p.len(), p.ip_id, &mut ip_udp)
+                let ip_udp_len = icrc::masked_ip_udp(from, m.dst, p.len(), p.ip_id, &mut ip_udp)
                     .expect("an MTU packet fits in an IP datagram");
                 let crc = icrc::compute_parts(&ip_udp[..ip_udp_len], head, payload, tail)
                     .expect("headers built by `stage` are well formed");

@@ -24,6 +24,8 @@
 //! identification explains the ICRC found on the wire; see there for the cost in detection
 //! strength (a corrupted packet passes with probability about 2^-16 instead of 2^-32).
 
+use std::net::{IpAddr, SocketAddr};
+
 use crate::error::{Layer, Result, need};
 use crate::{BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, CcxLayout, Error, ICRC_LEN};
 
@@ -32,6 +34,58 @@ const LRH_CRC: u32 = 0x2144_DF1C;
 const UDP_LEN: usize = 8;
 const IPV4_LEN: usize = 20;
 const IPV6_LEN: usize = 40;
+
+/// The most bytes of IP and UDP headers [`masked_ip_udp`] writes (IPv6).
+pub const MAX_IP_UDP_LEN: usize = IPV6_LEN + UDP_LEN;
+
+/// Writes the IP and UDP headers of a RoCE v2 datagram from `src` to `dst` whose UDP payload
+/// (BTH to ICRC) is `roce_len` bytes, as the ICRC sees them: every field it masks is already
+/// all ones, so none of them (IPv4 TOS, TTL and header checksum; IPv6 traffic class, flow
+/// label and hop limit; UDP checksum) is computed. IPv4 carries Don't Fragment (as every
+/// datagram from a Don't-Fragment socket does) and identification `ipv4_id`. A pair of an
+/// IPv4 and an IPv6 address is IPv6, the IPv4 one mapped. Returns the length written (28
+/// or 48), for [`compute_split`] or [`compute_parts`]: what a datagram's sender and
+/// receiver pass there for each packet, cheaper than emitting the real headers.
+#[inline]
+pub fn masked_ip_udp(
+    src: SocketAddr,
+    dst: SocketAddr,
+    roce_len: usize,
+    ipv4_id: u16,
+    out: &mut [u8; MAX_IP_UDP_LEN],
+) -> Result<usize> {
+    let udp_len = u16::try_from(UDP_LEN + roce_len)
+        .map_err(|_| Error::FieldRange("UDP datagram over 65535 bytes"))?;
+    let ip_len = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = u16::try_from(IPV4_LEN + usize::from(udp_len))
+                .map_err(|_| Error::FieldRange("IPv4 datagram over 65535 bytes"))?;
+            let [t0, t1] = total.to_be_bytes();
+            let [i0, i1] = ipv4_id.to_be_bytes();
+            out[..12].copy_from_slice(&[0x45, 0xFF, t0, t1, i0, i1, 0x40, 0, 0xFF, 17, 0xFF, 0xFF]);
+            out[12..16].copy_from_slice(&s.octets());
+            out[16..20].copy_from_slice(&d.octets());
+            IPV4_LEN
+        }
+        (s, d) => {
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let [l0, l1] = udp_len.to_be_bytes();
+            out[..8].copy_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF, l0, l1, 17, 0xFF]);
+            out[8..24].copy_from_slice(&v6(s).octets());
+            out[24..40].copy_from_slice(&v6(d).octets());
+            IPV6_LEN
+        }
+    };
+    let udp = &mut out[ip_len..ip_len + UDP_LEN];
+    udp[..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    udp[6..].fill(0xFF);
+    Ok(ip_len + UDP_LEN)
+}
 
 /// Computes the ICRC of an IP datagram (IPv4 without options, or IPv6 without extension
 /// headers) carrying UDP and a RoCE v2 packet. `ip_packet` is exactly the datagram, ending in
@@ -615,6 +669,76 @@ mod tests {
             let (h, tail) = roce.split_at(roce_len - 3);
             assert!(compute_parts(ip_udp, h, &[], tail).is_err());
         }
+    }
+
+    /// The headers `masked_ip_udp` writes give the ICRC of the real ones (emitted with a
+    /// TOS, TTL and checksum it does not compute) for IPv4, IPv6 and a mixed pair.
+    #[test]
+    fn masked_ip_udp_gives_the_icrc_of_the_real_headers() {
+        use crate::{IpHeader, Ipv4Header, Ipv6Header, UdpHeader};
+        let v4 = |a: [u8; 4], port| SocketAddr::from((a, port));
+        let v6 = |a: std::net::Ipv6Addr, port| SocketAddr::from((a, port));
+        let (a6, b6) = ("2001:db8::1".parse().unwrap(), "fe80::2".parse().unwrap());
+        let pairs = [
+            (v4([10, 0, 0, 1], 4791), v4([192, 168, 7, 200], 52_001)),
+            (v6(a6, 1), v6(b6, 4791)),
+            (v4([127, 0, 0, 1], 4791), v6(b6, 4791)),
+        ];
+        for (src, dst) in pairs {
+            for (roce_len, id) in [(16usize, 0u16), (44, 1), (1077, 0xBEEF)] {
+                let ip = match (src.ip(), dst.ip()) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => IpHeader::V4(Ipv4Header {
+                        src: s,
+                        dst: d,
+                        tos: 0x6A,
+                        identification: id,
+                        dont_fragment: true,
+                        ttl: 3,
+                    }),
+                    (s, d) => {
+                        let map = |a: IpAddr| match a {
+                            IpAddr::V4(a) => a.to_ipv6_mapped(),
+                            IpAddr::V6(a) => a,
+                        };
+                        IpHeader::V6(Ipv6Header {
+                            src: map(s),
+                            dst: map(d),
+                            traffic_class: 0x6A,
+                            flow_label: 0x12345,
+                            hop_limit: 3,
+                        })
+                    }
+                };
+                let ip_len = ip.header_len();
+                let mut pkt: Vec<u8> = (0..ip_len + 8 + roce_len)
+                    .map(|i| (i * 41 + 9) as u8)
+                    .collect();
+                ip.emit(pkt.len(), &mut pkt).unwrap();
+                let udp = UdpHeader {
+                    src_port: src.port(),
+                    dst_port: dst.port(),
+                };
+                udp.emit(8 + roce_len, &mut pkt[ip_len..]).unwrap();
+                let mut head = [0u8; MAX_IP_UDP_LEN];
+                let n = masked_ip_udp(src, dst, roce_len, id, &mut head).unwrap();
+                assert_eq!(n, ip_len + 8);
+                let roce = &pkt[n..];
+                assert_eq!(
+                    compute_split(&head[..n], roce),
+                    compute(&pkt),
+                    "{src} -> {dst}"
+                );
+                // The identification is covered (IPv4), and so is the length.
+                let other = masked_ip_udp(src, dst, roce_len, id ^ 1, &mut head).unwrap();
+                let differs = compute_split(&head[..other], roce) != compute(&pkt);
+                assert_eq!(differs, ip_len == 20);
+                masked_ip_udp(src, dst, roce_len + 4, id, &mut head).unwrap();
+                assert_ne!(compute_split(&head[..n], roce), compute(&pkt));
+            }
+        }
+        let mut head = [0u8; MAX_IP_UDP_LEN];
+        let (src, dst) = pairs[0];
+        assert!(masked_ip_udp(src, dst, 65_600, 0, &mut head).is_err());
     }
 
     #[test]
