@@ -91,6 +91,8 @@ pub struct Device {
     /// The `now` of the latest poll: what packets received later may be timed no earlier
     /// than (everything the engine sent before was stamped no later).
     polled: Instant,
+    /// Carries the kernel's receive stamps (wall clock) over to engine time.
+    wall: WallClock,
     sender: sys::Sender,
     receiver: sys::Receiver,
     /// Wakes [`Device::wait`] for the engine's timers and the caller's timeout.
@@ -161,6 +163,7 @@ impl Device {
             peer_port: config.peer_port,
             epoch: std::time::Instant::now(),
             polled: Instant::ZERO,
+            wall: WallClock::default(),
             sender: sys::Sender::new(),
             receiver: sys::Receiver::new(slot),
             alarm: sys::Alarm::new()?,
@@ -337,9 +340,10 @@ impl Device {
             return Ok(false);
         }
         self.counters.rx_syscalls += 1;
-        // The kernel stamps with the wall clock; the engine runs on the monotonic one. Read
-        // both now and carry each stamp over by its age.
-        let (read_at, wall) = (self.now(), sys::realtime_ns());
+        // The kernel stamps with the wall clock; the engine runs on the monotonic one. Each
+        // stamp is carried over by its age: the wall clock's reading now (estimated) less it.
+        let read_at = self.now();
+        let wall = self.wall.at(read_at);
         for i in 0..n {
             let (msg, bytes) = self.receiver.message(i);
             let now = if msg.arrived_ns == 0 {
@@ -742,6 +746,36 @@ impl Device {
     }
 }
 
+/// The wall clock (`CLOCK_REALTIME`, what the kernel stamps received datagrams with) as an
+/// offset from engine time, read again once the last reading is [`WallClock::REREAD`] old:
+/// a clock reading costs 25-40 ns in a VM, a sizeable part of the user-space work of a
+/// ping-pong's turn, and receives come every few microseconds when busy. Between readings
+/// the estimate is off by the wall clock's slew (NTP slews at most 500 ppm: 0.5 us over a
+/// millisecond) or by a step, which the clamp of each stamp to the receive's own time
+/// bounds.
+#[derive(Debug, Default)]
+struct WallClock {
+    /// Wall-clock ns at engine time zero, and the engine time it was read at (`None`: never).
+    offset_ns: u64,
+    read_at: Option<Instant>,
+}
+
+impl WallClock {
+    const REREAD: Duration = Duration::from_millis(1);
+
+    /// The wall clock, in ns since the Unix epoch, at engine time `now`.
+    fn at(&mut self, now: Instant) -> u64 {
+        let fresh = self.read_at.is_some_and(|t| {
+            now.as_nanos().saturating_sub(t.as_nanos()) < Self::REREAD.as_nanos() as u64
+        });
+        if !fresh {
+            self.offset_ns = sys::realtime_ns().saturating_sub(now.as_nanos());
+            self.read_at = Some(now);
+        }
+        self.offset_ns.saturating_add(now.as_nanos())
+    }
+}
+
 /// The send-only sockets a device's packets may leave from besides its own (numbered from 1
 /// in [`OutMsg::source`]; 0 is the device's own socket).
 #[derive(Debug)]
@@ -873,6 +907,25 @@ mod tests {
     use sluice_wire::Psn;
 
     use super::*;
+
+    /// The wall clock is read once per millisecond of engine time: between readings the
+    /// estimate moves with engine time exactly; it stays near the real wall clock; a later
+    /// time past the millisecond reads it again.
+    #[test]
+    fn the_wall_clock_estimate_follows_engine_time_and_is_reread() {
+        let mut wall = WallClock::default();
+        let t0 = Instant::from_nanos(5_000_000);
+        let first = wall.at(t0);
+        assert_eq!(wall.read_at, Some(t0));
+        let near = Instant::from_nanos(t0.as_nanos() + 999_999);
+        assert_eq!(wall.at(near), first + 999_999);
+        assert_eq!(wall.read_at, Some(t0), "no reading within the millisecond");
+        let later = Instant::from_nanos(t0.as_nanos() + 1_000_000);
+        wall.at(later);
+        assert_eq!(wall.read_at, Some(later), "read again after it");
+        let real = sys::realtime_ns();
+        assert!(first.abs_diff(real) < 1_000_000_000, "{first} vs {real}");
+    }
 
     /// Payloads are read from their region when they leave. One whose region was
     /// deregistered while it waited is dropped, not sent with whatever that memory is now;
