@@ -5,11 +5,21 @@
 //! `--spin-us N` it spins on a non-blocking socket for N us first, then blocks (`sluice
 //! perf`'s default, N = 20); with `--spin` it only spins (`sluice perf --busy-poll`).
 //!
+//! `--roce-shaped` sends, each way, what a RoCE WRITE ping-pong must: the WRITE's packet
+//! (BTH, RETH, payload, pad, ICRC) and the ACK of the peer's last WRITE (BTH, AETH, ICRC),
+//! as one GSO send of two segments, which is how Sluice sends them; from sockets set up as
+//! Sluice's are (GRO, TOS and its report, receive timestamps, Don't Fragment) and read
+//! with `recvmmsg` and the control messages Sluice reads. The bytes are not RoCE (no
+//! engine, no ICRC computed): this is the kernel's part of a Sluice ping-pong alone, the
+//! least it can cost over UDP sockets, so `sluice perf write-lat` over it is Sluice's own
+//! share.
+//!
 //! `cargo run --release -p sluice-net --example udp_pingpong -- [SIZE] [ITERATIONS]
-//! [--spin | --spin-us N]`
+//! [--spin | --spin-us N] [--roce-shaped]`
 
 use std::io::ErrorKind;
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// How an end waits for a datagram.
@@ -20,50 +30,226 @@ enum Wait {
     Spin(Option<Duration>),
 }
 
-/// Receives one datagram on a blocking socket. Spinning polls it without blocking
-/// (`MSG_DONTWAIT`), so that blocking after the spin is one system call, as in Sluice's
-/// own wait, not a change of the socket's mode and back.
-fn recv(socket: &UdpSocket, buf: &mut [u8], wait: Wait) -> std::io::Result<usize> {
-    let limit = match wait {
-        Wait::Block => return Ok(socket.recv_from(buf)?.0),
-        Wait::Spin(limit) => limit,
-    };
-    let start = Instant::now();
-    loop {
-        match recv_dontwait(socket, buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
-            Err(_) if limit.is_some_and(|l| start.elapsed() >= l) => {
-                return Ok(socket.recv_from(buf)?.0);
-            }
-            Err(_) => std::hint::spin_loop(),
-        }
+/// What goes each way.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// One datagram of the message's size.
+    Plain,
+    /// A WRITE's packet and an ACK's, as one GSO send of two segments (`--roce-shaped`).
+    Roce,
+}
+
+/// RoCE's bytes around a WRITE's payload (BTH, RETH; ICRC) and an ACK's size (BTH, AETH,
+/// ICRC).
+const WRITE_HEADERS: usize = 12 + 16 + 4;
+const ACK_LEN: usize = 12 + 4 + 4;
+
+/// One end: its socket, and for the RoCE shape the arrays `sendmmsg` and `recvmmsg` take.
+struct End {
+    socket: UdpSocket,
+    shape: Shape,
+    /// What one turn sends: the message, or the WRITE's packet and the ACK's after it.
+    out: Vec<u8>,
+    /// The first segment's length (RoCE shape).
+    segment: usize,
+    buf: Vec<u8>,
+    name: libc::sockaddr_storage,
+    control: [u64; 16],
+}
+
+#[allow(unsafe_code)]
+fn set_int(socket: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
+    // SAFETY: the option value is a c_int that lives for the call.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast::<libc::c_void>(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
     }
 }
 
-/// One `recv` that does not block (`WouldBlock` if nothing waits).
-#[allow(unsafe_code)]
-fn recv_dontwait(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call.
-    let n = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            buf.as_mut_ptr().cast::<libc::c_void>(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
+impl End {
+    #[allow(unsafe_code)]
+    fn bind(addr: &str, shape: Shape, size: usize) -> std::io::Result<End> {
+        let socket = UdpSocket::bind(addr)?;
+        let (out, segment) = match shape {
+            Shape::Plain => (vec![7u8; size], size),
+            Shape::Roce => {
+                // As `sluice_net`'s sockets: Don't Fragment, TOS and its report, big
+                // buffers (where allowed), GRO, kernel receive timestamps.
+                let options = [
+                    (
+                        libc::IPPROTO_IP,
+                        libc::IP_MTU_DISCOVER,
+                        libc::IP_PMTUDISC_DO,
+                    ),
+                    (
+                        libc::IPPROTO_IP,
+                        libc::IP_TOS,
+                        i32::from(sluice_net::DEFAULT_TOS),
+                    ),
+                    (libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+                    (libc::SOL_SOCKET, libc::SO_SNDBUF, 32 << 20),
+                    (libc::SOL_SOCKET, libc::SO_RCVBUF, 32 << 20),
+                    (libc::SOL_UDP, libc::UDP_GRO, 1),
+                    (libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1),
+                ];
+                for (level, name, value) in options {
+                    if !set_int(&socket, level, name, value) {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                let write = WRITE_HEADERS + size.div_ceil(4) * 4;
+                (vec![7u8; write + ACK_LEN], write)
+            }
+        };
+        Ok(End {
+            socket,
+            shape,
+            out,
+            segment,
+            buf: vec![0; 1 << 16],
+            // SAFETY: sockaddr_storage is plain old data; zeroes are a valid value.
+            name: unsafe { std::mem::zeroed() },
+            control: [0; 16],
+        })
     }
-    Ok(n as usize)
+
+    fn send(&mut self, dst: SocketAddr) -> std::io::Result<()> {
+        match self.shape {
+            Shape::Plain => {
+                self.socket.send_to(&self.out, dst)?;
+                Ok(())
+            }
+            Shape::Roce => self.send_segmented(dst),
+        }
+    }
+
+    /// `out` in one `sendmmsg` of one GSO message, segments of `segment` bytes.
+    #[allow(unsafe_code)]
+    fn send_segmented(&mut self, dst: SocketAddr) -> std::io::Result<()> {
+        let SocketAddr::V4(v4) = dst else {
+            return Err(std::io::Error::other("IPv4 only"));
+        };
+        let mut to = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut iov = libc::iovec {
+            iov_base: self.out.as_mut_ptr().cast::<libc::c_void>(),
+            iov_len: self.out.len(),
+        };
+        // SAFETY: the header points at `to`, `iov` (over `out`) and `control`, all live for
+        // the call; CMSG_FIRSTHDR and CMSG_DATA stay inside `control` (128 bytes).
+        unsafe {
+            let mut m: libc::mmsghdr = std::mem::zeroed();
+            m.msg_hdr.msg_name = (&raw mut to).cast::<libc::c_void>();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &raw mut iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = self.control.as_mut_ptr().cast::<libc::c_void>();
+            m.msg_hdr.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
+            let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+            libc::CMSG_DATA(c)
+                .cast::<u16>()
+                .write_unaligned(self.segment as u16);
+            if libc::sendmmsg(self.socket.as_raw_fd(), &raw mut m, 1, 0) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives one turn's bytes from the peer. Spinning polls without blocking
+    /// (`MSG_DONTWAIT`), so that blocking after the spin is one system call, as in Sluice's
+    /// own wait, not a change of the socket's mode and back.
+    fn recv(&mut self, wait: Wait) -> std::io::Result<()> {
+        let mut got = 0;
+        while got < self.out.len() {
+            got += self.recv_one(wait)?;
+            if self.shape == Shape::Plain {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_one(&mut self, wait: Wait) -> std::io::Result<usize> {
+        let limit = match wait {
+            Wait::Block => return self.recv_call(false),
+            Wait::Spin(limit) => limit,
+        };
+        let start = Instant::now();
+        loop {
+            match self.recv_call(true) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+                Err(_) if limit.is_some_and(|l| start.elapsed() >= l) => {
+                    return self.recv_call(false);
+                }
+                Err(_) => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// One `recv` (plain) or `recvmmsg` with the sender's address and control messages
+    /// (RoCE shape); `WouldBlock` when `dontwait` and nothing waits.
+    #[allow(unsafe_code)]
+    fn recv_call(&mut self, dontwait: bool) -> std::io::Result<usize> {
+        let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+        let fd = self.socket.as_raw_fd();
+        let buf = self.buf.as_mut_ptr().cast::<libc::c_void>();
+        // SAFETY: every pointer handed to the kernel is to a live buffer of the stated length
+        // (`buf`, `name`, `control`, and `iov` over `buf`) for the whole call.
+        let n = unsafe {
+            match self.shape {
+                Shape::Plain => libc::recv(fd, buf, self.buf.len(), flags),
+                Shape::Roce => {
+                    let mut iov = libc::iovec {
+                        iov_base: buf,
+                        iov_len: self.buf.len(),
+                    };
+                    let mut m: libc::mmsghdr = std::mem::zeroed();
+                    m.msg_hdr.msg_name = (&raw mut self.name).cast::<libc::c_void>();
+                    m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+                    m.msg_hdr.msg_iov = &raw mut iov;
+                    m.msg_hdr.msg_iovlen = 1;
+                    m.msg_hdr.msg_control = self.control.as_mut_ptr().cast::<libc::c_void>();
+                    m.msg_hdr.msg_controllen = size_of::<[u64; 16]>() as _;
+                    let flags = if dontwait {
+                        flags
+                    } else {
+                        libc::MSG_WAITFORONE
+                    };
+                    match libc::recvmmsg(fd, &raw mut m, 1, flags, std::ptr::null_mut()) {
+                        1 => m.msg_len as isize,
+                        _ => -1,
+                    }
+                }
+            }
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
 }
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut numbers = Vec::new();
     let mut wait = Wait::Block;
+    let mut shape = Shape::Plain;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -76,30 +262,28 @@ fn main() -> std::io::Result<()> {
                     .expect("--spin-us N");
                 wait = Wait::Spin(Some(Duration::from_micros(us)));
             }
+            "--roce-shaped" => shape = Shape::Roce,
             a => numbers.push(a.parse::<usize>().expect("SIZE and ITERATIONS are numbers")),
         }
         i += 1;
     }
     let size = numbers.first().copied().unwrap_or(8);
     let iterations = numbers.get(1).copied().unwrap_or(10_000).max(1);
-    let server = UdpSocket::bind("127.0.0.2:0")?;
-    let client = UdpSocket::bind("127.0.0.1:0")?;
-    let (server_addr, client_addr) = (server.local_addr()?, client.local_addr()?);
+    let mut server = End::bind("127.0.0.2:0", shape, size)?;
+    let mut client = End::bind("127.0.0.1:0", shape, size)?;
+    let (server_addr, client_addr) = (server.socket.local_addr()?, client.socket.local_addr()?);
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut buf = vec![0u8; 65536];
         for _ in 0..iterations {
-            let n = recv(&server, &mut buf, wait)?;
-            server.send_to(&buf[..n], client_addr)?;
+            server.recv(wait)?;
+            server.send(client_addr)?;
         }
         Ok(())
     });
-    let msg = vec![7u8; size];
-    let mut buf = vec![0u8; 65536];
     let mut half_rtt_ns = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t0 = Instant::now();
-        client.send_to(&msg, server_addr)?;
-        recv(&client, &mut buf, wait)?;
+        client.send(server_addr)?;
+        client.recv(wait)?;
         half_rtt_ns.push(t0.elapsed().as_nanos() as u64 / 2);
     }
     echo.join().expect("the echo thread")?;
@@ -108,7 +292,11 @@ fn main() -> std::io::Result<()> {
         half_rtt_ns[((half_rtt_ns.len() as f64 * q) as usize).min(iterations - 1)] as f64 / 1e3
     };
     println!(
-        "{{\"test\":\"udp_pingpong\",\"mode\":\"{}\",\"bytes\":{size},\"iterations\":{iterations},\"t_min_us\":{:.3},\"t_typical_us\":{:.3},\"t_p99_us\":{:.3}}}",
+        "{{\"test\":\"udp_pingpong\",\"shape\":\"{}\",\"mode\":\"{}\",\"bytes\":{size},\"iterations\":{iterations},\"t_min_us\":{:.3},\"t_typical_us\":{:.3},\"t_p99_us\":{:.3}}}",
+        match shape {
+            Shape::Plain => "plain",
+            Shape::Roce => "roce",
+        },
         match wait {
             Wait::Block => "block".to_string(),
             Wait::Spin(None) => "spin".to_string(),
