@@ -9,8 +9,8 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Ipv4Header, Ipv6Header, Opcode,
-    ROCE_V2_PORT, RocePacket, UDP_HEADER_LEN, UdpHeader, pad_for,
+    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Opcode, ROCE_V2_PORT, RocePacket,
+    UDP_HEADER_LEN, UdpHeader, pad_for,
 };
 
 use crate::capture::Capture;
@@ -865,29 +865,7 @@ pub(crate) fn ip_udp_header(
     ip_id: u16,
     out: &mut [u8; MAX_IP_UDP],
 ) -> Option<usize> {
-    let ip = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => IpHeader::V4(Ipv4Header {
-            src,
-            dst,
-            tos: 0,
-            identification: ip_id,
-            dont_fragment: true,
-            ttl: 64,
-        }),
-        (src, dst) => {
-            let v6 = |a: IpAddr| match a {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            };
-            IpHeader::V6(Ipv6Header {
-                src: v6(src),
-                dst: v6(dst),
-                traffic_class: 0,
-                flow_label: 0,
-                hop_limit: 64,
-            })
-        }
-    };
+    let ip = IpHeader::between(src.ip(), dst.ip(), ip_id);
     let ip_len = ip.header_len();
     let udp_len = UDP_HEADER_LEN + roce_len;
     ip.emit(ip_len + udp_len, out).ok()?;

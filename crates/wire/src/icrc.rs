@@ -24,10 +24,12 @@
 //! identification explains the ICRC found on the wire; see there for the cost in detection
 //! strength (a corrupted packet passes with probability about 2^-16 instead of 2^-32).
 
-use std::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 
 use crate::error::{Layer, Result, need};
-use crate::{BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, CcxLayout, Error, ICRC_LEN};
+use crate::{
+    BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, CcxLayout, Error, ICRC_LEN, IpHeader,
+};
 
 /// The CRC-32 of eight 0xFF bytes (the masked LRH): the state every ICRC starts from.
 const LRH_CRC: u32 = 0x2144_DF1C;
@@ -39,13 +41,12 @@ const IPV6_LEN: usize = 40;
 pub const MAX_IP_UDP_LEN: usize = IPV6_LEN + UDP_LEN;
 
 /// Writes the IP and UDP headers of a RoCE v2 datagram from `src` to `dst` whose UDP payload
-/// (BTH to ICRC) is `roce_len` bytes, as the ICRC sees them: every field it masks is already
-/// all ones, so none of them (IPv4 TOS, TTL and header checksum; IPv6 traffic class, flow
-/// label and hop limit; UDP checksum) is computed. IPv4 carries Don't Fragment (as every
-/// datagram from a Don't-Fragment socket does) and identification `ipv4_id`. A pair of an
-/// IPv4 and an IPv6 address is IPv6, the IPv4 one mapped. Returns the length written (28
-/// or 48), for [`compute_split`] or [`compute_parts`]: what a datagram's sender and
-/// receiver pass there for each packet, cheaper than emitting the real headers.
+/// (BTH to ICRC) is `roce_len` bytes, as the ICRC sees them: those of
+/// [`IpHeader::between`] with every field the ICRC masks already all ones, so none of them
+/// (IPv4 TOS, TTL and header checksum; IPv6 traffic class, flow label and hop limit; UDP
+/// checksum) is computed. Returns the length written (28 or 48), for [`compute_split`] or
+/// [`compute_parts`]: what a datagram's sender and receiver pass there for each packet,
+/// cheaper than emitting the real headers.
 #[inline]
 pub fn masked_ip_udp(
     src: SocketAddr,
@@ -56,26 +57,24 @@ pub fn masked_ip_udp(
 ) -> Result<usize> {
     let udp_len = u16::try_from(UDP_LEN + roce_len)
         .map_err(|_| Error::FieldRange("UDP datagram over 65535 bytes"))?;
-    let ip_len = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
+    let ip_len = match IpHeader::between(src.ip(), dst.ip(), ipv4_id) {
+        IpHeader::V4(h) => {
             let total = u16::try_from(IPV4_LEN + usize::from(udp_len))
                 .map_err(|_| Error::FieldRange("IPv4 datagram over 65535 bytes"))?;
             let [t0, t1] = total.to_be_bytes();
-            let [i0, i1] = ipv4_id.to_be_bytes();
-            out[..12].copy_from_slice(&[0x45, 0xFF, t0, t1, i0, i1, 0x40, 0, 0xFF, 17, 0xFF, 0xFF]);
-            out[12..16].copy_from_slice(&s.octets());
-            out[16..20].copy_from_slice(&d.octets());
+            let [i0, i1] = h.identification.to_be_bytes();
+            let flags = if h.dont_fragment { 0x40 } else { 0 };
+            out[..12]
+                .copy_from_slice(&[0x45, 0xFF, t0, t1, i0, i1, flags, 0, 0xFF, 17, 0xFF, 0xFF]);
+            out[12..16].copy_from_slice(&h.src.octets());
+            out[16..20].copy_from_slice(&h.dst.octets());
             IPV4_LEN
         }
-        (s, d) => {
-            let v6 = |a: IpAddr| match a {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            };
+        IpHeader::V6(h) => {
             let [l0, l1] = udp_len.to_be_bytes();
             out[..8].copy_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF, l0, l1, 17, 0xFF]);
-            out[8..24].copy_from_slice(&v6(s).octets());
-            out[24..40].copy_from_slice(&v6(d).octets());
+            out[8..24].copy_from_slice(&h.src.octets());
+            out[24..40].copy_from_slice(&h.dst.octets());
             IPV6_LEN
         }
     };
@@ -675,9 +674,9 @@ mod tests {
     /// TOS, TTL and checksum it does not compute) for IPv4, IPv6 and a mixed pair.
     #[test]
     fn masked_ip_udp_gives_the_icrc_of_the_real_headers() {
-        use crate::{IpHeader, Ipv4Header, Ipv6Header, UdpHeader};
+        use crate::{Ipv4Header, Ipv6Header, UdpHeader};
         let v4 = |a: [u8; 4], port| SocketAddr::from((a, port));
-        let v6 = |a: std::net::Ipv6Addr, port| SocketAddr::from((a, port));
+        let v6 = |a: core::net::Ipv6Addr, port| SocketAddr::from((a, port));
         let (a6, b6) = ("2001:db8::1".parse().unwrap(), "fe80::2".parse().unwrap());
         let pairs = [
             (v4([10, 0, 0, 1], 4791), v4([192, 168, 7, 200], 52_001)),
@@ -686,28 +685,19 @@ mod tests {
         ];
         for (src, dst) in pairs {
             for (roce_len, id) in [(16usize, 0u16), (44, 1), (1077, 0xBEEF)] {
-                let ip = match (src.ip(), dst.ip()) {
-                    (IpAddr::V4(s), IpAddr::V4(d)) => IpHeader::V4(Ipv4Header {
-                        src: s,
-                        dst: d,
+                // The real header, with the fields the ICRC masks set to other values.
+                let ip = match IpHeader::between(src.ip(), dst.ip(), id) {
+                    IpHeader::V4(h) => IpHeader::V4(Ipv4Header {
                         tos: 0x6A,
-                        identification: id,
-                        dont_fragment: true,
                         ttl: 3,
+                        ..h
                     }),
-                    (s, d) => {
-                        let map = |a: IpAddr| match a {
-                            IpAddr::V4(a) => a.to_ipv6_mapped(),
-                            IpAddr::V6(a) => a,
-                        };
-                        IpHeader::V6(Ipv6Header {
-                            src: map(s),
-                            dst: map(d),
-                            traffic_class: 0x6A,
-                            flow_label: 0x12345,
-                            hop_limit: 3,
-                        })
-                    }
+                    IpHeader::V6(h) => IpHeader::V6(Ipv6Header {
+                        traffic_class: 0x6A,
+                        flow_label: 0x12345,
+                        hop_limit: 3,
+                        ..h
+                    }),
                 };
                 let ip_len = ip.header_len();
                 let mut pkt: Vec<u8> = (0..ip_len + 8 + roce_len)

@@ -53,6 +53,36 @@ pub struct UdpHeader {
 }
 
 impl IpHeader {
+    /// The header a datagram from `src` to `dst` leaves an unconnected Don't-Fragment UDP
+    /// socket with, as far as the ICRC covers it: IPv4 when both addresses are (Don't
+    /// Fragment, identification `ipv4_id`), else IPv6 with an IPv4 address mapped. The
+    /// fields the ICRC masks are left at TOS 0 and TTL (hop limit) 64.
+    pub fn between(src: IpAddr, dst: IpAddr, ipv4_id: u16) -> IpHeader {
+        match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpHeader::V4(Ipv4Header {
+                src,
+                dst,
+                tos: 0,
+                identification: ipv4_id,
+                dont_fragment: true,
+                ttl: 64,
+            }),
+            (src, dst) => {
+                let v6 = |a: IpAddr| match a {
+                    IpAddr::V4(a) => a.to_ipv6_mapped(),
+                    IpAddr::V6(a) => a,
+                };
+                IpHeader::V6(Ipv6Header {
+                    src: v6(src),
+                    dst: v6(dst),
+                    traffic_class: 0,
+                    flow_label: 0,
+                    hop_limit: 64,
+                })
+            }
+        }
+    }
+
     pub fn src(&self) -> IpAddr {
         match self {
             IpHeader::V4(h) => IpAddr::V4(h.src),
@@ -255,4 +285,47 @@ pub fn internet_checksum(data: &[u8], initial: u32) -> u16 {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }
     !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a Don't-Fragment UDP socket sends with: IPv4 with DF and the identification
+    /// asked for when both ends are IPv4, otherwise IPv6 with the IPv4 end mapped.
+    #[test]
+    fn between_gives_the_header_a_df_socket_sends_with() {
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(192, 168, 7, 200));
+        let c: Ipv6Addr = "fe80::2".parse().unwrap();
+        assert_eq!(
+            IpHeader::between(IpAddr::V4(a), IpAddr::V4(b), 7),
+            IpHeader::V4(Ipv4Header {
+                src: a,
+                dst: b,
+                tos: 0,
+                identification: 7,
+                dont_fragment: true,
+                ttl: 64,
+            })
+        );
+        let v6 = Ipv6Header {
+            src: a.to_ipv6_mapped(),
+            dst: c,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        };
+        assert_eq!(
+            IpHeader::between(IpAddr::V4(a), IpAddr::V6(c), 7),
+            IpHeader::V6(v6)
+        );
+        assert_eq!(
+            IpHeader::between(IpAddr::V6(c), IpAddr::V4(a), 0),
+            IpHeader::V6(Ipv6Header {
+                src: c,
+                dst: a.to_ipv6_mapped(),
+                ..v6
+            })
+        );
+    }
 }
