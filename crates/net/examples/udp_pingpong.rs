@@ -10,9 +10,8 @@
 //! as one GSO send of two segments, which is how Sluice sends them; from sockets set up as
 //! Sluice's are (GRO, TOS and its report, receive timestamps, Don't Fragment) and read
 //! with `recvmmsg` and the control messages Sluice reads. The bytes are not RoCE (no
-//! engine, no ICRC computed): this is the kernel's part of a Sluice ping-pong alone, the
-//! least it can cost over UDP sockets, so `sluice perf write-lat` over it is Sluice's own
-//! share.
+//! engine, no ICRC computed): this is the kernel's part of a Sluice ping-pong alone, through
+//! the calls Sluice makes, so `sluice perf write-lat` over it is Sluice's own share.
 //!
 //! `cargo run --release -p sluice-net --example udp_pingpong -- [SIZE] [ITERATIONS]
 //! [--spin | --spin-us N] [--roce-shaped]`
@@ -21,6 +20,8 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+use sluice_net::{DEFAULT_TOS, DeviceConfig};
 
 /// How an end waits for a datagram.
 #[derive(Clone, Copy)]
@@ -57,51 +58,19 @@ struct End {
     control: [u64; 16],
 }
 
-#[allow(unsafe_code)]
-fn set_int(socket: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
-    // SAFETY: the option value is a c_int that lives for the call.
-    unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&raw const value).cast::<libc::c_void>(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
-}
-
 impl End {
     #[allow(unsafe_code)]
-    fn bind(addr: &str, shape: Shape, size: usize) -> std::io::Result<End> {
-        let socket = UdpSocket::bind(addr)?;
+    fn bind(addr: SocketAddr, shape: Shape, size: usize) -> std::io::Result<End> {
+        let socket = match shape {
+            Shape::Plain => UdpSocket::bind(addr)?,
+            Shape::Roce => {
+                let buffer = DeviceConfig::new(addr.ip()).socket_buffer;
+                sluice_net::bind_socket(addr, DEFAULT_TOS, buffer)?
+            }
+        };
         let (out, segment) = match shape {
             Shape::Plain => (vec![7u8; size], size),
             Shape::Roce => {
-                // As `sluice_net`'s sockets: Don't Fragment, TOS and its report, big
-                // buffers (where allowed), GRO, kernel receive timestamps.
-                let options = [
-                    (
-                        libc::IPPROTO_IP,
-                        libc::IP_MTU_DISCOVER,
-                        libc::IP_PMTUDISC_DO,
-                    ),
-                    (
-                        libc::IPPROTO_IP,
-                        libc::IP_TOS,
-                        i32::from(sluice_net::DEFAULT_TOS),
-                    ),
-                    (libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
-                    (libc::SOL_SOCKET, libc::SO_SNDBUF, 32 << 20),
-                    (libc::SOL_SOCKET, libc::SO_RCVBUF, 32 << 20),
-                    (libc::SOL_UDP, libc::UDP_GRO, 1),
-                    (libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1),
-                ];
-                for (level, name, value) in options {
-                    if !set_int(&socket, level, name, value) {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
                 let write = WRITE_HEADERS + size.div_ceil(4) * 4;
                 (vec![7u8; write + ACK_LEN], write)
             }
@@ -206,14 +175,16 @@ impl End {
     /// (RoCE shape); `WouldBlock` when `dontwait` and nothing waits.
     #[allow(unsafe_code)]
     fn recv_call(&mut self, dontwait: bool) -> std::io::Result<usize> {
-        let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
         let fd = self.socket.as_raw_fd();
         let buf = self.buf.as_mut_ptr().cast::<libc::c_void>();
         // SAFETY: every pointer handed to the kernel is to a live buffer of the stated length
         // (`buf`, `name`, `control`, and `iov` over `buf`) for the whole call.
         let n = unsafe {
             match self.shape {
-                Shape::Plain => libc::recv(fd, buf, self.buf.len(), flags),
+                Shape::Plain => {
+                    let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+                    libc::recv(fd, buf, self.buf.len(), flags)
+                }
                 Shape::Roce => {
                     let mut iov = libc::iovec {
                         iov_base: buf,
@@ -226,8 +197,9 @@ impl End {
                     m.msg_hdr.msg_iovlen = 1;
                     m.msg_hdr.msg_control = self.control.as_mut_ptr().cast::<libc::c_void>();
                     m.msg_hdr.msg_controllen = size_of::<[u64; 16]>() as _;
+                    // As the device receives: a batch call, waiting for one if it waits.
                     let flags = if dontwait {
-                        flags
+                        libc::MSG_DONTWAIT
                     } else {
                         libc::MSG_WAITFORONE
                     };
@@ -269,8 +241,8 @@ fn main() -> std::io::Result<()> {
     }
     let size = numbers.first().copied().unwrap_or(8);
     let iterations = numbers.get(1).copied().unwrap_or(10_000).max(1);
-    let mut server = End::bind("127.0.0.2:0", shape, size)?;
-    let mut client = End::bind("127.0.0.1:0", shape, size)?;
+    let mut server = End::bind(SocketAddr::from(([127, 0, 0, 2], 0)), shape, size)?;
+    let mut client = End::bind(SocketAddr::from(([127, 0, 0, 1], 0)), shape, size)?;
     let (server_addr, client_addr) = (server.socket.local_addr()?, client.socket.local_addr()?);
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         for _ in 0..iterations {

@@ -27,6 +27,19 @@ pub fn route_mtu(local: std::net::IpAddr, peer: std::net::IpAddr) -> io::Result<
     sys::route_mtu(local, peer)
 }
 
+/// A UDP socket bound to `local` and set up as a [`Device`]'s own (Don't Fragment, TOS `tos`
+/// and a report of it on receive, buffers of `buffer_bytes`, GRO, kernel receive time
+/// stamps): for a baseline that measures the kernel's path of a device's packets with no
+/// device (`udp_pingpong --roce-shaped`). The device defaults are [`DEFAULT_TOS`] and
+/// [`DeviceConfig::new`]'s `socket_buffer`.
+pub fn bind_socket(
+    local: SocketAddr,
+    tos: u8,
+    buffer_bytes: usize,
+) -> io::Result<std::net::UdpSocket> {
+    sys::Socket::bind(local, tos, buffer_bytes).map(sys::Socket::into_udp)
+}
+
 /// What can go wrong in the datapath, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {

@@ -150,6 +150,11 @@ impl Socket {
         self.gso = false;
     }
 
+    /// The socket itself, for a caller that uses it without a device.
+    pub(crate) fn into_udp(self) -> UdpSocket {
+        self.socket
+    }
+
     /// Turns GRO off (by configuration).
     pub(crate) fn disable_gro(&mut self) -> io::Result<()> {
         if self.gro {
