@@ -345,7 +345,31 @@ fn summary() {
     }
 }
 
+/// The rounds whose instructions `scripts/bench-engine-instructions` counts (callgrind
+/// collects inside this function only: no setup, no warm-up).
+#[inline(never)]
+fn counted_rounds(bench: &mut Bench, rounds: u64) {
+    for _ in 0..rounds {
+        bench.round_over_all_qps();
+    }
+}
+
 fn main() {
+    // SLUICE_BENCH_COUNT_QPS=N: 32,768 messages in rounds of one WRITE per queue pair over N
+    // queue pairs, after two rounds of warm-up, for callgrind to count (see above).
+    if let Ok(qps) = std::env::var("SLUICE_BENCH_COUNT_QPS") {
+        let qps: u64 = qps
+            .parse()
+            .expect("SLUICE_BENCH_COUNT_QPS: a number of queue pairs");
+        let rounds = (32768 / qps).max(1);
+        let mut bench = Bench::new(qps as usize, false, 1 << 20);
+        counted_rounds(&mut bench, 0);
+        bench.round_over_all_qps();
+        bench.round_over_all_qps();
+        counted_rounds(&mut bench, rounds);
+        println!("{}", rounds * qps);
+        return;
+    }
     // SLUICE_BENCH_QPS=N: only the one-WRITE-per-queue-pair row for N queue pairs, three
     // times (for a profiler: `perf record` sees nothing else).
     if let Ok(qps) = std::env::var("SLUICE_BENCH_QPS") {
