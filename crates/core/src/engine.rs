@@ -1044,13 +1044,37 @@ impl Engine {
     // ---- time ----------------------------------------------------------------------------
 
     /// When [`Engine::handle_timeout`] should next be called.
+    ///
+    /// A queue pair's timer is queued once, at the earliest time it was asked for, and not
+    /// moved when what it waits for moves later or goes (an ACK pushes the retransmit deadline
+    /// on, or leaves nothing outstanding): that would cost a heap operation per ACK. Here,
+    /// where a caller decides how long to sleep, the earliest entry is checked against its
+    /// queue pair's need and moved to it (or dropped), so that the time given is one when
+    /// there is something to do: a driver that sleeps until it does not wake for nothing,
+    /// and may sleep in a cheaper way when nothing is due soon.
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let control = self.controller.next_timeout();
         while let Some(&Reverse((at, index))) = self.timers.peek() {
-            if self.timer_queued[index as usize] == Some(at) {
-                return Some(control.map_or(at, |c| c.min(at)));
+            if self.timer_queued[index as usize] != Some(at) {
+                self.timers.pop();
+                continue;
             }
-            self.timers.pop();
+            let need = self
+                .is_live(index)
+                .then(|| self.qps[index as usize].timer_need())
+                .flatten();
+            match need {
+                Some(t) if t <= at => return Some(control.map_or(at, |c| c.min(at))),
+                Some(t) => {
+                    self.timers.pop();
+                    self.timer_queued[index as usize] = Some(t);
+                    self.timers.push(Reverse((t, index)));
+                }
+                None => {
+                    self.timers.pop();
+                    self.timer_queued[index as usize] = None;
+                }
+            }
         }
         control
     }

@@ -759,6 +759,17 @@ impl Qp {
     }
 
     /// Pacing: no request packet before this time (no limit without a rate).
+    /// The earliest time its timer has anything to do (see `Engine::on_timer`): the next
+    /// paced packet's slot while a rate is set, the end of an RNR wait, the retransmit
+    /// deadline. `None`: nothing for a timer.
+    pub(crate) fn timer_need(&self) -> Option<crate::Instant> {
+        let paced = self.knobs.rate_bps.map(|_| self.next_send_at());
+        [paced, self.req.rnr_wait_until, self.req.deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     pub(crate) fn next_send_at(&self) -> crate::Instant {
         match self.knobs.rate_bps {
             Some(rate) if rate > 0 => {

@@ -1118,3 +1118,26 @@ fn a_read_response_is_read_in_place_and_dropped_if_its_region_goes() {
             .is_none()
     );
 }
+
+#[test]
+fn the_next_timeout_is_a_time_with_something_to_do() {
+    // A queue pair's timer is queued once and not moved as ACKs push its retransmit deadline
+    // on; the time `next_timeout` gives must still be one when there is something to do (a
+    // driver sleeps until it), and none once nothing is outstanding.
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    p.write_and_wait(&mut world, 4096);
+    assert_eq!(world.engines[0].next_timeout(), None, "nothing outstanding");
+    world.now = world.now + Duration::from_micros(300);
+    p.post_write(&mut world, 2, 0, 4096);
+    // Sends the WRITE and stops before its ACK arrives.
+    assert!(!world.run_until(Duration::ZERO, |_| false));
+    let sent = world.now;
+    let timeout = Duration::from_nanos(4096 << PairOptions::default().timeout);
+    assert_eq!(world.engines[0].next_timeout(), Some(sent + timeout));
+    // The ACK leaves nothing outstanding again; a handled timeout changes nothing.
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+    assert_eq!(world.engines[0].next_timeout(), None);
+    assert_eq!(world.engines[0].counters().retransmit_timeouts, 0);
+}

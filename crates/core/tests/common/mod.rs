@@ -349,7 +349,15 @@ impl World {
                 .flatten()
                 .min()
             else {
-                return done(self);
+                // Nothing on the links or due: but `done` may have just given an engine work
+                // (posted, resumed a drained queue pair), which only a transmit shows.
+                self.transmit();
+                let moving = !self.in_flight.is_empty()
+                    || self.engines.iter_mut().any(|e| e.next_timeout().is_some());
+                if !moving {
+                    return done(self);
+                }
+                continue;
             };
             if next > end {
                 return false;
