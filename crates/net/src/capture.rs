@@ -5,11 +5,12 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter};
+use std::net::SocketAddr;
 use std::path::Path;
 
 use sluice_core::Instant;
 use sluice_wire::pcap::{PcapWriter, link_type};
-use sluice_wire::{Operation, RocePacket};
+use sluice_wire::{IpHeader, Operation, RocePacket, UDP_HEADER_LEN, UdpHeader};
 
 /// Which packets a capture keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,23 +116,41 @@ impl Capture {
         })
     }
 
-    /// Records one packet: its IP and UDP headers (`ip_udp`) and the RoCE packet.
+    /// Records RoCE packet `roce` (parsed: `packet`), which travelled from `src` to `dst`
+    /// with IPv4 identification `ip_id` (`path`), under the IP and UDP headers a
+    /// Don't-Fragment socket sends it with. Those are built only for a packet the filter
+    /// keeps.
     pub(crate) fn record(
         &mut self,
         now: Instant,
         sent: bool,
-        ip_udp: &[u8],
+        path: (SocketAddr, SocketAddr, u16),
         roce: &[u8],
         packet: &RocePacket<'_>,
     ) {
         if !self.filter.keeps(sent, packet) {
             return;
         }
+        let (src, dst, ip_id) = path;
+        let ip = IpHeader::between(src.ip(), dst.ip(), ip_id);
+        let (ip_len, udp_len) = (ip.header_len(), UDP_HEADER_LEN + roce.len());
+        let udp = UdpHeader {
+            src_port: src.port(),
+            dst_port: dst.port(),
+        };
         self.frame.clear();
-        self.frame.extend_from_slice(ip_udp);
-        let keep = self.snaplen.saturating_sub(ip_udp.len()).min(roce.len());
+        self.frame.resize(ip_len + UDP_HEADER_LEN, 0);
+        if ip.emit(ip_len + udp_len, &mut self.frame).is_err()
+            || udp.emit(udp_len, &mut self.frame[ip_len..]).is_err()
+        {
+            return; // larger than IP allows: not a packet that travelled
+        }
+        let keep = self
+            .snaplen
+            .saturating_sub(self.frame.len())
+            .min(roce.len());
         self.frame.extend_from_slice(&roce[..keep]);
-        let total = ip_udp.len() + roce.len();
+        let total = ip_len + udp_len;
         if self
             .writer
             .write_truncated(self.wall_offset_ns + now.as_nanos(), &self.frame, total)

@@ -9,8 +9,7 @@ use std::time::Duration;
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
 use sluice_wire::icrc::{self, Ipv4IdSolver};
 use sluice_wire::{
-    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, IpHeader, Opcode, ROCE_V2_PORT, RocePacket,
-    UDP_HEADER_LEN, UdpHeader, pad_for,
+    AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, Opcode, ROCE_V2_PORT, RocePacket, pad_for,
 };
 
 use crate::capture::Capture;
@@ -436,8 +435,7 @@ impl Device {
             counters.rx_ce += 1;
         }
         if let Some(c) = capture {
-            ip_udp_header(msg.src, local, roce.len(), ip_id, &mut head);
-            c.record(now, false, &head[..head_len], roce, &packet);
+            c.record(now, false, (msg.src, local, ip_id), roce, &packet);
         }
         let headers = packet.headers();
         engine.handle_packet(
@@ -518,7 +516,9 @@ impl Device {
                             for part in parts(p) {
                                 roce.extend_from_slice(part);
                             }
-                            record_sent(capture, now, from, m.dst, p.ip_id, roce);
+                            if let Ok(packet) = RocePacket::parse(roce) {
+                                capture.record(now, true, (from, m.dst, p.ip_id), roce, &packet);
+                            }
                         }
                     }
                 }
@@ -825,25 +825,6 @@ fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<
     Some([head, payload, tail])
 }
 
-/// Records RoCE packet `roce`, just handed to the kernel for `dst` with IPv4 identification
-/// `ip_id` (the one its ICRC was computed for), in the capture.
-fn record_sent(
-    capture: &mut Capture,
-    now: Instant,
-    local: SocketAddr,
-    dst: SocketAddr,
-    ip_id: u16,
-    roce: &[u8],
-) {
-    let mut head = [0u8; MAX_IP_UDP];
-    let Some(head_len) = ip_udp_header(local, dst, roce.len(), ip_id, &mut head) else {
-        return;
-    };
-    if let Ok(packet) = RocePacket::parse(roce) {
-        capture.record(now, true, &head[..head_len], roce, &packet);
-    }
-}
-
 impl AsRawFd for Device {
     /// The socket: readable when datagrams wait (for epoll, mio or an async runtime; call
     /// [`Device::poll`] when it is, and by [`Device::next_deadline`] at the latest). It is a
@@ -852,29 +833,6 @@ impl AsRawFd for Device {
     fn as_raw_fd(&self) -> RawFd {
         self.socket.fd()
     }
-}
-
-/// Writes the IP and UDP headers a RoCE packet of `roce_len` bytes from `src` to `dst`
-/// travels under, as the ICRC sees them (Don't-Fragment set, identification `ip_id`; the
-/// fields the ICRC masks are left at defaults), into `out`; returns their length, or `None`
-/// for a datagram larger than IP allows.
-pub(crate) fn ip_udp_header(
-    src: SocketAddr,
-    dst: SocketAddr,
-    roce_len: usize,
-    ip_id: u16,
-    out: &mut [u8; MAX_IP_UDP],
-) -> Option<usize> {
-    let ip = IpHeader::between(src.ip(), dst.ip(), ip_id);
-    let ip_len = ip.header_len();
-    let udp_len = UDP_HEADER_LEN + roce_len;
-    ip.emit(ip_len + udp_len, out).ok()?;
-    let udp = UdpHeader {
-        src_port: src.port(),
-        dst_port: dst.port(),
-    };
-    udp.emit(udp_len, &mut out[ip_len..]).ok()?;
-    Some(ip_len + UDP_HEADER_LEN)
 }
 
 #[cfg(test)]
