@@ -758,7 +758,6 @@ impl Qp {
         }
     }
 
-    /// Pacing: no request packet before this time (no limit without a rate).
     /// The earliest time its timer has anything to do (see `Engine::on_timer`): the next
     /// paced packet's slot while a rate is set, the end of an RNR wait, the retransmit
     /// deadline. `None`: nothing for a timer.
@@ -770,6 +769,7 @@ impl Qp {
             .min()
     }
 
+    /// Pacing: no request packet before this time (no limit without a rate).
     pub(crate) fn next_send_at(&self) -> crate::Instant {
         match self.knobs.rate_bps {
             Some(rate) if rate > 0 => {
