@@ -363,7 +363,6 @@ fn main() {
             .expect("SLUICE_BENCH_COUNT_QPS: a number of queue pairs");
         let rounds = (32768 / qps).max(1);
         let mut bench = Bench::new(qps as usize, false, 1 << 20);
-        counted_rounds(&mut bench, 0);
         bench.round_over_all_qps();
         bench.round_over_all_qps();
         counted_rounds(&mut bench, rounds);
