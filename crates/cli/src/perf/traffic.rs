@@ -37,7 +37,7 @@ fn pump(s: &mut Session) -> Result<(), PerfError> {
     // (p99 = the spin + 2 us) or, never sleeping, up to a scheduler tick later (maximum
     // 4 ms). `perf sched` showed no other task waiting for the core, so what the pass
     // releases is not identified. Measured (write-lat 8 B, loopback, 2 runs per mode, the
-    // yield alone): median unchanged, mean 4.5-4.6 -> 3.1 us, p99 22 (5 busy) -> 4.8-4.9 us.
+    // yield alone): median unchanged, mean 4.4-4.6 -> 3.1 us, p99 22 (5 busy) -> 4.6-4.9 us.
     std::thread::yield_now();
     if s.spin == Duration::MAX {
         return Ok(());
