@@ -1,7 +1,8 @@
 //! Wire benchmarks: decode + ICRC verify and encode + ICRC compute per packet, for payloads
 //! of 0, 256, 1024 and 4096 bytes; the IPv4 identification solver on a cached and on a new
 //! datagram length; then the ICRC over a 4 KiB packet against a `memcpy` of the same size,
-//! measured in the same run, printed as a ratio.
+//! measured in the same run, printed as a ratio; and the ICRC of one packet as the device
+//! computes it (an ACK, an 8-byte WRITE, a 4 KiB WRITE MIDDLE).
 //!
 //! `cargo bench -p sluice-wire --bench wire` (add `-- --quick` for a short run).
 
@@ -177,6 +178,41 @@ fn icrc_vs_memcpy() {
     println!("  ratio (ICRC GB/s / memcpy GB/s): {:.2}x", copy / icrc);
 }
 
+/// The ICRC of one packet as the device computes it on both ends (`masked_ip_udp`, then
+/// `compute_parts` over the packet's head, payload and tail where they lie): an ACK, an
+/// 8-byte WRITE (a latency test's packets) and a 4 KiB WRITE MIDDLE.
+fn icrc_per_packet() {
+    let (src, dst) = (
+        "10.0.0.1:49169".parse().unwrap(),
+        "10.0.0.2:4791".parse().unwrap(),
+    );
+    let payload = vec![0xA5u8; 4096];
+    println!("\nICRC per packet, as the device computes it (median of 11 batches):");
+    for (name, head_len, payload_len) in [
+        ("ACK (BTH, AETH)", BTH_LEN + AETH_LEN, 0),
+        ("WRITE ONLY 8 B (BTH, RETH)", BTH_LEN + 16, 8),
+        ("WRITE MIDDLE 4 KiB", BTH_LEN, 4096),
+    ] {
+        let head = vec![0u8; head_len];
+        let tail = [0u8; ICRC_LEN];
+        let roce_len = head_len + payload_len + ICRC_LEN;
+        let ns = median_ns(11, || {
+            let mut ip_udp = [0u8; icrc::MAX_IP_UDP_LEN];
+            let n = icrc::masked_ip_udp(src, dst, roce_len, 0, &mut ip_udp).unwrap();
+            black_box(
+                icrc::compute_parts(
+                    &ip_udp[..n],
+                    black_box(&head),
+                    black_box(&payload[..payload_len]),
+                    &tail,
+                )
+                .unwrap(),
+            );
+        });
+        println!("  {name:28} {ns:7.1} ns");
+    }
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_parse_verify(&mut c);
@@ -184,4 +220,5 @@ fn main() {
     bench_ipv4_id_solve(&mut c);
     c.final_summary();
     icrc_vs_memcpy();
+    icrc_per_packet();
 }
