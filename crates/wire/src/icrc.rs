@@ -174,6 +174,9 @@ fn masked_crc(ip_udp: &[u8], head: &[u8], payload: &[u8], pad: &[u8]) -> Result<
     }
 }
 
+/// The most bytes of masked headers and packet hashed as one copy (see `masked_crc_of`).
+const SHORT_PACKET: usize = 128;
+
 /// [`masked_crc`] for an `ip_udp` of `HEADERS` bytes.
 #[inline(always)]
 fn masked_crc_of<const HEADERS: usize>(
@@ -184,9 +187,13 @@ fn masked_crc_of<const HEADERS: usize>(
 ) -> Result<u32> {
     let ip_len = HEADERS - UDP_LEN;
 
-    // Mask a copy of the fixed headers; the rest of the packet is hashed in place.
-    let mut head = [0u8; IPV6_LEN + UDP_LEN + BTH_LEN];
-    let head = &mut head[..HEADERS + BTH_LEN];
+    // Mask a copy of the fixed headers; the rest of the packet is hashed in place, or, when
+    // the whole packet is short (an ACK, a small message), copied after them and hashed in
+    // the same call: one pass over a few dozen bytes costs less than several (the wire
+    // bench's ICRC per packet, 2 alternated runs: an 8-byte WRITE 40.8 -> 27.0-27.7 ns, an
+    // ACK 32.6-33.2 -> 27.4-28.0 ns).
+    let mut copy = [0u8; SHORT_PACKET];
+    let head = &mut copy[..HEADERS + BTH_LEN];
     head[..HEADERS].copy_from_slice(&ip_udp[..HEADERS]);
     head[HEADERS..].copy_from_slice(&headers[..BTH_LEN]);
     if ip_len == IPV4_LEN {
@@ -206,9 +213,20 @@ fn masked_crc_of<const HEADERS: usize>(
     head[ip_len + 7] = 0xFF;
     head[HEADERS + 4] = 0xFF; // BTH FECN, BECN, reserved
 
-    let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
-    crc.update(head);
     let mut rest = &headers[BTH_LEN..];
+    let short = HEADERS + BTH_LEN + rest.len() + payload.len() + pad.len();
+    if short <= SHORT_PACKET && headers[1] & 0x0F != CCX_TVER {
+        let mut at = HEADERS + BTH_LEN;
+        for part in [rest, payload, pad] {
+            copy[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
+        crc.update(&copy[..at]);
+        return Ok(crc.finalize());
+    }
+    let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
+    crc.update(&copy[..HEADERS + BTH_LEN]);
     if headers[1] & 0x0F == CCX_TVER {
         let ccx_len = rest.first().map_or(0, |&words| usize::from(words) * 4);
         if !(4..=CCX_MAX_LEN).contains(&ccx_len) || ccx_len > rest.len() {
@@ -634,6 +652,29 @@ mod tests {
                 let (ip_udp, roce) = split(&pkt);
                 assert_eq!(compute_split(ip_udp, roce).unwrap(), oracle(&pkt));
                 assert_eq!(compute_split(ip_udp, roce), compute(&pkt));
+            }
+        }
+    }
+
+    #[test]
+    fn packets_on_both_sides_of_the_short_copy_match_the_oracle() {
+        // Whole packets up to `SHORT_PACKET` bytes of masked headers and packet are hashed as
+        // one copy, longer ones in place: every length across the limit, cut in three parts
+        // at a few places, against the independent CRC.
+        for (version, ip) in [(4u8, 20), (6, 40)] {
+            for roce_len in 16..SHORT_PACKET + 24 {
+                let mut pkt: Vec<u8> = (0..ip + 8 + roce_len).map(|i| (i * 61 + 9) as u8).collect();
+                pkt[0] = (version << 4) | if version == 4 { 5 } else { 0 };
+                pkt[ip + 8 + 1] &= 0xF0; // TVer 0: no CC extension header
+                let expected = oracle(&pkt);
+                let (ip_udp, roce) = split(&pkt);
+                assert_eq!(compute_split(ip_udp, roce), Ok(expected), "{roce_len}");
+                let body = roce_len - ICRC_LEN;
+                for (head, tail_at) in [(12, 12), (12, body), (16, body - 1), (body, body)] {
+                    let (h, rest) = roce.split_at(head.min(body));
+                    let (payload, tail) = rest.split_at(tail_at.max(head).min(body) - h.len());
+                    assert_eq!(compute_parts(ip_udp, h, payload, tail), Ok(expected));
+                }
             }
         }
     }
