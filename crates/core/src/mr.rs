@@ -110,6 +110,12 @@ pub(crate) struct MrTable {
     max: usize,
 }
 
+/// The most bytes of a packet's payload [`MrTable::gather`] copies next to its headers
+/// even when they lie in one piece. Sent from where they lie, they would be one more piece
+/// for the kernel to gather and one more call of the ICRC; copied, a small packet is one
+/// contiguous piece.
+pub(crate) const COPY_AT_MOST: u32 = 256;
+
 impl MrTable {
     pub(crate) fn new(max: usize) -> MrTable {
         MrTable {
@@ -254,8 +260,8 @@ impl MrTable {
 
     /// Finds message bytes `offset .. offset + dst.len()` of a scatter/gather list, checking
     /// every piece against `pd` (regions may be deregistered after posting). In one piece
-    /// (the usual case) they are not copied: where they lie is returned. In several, they
-    /// are copied into `dst`.
+    /// of more than [`COPY_AT_MOST`] bytes (the usual case for bulk data) they are not
+    /// copied: where they lie is returned. Otherwise they are copied into `dst`.
     pub(crate) fn gather(
         &self,
         pd: PdId,
@@ -267,7 +273,7 @@ impl MrTable {
         let mut at = 0usize;
         for (lkey, addr, n) in sgl.pieces(offset, len) {
             self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
-            if n == len {
+            if n == len && len > COPY_AT_MOST {
                 return Ok(PayloadAt::Region { key: lkey, addr });
             }
             self.read(lkey, addr, &mut dst[at..at + n as usize]);
