@@ -118,7 +118,8 @@ pub fn compute_split(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
 /// `head` from the BTH to the end of the extension headers (the CC extension header, if
 /// any, whole), `payload`, and `tail`, the pad and then the four ICRC bytes (not covered).
 /// A sender that hands the kernel its headers and the payload from where the payload lies
-/// hashes them where they are, without joining them first.
+/// hashes them where they are, without joining them first (a short packet's parts are
+/// copied together here, after the masked headers: see `masked_crc_of`).
 #[inline]
 pub fn compute_parts(ip_udp: &[u8], head: &[u8], payload: &[u8], tail: &[u8]) -> Result<u32> {
     check_ip_udp(ip_udp)?;
@@ -214,8 +215,9 @@ fn masked_crc_of<const HEADERS: usize>(
     head[HEADERS + 4] = 0xFF; // BTH FECN, BECN, reserved
 
     let mut rest = &headers[BTH_LEN..];
+    let ccx = headers[1] & 0x0F == CCX_TVER;
     let short = HEADERS + BTH_LEN + rest.len() + payload.len() + pad.len();
-    if short <= SHORT_PACKET && headers[1] & 0x0F != CCX_TVER {
+    if short <= SHORT_PACKET && !ccx {
         let mut at = HEADERS + BTH_LEN;
         for part in [rest, payload, pad] {
             copy[at..at + part.len()].copy_from_slice(part);
@@ -227,7 +229,7 @@ fn masked_crc_of<const HEADERS: usize>(
     }
     let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
     crc.update(&copy[..HEADERS + BTH_LEN]);
-    if headers[1] & 0x0F == CCX_TVER {
+    if ccx {
         let ccx_len = rest.first().map_or(0, |&words| usize::from(words) * 4);
         if !(4..=CCX_MAX_LEN).contains(&ccx_len) || ccx_len > rest.len() {
             return Err(Error::BadCcx(
