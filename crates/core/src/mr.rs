@@ -114,7 +114,7 @@ pub(crate) struct MrTable {
 /// even when they lie in one piece. Sent from where they lie, they would be one more piece
 /// for the kernel to gather and one more call of the ICRC; copied, a small packet is one
 /// contiguous piece.
-pub(crate) const COPY_AT_MOST: u32 = 256;
+const COPY_AT_MOST: u32 = 256;
 
 impl MrTable {
     pub(crate) fn new(max: usize) -> MrTable {
