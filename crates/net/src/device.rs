@@ -251,8 +251,9 @@ impl Device {
     pub fn poll(&mut self) -> Result<bool, NetError> {
         let now = self.now();
         let sent = self.transmit(now)?;
-        // A poll that had nothing to send reaches the receive within a few hundred
-        // nanoseconds of its clock reading: that reading serves as the receive's.
+        // A poll that had nothing to send reaches the receive with nothing done since its
+        // clock reading but an empty look at the engine: that reading serves as the
+        // receive's.
         let read_at = (!sent).then_some(now);
         let mut progress = self.receive(false, read_at)?;
         self.polled = now;
