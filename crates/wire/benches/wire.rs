@@ -179,8 +179,10 @@ fn icrc_vs_memcpy() {
 }
 
 /// The ICRC of one packet as the device computes it on both ends (`masked_ip_udp`, then
-/// `compute_parts` over the packet's head, payload and tail where they lie): an ACK, an
-/// 8-byte WRITE (a latency test's packets) and a 4 KiB WRITE MIDDLE.
+/// `compute_parts` over the packet's head, payload and tail where they lie) for the lengths
+/// of an ACK, an 8-byte WRITE (a latency test's packets) and a 4 KiB WRITE MIDDLE. The
+/// headers are zeros, not those packets' own: the ICRC's work depends on the lengths alone
+/// (and on TVer, 0 here: no CC extension header).
 fn icrc_per_packet() {
     let (src, dst) = (
         "10.0.0.1:49169".parse().unwrap(),
