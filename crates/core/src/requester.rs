@@ -164,11 +164,16 @@ impl Engine {
                 return None; // draining: begin nothing new
             }
             let wqe = &req.sq[cursor];
+            // Every READ and atomic not yet completed counts, answered or not: behind an
+            // unanswered one (its response lost), the answered ones cannot complete, and
+            // the responder keeps only the last `max_dest_rd_atomic` atomic results to
+            // answer a resent request with; more started meanwhile would push out the
+            // result the resend needs.
             let pending_rd_atomic = req
                 .sq
                 .iter()
                 .take(cursor)
-                .filter(|w| w.op.is_read_or_atomic() && !w.responded)
+                .filter(|w| w.op.is_read_or_atomic())
                 .count();
             if wqe.fence && pending_rd_atomic > 0 {
                 return None;

@@ -1141,3 +1141,51 @@ fn the_next_timeout_is_a_time_with_something_to_do() {
     assert_eq!(world.engines[0].next_timeout(), None);
     assert_eq!(world.engines[0].counters().retransmit_timeouts, 0);
 }
+
+#[test]
+fn a_lost_atomic_ack_holds_back_new_atomics_until_it_is_answered() {
+    // Found by `sluice perf atomic-bw` under real loss: the first atomic's ACK was lost,
+    // the next ones were answered, and the requester, counting only unanswered atomics
+    // against max_rd_atomic, kept starting new ones. By the time the timer resent the
+    // first, the responder had let its result go (it keeps the last max_dest_rd_atomic)
+    // and could not answer the duplicate: no completion ever again. An answered atomic
+    // behind an unanswered one still holds its place until it completes.
+    let mut world = World::new(2, 17, Impairments::CLEAN);
+    world.lost_sends[1] = std::iter::once(0..1).collect(); // the first atomic ACK
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let counter = p.mr[1].addr + 4096;
+    let posted = 64u64;
+    for i in 0..posted {
+        let op = SendOp::FetchAdd {
+            remote_addr: counter,
+            rkey: p.mr[1].rkey,
+            add: 1,
+        };
+        world.engines[0]
+            .post_send(p.qp[0], &SendWr::new(i, op, &[sge(p.mr[0], 8 * i, 8)]))
+            .unwrap();
+    }
+    let cq = p.send_cq[0];
+    let mut done = Vec::new();
+    world.run_until(Duration::from_secs(2), |w| {
+        done.extend(Pair::completions(w, 0, cq));
+        done.len() as u64 == posted
+    });
+    assert_eq!(done.len() as u64, posted, "completions: {done:?}");
+    assert!(
+        done.iter().all(|c| c.status == WcStatus::Success),
+        "{done:?}"
+    );
+    // Each fetch saw the counter once: the originals are the canary value plus 0..64.
+    let base = u64::from_le_bytes([CANARY; 8]);
+    let a = world.engines[0].mr_bytes(p.mr[0].lkey).unwrap();
+    let mut seen: Vec<u64> = (0..posted as usize)
+        .map(|i| u64::from_le_bytes(a[8 * i..8 * i + 8].try_into().unwrap()) - base)
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..posted).collect::<Vec<_>>());
+    assert!(
+        world.engines[0].counters().retransmit_timeouts > 0,
+        "the lost ACK's timer"
+    );
+}
