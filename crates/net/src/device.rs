@@ -14,6 +14,7 @@ use sluice_wire::{
 
 use crate::capture::Capture;
 use crate::sys::{self, InMsg, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, OutMsg, OutPacket};
+use crate::xdp::{self, XdpLink};
 use crate::{NetCounters, NetError};
 
 /// Room kept before each packet's payload in the send buffer for its RoCE headers: the BTH,
@@ -58,6 +59,11 @@ pub struct DeviceConfig {
     /// different queue pairs to one peer no longer share a GSO batch or a `sendmmsg` call
     /// when their sockets differ (figures in the README).
     pub source_sockets: u8,
+    /// Send and receive RoCE through an AF_XDP socket on this network interface (queue 0)
+    /// instead of the UDP socket, past the kernel's IP and UDP stack: IPv4 only, path MTU
+    /// 2048 at most, peers on the link, root. The UDP socket stays bound, keeping the port.
+    /// `None` (the default): the UDP socket.
+    pub xdp: Option<String>,
 }
 
 impl DeviceConfig {
@@ -71,6 +77,7 @@ impl DeviceConfig {
             offload: true,
             socket_buffer: 32 << 20,
             source_sockets: 0,
+            xdp: None,
         }
     }
 }
@@ -96,6 +103,8 @@ pub struct Device {
     receiver: sys::Receiver,
     /// Wakes [`Device::wait`] for the engine's timers and the caller's timeout.
     alarm: sys::Alarm,
+    /// The AF_XDP link packets go through instead of the socket, if configured.
+    xdp: Option<XdpLink>,
     /// Packets encoded and not yet accepted by the kernel.
     tx_buf: Vec<u8>,
     tx_packets: Vec<OutPacket>,
@@ -139,6 +148,28 @@ impl Device {
             socket.disable_gro()?;
         }
         let local = socket.local_addr()?;
+        let xdp = match (&config.xdp, local) {
+            (None, _) => None,
+            (Some(interface), SocketAddr::V4(v4)) if config.source_sockets == 0 => {
+                // One packet per frame: no GSO batches to stage.
+                socket.disable_gso();
+                let link =
+                    XdpLink::open(interface, v4, config.tos).map_err(|source| NetError::Xdp {
+                        interface: interface.clone(),
+                        source,
+                    })?;
+                Some(link)
+            }
+            (Some(interface), _) => {
+                return Err(NetError::Xdp {
+                    interface: interface.clone(),
+                    source: io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "the XDP link takes an IPv4 address and no source sockets",
+                    ),
+                });
+            }
+        };
         let mut pool = Vec::with_capacity(usize::from(config.source_sockets));
         for _ in 0..config.source_sockets {
             // Port 0: the kernel picks a free one, so devices on one address never collide.
@@ -166,6 +197,7 @@ impl Device {
             sender: sys::Sender::new(),
             receiver: sys::Receiver::new(slot),
             alarm: sys::Alarm::new()?,
+            xdp,
             tx_buf: vec![0; TX_PACKETS * TX_SLOT],
             tx_packets: Vec::with_capacity(TX_PACKETS),
             tx_msgs: Vec::with_capacity(TX_PACKETS),
@@ -201,7 +233,18 @@ impl Device {
 
     /// Whether the kernel segments our batches (GSO) and coalesces what we receive (GRO).
     pub fn offloads(&self) -> (bool, bool) {
-        (self.socket.gso, self.socket.gro)
+        (self.socket.gso, self.socket.gro && self.xdp.is_none())
+    }
+
+    /// Whether packets go through an AF_XDP socket ([`DeviceConfig::xdp`]).
+    pub fn is_xdp(&self) -> bool {
+        self.xdp.is_some()
+    }
+
+    /// The largest RoCE packet (BTH to ICRC) the device can send and receive, if it has a
+    /// limit of its own (an XDP link's frame); the path's MTU limits it too.
+    pub fn max_packet(&self) -> Option<usize> {
+        self.xdp.as_ref().map(|_| xdp::MAX_ROCE_LEN)
     }
 
     /// Records every packet sent and received from now on (see [`Capture`]).
@@ -299,6 +342,16 @@ impl Device {
         if ns == Some(0) {
             return Ok(());
         }
+        if let Some(link) = &self.xdp {
+            if self.tx_sent < self.tx_msgs.len() {
+                // Frames wait for room in the transmit ring, which the next poll's send
+                // makes (copy mode sends in the call): no sleep.
+                return Ok(());
+            }
+            self.alarm.set(wall, ns)?;
+            sys::wait(link.fd(), None, &self.alarm)?;
+            return Ok(());
+        }
         let pending = self
             .tx_msgs
             .get(self.tx_sent)
@@ -342,6 +395,9 @@ impl Device {
     /// datagram that lands during the call itself (which does not wait) is stamped that
     /// much early; one that waited in the socket is stamped when it arrived, as always.
     fn receive(&mut self, wait: bool, read_at: Option<Instant>) -> Result<bool, NetError> {
+        if self.xdp.is_some() {
+            return Ok(self.receive_xdp(read_at));
+        }
         let n = self
             .receiver
             .recv(&self.socket, wait, &mut self.counters.rx_truncated)?;
@@ -379,6 +435,39 @@ impl Device {
             }
         }
         Ok(true)
+    }
+
+    /// Takes the frames waiting on the XDP link (never waits: [`Device::wait`] sleeps on the
+    /// link's socket) and hands each packet to the engine, timed `read_at` (or now): the
+    /// link has no kernel stamps, and a frame is read within a poll of its arrival.
+    fn receive_xdp(&mut self, read_at: Option<Instant>) -> bool {
+        let n = self.xdp.as_mut().map_or(0, XdpLink::recv);
+        if n == 0 {
+            return false;
+        }
+        let now = read_at.unwrap_or_else(|| self.now());
+        let Some(link) = self.xdp.as_ref() else {
+            return false;
+        };
+        for i in 0..n {
+            let Some((msg, roce)) = link.message(i) else {
+                self.counters.rx_datagrams += 1;
+                self.counters.rx_malformed += 1;
+                continue;
+            };
+            Self::deliver(
+                &mut self.engine,
+                &mut self.solver,
+                &mut self.counters,
+                self.capture.as_mut(),
+                now,
+                &msg,
+                self.local,
+                roce,
+                0,
+            );
+        }
+        true
     }
 
     /// Checks one received RoCE packet `roce`, segment `k` of its datagram (0 unless the
@@ -511,7 +600,26 @@ impl Device {
         let parts = |p: &OutPacket| {
             packet_parts(engine, buf, p).expect("resolved when its ICRC was written, just above")
         };
-        match self.sender.send(socket, &self.tx_packets, msgs, parts) {
+        let sent = match self.xdp.as_mut() {
+            Some(link) => {
+                let (n, stop) = link.send(
+                    &self.tx_packets,
+                    msgs,
+                    parts,
+                    &mut self.counters.tx_unresolved,
+                );
+                if let Some(xdp::SendStop::TooBig { index }) = stop {
+                    let m = &msgs[index];
+                    return Err(NetError::TooBig {
+                        dst: m.dst,
+                        len: self.tx_packets[m.first].len(),
+                    });
+                }
+                Ok(n)
+            }
+            None => self.sender.send(socket, &self.tx_packets, msgs, parts),
+        };
+        match sent {
             Ok(n) => {
                 self.counters.tx_syscalls += 1;
                 for m in &msgs[..n] {
@@ -844,7 +952,10 @@ impl AsRawFd for Device {
     /// blocking socket, for [`Device::wait`]'s sake, but `poll` never blocks on it: every
     /// call it makes passes `MSG_DONTWAIT`. Read and write it only through the device.
     fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
+        match &self.xdp {
+            Some(link) => link.fd(),
+            None => self.socket.fd(),
+        }
     }
 }
 

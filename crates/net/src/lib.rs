@@ -9,11 +9,16 @@
 //! rebuilds it, and where the sender wrote a non-zero identification (Linux Soft-RoCE does)
 //! it finds the identification that makes the ICRC match, if one exists
 //! ([`sluice_wire::icrc::Ipv4IdSolver`]).
+//!
+//! Or past the kernel's UDP stack: with [`DeviceConfig::xdp`] a device sends and receives
+//! whole frames through an AF_XDP socket on one interface, writing the Ethernet, IPv4 and
+//! UDP headers itself, and finds what arrived by reading memory, without a system call.
 
 mod capture;
 mod device;
 pub mod perftest;
 mod sys;
+mod xdp;
 
 use std::io;
 use std::net::SocketAddr;
@@ -56,6 +61,11 @@ pub enum NetError {
     TooBig { dst: SocketAddr, len: usize },
     #[error("{dst} is unreachable: {source}")]
     Unreachable { dst: SocketAddr, source: io::Error },
+    #[error("AF_XDP on {interface}: {source}")]
+    Xdp {
+        interface: String,
+        source: io::Error,
+    },
     #[error("socket: {0}")]
     Io(#[from] io::Error),
 }
@@ -100,4 +110,8 @@ pub struct NetCounters {
     /// from was deregistered while they waited (with the other packets staged with them;
     /// the engine resends them, and fails the request whose memory is gone).
     pub tx_region_gone: u64,
+    /// Packets not sent on an XDP link because the peer's MAC address was not known yet
+    /// (the kernel is asked to resolve it; the engine resends them, as after a loss). They
+    /// are counted in `tx_datagrams` and recorded in a capture as if sent.
+    pub tx_unresolved: u64,
 }
