@@ -154,6 +154,14 @@ struct PerfArgs {
     /// which lets packets of many QPs share system calls and GSO batches.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8))]
     source_sockets: u8,
+    /// Send and receive RoCE through an AF_XDP socket on this interface (queue 0), past the
+    /// kernel's UDP stack: IPv4, path MTU 2048 at most, peer on the link, root.
+    #[arg(long, value_name = "INTERFACE", conflicts_with = "source_sockets")]
+    xdp: Option<String>,
+    /// Neither GSO nor GRO on the UDP socket: every packet its own datagram and system-call
+    /// slot (for a peer on an XDP link across a veth, which hands GSO batches over whole).
+    #[arg(long)]
+    no_offload: bool,
     /// Local address to serve on (default: all; RoCE then uses the address the client
     /// reached).
     #[arg(long)]
@@ -383,6 +391,8 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         },
         roce_port: a.roce_port,
         source_sockets: a.source_sockets,
+        xdp: a.xdp.clone(),
+        offload: !a.no_offload,
         bind: a.bind,
         capture,
         stall_timeout: seconds("--stall-timeout", a.stall_timeout)?,

@@ -60,6 +60,10 @@ pub struct Options {
     pub spin: Duration,
     /// Extra send sockets for per-QP source ports (`DeviceConfig::source_sockets`).
     pub source_sockets: u8,
+    /// The interface of an AF_XDP link to send and receive through (`DeviceConfig::xdp`).
+    pub xdp: Option<String>,
+    /// GSO and GRO on the UDP socket (`DeviceConfig::offload`).
+    pub offload: bool,
     /// The UDP port RoCE runs on (4791; other values for tests on one address).
     pub roce_port: u16,
     /// The local address for RoCE and the TCP exchange (default: what the exchange picks).
@@ -148,6 +152,8 @@ impl Options {
             quiet: false,
             spin: DEFAULT_SPIN,
             source_sockets: 0,
+            xdp: None,
+            offload: true,
             roce_port: sluice_wire::ROCE_V2_PORT,
             bind: None,
             capture: None,
@@ -217,6 +223,13 @@ pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
 /// (server): the server in a thread, the client here. Returns the client's reports.
 pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     validate(options)?;
+    if options.xdp.is_some() {
+        return Err(PerfError::Usage(
+            "--xdp with --loopback: an XDP link takes an interface to itself; run the two \
+             ends in two network namespaces joined by a veth"
+                .into(),
+        ));
+    }
     let server_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     let listener = session::listen(SocketAddr::new(server_ip, options.port))?;
     let port = listener
@@ -257,6 +270,9 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     Ok(reports)
 }
 
+/// The largest path MTU an XDP link carries (its frames are one 4 KiB UMEM chunk).
+pub const XDP_MAX_MTU: u32 = 2048;
+
 fn validate(o: &Options) -> Result<(), PerfError> {
     let usage = |m: String| Err(PerfError::Usage(m));
     if o.qps == 0 || o.qps > 1 << 16 {
@@ -266,6 +282,11 @@ fn validate(o: &Options) -> Result<(), PerfError> {
         if !matches!(m, 256 | 512 | 1024 | 2048 | 4096) {
             return usage(format!(
                 "-m {m}: the path MTU is 256, 512, 1024, 2048 or 4096"
+            ));
+        }
+        if o.xdp.is_some() && m > XDP_MAX_MTU {
+            return usage(format!(
+                "-m {m} with --xdp: an XDP link's frames carry a path MTU of {XDP_MAX_MTU} at most"
             ));
         }
     }

@@ -304,7 +304,10 @@ fn open(
     peer_ip: IpAddr,
     max_size: u32,
 ) -> Result<Session, PerfError> {
-    let mtu = o.mtu.unwrap_or_else(|| default_mtu(local_ip, peer_ip));
+    let mut mtu = o.mtu.unwrap_or_else(|| default_mtu(local_ip, peer_ip));
+    if o.xdp.is_some() {
+        mtu = mtu.min(super::XDP_MAX_MTU);
+    }
     let path_mtu =
         Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
     let handle = stream.try_clone().map_err(exchange_io)?;
@@ -316,6 +319,8 @@ fn open(
     config.local.set_port(o.roce_port);
     config.peer_port = o.roce_port;
     config.source_sockets = o.source_sockets;
+    config.xdp = o.xdp.clone();
+    config.offload = o.offload;
     config.engine = EngineConfig {
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
