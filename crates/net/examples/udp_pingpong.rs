@@ -14,8 +14,12 @@
 //! engine, no ICRC computed): this is the kernel's part of a Sluice ping-pong alone, through
 //! the calls Sluice makes, so `sluice perf write-lat` over it is Sluice's own share.
 //!
+//! `--role server|client --local ADDR:PORT --remote ADDR:PORT` runs one end only, in this
+//! process (the server echoes, the client times and reports): for a ping-pong between two
+//! network namespaces. Start the server first.
+//!
 //! `cargo run --release -p sluice-net --example udp_pingpong -- [SIZE] [ITERATIONS]
-//! [--spin | --spin-us N] [--roce-shaped]`
+//! [--spin | --spin-us N] [--roce-shaped] [--role server|client --local A --remote A]`
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -226,6 +230,7 @@ fn main() -> std::io::Result<()> {
     let mut numbers = Vec::new();
     let mut wait = Wait::Block;
     let mut shape = Shape::Plain;
+    let (mut role, mut local, mut remote) = (None::<String>, None::<SocketAddr>, None);
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -239,22 +244,45 @@ fn main() -> std::io::Result<()> {
                 wait = Wait::Spin(Some(Duration::from_micros(us)));
             }
             "--roce-shaped" => shape = Shape::Roce,
+            "--role" | "--local" | "--remote" => {
+                let value = args.get(i + 1).cloned().expect("a value after the option");
+                match args[i].as_str() {
+                    "--role" => role = Some(value),
+                    "--local" => local = Some(value.parse().expect("--local ADDR:PORT")),
+                    _ => remote = Some(value.parse().expect("--remote ADDR:PORT")),
+                }
+                i += 1;
+            }
             a => numbers.push(a.parse::<usize>().expect("SIZE and ITERATIONS are numbers")),
         }
         i += 1;
     }
     let size = numbers.first().copied().unwrap_or(8);
     let iterations = numbers.get(1).copied().unwrap_or(10_000).max(1);
-    let mut server = End::bind(SocketAddr::from(([127, 0, 0, 2], 0)), shape, size)?;
-    let mut client = End::bind(SocketAddr::from(([127, 0, 0, 1], 0)), shape, size)?;
-    let (server_addr, client_addr) = (server.socket.local_addr()?, client.socket.local_addr()?);
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+    let echo = move |mut server: End, client_addr: SocketAddr| -> std::io::Result<()> {
         for _ in 0..iterations {
             server.recv(wait)?;
             server.send(client_addr)?;
         }
         Ok(())
-    });
+    };
+    let (mut client, server_addr, echo) = match (role.as_deref(), local, remote) {
+        (None, _, _) => {
+            let server = End::bind(SocketAddr::from(([127, 0, 0, 2], 0)), shape, size)?;
+            let client = End::bind(SocketAddr::from(([127, 0, 0, 1], 0)), shape, size)?;
+            let (server_addr, client_addr) =
+                (server.socket.local_addr()?, client.socket.local_addr()?);
+            let echo = std::thread::spawn(move || echo(server, client_addr));
+            (client, server_addr, Some(echo))
+        }
+        (Some("server"), Some(local), Some(remote)) => {
+            return echo(End::bind(local, shape, size)?, remote);
+        }
+        (Some("client"), Some(local), Some(remote)) => {
+            (End::bind(local, shape, size)?, remote, None)
+        }
+        _ => panic!("--role server|client needs --local ADDR:PORT and --remote ADDR:PORT"),
+    };
     let mut half_rtt_ns = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t0 = Instant::now();
@@ -262,7 +290,9 @@ fn main() -> std::io::Result<()> {
         client.recv(wait)?;
         half_rtt_ns.push(t0.elapsed().as_nanos() as u64 / 2);
     }
-    echo.join().expect("the echo thread")?;
+    if let Some(echo) = echo {
+        echo.join().expect("the echo thread")?;
+    }
     half_rtt_ns.sort_unstable();
     let us = |q: f64| {
         half_rtt_ns[((half_rtt_ns.len() as f64 * q) as usize).min(iterations - 1)] as f64 / 1e3
