@@ -408,7 +408,10 @@ impl Device {
         // The kernel stamps with the wall clock; the engine runs on the monotonic one. Each
         // stamp is carried over by its age: the wall clock's reading now (estimated) less it.
         let read_at = read_at.unwrap_or_else(|| self.now());
-        let wall = self.wall.at(read_at);
+        let epoch = self.epoch;
+        let wall = self.wall.at(read_at, || {
+            Instant::from_nanos(epoch.elapsed().as_nanos() as u64)
+        });
         for i in 0..n {
             let (msg, bytes) = self.receiver.message(i);
             let now = if msg.arrived_ns == 0 {
@@ -884,13 +887,19 @@ struct WallClock {
 impl WallClock {
     const REREAD: Duration = Duration::from_millis(1);
 
-    /// The wall clock, in ns since the Unix epoch, at engine time `now`.
-    fn at(&mut self, now: Instant) -> u64 {
+    /// The wall clock, in ns since the Unix epoch, at engine time `now`. `clock` reads engine
+    /// time afresh: a new offset pairs the wall clock with a reading taken beside it, not
+    /// with `now`, which may be a reading from before a system call (a poll's), and an
+    /// offset that took in the call's duration would shift every stamp until the next
+    /// reading by that much (tens of microseconds in a debug build: enough to make a round
+    /// trip's two one-way parts sum to less than nothing).
+    fn at(&mut self, now: Instant, clock: impl FnOnce() -> Instant) -> u64 {
         let fresh = self.read_at.is_some_and(|t| {
             now.as_nanos().saturating_sub(t.as_nanos()) < Self::REREAD.as_nanos() as u64
         });
         if !fresh {
-            self.offset_ns = sys::realtime_ns().saturating_sub(now.as_nanos());
+            let engine_ns = clock().as_nanos();
+            self.offset_ns = sys::realtime_ns().saturating_sub(engine_ns);
             self.read_at = Some(now);
         }
         self.offset_ns.saturating_add(now.as_nanos())
@@ -975,16 +984,27 @@ mod tests {
     fn the_wall_clock_estimate_follows_engine_time_and_is_reread() {
         let mut wall = WallClock::default();
         let t0 = Instant::from_nanos(5_000_000);
-        let first = wall.at(t0);
+        let first = wall.at(t0, || t0);
         assert_eq!(wall.read_at, Some(t0));
         let near = Instant::from_nanos(t0.as_nanos() + 999_999);
-        assert_eq!(wall.at(near), first + 999_999);
+        assert_eq!(wall.at(near, || near), first + 999_999);
         assert_eq!(wall.read_at, Some(t0), "no reading within the millisecond");
         let later = Instant::from_nanos(t0.as_nanos() + 1_000_000);
-        wall.at(later);
+        wall.at(later, || later);
         assert_eq!(wall.read_at, Some(later), "read again after it");
         let real = sys::realtime_ns();
         assert!(first.abs_diff(real) < 1_000_000_000, "{first} vs {real}");
+        // A reading pairs the wall clock with the fresh engine time, not with `now`: asked
+        // for a time 50 ms before the fresh reading (a poll's clock, read before a long
+        // call), the estimate is the wall clock 50 ms ago.
+        let mut wall = WallClock::default();
+        let fresh = Instant::from_nanos(t0.as_nanos() + 50_000_000);
+        let estimate = wall.at(t0, || fresh);
+        let expected = sys::realtime_ns() - 50_000_000;
+        assert!(
+            estimate.abs_diff(expected) < 5_000_000,
+            "{estimate} vs {expected}"
+        );
     }
 
     /// Payloads are read from their region when they leave. One whose region was
