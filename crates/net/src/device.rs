@@ -151,8 +151,12 @@ impl Device {
         let xdp = match (&config.xdp, local) {
             (None, _) => None,
             (Some(interface), SocketAddr::V4(v4)) if config.source_sockets == 0 => {
-                // One packet per frame: no GSO batches to stage.
+                // One packet per frame: no GSO batches to stage. And no GRO for the socket
+                // kept for the port: a driver's GRO would join the link's frames for it
+                // before the XDP program runs (in generic mode), into one too big for a
+                // frame.
                 socket.disable_gso();
+                socket.disable_gro()?;
                 let link =
                     XdpLink::open(interface, v4, config.tos).map_err(|source| NetError::Xdp {
                         interface: interface.clone(),
@@ -504,12 +508,17 @@ impl Device {
         };
         // A GSO sender (Sluice) computed segment k's ICRC for identification k, the one the
         // segment has once the kernel splits it; a single datagram from an unconnected
-        // Don't-Fragment socket has 0.
-        let Some((head_len, mut computed)) = icrc_with(k, &mut head) else {
+        // Don't-Fragment socket has 0. An XDP link sees the identification itself.
+        let seen = msg.ip_id;
+        let Some((head_len, mut computed)) = icrc_with(seen.unwrap_or(k), &mut head) else {
             counters.rx_malformed += 1;
             return;
         };
-        let mut ip_id = k;
+        let mut ip_id = seen.unwrap_or(k);
+        if seen.is_some() && computed != packet.icrc {
+            counters.rx_icrc_errors += 1;
+            return;
+        }
         if computed != packet.icrc && k != 0 {
             ip_id = 0;
             computed = icrc_with(0, &mut head).map_or(computed, |(_, crc)| crc);

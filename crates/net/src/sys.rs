@@ -438,6 +438,9 @@ pub(crate) struct InMsg {
     /// When the kernel received it, in ns since the Unix epoch (`CLOCK_REALTIME`); 0 when
     /// the kernel did not say.
     pub(crate) arrived_ns: u64,
+    /// The IPv4 identification it travelled with, where the link sees its IP header (an
+    /// XDP link; a UDP socket does not).
+    pub(crate) ip_id: Option<u16>,
 }
 
 /// Reusable arrays and buffers for `recvmmsg`: `MAX_BATCH` slots of `slot` bytes each.
@@ -580,6 +583,7 @@ impl Receiver {
                 segment: segment.clamp(1, len.max(1)),
                 tos,
                 arrived_ns,
+                ip_id: None,
             });
         }
         Ok(self.msgs.len())

@@ -44,6 +44,8 @@ const UDP_LEN: usize = 8;
 pub(crate) const HEADERS_LEN: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
 /// The largest RoCE packet (BTH to ICRC) a frame carries, received or sent.
 pub(crate) const MAX_ROCE_LEN: usize = FRAME - RX_HEADROOM - HEADERS_LEN;
+/// How long to wait for an interface queue held by another XDP socket (one closing).
+const BIND_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Frames taken from the receive ring per receive.
 const RX_BATCH: usize = 64;
 /// What the kernel sends per `sendto` in copy mode (its `TX_BATCH_SIZE`) is 32; this many
@@ -160,15 +162,34 @@ impl XdpLink {
             sxdp_queue_id: 0,
             sxdp_shared_umem_fd: 0,
         };
-        // SAFETY: `addr` lives across the call and its size is passed.
-        check(unsafe {
-            libc::bind(
-                fd,
-                (&raw const addr).cast::<libc::sockaddr>(),
-                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        })
-        .map_err(|e| context(e, "binding the XDP socket to the interface's queue 0"))?;
+        // The socket of a program that just exited may hold the queue a moment longer (its
+        // release is deferred): try for up to BIND_PATIENCE while the queue is busy.
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: `addr` lives across the call and its size is passed.
+            let bound = check(unsafe {
+                libc::bind(
+                    fd,
+                    (&raw const addr).cast::<libc::sockaddr>(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            });
+            match bound {
+                Ok(_) => break,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < BIND_PATIENCE =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => {
+                    return Err(context(
+                        e,
+                        "binding the XDP socket to the interface's queue 0 \
+                         (another XDP socket holds it?)",
+                    ));
+                }
+            }
+        }
         bpf::set_socket(map.as_raw_fd(), fd)?;
         let attachment = bpf::attach(program.as_raw_fd(), ifindex)?;
 
@@ -450,6 +471,7 @@ fn parse_frame(frame: &[u8], local: SocketAddrV4) -> Option<(InMsg, &[u8])> {
         segment: roce.len().max(1),
         tos: ip[1],
         arrived_ns: 0,
+        ip_id: Some(u16::from_be_bytes([ip[4], ip[5]])),
     };
     Some((msg, roce))
 }
@@ -956,6 +978,7 @@ mod tests {
         assert_eq!(bytes, &roce[..]);
         assert_eq!(msg.src, SocketAddr::V4(A));
         assert_eq!((msg.tos, msg.len, msg.segment), (0x6a, 40, 40));
+        assert_eq!(msg.ip_id, Some(0));
     }
 
     /// The header checksum of a known IPv4 header (RFC 1071's arithmetic, checked by hand
