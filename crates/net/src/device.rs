@@ -612,24 +612,15 @@ impl Device {
         let parts = |p: &OutPacket| {
             packet_parts(engine, buf, p).expect("resolved when its ICRC was written, just above")
         };
-        let sent = match self.xdp.as_mut() {
+        let (sent, stop) = match self.xdp.as_mut() {
             Some(link) => {
-                let (n, stop) = link.send(
-                    &self.tx_packets,
-                    msgs,
-                    parts,
-                    &mut self.counters.tx_unresolved,
-                );
-                if let Some(xdp::SendStop::TooBig { index }) = stop {
-                    let m = &msgs[index];
-                    return Err(NetError::TooBig {
-                        dst: m.dst,
-                        len: self.tx_packets[m.first].len(),
-                    });
-                }
-                Ok(n)
+                let (n, stop) = link.send(&self.tx_packets, msgs, parts);
+                (Ok(n), stop)
             }
-            None => self.sender.send(socket, &self.tx_packets, msgs, parts),
+            None => (
+                self.sender.send(socket, &self.tx_packets, msgs, parts),
+                None,
+            ),
         };
         match sent {
             Ok(n) => {
@@ -656,7 +647,22 @@ impl Device {
                     }
                 }
                 self.tx_sent += n;
-                Ok(n)
+                match stop {
+                    None => Ok(n),
+                    // Dropped, as a loss on the network would: the engine resends it.
+                    Some(xdp::SendStop::Unresolved) => {
+                        self.counters.tx_unresolved += 1;
+                        self.tx_sent += 1;
+                        Ok(n + 1)
+                    }
+                    Some(xdp::SendStop::TooBig) => {
+                        let m = self.tx_msgs[self.tx_sent];
+                        Err(NetError::TooBig {
+                            dst: m.dst,
+                            len: self.tx_packets[m.first].len(),
+                        })
+                    }
+                }
             }
             // The kernel refused a segmented send (a device without the offload): once.
             Err(e) if self.socket.gso && e.raw_os_error() == Some(libc::EIO) => {

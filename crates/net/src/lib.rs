@@ -111,7 +111,6 @@ pub struct NetCounters {
     /// the engine resends them, and fails the request whose memory is gone).
     pub tx_region_gone: u64,
     /// Packets not sent on an XDP link because the peer's MAC address was not known yet
-    /// (the kernel is asked to resolve it; the engine resends them, as after a loss). They
-    /// are counted in `tx_datagrams` and recorded in a capture as if sent.
+    /// (the kernel is asked to resolve it; the engine resends them, as after a loss).
     pub tx_unresolved: u64,
 }

@@ -90,11 +90,14 @@ impl std::fmt::Debug for XdpLink {
     }
 }
 
-/// What a send left undone.
-#[derive(Debug, PartialEq, Eq)]
+/// Why a send stopped short of its messages: the message after those it took cannot leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SendStop {
-    /// A packet larger than a frame, at message `index`.
-    TooBig { index: usize },
+    /// Its packet is larger than a frame.
+    TooBig,
+    /// Its peer's MAC address is not known yet (the kernel has been asked to resolve it);
+    /// or its peer is not IPv4.
+    Unresolved,
 }
 
 impl XdpLink {
@@ -228,37 +231,32 @@ impl XdpLink {
 
     /// Sends messages of single packets (`msgs`, `count` 1 each) from `packets`, each as one
     /// frame of Ethernet, IPv4 and UDP headers and the packet's `parts`. Returns how many
-    /// it took; fewer than all when the transmit ring is full (try again later), and a stop
-    /// when one cannot be sent at all. A packet to a peer whose MAC address the kernel does
-    /// not know yet is counted in `unresolved` and not sent (its resend will find it).
+    /// it took, in order: fewer than all when the transmit ring is full (try again later),
+    /// or with the reason the next one cannot leave now.
     pub(crate) fn send<'a>(
         &mut self,
         packets: &[OutPacket],
         msgs: &[OutMsg],
         parts: impl Fn(&OutPacket) -> [&'a [u8]; 3],
-        unresolved: &mut u64,
     ) -> (usize, Option<SendStop>) {
         self.reclaim();
         let mut taken = 0;
         let mut stop = None;
-        for (index, m) in msgs.iter().enumerate() {
+        for m in msgs {
             debug_assert_eq!(m.count, 1, "no GSO batches on an XDP link");
             let p = &packets[m.first];
             let len = p.len();
             if len > MAX_ROCE_LEN {
-                stop = Some(SendStop::TooBig { index });
+                stop = Some(SendStop::TooBig);
                 break;
             }
-            let SocketAddr::V4(dst) = m.dst else {
-                // The device refuses IPv6 peers before they get here; drop, as unroutable.
-                *unresolved += 1;
-                taken += 1;
-                continue;
+            let resolved = match m.dst {
+                SocketAddr::V4(dst) => self.neighbour(*dst.ip()).map(|mac| (dst, mac)),
+                SocketAddr::V6(_) => None,
             };
-            let Some(dst_mac) = self.neighbour(*dst.ip()) else {
-                *unresolved += 1;
-                taken += 1;
-                continue;
+            let Some((dst, dst_mac)) = resolved else {
+                stop = Some(SendStop::Unresolved);
+                break;
             };
             if self.tx.room() == 0 {
                 break;
