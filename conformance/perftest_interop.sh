@@ -12,10 +12,9 @@
 # PERFTEST_DEPTH and PERFTEST_QP_TIMEOUT are explained below.
 #
 # PERFTEST_XDP=1 runs Sluice on an AF_XDP link on the tap (`--xdp tap0`: frames Sluice writes
-# itself, past the host's UDP stack) with path MTU 2048 on both ends (the most a link
-# carries). Received frames go to the XDP socket before any packet capture sees them, so the
-# capture checked is Sluice's own (`--pcap`, one per case); Soft-RoCE checks every ICRC of
-# ours as it receives.
+# itself, past the host's UDP stack). Received frames go to the XDP socket before any packet
+# capture sees them, so the capture checked is Sluice's own (`--pcap`, one per case);
+# Soft-RoCE checks every ICRC of ours as it receives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . conformance/lab.sh
@@ -37,10 +36,10 @@ DEPTH=${PERFTEST_DEPTH:-16}
 QP_TIMEOUT=${PERFTEST_QP_TIMEOUT:-18}
 TESTS=${PERFTEST_CASES:-"write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat"}
 XDP=${PERFTEST_XDP:-0}
-mtu_args=""; sluice_link=()
+sluice_link=()
 if [ "$XDP" = 1 ]; then
   OUT=target/perftest-interop-xdp; rm -rf "$OUT"; mkdir -p "$OUT"
-  mtu_args="-m 2048"; sluice_link=(--xdp tap0 -m 2048)
+  sluice_link=(--xdp tap0)
 fi
 
 # The cases, one per line: id test role-of-perftest size
@@ -60,7 +59,7 @@ done
     set -- $c
     id=$1 t=$2 role=$3 s=$4
     depth=""; case $t in *_bw) depth="-t $DEPTH" ;; esac
-    args="-d rxe0 -x 1 -F -s $s -n $ITERS $depth -u $QP_TIMEOUT $mtu_args --report_gbits"
+    args="-d rxe0 -x 1 -F -s $s -n $ITERS $depth -u $QP_TIMEOUT --report_gbits"
     if [ "$role" = server ]; then
       echo "timeout 120 ib_$t $args > case-$id.txt 2>&1; echo \"$id \$?\" >> guest-results.txt"
     else

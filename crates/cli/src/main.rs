@@ -155,7 +155,7 @@ struct PerfArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8))]
     source_sockets: u8,
     /// Send and receive RoCE through an AF_XDP socket on this interface (queue 0), past the
-    /// kernel's UDP stack: IPv4, path MTU 2048 at most, peer on the link, root.
+    /// kernel's UDP stack: IPv4, peer on the link, root.
     #[arg(long, value_name = "INTERFACE", conflicts_with = "source_sockets")]
     xdp: Option<String>,
     /// Neither GSO nor GRO on the UDP socket: every packet its own datagram and system-call

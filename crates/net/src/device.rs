@@ -60,9 +60,10 @@ pub struct DeviceConfig {
     /// when their sockets differ (figures in the README).
     pub source_sockets: u8,
     /// Send and receive RoCE through an AF_XDP socket on this network interface (queue 0)
-    /// instead of the UDP socket, past the kernel's IP and UDP stack: IPv4 only, path MTU
-    /// 2048 at most, peers on the link, root. The UDP socket stays bound, keeping the port.
-    /// `None` (the default): the UDP socket.
+    /// instead of the UDP socket, past the kernel's IP and UDP stack: IPv4 only, peers on
+    /// the link, root; path MTU 4096 needs Linux 6.6 or later (frames of two UMEM chunks),
+    /// 2048 before. The UDP socket stays bound, keeping the port. `None` (the default): the
+    /// UDP socket.
     pub xdp: Option<String>,
 }
 
@@ -248,7 +249,7 @@ impl Device {
     /// The largest RoCE packet (BTH to ICRC) the device can send and receive, if it has a
     /// limit of its own (an XDP link's frame); the path's MTU limits it too.
     pub fn max_packet(&self) -> Option<usize> {
-        self.xdp.as_ref().map(|_| xdp::MAX_ROCE_LEN)
+        self.xdp.as_ref().map(XdpLink::max_roce_len)
     }
 
     /// Records every packet sent and received from now on (see [`Capture`]).

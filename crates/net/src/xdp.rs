@@ -12,7 +12,8 @@
 //!
 //! Scope: IPv4, interface queue 0 (a veth or any single-queue interface; on a multi-queue
 //! NIC steer RoCE to queue 0), copy mode (`XDP_COPY`, which every driver supports), frames
-//! of one 4 KiB chunk (RoCE path MTU 2048 at most), the peer on the link (its MAC from the
+//! of up to 9,014 bytes over several 4 KiB chunks (multi-buffer, Linux 6.6 and later; one
+//! chunk, RoCE path MTU 2048 at most, before), the peer on the link (its MAC from the
 //! kernel's neighbour table). Needs CAP_NET_ADMIN and CAP_BPF (root).
 //!
 //! Like `sys`, this module makes system calls and reads memory the kernel shares; every
@@ -28,22 +29,31 @@ use libc::{c_int, c_void};
 
 use crate::sys::{InMsg, OutMsg, OutPacket};
 
-/// One UMEM chunk: the most a frame (with the kernel's receive headroom) can take.
+/// One UMEM chunk. A frame longer than one (a RoCE packet of path MTU 4096 is 4,170 bytes
+/// with its Ethernet, IP and UDP headers) spans several, as one descriptor each, all but the
+/// last flagged `XDP_PKT_CONTD` (AF_XDP multi-buffer, `XDP_USE_SG`, Linux 6.6 and later).
 const FRAME: usize = 4096;
 /// Chunks in the UMEM: half are lent to the kernel for receiving, half are ours to send from.
 const FRAMES: usize = 4096;
 /// Entries of each ring (a power of two; the fill ring can hold every receive chunk).
 const RING: u32 = (FRAMES / 2) as u32;
-/// Where the kernel puts a received frame in its chunk, in copy mode (`XDP_PACKET_HEADROOM`):
-/// what is left of a chunk for a frame.
+/// Where the kernel puts received bytes in each chunk, in copy mode (`XDP_PACKET_HEADROOM`).
 const RX_HEADROOM: usize = 256;
+/// The longest frame taken, sent or received: a jumbo frame's 9,000 bytes of IP and
+/// Ethernet's 14 (at most three chunks).
+const MAX_FRAME_LEN: usize = 9014;
+/// `sockaddr_xdp` flag: frames may span several chunks (`XDP_USE_SG`).
+const XDP_USE_SG: u16 = 1 << 4;
+/// Descriptor option: the frame goes on in the next descriptor (`XDP_PKT_CONTD`).
+const XDP_PKT_CONTD: u32 = 1;
 /// Ethernet, IPv4 (no options) and UDP headers.
 const ETH_LEN: usize = 14;
 const IPV4_LEN: usize = 20;
 const UDP_LEN: usize = 8;
 pub(crate) const HEADERS_LEN: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
-/// The largest RoCE packet (BTH to ICRC) a frame carries, received or sent.
-pub(crate) const MAX_ROCE_LEN: usize = FRAME - RX_HEADROOM - HEADERS_LEN;
+/// The largest RoCE packet (BTH to ICRC) a frame of one chunk carries, received or sent:
+/// the most a link without multi-buffer frames takes.
+const ONE_CHUNK_ROCE_LEN: usize = FRAME - RX_HEADROOM - HEADERS_LEN;
 /// How long to wait for an interface queue held by another XDP socket (one closing).
 const BIND_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Frames taken from the receive ring per receive.
@@ -69,9 +79,14 @@ pub(crate) struct XdpLink {
     tx: Ring<libc::xdp_desc>,
     /// Chunks that are ours to send from (not lent to the kernel).
     free: Vec<u64>,
-    /// Received frames taken in the last receive (their chunks go back to the fill ring on
-    /// the next one).
-    received: Vec<libc::xdp_desc>,
+    /// Frames spanning several chunks are sent and received (`XDP_USE_SG`).
+    multi_buffer: bool,
+    /// The descriptors taken in the last receive (their chunks go back to the fill ring on
+    /// the next one), and the frames they make.
+    rx_descs: Vec<libc::xdp_desc>,
+    frames: Vec<RxFrame>,
+    /// The bytes of received frames that span several chunks, joined.
+    joined: Vec<u8>,
     local: SocketAddrV4,
     mac: [u8; 6],
     tos: u8,
@@ -88,6 +103,17 @@ impl std::fmt::Debug for XdpLink {
             .field("local", &self.local)
             .finish_non_exhaustive()
     }
+}
+
+/// A received frame: where its bytes are.
+#[derive(Debug, Clone, Copy)]
+enum RxFrame {
+    /// In one chunk: descriptor `i` of the receive.
+    InPlace(usize),
+    /// Spanning several chunks: these bytes of `joined`.
+    Joined { start: usize, end: usize },
+    /// Longer than `MAX_FRAME_LEN`, or its descriptors are out of bounds.
+    Refused,
 }
 
 /// Why a send stopped short of its messages: the message after those it took cannot leave.
@@ -158,9 +184,9 @@ impl XdpLink {
         let rx = Ring::map(fd, &off.rx, libc::XDP_PGOFF_RX_RING)?;
         let tx = Ring::map(fd, &off.tx, libc::XDP_PGOFF_TX_RING)?;
 
-        let addr = libc::sockaddr_xdp {
+        let mut addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: libc::XDP_COPY,
+            sxdp_flags: libc::XDP_COPY | XDP_USE_SG,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: 0,
             sxdp_shared_umem_fd: 0,
@@ -179,6 +205,13 @@ impl XdpLink {
             });
             match bound {
                 Ok(_) => break,
+                // A kernel without multi-buffer frames (before 6.6): frames of one chunk.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EINVAL)
+                        && addr.sxdp_flags & XDP_USE_SG != 0 =>
+                {
+                    addr.sxdp_flags &= !XDP_USE_SG;
+                }
                 Err(e)
                     if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < BIND_PATIENCE =>
                 {
@@ -210,7 +243,10 @@ impl XdpLink {
             rx,
             tx,
             free: (FRAMES / 2..FRAMES).map(|i| (i * FRAME) as u64).collect(),
-            received: Vec::with_capacity(RX_BATCH),
+            multi_buffer: addr.sxdp_flags & XDP_USE_SG != 0,
+            rx_descs: Vec::with_capacity(RX_BATCH * 3),
+            frames: Vec::with_capacity(RX_BATCH),
+            joined: Vec::with_capacity(RX_BATCH * MAX_FRAME_LEN),
             local,
             mac,
             tos,
@@ -246,7 +282,7 @@ impl XdpLink {
             debug_assert_eq!(m.count, 1, "no GSO batches on an XDP link");
             let p = &packets[m.first];
             let len = p.len();
-            if len > MAX_ROCE_LEN {
+            if len > self.max_roce_len() {
                 stop = Some(SendStop::TooBig);
                 break;
             }
@@ -258,33 +294,49 @@ impl XdpLink {
                 stop = Some(SendStop::Unresolved);
                 break;
             };
-            if self.tx.room() == 0 {
+            let frame_len = HEADERS_LEN + len;
+            let pieces = frame_len.div_ceil(FRAME);
+            if (self.tx.room() as usize) < pieces || self.free.len() < pieces {
                 break;
             }
-            let Some(chunk) = self.free.pop() else {
-                break;
-            };
-            let frame_len = HEADERS_LEN + len;
+            let mut chunks = [0u64; MAX_FRAME_LEN.div_ceil(FRAME)];
+            for c in &mut chunks[..pieces] {
+                *c = self.free.pop().expect("counted just above");
+            }
+            let chunks = &chunks[..pieces];
             // SAFETY: the chunk is ours (from the free list, not lent to the kernel), inside
-            // the UMEM, and FRAME bytes long; nothing else refers to it.
-            let frame = unsafe { self.umem.chunk_mut(chunk, frame_len) };
-            write_headers(frame, self.mac, dst_mac, self.local, dst, self.tos, len);
+            // the UMEM, and FRAME bytes long, more than the headers; nothing else refers to it.
+            let first = unsafe { self.umem.chunk_mut(chunks[0], HEADERS_LEN) };
+            write_headers(first, self.mac, dst_mac, self.local, dst, self.tos, len);
             let mut at = HEADERS_LEN;
             for part in parts(p) {
-                frame[at..at + part.len()].copy_from_slice(part);
+                // SAFETY: the chunks are ours, as the first's just above.
+                unsafe { write_across(&self.umem, chunks, at, part) };
                 at += part.len();
             }
             debug_assert_eq!(at, frame_len);
-            self.tx.push(libc::xdp_desc {
-                addr: chunk,
-                len: frame_len as u32,
-                options: 0,
-            });
+            for (k, &chunk) in chunks.iter().enumerate() {
+                let last = k + 1 == pieces;
+                self.tx.push(libc::xdp_desc {
+                    addr: chunk,
+                    len: if last { frame_len - k * FRAME } else { FRAME } as u32,
+                    options: if last { 0 } else { XDP_PKT_CONTD },
+                });
+            }
             taken += 1;
         }
         self.tx.publish();
         self.kick();
         (taken, stop)
+    }
+
+    /// The largest RoCE packet (BTH to ICRC) the link sends and receives.
+    pub(crate) fn max_roce_len(&self) -> usize {
+        if self.multi_buffer {
+            MAX_FRAME_LEN - HEADERS_LEN
+        } else {
+            ONE_CHUNK_ROCE_LEN
+        }
     }
 
     /// Has the kernel send what the transmit ring holds (copy mode sends in `sendto`, at most
@@ -330,41 +382,84 @@ impl XdpLink {
     }
 
     /// Gives the chunks of the last receive back to the kernel and takes the frames that have
-    /// arrived since (up to a batch). Returns how many.
+    /// arrived since (up to a batch; a frame spanning several chunks only once all its
+    /// descriptors are there). Returns how many.
     pub(crate) fn recv(&mut self) -> usize {
         // Only what changed is published: the indices share cache lines with the kernel,
         // which writes the receive ring's producer from the sending core, and a spinning
         // receiver that stored to them on every empty poll would take those lines away
         // from it each time.
-        if !self.received.is_empty() {
-            for d in self.received.drain(..) {
+        if !self.rx_descs.is_empty() {
+            for d in self.rx_descs.drain(..) {
                 self.fill.push(d.addr & !(FRAME as u64 - 1));
             }
             self.fill.publish();
+            self.frames.clear();
+            self.joined.clear();
         }
-        while self.received.len() < RX_BATCH {
-            let Some(d) = self.rx.pop() else { break };
-            self.received.push(d);
+        while self.frames.len() < RX_BATCH {
+            // The descriptors of the next whole frame.
+            let mut n = 0;
+            let whole = loop {
+                match self.rx.peek(n) {
+                    None => break false,
+                    Some(d) => {
+                        n += 1;
+                        if d.options & XDP_PKT_CONTD == 0 {
+                            break true;
+                        }
+                    }
+                }
+            };
+            if !whole {
+                break;
+            }
+            let first = self.rx_descs.len();
+            for _ in 0..n {
+                let d = self.rx.pop().expect("peeked");
+                self.rx_descs.push(d);
+            }
+            let frame = if n == 1 {
+                RxFrame::InPlace(first)
+            } else {
+                self.join(first)
+            };
+            self.frames.push(frame);
         }
-        if !self.received.is_empty() {
+        if !self.frames.is_empty() {
             self.rx.release();
         }
-        self.received.len()
+        self.frames.len()
+    }
+
+    /// Copies the frame of descriptors `first..` (the last ones taken) into `joined`.
+    fn join(&mut self, first: usize) -> RxFrame {
+        let start = self.joined.len();
+        for i in first..self.rx_descs.len() {
+            let bytes = desc_bytes(&self.umem, self.rx_descs[i]);
+            let Some(bytes) =
+                bytes.filter(|b| self.joined.len() - start + b.len() <= MAX_FRAME_LEN)
+            else {
+                self.joined.truncate(start);
+                return RxFrame::Refused;
+            };
+            // `joined` was sized for a batch of the longest frames: no reallocation.
+            self.joined.extend_from_slice(bytes);
+        }
+        RxFrame::Joined {
+            start,
+            end: self.joined.len(),
+        }
     }
 
     /// Received frame `i` of the last receive: who sent it and its RoCE packet (UDP
     /// payload); `None` if it is not a well-formed IPv4 UDP datagram to this device.
     pub(crate) fn message(&self, i: usize) -> Option<(InMsg, &[u8])> {
-        let d = self.received[i];
-        let chunk = d.addr & !(FRAME as u64 - 1);
-        let offset = (d.addr - chunk) as usize;
-        if offset + d.len as usize > FRAME {
-            return None;
-        }
-        // SAFETY: the kernel published this descriptor on the receive ring, so the frame is
-        // written and stays ours (it is not on the fill ring) until the next `recv`; it lies
-        // inside its chunk, checked just above.
-        let frame = unsafe { self.umem.bytes(d.addr, d.len as usize) };
+        let frame = match self.frames[i] {
+            RxFrame::InPlace(k) => desc_bytes(&self.umem, self.rx_descs[k])?,
+            RxFrame::Joined { start, end } => &self.joined[start..end],
+            RxFrame::Refused => return None,
+        };
         parse_frame(frame, self.local)
     }
 
@@ -383,6 +478,36 @@ impl XdpLink {
         let _ = self.resolver.send_to(&[], (peer, 9));
         None
     }
+}
+
+/// Writes `bytes` at offset `at` of a frame laid over `chunks` of `umem`, FRAME bytes each.
+///
+/// # Safety
+/// The chunks are inside the UMEM and neither the kernel nor any other reference touches
+/// them meanwhile.
+unsafe fn write_across(umem: &Umem, chunks: &[u64], mut at: usize, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        let (k, offset) = (at / FRAME, at % FRAME);
+        let n = (FRAME - offset).min(bytes.len());
+        // SAFETY: the caller's promise.
+        let chunk = unsafe { umem.chunk_mut(chunks[k], FRAME) };
+        chunk[offset..offset + n].copy_from_slice(&bytes[..n]);
+        at += n;
+        bytes = &bytes[n..];
+    }
+}
+
+/// The bytes descriptor `d` of the receive ring holds, if they lie inside one chunk of `umem`.
+fn desc_bytes(umem: &Umem, d: libc::xdp_desc) -> Option<&[u8]> {
+    let chunk = d.addr & !(FRAME as u64 - 1);
+    let offset = (d.addr - chunk) as usize;
+    if offset + d.len as usize > FRAME || chunk as usize + FRAME > umem.len {
+        return None;
+    }
+    // SAFETY: the kernel published this descriptor on the receive ring, so its bytes are
+    // written and stay ours (not on the fill ring) until the next `recv`; they lie inside one
+    // chunk of the UMEM, checked just above.
+    Some(unsafe { umem.bytes(d.addr, d.len as usize) })
 }
 
 /// Writes the Ethernet, IPv4 and UDP headers of a frame carrying a `roce_len`-byte RoCE
@@ -697,6 +822,21 @@ impl<T: Copy> Ring<T> {
     }
 
     // -- as consumer (completion, receive) --
+
+    /// The entry `k` places after the next one to pop, if the kernel has published it.
+    fn peek(&self, k: u32) -> Option<T> {
+        let available = self
+            .producer()
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.cached);
+        if k >= available {
+            return None;
+        }
+        let i = (self.cached.wrapping_add(k) & (RING - 1)) as usize;
+        // SAFETY: the kernel published entry `i` (acquire above) and does not rewrite it
+        // until we release it.
+        Some(unsafe { self.descs.add(i).read() })
+    }
 
     fn pop(&mut self) -> Option<T> {
         if self.cached == self.producer().load(Ordering::Acquire) {
@@ -1088,6 +1228,40 @@ mod tests {
         assert_eq!(arp_entry(table, peer(9), "veth0"), None, "absent");
         assert_eq!(parse_mac("aa:bb:cc:dd:ee"), None);
         assert_eq!(parse_mac("aa:bb:cc:dd:ee:ff:00"), None);
+    }
+
+    /// A frame written over several chunks lands in them in order, whatever the cuts
+    /// between parts and chunks; the bytes of other chunks are left alone.
+    #[test]
+    fn a_frame_is_written_across_its_chunks() {
+        let umem = Umem::new(8 * FRAME).unwrap();
+        let chunks = [5 * FRAME as u64, 2 * FRAME as u64, 7 * FRAME as u64];
+        let frame: Vec<u8> = (0..MAX_FRAME_LEN).map(|i| (i * 7 + 3) as u8).collect();
+        for cut in [
+            0,
+            1,
+            42,
+            FRAME - 1,
+            FRAME,
+            FRAME + 1,
+            2 * FRAME,
+            MAX_FRAME_LEN,
+        ] {
+            // SAFETY: this test's own UMEM, no kernel socket.
+            unsafe {
+                write_across(&umem, &chunks, 0, &frame[..cut]);
+                write_across(&umem, &chunks, cut, &frame[cut..]);
+            }
+            let mut back = Vec::new();
+            for (k, &c) in chunks.iter().enumerate() {
+                let len = (MAX_FRAME_LEN - k * FRAME).min(FRAME);
+                // SAFETY: as above.
+                back.extend_from_slice(unsafe { umem.bytes(c, len) });
+            }
+            assert_eq!(back, frame, "cut at {cut}");
+        }
+        // SAFETY: as above.
+        assert!(unsafe { umem.bytes(0, 2 * FRAME) }.iter().all(|&b| b == 0));
     }
 
     /// A missing interface is named in the error, not a panic.

@@ -270,9 +270,6 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     Ok(reports)
 }
 
-/// The largest path MTU an XDP link carries (its frames are one 4 KiB UMEM chunk).
-pub const XDP_MAX_MTU: u32 = 2048;
-
 fn validate(o: &Options) -> Result<(), PerfError> {
     let usage = |m: String| Err(PerfError::Usage(m));
     if o.qps == 0 || o.qps > 1 << 16 {
@@ -282,11 +279,6 @@ fn validate(o: &Options) -> Result<(), PerfError> {
         if !matches!(m, 256 | 512 | 1024 | 2048 | 4096) {
             return usage(format!(
                 "-m {m}: the path MTU is 256, 512, 1024, 2048 or 4096"
-            ));
-        }
-        if o.xdp.is_some() && m > XDP_MAX_MTU {
-            return usage(format!(
-                "-m {m} with --xdp: an XDP link's frames carry a path MTU of {XDP_MAX_MTU} at most"
             ));
         }
     }

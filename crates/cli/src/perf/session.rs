@@ -304,10 +304,7 @@ fn open(
     peer_ip: IpAddr,
     max_size: u32,
 ) -> Result<Session, PerfError> {
-    let mut mtu = o.mtu.unwrap_or_else(|| default_mtu(local_ip, peer_ip));
-    if o.xdp.is_some() {
-        mtu = mtu.min(super::XDP_MAX_MTU);
-    }
+    let mtu = o.mtu.unwrap_or_else(|| default_mtu(local_ip, peer_ip));
     let path_mtu =
         Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
     let handle = stream.try_clone().map_err(exchange_io)?;
