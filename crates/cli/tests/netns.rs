@@ -362,6 +362,40 @@ fn xdp_and_udp_ends_interoperate() {
     }
 }
 
+/// A UDP end with GSO on, sending to an XDP end across the veth: the veth hands each GSO
+/// batch over whole, longer than any frame the link takes. The run cannot succeed, and the
+/// XDP end says why and what to do, instead of only counting malformed frames.
+#[test]
+fn gso_batches_into_an_xdp_link_are_named_in_the_error() {
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let pair = Pair::new("g");
+    let args = ["-s", "65536", "-n", "20", "--stall-timeout", "3"];
+    let server = pair.perf(
+        &pair.b,
+        "write-bw",
+        &[&args[..], &["--xdp", "veth1"]].concat(),
+    );
+    let client = pair.perf(
+        &pair.a,
+        "write-bw",
+        &[&args[..], &["--connect", "10.77.0.2"]].concat(),
+    );
+    for (child, end) in [(client, "client"), (server, "server")] {
+        let o = child.wait_with_output().unwrap();
+        assert!(!o.status.success(), "the {end} cannot have succeeded");
+        if end == "server" {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("longer than the XDP link takes") && err.contains("--no-offload"),
+                "{err}"
+            );
+        }
+    }
+}
+
 /// One run's result: its iterations, a figure, and its capture (every ICRC right, the
 /// opcodes expected, every packet decoded by tshark).
 fn check_run(test: &str, extra: &[&str], opcodes: &[&str], r: &serde_json::Value, pcap: &Path) {

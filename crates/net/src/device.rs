@@ -458,10 +458,16 @@ impl Device {
             return false;
         };
         for i in 0..n {
-            let Some((msg, roce)) = link.message(i) else {
-                self.counters.rx_datagrams += 1;
-                self.counters.rx_malformed += 1;
-                continue;
+            let (msg, roce) = match link.message(i) {
+                Ok(m) => m,
+                Err(refusal) => {
+                    self.counters.rx_datagrams += 1;
+                    match refusal {
+                        xdp::Refusal::Malformed => self.counters.rx_malformed += 1,
+                        xdp::Refusal::TooLong => self.counters.rx_too_long += 1,
+                    }
+                    continue;
+                }
             };
             Self::deliver(
                 &mut self.engine,

@@ -96,6 +96,10 @@ pub struct NetCounters {
     pub rx_ipv4_id_nonzero: u64,
     /// Larger than the receive buffer (dropped).
     pub rx_truncated: u64,
+    /// Frames longer than an XDP link takes (dropped): GSO batches that a UDP peer on this
+    /// host sent across a veth, which hands them over whole. Run that peer without GSO
+    /// (`DeviceConfig::offload` false, `sluice perf --no-offload`).
+    pub rx_too_long: u64,
     /// Arrived marked Congestion Experienced.
     pub rx_ce: u64,
     pub tx_datagrams: u64,

@@ -112,8 +112,20 @@ enum RxFrame {
     InPlace(usize),
     /// Spanning several chunks: these bytes of `joined`.
     Joined { start: usize, end: usize },
-    /// Longer than `MAX_FRAME_LEN`, or its descriptors are out of bounds.
+    /// Longer than `MAX_FRAME_LEN`.
+    TooLong,
+    /// Its descriptors are out of bounds.
     Refused,
+}
+
+/// Why a received frame is not handed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not a well-formed IPv4 UDP datagram to this device.
+    Malformed,
+    /// Longer than any frame the link takes: a GSO batch a UDP peer on this host sent across
+    /// a veth, which hands it over whole.
+    TooLong,
 }
 
 /// Why a send stopped short of its messages: the message after those it took cannot leave.
@@ -436,13 +448,14 @@ impl XdpLink {
     fn join(&mut self, first: usize) -> RxFrame {
         let start = self.joined.len();
         for i in first..self.rx_descs.len() {
-            let bytes = desc_bytes(&self.umem, self.rx_descs[i]);
-            let Some(bytes) =
-                bytes.filter(|b| self.joined.len() - start + b.len() <= MAX_FRAME_LEN)
-            else {
+            let Some(bytes) = desc_bytes(&self.umem, self.rx_descs[i]) else {
                 self.joined.truncate(start);
                 return RxFrame::Refused;
             };
+            if self.joined.len() - start + bytes.len() > MAX_FRAME_LEN {
+                self.joined.truncate(start);
+                return RxFrame::TooLong;
+            }
             // `joined` was sized for a batch of the longest frames: no reallocation.
             self.joined.extend_from_slice(bytes);
         }
@@ -453,14 +466,17 @@ impl XdpLink {
     }
 
     /// Received frame `i` of the last receive: who sent it and its RoCE packet (UDP
-    /// payload); `None` if it is not a well-formed IPv4 UDP datagram to this device.
-    pub(crate) fn message(&self, i: usize) -> Option<(InMsg, &[u8])> {
+    /// payload), or why it is refused.
+    pub(crate) fn message(&self, i: usize) -> Result<(InMsg, &[u8]), Refusal> {
         let frame = match self.frames[i] {
-            RxFrame::InPlace(k) => desc_bytes(&self.umem, self.rx_descs[k])?,
-            RxFrame::Joined { start, end } => &self.joined[start..end],
-            RxFrame::Refused => return None,
+            RxFrame::InPlace(k) => desc_bytes(&self.umem, self.rx_descs[k]),
+            RxFrame::Joined { start, end } => Some(&self.joined[start..end]),
+            RxFrame::TooLong => return Err(Refusal::TooLong),
+            RxFrame::Refused => None,
         };
-        parse_frame(frame, self.local)
+        frame
+            .and_then(|f| parse_frame(f, self.local))
+            .ok_or(Refusal::Malformed)
     }
 
     /// The MAC address of `peer`, from the cache or the kernel's neighbour table; if the

@@ -70,7 +70,12 @@ impl Session {
         self.stream.set_nonblocking(true).map_err(exchange_io)?;
         let mut byte = [0u8; 1];
         let ready = match self.stream.peek(&mut byte) {
-            Ok(0) => return Err(PerfError::Exchange("the peer closed the connection".into())),
+            Ok(0) => {
+                return Err(PerfError::Exchange(format!(
+                    "the peer closed the connection{}",
+                    self.datapath_hint()
+                )));
+            }
             Ok(_) => true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
             Err(e) => return Err(exchange_io(e)),
@@ -80,10 +85,24 @@ impl Session {
         Ok(ready)
     }
 
+    /// What the datapath saw that the user can act on, as a line to add to an error (or
+    /// nothing).
+    fn datapath_hint(&self) -> String {
+        let too_long = self.dev.counters().rx_too_long;
+        if too_long == 0 {
+            return String::new();
+        }
+        format!(
+            "\n{too_long} frames were longer than the XDP link takes: GSO batches from a UDP \
+             peer on this host across a veth; run that peer with --no-offload"
+        )
+    }
+
     /// A transport error, with the counters that explain it.
     pub(crate) fn transport_error(&mut self, message: String) -> PerfError {
         let c = *self.dev.engine().counters();
         let n = *self.dev.counters();
+        let too_long = self.datapath_hint();
         PerfError::Transport {
             message,
             counters: format!(
@@ -104,7 +123,7 @@ impl Session {
                 n.rx_icrc_errors,
                 n.rx_malformed,
                 n.tx_datagrams
-            ),
+            ) + &too_long,
         }
     }
 
