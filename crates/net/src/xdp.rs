@@ -26,6 +26,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, c_void};
+use sluice_wire::{
+    ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, EthernetHeader, IPV4_HEADER_LEN, IpHeader, IpUdp,
+    Ipv4Header, UDP_HEADER_LEN, UdpHeader,
+};
 
 use crate::sys::{InMsg, OutMsg, OutPacket};
 
@@ -47,10 +51,7 @@ const XDP_USE_SG: u16 = 1 << 4;
 /// Descriptor option: the frame goes on in the next descriptor (`XDP_PKT_CONTD`).
 const XDP_PKT_CONTD: u32 = 1;
 /// Ethernet, IPv4 (no options) and UDP headers.
-const ETH_LEN: usize = 14;
-const IPV4_LEN: usize = 20;
-const UDP_LEN: usize = 8;
-pub(crate) const HEADERS_LEN: usize = ETH_LEN + IPV4_LEN + UDP_LEN;
+const HEADERS_LEN: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN;
 /// The largest RoCE packet (BTH to ICRC) a frame of one chunk carries, received or sent:
 /// the most a link without multi-buffer frames takes.
 const ONE_CHUNK_ROCE_LEN: usize = FRAME - RX_HEADROOM - HEADERS_LEN;
@@ -538,79 +539,55 @@ fn write_headers(
     tos: u8,
     roce_len: usize,
 ) {
-    frame[0..6].copy_from_slice(&dst_mac);
-    frame[6..12].copy_from_slice(&src_mac);
-    frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip = &mut frame[ETH_LEN..ETH_LEN + IPV4_LEN];
-    let total = (IPV4_LEN + UDP_LEN + roce_len) as u16;
-    ip[0] = 0x45;
-    ip[1] = tos;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[4..6].fill(0);
-    ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[10..12].fill(0);
-    ip[12..16].copy_from_slice(&src.ip().octets());
-    ip[16..20].copy_from_slice(&dst.ip().octets());
-    let sum = ipv4_checksum(ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let udp = &mut frame[ETH_LEN + IPV4_LEN..HEADERS_LEN];
-    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&((UDP_LEN + roce_len) as u16).to_be_bytes());
-    udp[6..8].fill(0);
-}
-
-/// The IPv4 header checksum of `header` (whose checksum field is zero).
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    let ethernet = EthernetHeader {
+        dst: dst_mac,
+        src: src_mac,
+        ethertype: ETHERTYPE_IPV4,
+    };
+    let ip = IpHeader::V4(Ipv4Header {
+        src: *src.ip(),
+        dst: *dst.ip(),
+        tos,
+        identification: 0,
+        dont_fragment: true,
+        ttl: 64,
+    });
+    let udp = UdpHeader {
+        src_port: src.port(),
+        dst_port: dst.port(),
+    };
+    let udp_len = UDP_HEADER_LEN + roce_len;
+    let (eth_buf, rest) = frame.split_at_mut(ETHERNET_HEADER_LEN);
+    let (ip_buf, udp_buf) = rest.split_at_mut(IPV4_HEADER_LEN);
+    ethernet
+        .emit(eth_buf)
+        .and_then(|()| ip.emit(IPV4_HEADER_LEN + udp_len, ip_buf))
+        .and_then(|()| udp.emit(udp_len, udp_buf))
+        .expect("`frame` holds the headers, and a frame is far under 65,535 bytes");
 }
 
 /// The sender and RoCE packet of a received frame, if it is an IPv4 UDP datagram (no IP
-/// options, not a fragment, header checksum right) to `local`.
+/// options, not a fragment, header checksum right, lengths that agree) to `local`.
 fn parse_frame(frame: &[u8], local: SocketAddrV4) -> Option<(InMsg, &[u8])> {
-    if frame.len() < HEADERS_LEN || frame[12..14] != [0x08, 0x00] {
+    let (ethernet, datagram) = EthernetHeader::parse(frame).ok()?;
+    if ethernet.ethertype != ETHERTYPE_IPV4 {
         return None;
     }
-    let ip = &frame[ETH_LEN..ETH_LEN + IPV4_LEN];
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
-    if ip[0] != 0x45
-        || ip[9] != 17
-        || fragment
-        || total < IPV4_LEN + UDP_LEN
-        || ETH_LEN + total > frame.len()
-        || ipv4_checksum(ip) != 0
-        || ip[16..20] != local.ip().octets()
-    {
+    let datagram = IpUdp::parse(datagram).ok()?;
+    let IpHeader::V4(ip) = datagram.ip else {
+        return None;
+    };
+    if ip.dst != *local.ip() || datagram.udp.dst_port != local.port() {
         return None;
     }
-    let udp = &frame[ETH_LEN + IPV4_LEN..HEADERS_LEN];
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    if u16::from_be_bytes([udp[2], udp[3]]) != local.port() || udp_len != total - IPV4_LEN {
-        return None;
-    }
-    let src_ip = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-    let src = SocketAddr::V4(SocketAddrV4::new(
-        src_ip,
-        u16::from_be_bytes([udp[0], udp[1]]),
-    ));
-    let roce = &frame[HEADERS_LEN..ETH_LEN + total];
+    let roce = datagram.payload();
     let msg = InMsg {
-        src,
+        src: SocketAddr::V4(SocketAddrV4::new(ip.src, datagram.udp.src_port)),
         len: roce.len(),
         segment: roce.len().max(1),
-        tos: ip[1],
+        tos: ip.tos,
         arrived_ns: 0,
-        ip_id: Some(u16::from_be_bytes([ip[4], ip[5]])),
+        ip_id: Some(ip.identification),
     };
     Some((msg, roce))
 }
@@ -1101,7 +1078,11 @@ mod bpf {
 
 #[cfg(test)]
 mod tests {
+    use sluice_wire::internet_checksum;
+
     use super::*;
+
+    const ETH: usize = ETHERNET_HEADER_LEN;
 
     const A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 4791);
     const B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 200), 4791);
@@ -1123,29 +1104,16 @@ mod tests {
         assert_eq!(&f[0..6], &MAC_B);
         assert_eq!(&f[6..12], &MAC_A);
         assert_eq!(
-            ipv4_checksum(&f[ETH_LEN..ETH_LEN + IPV4_LEN]),
+            internet_checksum(&f[ETH..ETH + IPV4_HEADER_LEN], 0),
             0,
             "checksum"
         );
-        assert_eq!(f[ETH_LEN + 6], 0x40, "Don't Fragment");
+        assert_eq!(f[ETH + 6], 0x40, "Don't Fragment");
         let (msg, bytes) = parse_frame(&f, B).expect("parses");
         assert_eq!(bytes, &roce[..]);
         assert_eq!(msg.src, SocketAddr::V4(A));
         assert_eq!((msg.tos, msg.len, msg.segment), (0x6a, 40, 40));
         assert_eq!(msg.ip_id, Some(0));
-    }
-
-    /// The header checksum of a known IPv4 header (RFC 1071's arithmetic, checked by hand
-    /// against Wikipedia's worked example).
-    #[test]
-    fn ipv4_checksum_of_a_known_header() {
-        let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
-        assert_eq!(ipv4_checksum(&h), 0xb861);
-        h[10..12].copy_from_slice(&0xb861u16.to_be_bytes());
-        assert_eq!(ipv4_checksum(&h), 0);
     }
 
     /// Frames that are not an IPv4 UDP datagram to this device's address and port, or whose
@@ -1163,34 +1131,28 @@ mod tests {
         let mutate = |at: usize, v: u8| {
             let mut f = good.clone();
             f[at] = v;
-            let ip = &mut f[ETH_LEN..ETH_LEN + IPV4_LEN];
+            let ip = &mut f[ETH..ETH + IPV4_HEADER_LEN];
             ip[10..12].fill(0);
-            let sum = ipv4_checksum(ip);
+            let sum = internet_checksum(ip, 0);
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
             f
         };
         assert!(parse_frame(&mutate(12, 0x86), B).is_none(), "not IPv4");
-        assert!(parse_frame(&mutate(ETH_LEN, 0x46), B).is_none(), "options");
-        assert!(parse_frame(&mutate(ETH_LEN + 9, 6), B).is_none(), "TCP");
+        assert!(parse_frame(&mutate(ETH, 0x46), B).is_none(), "options");
+        assert!(parse_frame(&mutate(ETH + 9, 6), B).is_none(), "TCP");
         let mut bad_sum = good.clone();
-        bad_sum[ETH_LEN + 8] = 1;
+        bad_sum[ETH + 8] = 1;
         assert!(parse_frame(&bad_sum, B).is_none(), "checksum");
         assert!(
-            parse_frame(&mutate(ETH_LEN + 8, 1), B).is_some(),
+            parse_frame(&mutate(ETH + 8, 1), B).is_some(),
             "TTL alone is fine"
         );
+        assert!(parse_frame(&mutate(ETH + 6, 0x20), B).is_none(), "fragment");
         assert!(
-            parse_frame(&mutate(ETH_LEN + 6, 0x20), B).is_none(),
-            "fragment"
-        );
-        assert!(
-            parse_frame(&mutate(ETH_LEN + 3, 0xff), B).is_none(),
+            parse_frame(&mutate(ETH + 3, 0xff), B).is_none(),
             "longer than the frame"
         );
-        assert!(
-            parse_frame(&mutate(ETH_LEN + 25, 1), B).is_none(),
-            "UDP length"
-        );
+        assert!(parse_frame(&mutate(ETH + 25, 1), B).is_none(), "UDP length");
         for len in 0..good.len() {
             assert!(parse_frame(&good[..len], B).is_none(), "cut to {len}");
         }
