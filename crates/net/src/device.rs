@@ -238,18 +238,7 @@ impl Device {
 
     /// Whether the kernel segments our batches (GSO) and coalesces what we receive (GRO).
     pub fn offloads(&self) -> (bool, bool) {
-        (self.socket.gso, self.socket.gro && self.xdp.is_none())
-    }
-
-    /// Whether packets go through an AF_XDP socket ([`DeviceConfig::xdp`]).
-    pub fn is_xdp(&self) -> bool {
-        self.xdp.is_some()
-    }
-
-    /// The largest RoCE packet (BTH to ICRC) the device can send and receive, if it has a
-    /// limit of its own (an XDP link's frame); the path's MTU limits it too.
-    pub fn max_packet(&self) -> Option<usize> {
-        self.xdp.as_ref().map(XdpLink::max_roce_len)
+        (self.socket.gso, self.socket.gro)
     }
 
     /// Records every packet sent and received from now on (see [`Capture`]).
