@@ -258,7 +258,7 @@ impl Device {
 
     /// The engine's clock: nanoseconds since the device opened.
     pub fn now(&self) -> Instant {
-        self.engine_time(std::time::Instant::now())
+        engine_time(self.epoch, std::time::Instant::now())
     }
 
     /// The engine's time when the last [`Device::poll`] began: a clock reading a caller
@@ -266,11 +266,6 @@ impl Device {
     /// reading costs tens of nanoseconds, a spinning loop's largest user-space cost).
     pub fn polled_at(&self) -> Instant {
         self.polled
-    }
-
-    /// The engine's time at `wall`, a reading of the monotonic clock.
-    fn engine_time(&self, wall: std::time::Instant) -> Instant {
-        Instant::from_nanos(wall.duration_since(self.epoch).as_nanos() as u64)
     }
 
     /// Does whatever can be done now without blocking: sends what the engine has (what the
@@ -323,7 +318,7 @@ impl Device {
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
-        let now = self.engine_time(wall);
+        let now = engine_time(self.epoch, wall);
         let timer = self
             .engine
             .next_timeout()
@@ -403,9 +398,9 @@ impl Device {
         // stamp is carried over by its age: the wall clock's reading now (estimated) less it.
         let read_at = read_at.unwrap_or_else(|| self.now());
         let epoch = self.epoch;
-        let wall = self.wall.at(read_at, || {
-            Instant::from_nanos(epoch.elapsed().as_nanos() as u64)
-        });
+        let wall = self
+            .wall
+            .at(read_at, || engine_time(epoch, std::time::Instant::now()));
         for i in 0..n {
             let (msg, bytes) = self.receiver.message(i);
             let now = if msg.arrived_ns == 0 {
@@ -879,6 +874,12 @@ impl Device {
         self.tx_msgs
             .sort_unstable_by_key(|m| (m.source, m.ack, m.first));
     }
+}
+
+/// The engine's time at `wall`, a reading of the monotonic clock: nanoseconds since the
+/// device's `epoch`.
+fn engine_time(epoch: std::time::Instant, wall: std::time::Instant) -> Instant {
+    Instant::from_nanos(wall.duration_since(epoch).as_nanos() as u64)
 }
 
 /// The wall clock (`CLOCK_REALTIME`, what the kernel stamps received datagrams with) as an
