@@ -832,13 +832,7 @@ impl<T: Copy> Ring<T> {
     }
 
     fn pop(&mut self) -> Option<T> {
-        if self.cached == self.producer().load(Ordering::Acquire) {
-            return None;
-        }
-        let i = (self.cached & (RING - 1)) as usize;
-        // SAFETY: the kernel published entry `i` (acquire above) and does not rewrite it
-        // until we release it.
-        let value = unsafe { self.descs.add(i).read() };
+        let value = self.peek(0)?;
         self.cached = self.cached.wrapping_add(1);
         Some(value)
     }
