@@ -289,31 +289,12 @@ fn xdp_and_udp_ends_interoperate() {
     }
     let pair = Pair::new("i");
     let dir = out_dir("xdp-udp");
-    let impair = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/impair/impair.sh");
-    let impair = impair
-        .exists()
-        .then(|| impair.to_str().unwrap().to_string());
+    let impair = impair_script();
     let sized = ["-s", "10000", "-n", "200", "-m", "4096"];
     for (xdp_server, (ns, dev)) in [(true, (&pair.a, "veth0")), (false, (&pair.b, "veth1"))] {
         // The UDP end's egress is impaired: the client's (A) when the server is on XDP.
-        if let Some(impair) = &impair {
-            let o = sh(&[
-                impair,
-                "attach",
-                ns,
-                dev,
-                "--drop",
-                "2",
-                "--corrupt",
-                "0.5",
-                "--dup",
-                "0.5",
-            ]);
-            assert!(
-                o.status.success(),
-                "impair: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+        if let Some(script) = &impair {
+            impair_egress(script, ns, dev);
         }
         for test in ["write-bw", "read-bw", "send-bw", "atomic-bw", "write-lat"] {
             let extra: &[&str] = match test {
@@ -333,10 +314,11 @@ fn xdp_and_udp_ends_interoperate() {
             };
             let (results, pcap) = perf_sides(&pair, test, sides, &dir);
             let r = &results[0];
-            let n: u64 = extra[extra.iter().position(|&a| a == "-n").unwrap() + 1]
-                .parse()
-                .unwrap();
-            assert_eq!(r["iterations"].as_u64(), Some(n), "{test}: {r}");
+            assert_eq!(
+                r["iterations"].as_u64(),
+                Some(iterations_asked(extra)),
+                "{test}: {r}"
+            );
             check_capture(&pcap);
             // The client's data (WRITE, SEND: 1,000 packets) or the server's READ responses
             // cross the impaired egress: at 2.5% lost or corrupted, the client resends.
@@ -396,15 +378,52 @@ fn gso_batches_into_an_xdp_link_are_named_in_the_error() {
     }
 }
 
-/// One run's result: its iterations, a figure, and its capture (every ICRC right, the
-/// opcodes expected, every packet decoded by tshark).
-fn check_run(test: &str, extra: &[&str], opcodes: &[&str], r: &serde_json::Value, pcap: &Path) {
-    let n: u64 = extra
+/// The `-n` of a run's options.
+fn iterations_asked(extra: &[&str]) -> u64 {
+    extra
         .windows(2)
         .find(|w| w[0] == "-n")
         .map(|w| w[1].parse().unwrap())
-        .unwrap();
-    assert_eq!(r["iterations"].as_u64(), Some(n), "{test}: {r}");
+        .expect("the options give -n")
+}
+
+/// `../shared/impair`'s script, when the steering repo is beside this one.
+fn impair_script() -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/impair/impair.sh");
+    script
+        .exists()
+        .then(|| script.to_str().unwrap().to_string())
+}
+
+/// Drops 2%, corrupts 0.5% and duplicates 0.5% of the RoCE packets leaving `dev` in `ns`.
+fn impair_egress(script: &str, ns: &str, dev: &str) {
+    let o = sh(&[
+        script,
+        "attach",
+        ns,
+        dev,
+        "--drop",
+        "2",
+        "--corrupt",
+        "0.5",
+        "--dup",
+        "0.5",
+    ]);
+    assert!(
+        o.status.success(),
+        "impair: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// One run's result: its iterations, a figure, and its capture (every ICRC right, the
+/// opcodes expected, every packet decoded by tshark).
+fn check_run(test: &str, extra: &[&str], opcodes: &[&str], r: &serde_json::Value, pcap: &Path) {
+    assert_eq!(
+        r["iterations"].as_u64(),
+        Some(iterations_asked(extra)),
+        "{test}: {r}"
+    );
     if test.ends_with("-lat") {
         assert!(r["t_typical_us"].as_f64().unwrap() > 0.0, "{test}: {r}");
     } else {
@@ -439,31 +458,14 @@ fn write_and_read_survive_real_loss() {
     if !can_run() {
         return;
     }
-    let impair = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/impair/impair.sh");
-    if !impair.exists() {
+    let Some(script) = impair_script() else {
         eprintln!("SKIPPED: no ../shared/impair");
         return;
-    }
+    };
+    let impair = script.as_str();
     let pair = Pair::new("l");
-    let impair = impair.to_str().unwrap();
     for (ns, dev) in [(&pair.a, "veth0"), (&pair.b, "veth1")] {
-        let o = sh(&[
-            impair,
-            "attach",
-            ns,
-            dev,
-            "--drop",
-            "2",
-            "--corrupt",
-            "0.5",
-            "--dup",
-            "0.5",
-        ]);
-        assert!(
-            o.status.success(),
-            "impair: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        impair_egress(impair, ns, dev);
     }
     let dir = out_dir("lossy");
     for test in ["write-bw", "read-bw", "send-bw"] {
