@@ -603,19 +603,20 @@ impl Device {
         let parts = |p: &OutPacket| {
             packet_parts(engine, buf, p).expect("resolved when its ICRC was written, just above")
         };
+        let syscalls = &mut self.counters.tx_syscalls;
         let (sent, stop) = match self.xdp.as_mut() {
             Some(link) => {
-                let (n, stop) = link.send(&self.tx_packets, msgs, parts);
+                let (n, stop) = link.send(&self.tx_packets, msgs, parts, syscalls);
                 (Ok(n), stop)
             }
-            None => (
-                self.sender.send(socket, &self.tx_packets, msgs, parts),
-                None,
-            ),
+            None => {
+                *syscalls += 1;
+                let sent = self.sender.send(socket, &self.tx_packets, msgs, parts);
+                (sent, None)
+            }
         };
         match sent {
             Ok(n) => {
-                self.counters.tx_syscalls += 1;
                 for m in &msgs[..n] {
                     self.counters.tx_datagrams += m.count as u64;
                     if m.count > 1 {

@@ -281,12 +281,14 @@ impl XdpLink {
     /// Sends messages of single packets (`msgs`, `count` 1 each) from `packets`, each as one
     /// frame of Ethernet, IPv4 and UDP headers and the packet's `parts`. Returns how many
     /// it took, in order: fewer than all when the transmit ring is full (try again later),
-    /// or with the reason the next one cannot leave now.
+    /// or with the reason the next one cannot leave now. Adds the `sendto` calls it made to
+    /// `syscalls`.
     pub(crate) fn send<'a>(
         &mut self,
         packets: &[OutPacket],
         msgs: &[OutMsg],
         parts: impl Fn(&OutPacket) -> [&'a [u8]; 3],
+        syscalls: &mut u64,
     ) -> (usize, Option<SendStop>) {
         self.reclaim();
         let mut taken = 0;
@@ -339,7 +341,7 @@ impl XdpLink {
             taken += 1;
         }
         self.tx.publish();
-        self.kick();
+        *syscalls += self.kick();
         (taken, stop)
     }
 
@@ -353,12 +355,14 @@ impl XdpLink {
     }
 
     /// Has the kernel send what the transmit ring holds (copy mode sends in `sendto`, at most
-    /// 32 frames a call).
-    fn kick(&mut self) {
+    /// 32 frames a call). Returns how many calls that took.
+    fn kick(&mut self) -> u64 {
+        let mut calls = 0;
         for _ in 0..KICKS {
             if self.tx.unconsumed() == 0 {
-                return;
+                break;
             }
+            calls += 1;
             // SAFETY: no buffer: a zero-length send on the XDP socket only wakes its
             // transmit path.
             let rc = unsafe {
@@ -376,10 +380,11 @@ impl XdpLink {
                     // Partly sent (EAGAIN), or the interface busy: go on, or let the next
                     // poll try again.
                     Some(libc::EAGAIN) | Some(libc::EINTR) => {}
-                    _ => return,
+                    _ => break,
                 }
             }
         }
+        calls
     }
 
     /// Takes back the chunks of frames the kernel has sent.
