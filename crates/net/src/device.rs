@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use sluice_core::{Engine, EngineConfig, Instant, Payload};
-use sluice_wire::icrc::{self, Ipv4IdSolver};
+use sluice_wire::icrc::{self, IcrcInput, Ipv4IdSolver};
 use sluice_wire::{
     AtomicEth, BTH_LEN, CCX_MAX_LEN, Ccx, ICRC_LEN, Opcode, ROCE_V2_PORT, RocePacket, pad_for,
 };
@@ -122,6 +122,8 @@ pub struct Device {
     capture: Option<Capture>,
     /// Where a sent packet's parts are joined for the capture.
     capture_scratch: Vec<u8>,
+    /// The ICRCs of the batch being sent, computed before they are written.
+    tx_crcs: Vec<u32>,
 }
 
 impl Device {
@@ -213,6 +215,7 @@ impl Device {
             counters: NetCounters::default(),
             capture: None,
             capture_scratch: Vec::new(),
+            tx_crcs: Vec::with_capacity(TX_PACKETS),
         })
     }
 
@@ -401,30 +404,48 @@ impl Device {
         let wall = self
             .wall
             .at(read_at, || engine_time(epoch, std::time::Instant::now()));
-        for i in 0..n {
-            let (msg, bytes) = self.receiver.message(i);
+        let (receiver, local, polled) = (&self.receiver, self.local, self.polled);
+        let mut segments = (0..n).flat_map(|i| {
+            let (msg, bytes) = receiver.message(i);
             let now = if msg.arrived_ns == 0 {
                 read_at
             } else {
                 let age = wall.saturating_sub(msg.arrived_ns);
                 // max then min, not clamp: no panic even if the bounds ever crossed.
                 Instant::from_nanos(read_at.as_nanos().saturating_sub(age))
-                    .max(self.polled)
+                    .max(polled)
                     .min(read_at)
             };
-            for (k, segment) in bytes.chunks(msg.segment).enumerate() {
-                Self::deliver(
-                    &mut self.engine,
-                    &mut self.solver,
-                    &mut self.counters,
-                    self.capture.as_mut(),
-                    now,
-                    &msg,
-                    self.local,
-                    segment,
-                    k as u16,
-                );
-            }
+            let segments = bytes.chunks(msg.segment).enumerate();
+            segments.map(move |(k, roce)| (now, msg, roce, k as u16))
+        });
+        // Each packet's ICRC input is prepared while the packet before it is handled, so
+        // that the CRC never reads headers the moment they are written (see `IcrcInput`).
+        let mut inputs = [IcrcInput::new(), IcrcInput::new()];
+        let mut next = segments.next().map(|(now, msg, roce, k)| {
+            let prepared = prepare_icrc(&mut inputs[0], &msg, local, roce, k);
+            (now, msg, roce, k, prepared)
+        });
+        let mut j = 0;
+        while let Some((now, msg, roce, k, prepared)) = next.take() {
+            next = segments.next().map(|(now, msg, roce, k)| {
+                let prepared = prepare_icrc(&mut inputs[(j + 1) % 2], &msg, local, roce, k);
+                (now, msg, roce, k, prepared)
+            });
+            let first = prepared.map(|head_len| (head_len, prepared_icrc(&inputs[j % 2], roce)));
+            Self::deliver(
+                &mut self.engine,
+                &mut self.solver,
+                &mut self.counters,
+                self.capture.as_mut(),
+                now,
+                &msg,
+                local,
+                roce,
+                k,
+                first,
+            );
+            j += 1;
         }
         Ok(true)
     }
@@ -453,6 +474,9 @@ impl Device {
                     continue;
                 }
             };
+            let mut input = IcrcInput::new();
+            let first = prepare_icrc(&mut input, &msg, self.local, roce, 0)
+                .map(|head_len| (head_len, prepared_icrc(&input, roce)));
             Self::deliver(
                 &mut self.engine,
                 &mut self.solver,
@@ -463,13 +487,16 @@ impl Device {
                 self.local,
                 roce,
                 0,
+                first,
             );
         }
         true
     }
 
     /// Checks one received RoCE packet `roce`, segment `k` of its datagram (0 unless the
-    /// kernel joined several, GRO), and hands it to the engine.
+    /// kernel joined several, GRO), and hands it to the engine. `first` is its ICRC as
+    /// [`prepare_icrc`] guessed the IPv4 identification, with the length of the IP and UDP
+    /// headers (`None`: too short to have one).
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         engine: &mut Engine,
@@ -481,6 +508,7 @@ impl Device {
         local: SocketAddr,
         roce: &[u8],
         k: u16,
+        first: Option<(usize, u32)>,
     ) {
         counters.rx_datagrams += 1;
         let packet = match RocePacket::parse(roce) {
@@ -491,17 +519,13 @@ impl Device {
             }
         };
         // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
-        let mut head = [0u8; MAX_IP_UDP];
-        let icrc_with = |id: u16, head: &mut [u8; MAX_IP_UDP]| {
-            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, head).ok()?;
-            let crc = icrc::compute_split(&head[..head_len], roce).ok()?;
-            Some((head_len, crc))
+        let icrc_with = |id: u16| {
+            let mut head = [0u8; MAX_IP_UDP];
+            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut head).ok()?;
+            icrc::compute_split(&head[..head_len], roce).ok()
         };
-        // A GSO sender (Sluice) computed segment k's ICRC for identification k, the one the
-        // segment has once the kernel splits it; a single datagram from an unconnected
-        // Don't-Fragment socket has 0. An XDP link sees the identification itself.
         let seen = msg.ip_id;
-        let Some((head_len, mut computed)) = icrc_with(seen.unwrap_or(k), &mut head) else {
+        let Some((head_len, mut computed)) = first else {
             counters.rx_malformed += 1;
             return;
         };
@@ -512,7 +536,7 @@ impl Device {
         }
         if computed != packet.icrc && k != 0 {
             ip_id = 0;
-            computed = icrc_with(0, &mut head).map_or(computed, |(_, crc)| crc);
+            computed = icrc_with(0).unwrap_or(computed);
         }
         if computed != packet.icrc {
             // IPv4 from a sender that writes other identifications (Soft-RoCE): find the one
@@ -687,21 +711,52 @@ impl Device {
     /// last four bytes. False if a packet's region has been deregistered since the engine
     /// built it.
     fn write_icrcs(&mut self, batch: std::ops::Range<usize>) -> bool {
-        for m in &self.tx_msgs[batch] {
-            let from = self.sources.addr(m.source, self.local);
-            for p in &self.tx_packets[m.first..m.first + m.count] {
-                let Some([head, payload, tail]) = packet_parts(&self.engine, &self.tx_buf, p)
-                else {
+        // Each packet's ICRC input is prepared while the packet before it is hashed, so
+        // that the CRC never reads headers the moment they are written (see `IcrcInput`).
+        let (engine, buf, packets) = (&self.engine, &self.tx_buf, &self.tx_packets);
+        let prepare = |input: &mut IcrcInput, (i, from, dst): (usize, SocketAddr, _)| {
+            let p = &packets[i];
+            let [head, payload, tail] = packet_parts(engine, buf, p)?;
+            let mut ip_udp = [0u8; MAX_IP_UDP];
+            let ip_udp_len = icrc::masked_ip_udp(from, dst, p.len(), p.ip_id, &mut ip_udp)
+                .expect("an MTU packet fits in an IP datagram");
+            input
+                .prepare(&ip_udp[..ip_udp_len], head, payload, tail)
+                .expect("headers built by `stage` are well formed");
+            Some([head, payload, tail])
+        };
+        let (sources, local) = (&self.sources, self.local);
+        let mut order = self.tx_msgs[batch.clone()].iter().flat_map(|m| {
+            let from = sources.addr(m.source, local);
+            (m.first..m.first + m.count).map(move |i| (i, from, m.dst))
+        });
+        let crcs = &mut self.tx_crcs;
+        crcs.clear();
+        let mut inputs = [IcrcInput::new(), IcrcInput::new()];
+        let mut next = match order.next() {
+            Some(first) => prepare(&mut inputs[0], first),
+            None => return true,
+        };
+        while let Some([head, payload, tail]) = next.take() {
+            let k = crcs.len();
+            if let Some(after) = order.next() {
+                let Some(parts) = prepare(&mut inputs[(k + 1) % 2], after) else {
                     return false;
                 };
-                let mut ip_udp = [0u8; MAX_IP_UDP];
-                let ip_udp_len = icrc::masked_ip_udp(from, m.dst, p.len(), p.ip_id, &mut ip_udp)
-                    .expect("an MTU packet fits in an IP datagram");
-                let crc = icrc::compute_parts(&ip_udp[..ip_udp_len], head, payload, tail)
-                    .expect("headers built by `stage` are well formed");
-                let end = p.offset + p.len();
-                self.tx_buf[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
+                next = Some(parts);
             }
+            crcs.push(inputs[k % 2].crc(head, payload, tail));
+        }
+        if crcs.is_empty() {
+            return false; // the first packet's region was gone
+        }
+        for (i, crc) in self.tx_msgs[batch]
+            .iter()
+            .flat_map(|m| m.first..m.first + m.count)
+            .zip(&self.tx_crcs)
+        {
+            let end = self.tx_packets[i].offset + self.tx_packets[i].len();
+            self.tx_buf[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
         }
         true
     }
@@ -966,6 +1021,33 @@ fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<
         Payload::Len(_) => in_buffer,
     };
     Some([head, payload, tail])
+}
+
+/// Prepares `input` for the ICRC of `roce`, received in `msg` as segment `k` of it, under
+/// the IPv4 identification it most likely left with: the one an XDP link saw; else `k`,
+/// which a GSO sender (Sluice) computed segment k's ICRC for (the identification the
+/// segment has once the kernel splits it), as 0 for a single datagram from an unconnected
+/// Don't-Fragment socket. Returns the length of the IP and UDP headers, or `None` when the
+/// packet is too short to hold a BTH and an ICRC.
+fn prepare_icrc(
+    input: &mut IcrcInput,
+    msg: &InMsg,
+    local: SocketAddr,
+    roce: &[u8],
+    k: u16,
+) -> Option<usize> {
+    let mut ip_udp = [0u8; MAX_IP_UDP];
+    let id = msg.ip_id.unwrap_or(k);
+    let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut ip_udp).ok()?;
+    let (packet, tail) = roce.split_at(roce.len().saturating_sub(ICRC_LEN));
+    input.prepare(&ip_udp[..head_len], packet, &[], tail).ok()?;
+    Some(head_len)
+}
+
+/// The ICRC `input` was prepared for by [`prepare_icrc`] over `roce`.
+fn prepared_icrc(input: &IcrcInput, roce: &[u8]) -> u32 {
+    let (packet, tail) = roce.split_at(roce.len().saturating_sub(ICRC_LEN));
+    input.crc(packet, &[], tail)
 }
 
 impl AsRawFd for Device {
