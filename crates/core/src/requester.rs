@@ -168,20 +168,26 @@ impl Engine {
             // unanswered one (its response lost), the answered ones cannot complete, and
             // the responder keeps only the last `max_dest_rd_atomic` atomic results to
             // answer a resent request with; more started meanwhile would push out the
-            // result the resend needs.
-            let pending_rd_atomic = req
-                .sq
-                .iter()
-                .take(cursor)
-                .filter(|w| w.op.is_read_or_atomic())
-                .count();
-            if wqe.fence && pending_rd_atomic > 0 {
-                return None;
-            }
-            if wqe.op.is_read_or_atomic()
-                && pending_rd_atomic >= usize::from(qp.attrs.max_rd_atomic)
-            {
-                return None;
+            // result the resend needs. Counted only for a request they can hold back, and
+            // only as far as the limit: a pass over every work request before the cursor
+            // (up to the TX depth) was a sizeable part of starting each small WRITE.
+            if wqe.fence || wqe.op.is_read_or_atomic() {
+                let enough = usize::from(qp.attrs.max_rd_atomic).max(1);
+                let pending_rd_atomic = req
+                    .sq
+                    .iter()
+                    .take(cursor)
+                    .filter(|w| w.op.is_read_or_atomic())
+                    .take(enough)
+                    .count();
+                if wqe.fence && pending_rd_atomic > 0 {
+                    return None;
+                }
+                if wqe.op.is_read_or_atomic()
+                    && pending_rd_atomic >= usize::from(qp.attrs.max_rd_atomic)
+                {
+                    return None;
+                }
             }
             let span = match wqe.op {
                 SendOp::Read { .. } => read_span(wqe.len, mtu),

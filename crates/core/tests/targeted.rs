@@ -1189,3 +1189,49 @@ fn a_lost_atomic_ack_holds_back_new_atomics_until_it_is_answered() {
         "the lost ACK's timer"
     );
 }
+
+#[test]
+fn a_fenced_request_waits_for_the_reads_before_it_and_an_unfenced_one_does_not() {
+    // The count of READs and atomics before the cursor is taken only for a request they can
+    // hold back (fenced, or a READ or atomic itself): a WRITE behind a READ still waits
+    // when fenced and still goes at once when not.
+    for fence in [false, true] {
+        let mut world = World::new(2, 3, Impairments::CLEAN);
+        let p = Pair::connect(&mut world, &PairOptions::default());
+        let (mr0, mr1) = (p.mr[0], p.mr[1]);
+        let now = world.now;
+        let e = &mut world.engines[0];
+        let read = SendOp::Read {
+            remote_addr: mr1.addr,
+            rkey: mr1.rkey,
+        };
+        e.post_send(p.qp[0], &SendWr::new(1, read, &[sge(mr0, 0, 64)]))
+            .unwrap();
+        let write = SendOp::Write {
+            remote_addr: mr1.addr + 1024,
+            rkey: mr1.rkey,
+        };
+        let sgl = [sge(mr0, 1024, 64)];
+        let wr = SendWr {
+            fence,
+            ..SendWr::new(2, write, &sgl)
+        };
+        e.post_send(p.qp[0], &wr).unwrap();
+        let mut buf = [0u8; 4096];
+        let first = e.poll_transmit(now, &mut buf).map(|t| t.headers.bth.opcode);
+        assert_eq!(first, Some(sluice_wire::Opcode::RC_RDMA_READ_REQUEST));
+        let second = e.poll_transmit(now, &mut buf).map(|t| t.headers.bth.opcode);
+        if fence {
+            assert_eq!(second, None, "the fenced WRITE waits for the READ");
+        } else {
+            assert_eq!(second, Some(sluice_wire::Opcode::RC_RDMA_WRITE_ONLY));
+        }
+        // Either way both complete, in order, once the READ is answered.
+        let cq = p.send_cq[0];
+        assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 2));
+        let done = Pair::completions(&mut world, 0, cq);
+        let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+        assert_eq!(ids, [1, 2]);
+        assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    }
+}
