@@ -220,6 +220,9 @@ pub struct Engine {
     /// While a response is handled: the round trip its echoed send time measures, for the
     /// ACK event it causes.
     pub(crate) echoed_rtt: Option<std::time::Duration>,
+    /// The buffers of completed inline requests, for the next ones to copy into: once
+    /// inline requests have completed, posting inline data allocates nothing.
+    pub(crate) inline_spare: Vec<Box<[u8]>>,
     /// Asynchronous events not yet polled: QP indexes, at most one each (`async_pending`).
     async_events: VecDeque<u32>,
 }
@@ -249,6 +252,7 @@ impl Engine {
             controller,
             deferred: Vec::new(),
             echoed_rtt: None,
+            inline_spare: Vec::new(),
             async_events: VecDeque::new(),
         }
     }
@@ -727,12 +731,18 @@ impl Engine {
             Access::NONE
         };
         let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, need)?;
-        let qp = self.qp_at(index);
         let inline = if wr.inline && !wr.op.is_read_or_atomic() {
+            let qp = self.qp_mut(index);
             if len > qp.caps.max_inline {
                 return Err(Error::InvalidArgument("inline data longer than max_inline"));
             }
-            let mut data = vec![0u8; len as usize].into_boxed_slice();
+            // A new buffer holds the queue pair's most, so that whatever inline request
+            // takes it back next fits too.
+            let room = qp.caps.max_inline as usize;
+            let mut data = match self.inline_spare.pop() {
+                Some(spare) if spare.len() >= len as usize => spare,
+                _ => vec![0u8; room].into_boxed_slice(),
+            };
             let mut at = 0;
             for (lkey, addr, n) in sgl.pieces(0, len) {
                 self.mrs.read(lkey, addr, &mut data[at..at + n as usize]);

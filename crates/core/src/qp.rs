@@ -337,6 +337,8 @@ pub(crate) struct SendWqe {
     /// READ and atomics: every response has arrived.
     pub(crate) responded: bool,
     pub(crate) sgl: SgList,
+    /// Inline data, in the first `len` bytes (a buffer reused from an earlier request may be
+    /// longer).
     pub(crate) inline: Option<Box<[u8]>>,
 }
 

@@ -800,6 +800,9 @@ impl Engine {
                 };
                 self.complete(index, cq, c);
             }
+            if let Some(buffer) = w.inline {
+                self.inline_spare.push(buffer);
+            }
         }
         let qp = self.qp_mut(index);
         let una = waiting_at.unwrap_or(confirmed);

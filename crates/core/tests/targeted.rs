@@ -1235,3 +1235,62 @@ fn a_fenced_request_waits_for_the_reads_before_it_and_an_unfenced_one_does_not()
         assert!(done.iter().all(|c| c.status == WcStatus::Success));
     }
 }
+
+#[test]
+fn inline_data_of_every_length_arrives_whole_through_reused_buffers() {
+    // Inline data is copied at post time into a buffer a completed inline request gave
+    // back: a longer message's bytes must never leak into a shorter one's, nor the local
+    // buffer's later contents into a request already posted.
+    let mut world = World::new(2, 5, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (mr0, mr1) = (p.mr[0], p.mr[1]);
+    let cq = p.send_cq[0];
+    let mut posted = 0u64;
+    for round in 0..40u64 {
+        // Lengths that grow and shrink: 1..=256 bytes, three requests in flight at once.
+        let lens: Vec<u32> = (0..3)
+            .map(|k| 1 + ((round * 97 + k * 61) % 256) as u32)
+            .collect();
+        let mut expect = Vec::new();
+        for (k, &len) in lens.iter().enumerate() {
+            let local = world.engines[0].mr_bytes_mut(mr0.lkey).unwrap();
+            let data: Vec<u8> = (0..len)
+                .map(|b| (round as u32 * 7 + k as u32 * 31 + b) as u8)
+                .collect();
+            local[..len as usize].copy_from_slice(&data);
+            let write = SendOp::Write {
+                remote_addr: mr1.addr + 1024 * k as u64,
+                rkey: mr1.rkey,
+            };
+            let sgl = [sge(mr0, 0, len)];
+            let wr = SendWr {
+                inline: true,
+                ..SendWr::new(posted, write, &sgl)
+            };
+            world.engines[0].post_send(p.qp[0], &wr).unwrap();
+            posted += 1;
+            // Overwritten at once: what was posted is the copy.
+            world.engines[0].mr_bytes_mut(mr0.lkey).unwrap()[..len as usize].fill(0xEE);
+            expect.push(data);
+        }
+        let want = posted;
+        assert!(world.run_until(Duration::from_secs(1), |w| {
+            w.engines[0].cq_len(cq) as u64 == 3
+        }));
+        let done = Pair::completions(&mut world, 0, cq);
+        assert!(
+            done.iter().all(|c| c.status == WcStatus::Success),
+            "{done:?}"
+        );
+        assert_eq!(done.last().map(|c| c.wr_id), Some(want - 1));
+        let remote = world.engines[1].mr_bytes(mr1.lkey).unwrap();
+        for (k, data) in expect.iter().enumerate() {
+            let at = 1024 * k;
+            assert_eq!(
+                &remote[at..at + data.len()],
+                &data[..],
+                "round {round}, request {k}"
+            );
+        }
+    }
+}
