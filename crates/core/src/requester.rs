@@ -823,7 +823,8 @@ impl Engine {
                 Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
                 _ => req.next_psn,
             };
-            self.rewind(index, target);
+            // Not a resend: the probe in flight still times its round trip.
+            self.place_cursor(index, target);
             self.check_drained(index);
         }
         done
@@ -875,9 +876,16 @@ impl Engine {
     /// request sends on from the first request not yet started, at `max_sent`: PSNs are
     /// never handed out twice.
     pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
-        let qp = self.qp_mut(index);
         // Karn's rule: a packet that may be sent twice gives no RTT sample.
-        qp.req.rtt_probe = None;
+        self.qp_mut(index).req.rtt_probe = None;
+        self.place_cursor(index, psn);
+    }
+
+    /// Places the cursor at the request holding `psn` (or past the last started one), to
+    /// send from there; nothing already sent is sent again unless `psn` is behind
+    /// `next_psn` ([`Engine::rewind`] is for that).
+    fn place_cursor(&mut self, index: u32, psn: Psn) {
+        let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
         for (i, w) in req.sq.iter().enumerate() {

@@ -187,3 +187,32 @@ fn a_header_the_queue_pair_did_not_agree_on_is_dropped() {
     assert_eq!(world.engines[1].counters().drops_unnegotiated_ccx, 0);
     assert!(world.engines[0].counters().drops_unnegotiated_ccx >= 3);
 }
+
+#[test]
+fn without_the_header_a_stream_is_timed_about_once_a_round_trip() {
+    // The probe is one packet at a time, timed until the ACK that covers it. ACKs for
+    // earlier packets arrive meanwhile and retire requests; re-placing the cursor after
+    // them is not a resend and must leave the probe in flight (it was cleared there: a
+    // stream got one sample in all, whatever its length).
+    let mut world = World::new(2, 7, Impairments::CLEAN);
+    let law = Recorder::default();
+    let events = law.events.clone();
+    let window = |c: &mut sluice_core::EngineConfig| c.max_outstanding_packets = 32;
+    world.set_controller_configured(0, Box::new(Inline::new(law)), window);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let statuses = writes(&mut world, &p, 64, 16384);
+    assert_eq!(statuses, vec![WcStatus::Success; 64]);
+    let (acks, rtts) = rtt_samples(&events.borrow());
+    // 1 MiB behind a window of 32 1 KiB packets: a round trip of about 15-30 us, the
+    // whole run several hundred.
+    let elapsed = world.now.as_nanos() as f64 / 1e3;
+    assert!(acks > 64, "{acks} ACKs");
+    assert!(
+        rtts.len() >= 8,
+        "{} samples in {elapsed:.0} us: {rtts:?}",
+        rtts.len()
+    );
+    for rtt in &rtts {
+        assert!(*rtt < Duration::from_micros(60), "{rtts:?}");
+    }
+}

@@ -161,8 +161,19 @@ impl World {
         host: usize,
         controller: Box<dyn sluice_core::control::Controller>,
     ) {
-        self.engines[host] =
-            Engine::with_controller(Self::engine_config(self.seed, host), controller);
+        self.set_controller_configured(host, controller, |_| {});
+    }
+
+    /// [`World::set_controller`] with the configuration `edit` changed from the default.
+    pub fn set_controller_configured(
+        &mut self,
+        host: usize,
+        controller: Box<dyn sluice_core::control::Controller>,
+        edit: impl FnOnce(&mut EngineConfig),
+    ) {
+        let mut config = Self::engine_config(self.seed, host);
+        edit(&mut config);
+        self.engines[host] = Engine::with_controller(config, controller);
     }
 
     /// Gives `host` a fresh engine, without a control law, whose configuration `edit`
