@@ -832,7 +832,8 @@ impl Engine {
 
     /// The requester's invariants, checked in debug builds after every input: PSNs are
     /// handed out in order without reuse, `una` never passes a request still waiting for a
-    /// response, and the cursor lies within the send queue.
+    /// response, and the cursor lies within the send queue, at the request and offset that
+    /// hold `next_psn`.
     #[cfg(debug_assertions)]
     pub(crate) fn check_requester(&mut self, index: u32) {
         let qp = self.qp_mut(index);
@@ -869,6 +870,14 @@ impl Engine {
             req.next_psn,
             req.max_sent
         );
+        // The cursor is where it would be placed for the PSN it sends next.
+        let (cursor, offset, _) = cursor_for(req, req.next_psn, qp.attrs.mtu);
+        assert_eq!(
+            (req.cursor, req.cursor_offset),
+            (cursor, offset),
+            "cursor and offset against next_psn {:?}",
+            req.next_psn
+        );
     }
 
     /// Goes back to send from `psn` (go-back-N): the cursor moves to the request holding it.
@@ -888,27 +897,7 @@ impl Engine {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
-        for (i, w) in req.sq.iter().enumerate() {
-            if !w.started {
-                req.cursor = i;
-                req.cursor_offset = 0;
-                req.next_psn = req.max_sent;
-                return;
-            }
-            let d = w.first_psn.distance_to(psn);
-            if d >= 0 && (d as u32) < w.span {
-                req.cursor = i;
-                (req.cursor_offset, req.next_psn) = match w.op {
-                    SendOp::Read { .. } => (w.read_done, w.first_psn.add(w.read_done / mtu)),
-                    SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => (0, w.first_psn),
-                    _ => (d as u32 * mtu, psn),
-                };
-                return;
-            }
-        }
-        req.cursor = req.sq.len();
-        req.cursor_offset = 0;
-        req.next_psn = req.max_sent;
+        (req.cursor, req.cursor_offset, req.next_psn) = cursor_for(req, psn, mtu);
     }
 
     /// Forward progress: the retry count is restored and the timer restarts (or stops).
@@ -1010,4 +999,25 @@ fn queue_resend(resend: &mut std::collections::VecDeque<Psn>, psn: Psn) -> bool 
     }
     resend.push_back(psn);
     true
+}
+
+/// Where the cursor of `req` goes to send from `psn`: the index of the request holding it,
+/// the byte offset in that request and the PSN to send next (a READ re-requests what is
+/// still missing; an atomic is resent whole). A PSN held by no started request sends on
+/// from the first request not yet started, at `max_sent`.
+fn cursor_for(req: &crate::qp::Requester, psn: Psn, mtu: u32) -> (usize, u32, Psn) {
+    for (i, w) in req.sq.iter().enumerate() {
+        if !w.started {
+            return (i, 0, req.max_sent);
+        }
+        let d = w.first_psn.distance_to(psn);
+        if d >= 0 && (d as u32) < w.span {
+            return match w.op {
+                SendOp::Read { .. } => (i, w.read_done, w.first_psn.add(w.read_done / mtu)),
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => (i, 0, w.first_psn),
+                _ => (i, d as u32 * mtu, psn),
+            };
+        }
+    }
+    (req.sq.len(), 0, req.max_sent)
 }
