@@ -694,7 +694,7 @@ impl<S: Read + Write> Session<S> {
             self.peer.push(dest);
         }
         if let Some(first) = early {
-            self.check_same(Stage::QpData(0), 0, first)?;
+            check_same(&self.peer, Stage::QpData(0), 0, first)?;
         }
 
         let ours = local[0];
@@ -764,30 +764,35 @@ impl<S: Read + Write> Session<S> {
     /// perftest before 23.07 then writes "done" and closes; nobody reads it, so we neither
     /// write nor expect it. Drop the stream afterwards.
     pub fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerftestError> {
-        self.expect(Phase::TrafficStarted, "finish must follow start_traffic")?;
-        self.phase = Phase::Failed;
-        let peer_report = match self.test {
-            Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
-                self.sync(0, Stage::EndSync)?;
-                let ours = match self.role {
-                    Role::Client => report.unwrap_or_default(),
-                    Role::Server => BwReport::default(),
-                };
-                let theirs = self.exchange_report(&ours)?;
-                self.sync(0, Stage::Close)?;
-                match self.role {
-                    Role::Server => Some(theirs),
-                    Role::Client => None,
-                }
-            }
-            Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
-                self.sync(0, Stage::Close)?;
-                None
-            }
-            Test::WriteLat => None,
-        };
-        self.phase = Phase::Finished;
-        Ok(peer_report)
+        let Session {
+            stream,
+            role,
+            test,
+            phase,
+            local,
+            peer,
+            ..
+        } = self;
+        finish_steps(stream, *role, *test, phase, local, peer, report)
+    }
+
+    /// [`Session::finish`] over `stream`, another handle of the same connection: one whose
+    /// reads can do something else while they wait (a driver answering the peer's resends,
+    /// which the peer may need before it can reach the barrier).
+    pub fn finish_on<T: Read + Write>(
+        &mut self,
+        stream: &mut T,
+        report: Option<BwReport>,
+    ) -> Result<Option<BwReport>, PerftestError> {
+        let Session {
+            role,
+            test,
+            phase,
+            local,
+            peer,
+            ..
+        } = self;
+        finish_steps(stream, *role, *test, phase, local, peer, report)
     }
 
     /// The stream, e.g. to close it or to look at what is left.
@@ -796,79 +801,151 @@ impl<S: Read + Write> Session<S> {
     }
 
     fn expect(&self, phase: Phase, what: &'static str) -> Result<(), PerftestError> {
-        match self.phase {
-            p if p == phase => Ok(()),
-            Phase::Failed => Err(PerftestError::Usage(
-                "an earlier step of this exchange failed; start a new connection",
-            )),
-            _ => Err(PerftestError::Usage(what)),
-        }
+        expect_phase(self.phase, phase, what)
     }
 
     /// One `ctx_hand_shake`: our QP data for `qp` out, the peer's in.
     fn hand_shake(&mut self, qp: usize, stage: Stage) -> Result<Dest, PerftestError> {
-        let ours = self.local[qp];
-        match self.role {
-            Role::Client => {
-                write_msg(&mut self.stream, &ours, stage)?;
-                read_dest(&mut self.stream, stage)
-            }
-            Role::Server => {
-                let theirs = read_dest(&mut self.stream, stage)?;
-                write_msg(&mut self.stream, &ours, stage)?;
-                Ok(theirs)
-            }
-        }
+        hand_shake(&mut self.stream, self.role, &self.local[qp], stage)
     }
 
     /// A `ctx_hand_shake` used as a barrier: the peer must repeat its QP data for `qp`.
     fn sync(&mut self, qp: usize, stage: Stage) -> Result<(), PerftestError> {
-        let now = self.hand_shake(qp, stage)?;
-        self.check_same(stage, qp, now)
+        sync(
+            &mut self.stream,
+            self.role,
+            &self.local,
+            &self.peer,
+            qp,
+            stage,
+        )
     }
+}
 
-    fn check_same(&self, stage: Stage, qp: usize, now: Dest) -> Result<(), PerftestError> {
-        let first = self.peer[qp];
-        if now == first {
-            Ok(())
-        } else {
-            Err(PerftestError::DestChanged {
-                stage,
-                qp,
-                first,
-                now,
-            })
+fn expect_phase(now: Phase, want: Phase, what: &'static str) -> Result<(), PerftestError> {
+    match now {
+        p if p == want => Ok(()),
+        Phase::Failed => Err(PerftestError::Usage(
+            "an earlier step of this exchange failed; start a new connection",
+        )),
+        _ => Err(PerftestError::Usage(what)),
+    }
+}
+
+/// The steps of [`Session::finish`], over `stream`.
+fn finish_steps<T: Read + Write>(
+    stream: &mut T,
+    role: Role,
+    test: Test,
+    phase: &mut Phase,
+    local: &[[u8; DEST_MSG_LEN]],
+    peer: &[Dest],
+    report: Option<BwReport>,
+) -> Result<Option<BwReport>, PerftestError> {
+    expect_phase(
+        *phase,
+        Phase::TrafficStarted,
+        "finish must follow start_traffic",
+    )?;
+    *phase = Phase::Failed;
+    let peer_report = match test {
+        Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+            sync(stream, role, local, peer, 0, Stage::EndSync)?;
+            let ours = match role {
+                Role::Client => report.unwrap_or_default(),
+                Role::Server => BwReport::default(),
+            };
+            let theirs = exchange_report(stream, role, &ours)?;
+            sync(stream, role, local, peer, 0, Stage::Close)?;
+            match role {
+                Role::Server => Some(theirs),
+                Role::Client => None,
+            }
+        }
+        Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
+            sync(stream, role, local, peer, 0, Stage::Close)?;
+            None
+        }
+        Test::WriteLat => None,
+    };
+    *phase = Phase::Finished;
+    Ok(peer_report)
+}
+
+/// One `ctx_hand_shake`: `ours` (our QP data) out, the peer's in; the client writes first.
+fn hand_shake<S: Read + Write>(
+    stream: &mut S,
+    role: Role,
+    ours: &[u8; DEST_MSG_LEN],
+    stage: Stage,
+) -> Result<Dest, PerftestError> {
+    match role {
+        Role::Client => {
+            write_msg(stream, ours, stage)?;
+            read_dest(stream, stage)
+        }
+        Role::Server => {
+            let theirs = read_dest(stream, stage)?;
+            write_msg(stream, ours, stage)?;
+            Ok(theirs)
         }
     }
+}
 
-    /// `xchg_bw_reports`: each field is its own exchange, 8 bytes big-endian (the doubles as
-    /// their IEEE bits), in this order.
-    fn exchange_report(&mut self, ours: &BwReport) -> Result<BwReport, PerftestError> {
-        let fields = [
-            ours.size,
-            ours.iters,
-            ours.bw_peak.to_bits(),
-            ours.bw_avg.to_bits(),
-            ours.msg_rate.to_bits(),
-        ];
-        let mut theirs = [0u64; 5];
-        for (mine, peer) in fields.iter().zip(theirs.iter_mut()) {
-            let got = exchange(
-                &mut self.stream,
-                self.role,
-                &mine.to_be_bytes(),
-                Stage::Report,
-            )?;
-            *peer = u64::from_be_bytes(got);
-        }
-        Ok(BwReport {
-            size: theirs[0],
-            iters: theirs[1],
-            bw_peak: f64::from_bits(theirs[2]),
-            bw_avg: f64::from_bits(theirs[3]),
-            msg_rate: f64::from_bits(theirs[4]),
+/// A `ctx_hand_shake` used as a barrier: the peer must repeat its QP data for `qp`.
+fn sync<S: Read + Write>(
+    stream: &mut S,
+    role: Role,
+    local: &[[u8; DEST_MSG_LEN]],
+    peer: &[Dest],
+    qp: usize,
+    stage: Stage,
+) -> Result<(), PerftestError> {
+    let now = hand_shake(stream, role, &local[qp], stage)?;
+    check_same(peer, stage, qp, now)
+}
+
+/// The peer's QP data for `qp` at `stage` must be what it sent first.
+fn check_same(peer: &[Dest], stage: Stage, qp: usize, now: Dest) -> Result<(), PerftestError> {
+    let first = peer[qp];
+    if now == first {
+        Ok(())
+    } else {
+        Err(PerftestError::DestChanged {
+            stage,
+            qp,
+            first,
+            now,
         })
     }
+}
+
+/// `xchg_bw_reports`: each field is its own exchange, 8 bytes big-endian (the doubles as
+/// their IEEE bits), in this order.
+fn exchange_report<S: Read + Write>(
+    stream: &mut S,
+    role: Role,
+    ours: &BwReport,
+) -> Result<BwReport, PerftestError> {
+    let fields = [
+        ours.size,
+        ours.iters,
+        ours.bw_peak.to_bits(),
+        ours.bw_avg.to_bits(),
+        ours.msg_rate.to_bits(),
+    ];
+    let mut theirs = [0u64; 5];
+    for (mine, peer) in fields.iter().zip(theirs.iter_mut()) {
+        let got = exchange(stream, role, &mine.to_be_bytes(), Stage::Report)?;
+        *peer = u64::from_be_bytes(got);
+    }
+    Ok(BwReport {
+        size: theirs[0],
+        iters: theirs[1],
+        bw_peak: f64::from_bits(theirs[2]),
+        bw_avg: f64::from_bits(theirs[3]),
+        msg_rate: f64::from_bits(theirs[4]),
+    })
 }
 
 /// `ctx_xchg_data`: the client writes then reads, the server reads then writes.
