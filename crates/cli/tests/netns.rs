@@ -397,18 +397,16 @@ fn impair_script() -> Option<String> {
 
 /// Drops 2%, corrupts 0.5% and duplicates 0.5% of the RoCE packets leaving `dev` in `ns`.
 fn impair_egress(script: &str, ns: &str, dev: &str) {
-    let o = sh(&[
+    impair_egress_with(
         script,
-        "attach",
         ns,
         dev,
-        "--drop",
-        "2",
-        "--corrupt",
-        "0.5",
-        "--dup",
-        "0.5",
-    ]);
+        &["--drop", "2", "--corrupt", "0.5", "--dup", "0.5"],
+    );
+}
+
+fn impair_egress_with(script: &str, ns: &str, dev: &str, how: &[&str]) {
+    let o = sh(&[&[script, "attach", ns, dev], how].concat());
     assert!(
         o.status.success(),
         "impair: {}",
@@ -449,6 +447,40 @@ fn check_run(test: &str, extra: &[&str], opcodes: &[&str], r: &serde_json::Value
             ops.iter().all(|o| !o.is_empty()),
             "{test}: tshark saw a non-RoCE packet"
         );
+    }
+}
+
+#[test]
+fn a_latency_test_ends_cleanly_when_the_last_ack_is_lost() {
+    // The client's egress drops 30% of its datagrams (its ACKs among them; no GSO, so each
+    // is dropped on its own). In write-lat the client's WRITE is the last message, and the
+    // server waits for the ACK of its own last WRITE: if the client's ACK of it is lost,
+    // the server resends, and the client, its own WRITE done, must still be there to
+    // answer (it exited at once, and the server ran out of retries). In send-lat both wait
+    // at a closing barrier, where each must go on answering the other's resends. The QP
+    // timeout (-u 12: 17 ms) is longer than a client takes to exit.
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let Some(script) = impair_script() else {
+        eprintln!("SKIPPED: no ../shared/impair");
+        return;
+    };
+    let pair = Pair::new("k");
+    impair_egress_with(&script, &pair.a, "veth0", &["--drop", "30"]);
+    let dir = out_dir("last-ack");
+    for round in 0..6 {
+        for test in ["write-lat", "send-lat"] {
+            let args = ["-s", "8", "-n", "20", "-u", "12", "--no-offload"];
+            let (results, _) = perf(&pair, test, &args, &dir);
+            assert_eq!(
+                results[0]["iterations"].as_u64(),
+                Some(20),
+                "{test}, round {round}: {}",
+                results[0]
+            );
+        }
     }
 }
 

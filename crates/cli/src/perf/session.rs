@@ -129,11 +129,101 @@ impl Session {
 
     /// The end of the test (perftest's barriers, and the client's report to the server in
     /// the WRITE/READ/atomic bandwidth tests). Returns the client's report on such a server.
-    fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerfError> {
-        // The ACKs of the last messages received must leave before the datapath goes quiet.
+    ///
+    /// The device keeps answering while the barriers wait: the peer may be resending its
+    /// last request, whose ACK from us was lost, and cannot reach the barrier before that
+    /// request completes (a NIC answers by itself; this device only when polled). A
+    /// WRITE-latency client, whom no barrier follows, goes on answering until the server,
+    /// whose WRITE was the last, closes the connection.
+    fn finish(
+        &mut self,
+        report: Option<BwReport>,
+        test: Test,
+        stall_timeout: Duration,
+    ) -> Result<Option<BwReport>, PerfError> {
+        // The ACKs of the last messages received leave now, not at the first wait.
         self.dev.flush()?;
+        self.stream.set_nonblocking(true).map_err(exchange_io)?;
+        let mut tcp = Answering {
+            tcp: &self.stream,
+            dev: &mut self.dev,
+            give_up_at: Instant::now() + stall_timeout,
+        };
+        let theirs = self.exchange.finish_on(&mut tcp, report);
+        if theirs.is_ok() && test == Test::WriteLat && self.role == Role::Client {
+            tcp.until_closed().map_err(exchange_io)?;
+        }
         self.stream.set_nonblocking(false).map_err(exchange_io)?;
-        self.exchange.finish(report).map_err(exchange_err)
+        theirs.map_err(exchange_err)
+    }
+}
+
+/// The TCP connection (non-blocking) through reads and writes that keep the device polled
+/// while they wait, until `give_up_at`.
+struct Answering<'a> {
+    tcp: &'a TcpStream,
+    dev: &'a mut Device,
+    give_up_at: Instant,
+}
+
+impl Answering<'_> {
+    /// Polls the device once and sleeps on it for up to a millisecond (a message on the
+    /// TCP connection is seen at the next try, at most that late).
+    fn answer(&mut self) -> io::Result<()> {
+        if Instant::now() >= self.give_up_at {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not finish within the stall timeout",
+            ));
+        }
+        self.dev.poll().map_err(io::Error::other)?;
+        self.dev
+            .wait(Some(Duration::from_millis(1)))
+            .map_err(io::Error::other)
+    }
+
+    /// Answers until the peer closes the connection (or sends anything: nothing is due),
+    /// or the stall timeout passes.
+    fn until_closed(&mut self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
+        loop {
+            match self.tcp.peek(&mut byte) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match self.answer() {
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok(()),
+                    other => other?,
+                },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A reset is the peer gone too.
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+}
+
+impl io::Read for Answering<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match io::Read::read(&mut self.tcp, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.answer()?,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl io::Write for Answering<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match io::Write::write(&mut self.tcp, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.answer()?,
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::Write::flush(&mut self.tcp)
     }
 }
 
@@ -271,7 +361,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
         );
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
-            if let Some(theirs) = s.finish(ours)? {
+            if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
             }
