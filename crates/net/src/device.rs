@@ -404,8 +404,8 @@ impl Device {
         let wall = self
             .wall
             .at(read_at, || engine_time(epoch, std::time::Instant::now()));
-        let (receiver, local, polled) = (&self.receiver, self.local, self.polled);
-        let mut segments = (0..n).flat_map(|i| {
+        let (receiver, polled) = (&self.receiver, self.polled);
+        let packets = (0..n).flat_map(|i| {
             let (msg, bytes) = receiver.message(i);
             let now = if msg.arrived_ns == 0 {
                 read_at
@@ -419,34 +419,14 @@ impl Device {
             let segments = bytes.chunks(msg.segment).enumerate();
             segments.map(move |(k, roce)| (now, msg, roce, k as u16))
         });
-        // Each packet's ICRC input is prepared while the packet before it is handled, so
-        // that the CRC never reads headers the moment they are written (see `IcrcInput`).
-        let mut inputs = [IcrcInput::new(), IcrcInput::new()];
-        let mut next = segments.next().map(|(now, msg, roce, k)| {
-            let prepared = prepare_icrc(&mut inputs[0], &msg, local, roce, k);
-            (now, msg, roce, k, prepared)
-        });
-        let mut j = 0;
-        while let Some((now, msg, roce, k, prepared)) = next.take() {
-            next = segments.next().map(|(now, msg, roce, k)| {
-                let prepared = prepare_icrc(&mut inputs[(j + 1) % 2], &msg, local, roce, k);
-                (now, msg, roce, k, prepared)
-            });
-            let first = prepared.map(|head_len| (head_len, prepared_icrc(&inputs[j % 2], roce)));
-            Self::deliver(
-                &mut self.engine,
-                &mut self.solver,
-                &mut self.counters,
-                self.capture.as_mut(),
-                now,
-                &msg,
-                local,
-                roce,
-                k,
-                first,
-            );
-            j += 1;
+        Delivery {
+            engine: &mut self.engine,
+            solver: &mut self.solver,
+            counters: &mut self.counters,
+            capture: self.capture.as_mut(),
+            local: self.local,
         }
+        .all(packets);
         Ok(true)
     }
 
@@ -462,115 +442,30 @@ impl Device {
         let Some(link) = self.xdp.as_ref() else {
             return false;
         };
-        for i in 0..n {
-            let (msg, roce) = match link.message(i) {
-                Ok(m) => m,
-                Err(refusal) => {
-                    self.counters.rx_datagrams += 1;
-                    match refusal {
-                        xdp::Refusal::Malformed => self.counters.rx_malformed += 1,
-                        xdp::Refusal::TooLong => self.counters.rx_too_long += 1,
-                    }
-                    continue;
-                }
-            };
-            let mut input = IcrcInput::new();
-            let first = prepare_icrc(&mut input, &msg, self.local, roce, 0)
-                .map(|head_len| (head_len, prepared_icrc(&input, roce)));
-            Self::deliver(
-                &mut self.engine,
-                &mut self.solver,
-                &mut self.counters,
-                self.capture.as_mut(),
-                now,
-                &msg,
-                self.local,
-                roce,
-                0,
-                first,
-            );
+        let (mut malformed, mut too_long) = (0, 0);
+        let packets = (0..n).filter_map(|i| match link.message(i) {
+            Ok((msg, roce)) => Some((now, msg, roce, 0)),
+            Err(xdp::Refusal::Malformed) => {
+                malformed += 1;
+                None
+            }
+            Err(xdp::Refusal::TooLong) => {
+                too_long += 1;
+                None
+            }
+        });
+        Delivery {
+            engine: &mut self.engine,
+            solver: &mut self.solver,
+            counters: &mut self.counters,
+            capture: self.capture.as_mut(),
+            local: self.local,
         }
+        .all(packets);
+        self.counters.rx_datagrams += malformed + too_long;
+        self.counters.rx_malformed += malformed;
+        self.counters.rx_too_long += too_long;
         true
-    }
-
-    /// Checks one received RoCE packet `roce`, segment `k` of its datagram (0 unless the
-    /// kernel joined several, GRO), and hands it to the engine. `first` is its ICRC as
-    /// [`prepare_icrc`] guessed the IPv4 identification, with the length of the IP and UDP
-    /// headers (`None`: too short to have one).
-    #[allow(clippy::too_many_arguments)]
-    fn deliver(
-        engine: &mut Engine,
-        solver: &mut Ipv4IdSolver,
-        counters: &mut NetCounters,
-        capture: Option<&mut Capture>,
-        now: Instant,
-        msg: &InMsg,
-        local: SocketAddr,
-        roce: &[u8],
-        k: u16,
-        first: Option<(usize, u32)>,
-    ) {
-        counters.rx_datagrams += 1;
-        let packet = match RocePacket::parse(roce) {
-            Ok(p) => p,
-            Err(_) => {
-                counters.rx_malformed += 1;
-                return;
-            }
-        };
-        // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
-        let icrc_with = |id: u16| {
-            let mut head = [0u8; MAX_IP_UDP];
-            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut head).ok()?;
-            icrc::compute_split(&head[..head_len], roce).ok()
-        };
-        let seen = msg.ip_id;
-        let Some((head_len, mut computed)) = first else {
-            counters.rx_malformed += 1;
-            return;
-        };
-        let mut ip_id = seen.unwrap_or(k);
-        if seen.is_some() && computed != packet.icrc {
-            counters.rx_icrc_errors += 1;
-            return;
-        }
-        if computed != packet.icrc && k != 0 {
-            ip_id = 0;
-            computed = icrc_with(0).unwrap_or(computed);
-        }
-        if computed != packet.icrc {
-            // IPv4 from a sender that writes other identifications (Soft-RoCE): find the one
-            // the ICRC was computed over, if one exists.
-            match msg
-                .src
-                .is_ipv4()
-                .then(|| solver.solve(head_len + roce.len(), computed, packet.icrc))
-            {
-                Some(Some(id)) => {
-                    counters.rx_ipv4_id_nonzero += 1;
-                    ip_id = id;
-                }
-                _ => {
-                    counters.rx_icrc_errors += 1;
-                    return;
-                }
-            }
-        }
-        let ce = msg.tos & 0b11 == 0b11;
-        if ce {
-            counters.rx_ce += 1;
-        }
-        if let Some(c) = capture {
-            c.record(now, false, (msg.src, local, ip_id), roce, &packet);
-        }
-        let headers = packet.headers();
-        engine.handle_packet(
-            now,
-            msg.src.ip(),
-            ce,
-            &headers,
-            Payload::Bytes(packet.payload),
-        );
     }
 
     // ---- transmit -----------------------------------------------------------------------
@@ -929,6 +824,115 @@ impl Device {
     fn group_by_source(&mut self) {
         self.tx_msgs
             .sort_unstable_by_key(|m| (m.source, m.ack, m.first));
+    }
+}
+
+/// Where received packets go: the engine, and what checking them uses and counts.
+struct Delivery<'a> {
+    engine: &'a mut Engine,
+    solver: &'a mut Ipv4IdSolver,
+    counters: &'a mut NetCounters,
+    capture: Option<&'a mut Capture>,
+    local: SocketAddr,
+}
+
+impl Delivery<'_> {
+    /// Hands `packets` (each: when it arrived, its datagram, the RoCE packet and its segment
+    /// number in the datagram) to the engine in order. Each packet's ICRC input is prepared
+    /// while the packet before it is handled, so that the CRC never reads headers the moment
+    /// they are written (see `IcrcInput`).
+    fn all<'p>(&mut self, packets: impl Iterator<Item = (Instant, InMsg, &'p [u8], u16)>) {
+        let mut packets = packets.peekable();
+        let mut inputs = [IcrcInput::new(), IcrcInput::new()];
+        let local = self.local;
+        let prepare = |input: &mut IcrcInput, next: Option<&(Instant, InMsg, &[u8], u16)>| {
+            next.and_then(|&(_, msg, roce, k)| prepare_icrc(input, &msg, local, roce, k))
+        };
+        let mut head_len = prepare(&mut inputs[0], packets.peek());
+        let mut j = 0;
+        while let Some((now, msg, roce, k)) = packets.next() {
+            let this = head_len;
+            head_len = prepare(&mut inputs[(j + 1) % 2], packets.peek());
+            let first = this.map(|n| (n, prepared_icrc(&inputs[j % 2], roce)));
+            self.one(now, &msg, roce, k, first);
+            j += 1;
+        }
+    }
+
+    /// Checks one received RoCE packet `roce`, segment `k` of its datagram (0 unless the
+    /// kernel joined several, GRO), and hands it to the engine. `first` is its ICRC as
+    /// [`prepare_icrc`] guessed the IPv4 identification, with the length of the IP and UDP
+    /// headers (`None`: too short to have one).
+    fn one(&mut self, now: Instant, msg: &InMsg, roce: &[u8], k: u16, first: Option<(usize, u32)>) {
+        let Delivery {
+            engine,
+            solver,
+            counters,
+            capture,
+            local,
+        } = self;
+        let local = *local;
+        counters.rx_datagrams += 1;
+        let packet = match RocePacket::parse(roce) {
+            Ok(p) => p,
+            Err(_) => {
+                counters.rx_malformed += 1;
+                return;
+            }
+        };
+        // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
+        let icrc_with = |id: u16| {
+            let mut head = [0u8; MAX_IP_UDP];
+            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut head).ok()?;
+            icrc::compute_split(&head[..head_len], roce).ok()
+        };
+        let seen = msg.ip_id;
+        let Some((head_len, mut computed)) = first else {
+            counters.rx_malformed += 1;
+            return;
+        };
+        let mut ip_id = seen.unwrap_or(k);
+        if seen.is_some() && computed != packet.icrc {
+            counters.rx_icrc_errors += 1;
+            return;
+        }
+        if computed != packet.icrc && k != 0 {
+            ip_id = 0;
+            computed = icrc_with(0).unwrap_or(computed);
+        }
+        if computed != packet.icrc {
+            // IPv4 from a sender that writes other identifications (Soft-RoCE): find the one
+            // the ICRC was computed over, if one exists.
+            match msg
+                .src
+                .is_ipv4()
+                .then(|| solver.solve(head_len + roce.len(), computed, packet.icrc))
+            {
+                Some(Some(id)) => {
+                    counters.rx_ipv4_id_nonzero += 1;
+                    ip_id = id;
+                }
+                _ => {
+                    counters.rx_icrc_errors += 1;
+                    return;
+                }
+            }
+        }
+        let ce = msg.tos & 0b11 == 0b11;
+        if ce {
+            counters.rx_ce += 1;
+        }
+        if let Some(c) = capture.as_deref_mut() {
+            c.record(now, false, (msg.src, local, ip_id), roce, &packet);
+        }
+        let headers = packet.headers();
+        engine.handle_packet(
+            now,
+            msg.src.ip(),
+            ce,
+            &headers,
+            Payload::Bytes(packet.payload),
+        );
     }
 }
 
