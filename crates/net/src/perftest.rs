@@ -764,16 +764,17 @@ impl<S: Read + Write> Session<S> {
     /// perftest before 23.07 then writes "done" and closes; nobody reads it, so we neither
     /// write nor expect it. Drop the stream afterwards.
     pub fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerftestError> {
-        let Session {
-            stream,
+        let (role, test) = (self.role, self.test);
+        let (local, peer) = (&self.local, &self.peer);
+        finish_steps(
+            &mut self.stream,
             role,
             test,
-            phase,
+            &mut self.phase,
             local,
             peer,
-            ..
-        } = self;
-        finish_steps(stream, *role, *test, phase, local, peer, report)
+            report,
+        )
     }
 
     /// [`Session::finish`] over `stream`, another handle of the same connection: one whose
@@ -784,15 +785,16 @@ impl<S: Read + Write> Session<S> {
         stream: &mut T,
         report: Option<BwReport>,
     ) -> Result<Option<BwReport>, PerftestError> {
-        let Session {
+        let (role, test) = (self.role, self.test);
+        finish_steps(
+            stream,
             role,
             test,
-            phase,
-            local,
-            peer,
-            ..
-        } = self;
-        finish_steps(stream, *role, *test, phase, local, peer, report)
+            &mut self.phase,
+            &self.local,
+            &self.peer,
+            report,
+        )
     }
 
     /// The stream, e.g. to close it or to look at what is left.
