@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -17,6 +17,23 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 fn required() -> bool {
     std::env::var("SLUICE_REQUIRE_NETNS").is_ok_and(|v| v == "1")
+}
+
+/// Takes the lock the tests share (they use the same addresses and namespace names) if the
+/// test can run here; `None`: skip it (said on stderr).
+fn begin() -> Option<MutexGuard<'static, ()>> {
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    can_run().then_some(guard)
+}
+
+/// [`begin`], for a test that needs real loss: also the path of `../shared/impair`'s script.
+fn begin_with_impair() -> Option<(MutexGuard<'static, ()>, String)> {
+    let guard = begin()?;
+    let Some(script) = impair_script() else {
+        eprintln!("SKIPPED: no ../shared/impair");
+        return None;
+    };
+    Some((guard, script))
 }
 
 fn can_run() -> bool {
@@ -196,10 +213,9 @@ fn tshark_opcodes(pcap: &Path) -> Option<Vec<String>> {
 
 #[test]
 fn every_test_between_namespaces() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
+    let Some(_guard) = begin() else {
         return;
-    }
+    };
     let pair = Pair::new("t");
     let dir = out_dir("every");
     for (test, extra, opcodes) in CASES {
@@ -262,10 +278,9 @@ const CASES: &[(&str, &[&str], &[&str])] = &[
 /// as over UDP.
 #[test]
 fn every_test_over_xdp_links() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
+    let Some(_guard) = begin() else {
         return;
-    }
+    };
     let pair = Pair::new("x");
     let dir = out_dir("xdp");
     for (test, extra, opcodes) in CASES {
@@ -283,10 +298,9 @@ fn every_test_over_xdp_links() {
 /// link's frames leave past it), so the XDP end receives under loss.
 #[test]
 fn xdp_and_udp_ends_interoperate() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
+    let Some(_guard) = begin() else {
         return;
-    }
+    };
     let pair = Pair::new("i");
     let dir = out_dir("xdp-udp");
     let impair = impair_script();
@@ -349,10 +363,9 @@ fn xdp_and_udp_ends_interoperate() {
 /// XDP end says why and what to do, instead of only counting malformed frames.
 #[test]
 fn gso_batches_into_an_xdp_link_are_named_in_the_error() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
+    let Some(_guard) = begin() else {
         return;
-    }
+    };
     let pair = Pair::new("g");
     let args = ["-s", "65536", "-n", "20", "--stall-timeout", "3"];
     let server = pair.perf(
@@ -461,12 +474,7 @@ fn a_latency_test_ends_cleanly_when_the_last_ack_is_lost() {
     // timeout (-u 12: 17 ms) is longer than a client takes to exit. Eight rounds: the old
     // code failed in one of them with probability 1 - 0.8^8 = 83%; a request failing all
     // 8 tries (perftest's retry count 7) is 0.2^8 per exchange, 0.2% over the 640 here.
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
-    let Some(script) = impair_script() else {
-        eprintln!("SKIPPED: no ../shared/impair");
+    let Some((_guard, script)) = begin_with_impair() else {
         return;
     };
     let pair = Pair::new("k");
@@ -488,12 +496,7 @@ fn a_latency_test_ends_cleanly_when_the_last_ack_is_lost() {
 
 #[test]
 fn write_and_read_survive_real_loss() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_run() {
-        return;
-    }
-    let Some(script) = impair_script() else {
-        eprintln!("SKIPPED: no ../shared/impair");
+    let Some((_guard, script)) = begin_with_impair() else {
         return;
     };
     let impair = script.as_str();
