@@ -44,8 +44,9 @@ pub struct EngineConfig {
     /// of a 100 Gbit/s path with a 50 us round trip. Twice that only added data waiting in
     /// queues: on loopback, where every byte in flight waits in the receiver's socket,
     /// write-bw 64 KiB ran at a median 49.76 Gbit/s with 1,024 against 50.78 with 512 and
-    /// 50.98 with 384 (5 rounds of alternated 2 s runs; 256: 48.54), and between two
-    /// namespaces 48.23-49.22 with 1,024 against 48.42-50.06 with 512.
+    /// 50.98 with 384 (5 rounds of alternated 2 s runs; in two earlier sets of 3 and 4
+    /// rounds, 256: 49.40 and 48.54 against 49.25 and 48.82 with 1,024), and between two
+    /// namespaces 48.23-49.22 with 1,024 against 48.42-50.06 with 512 (4 alternated rounds).
     pub max_outstanding_packets: u32,
     /// The requester asks for an ACK on the last packet of every message and on every
     /// this many packets in between.
