@@ -1096,6 +1096,20 @@ impl Engine {
         control
     }
 
+    /// Whether [`Engine::handle_timeout`] may have something to do at `now`: a check for a
+    /// driver that polls, cheaper than [`Engine::next_timeout`] (a look at the earliest entry,
+    /// which is never later than what it stands for). It may say yes for an entry whose
+    /// wait has since moved later or ended; `handle_timeout` then drops or re-arms it, so
+    /// that happens once per such entry, not once per poll. `next_timeout` instead checks
+    /// and moves the entry, for a driver deciding how long to sleep.
+    pub fn timeout_due(&mut self, now: Instant) -> bool {
+        self.controller.next_timeout().is_some_and(|at| at <= now)
+            || self
+                .timers
+                .peek()
+                .is_some_and(|&Reverse((at, _))| at <= now)
+    }
+
     /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
     /// the control plane's own (law timers, decoupled processing).
     pub fn handle_timeout(&mut self, now: Instant) {

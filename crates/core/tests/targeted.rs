@@ -1143,6 +1143,35 @@ fn the_next_timeout_is_a_time_with_something_to_do() {
 }
 
 #[test]
+fn timeout_due_is_never_late_and_a_moved_timer_answers_yes_once() {
+    // A polling driver asks `timeout_due` each poll instead of the exact `next_timeout`: it
+    // must never say no when a timer is due, and a timer left queued at a deadline that an
+    // ACK took away makes it say yes once, until `handle_timeout` has dropped it.
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    p.post_write(&mut world, 1, 0, 4096);
+    assert!(!world.run_until(Duration::ZERO, |_| false));
+    let sent = world.now;
+    let timeout = Duration::from_nanos(4096 << PairOptions::default().timeout);
+    let e = &mut world.engines[0];
+    assert!(!e.timeout_due(sent));
+    assert!(!e.timeout_due(sent + (timeout - Duration::from_nanos(1))));
+    assert!(
+        e.timeout_due(sent + timeout),
+        "the retransmit deadline is due"
+    );
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+    // Answered: the entry queued at the old deadline is still there, and says yes once.
+    let e = &mut world.engines[0];
+    assert!(e.timeout_due(sent + timeout));
+    e.handle_timeout(sent + timeout);
+    assert!(!e.timeout_due(sent + timeout));
+    assert_eq!(e.next_timeout(), None);
+    assert_eq!(e.counters().retransmit_timeouts, 0);
+}
+
+#[test]
 fn a_lost_atomic_ack_holds_back_new_atomics_until_it_is_answered() {
     // Found by `sluice perf atomic-bw` under real loss: the first atomic's ACK was lost,
     // the next ones were answered, and the requester, counting only unanswered atomics
