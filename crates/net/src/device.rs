@@ -292,7 +292,7 @@ impl Device {
         let read_at = (!sent).then_some(now);
         let mut progress = self.receive(false, read_at)?;
         self.polled = now;
-        if self.engine.next_timeout().is_some_and(|t| t <= now) {
+        if self.engine.timeout_due(now) {
             self.engine.handle_timeout(now);
             progress = true;
         }
