@@ -199,6 +199,14 @@ impl ExtHeaders {
     /// Decodes the headers in `set` from the start of `buf` (the bytes after the BTH).
     pub fn parse(set: HeaderSet, buf: &[u8]) -> Result<ExtHeaders> {
         need(buf, set.wire_len(), Layer::Extension)?;
+        ExtHeaders::read(set, buf)
+    }
+
+    /// [`ExtHeaders::parse`] once the caller has checked that `buf` holds `set`'s headers
+    /// (e.g. against the opcode table's precomputed length): only the AETH's syndrome can
+    /// still be refused.
+    #[inline]
+    pub(crate) fn read(set: HeaderSet, buf: &[u8]) -> Result<ExtHeaders> {
         let mut ext = ExtHeaders::default();
         let mut at = 0;
         if set.contains(HeaderSet::DETH) {
