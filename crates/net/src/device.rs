@@ -845,8 +845,14 @@ impl Delivery<'_> {
         let mut packets = packets.peekable();
         let mut inputs = [IcrcInput::new(), IcrcInput::new()];
         let local = self.local;
+        // Each ICRC is first computed under the IPv4 identification the packet most likely
+        // left with: the one an XDP link saw; else `k`, which a GSO sender (Sluice) computed
+        // segment k's ICRC for (the identification the segment has once the kernel splits
+        // it), as 0 for a single datagram from an unconnected Don't-Fragment socket.
         let prepare = |input: &mut IcrcInput, next: Option<&(Instant, InMsg, &[u8], u16)>| {
-            next.and_then(|&(_, msg, roce, k)| prepare_icrc(input, &msg, local, roce, k))
+            next.and_then(|&(_, msg, roce, k)| {
+                prepare_icrc(input, msg.src, local, roce, msg.ip_id.unwrap_or(k))
+            })
         };
         let mut head_len = prepare(&mut inputs[0], packets.peek());
         let mut j = 0;
@@ -882,9 +888,9 @@ impl Delivery<'_> {
         };
         // The ICRC under IPv4 identification `id` (IPv6 has none: any gives the same).
         let icrc_with = |id: u16| {
-            let mut head = [0u8; MAX_IP_UDP];
-            let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut head).ok()?;
-            icrc::compute_split(&head[..head_len], roce).ok()
+            let mut input = IcrcInput::new();
+            prepare_icrc(&mut input, msg.src, local, roce, id)?;
+            Some(prepared_icrc(&input, roce))
         };
         let seen = msg.ip_id;
         let Some((head_len, mut computed)) = first else {
@@ -1027,22 +1033,18 @@ fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<
     Some([head, payload, tail])
 }
 
-/// Prepares `input` for the ICRC of `roce`, received in `msg` as segment `k` of it, under
-/// the IPv4 identification it most likely left with: the one an XDP link saw; else `k`,
-/// which a GSO sender (Sluice) computed segment k's ICRC for (the identification the
-/// segment has once the kernel splits it), as 0 for a single datagram from an unconnected
-/// Don't-Fragment socket. Returns the length of the IP and UDP headers, or `None` when the
+/// Prepares `input` for the ICRC of `roce`, received from `src`, as it would be under IPv4
+/// identification `id`. Returns the length of the IP and UDP headers, or `None` when the
 /// packet is too short to hold a BTH and an ICRC.
 fn prepare_icrc(
     input: &mut IcrcInput,
-    msg: &InMsg,
+    src: SocketAddr,
     local: SocketAddr,
     roce: &[u8],
-    k: u16,
+    id: u16,
 ) -> Option<usize> {
     let mut ip_udp = [0u8; MAX_IP_UDP];
-    let id = msg.ip_id.unwrap_or(k);
-    let head_len = icrc::masked_ip_udp(msg.src, local, roce.len(), id, &mut ip_udp).ok()?;
+    let head_len = icrc::masked_ip_udp(src, local, roce.len(), id, &mut ip_udp).ok()?;
     let (packet, tail) = roce.split_at(roce.len().saturating_sub(ICRC_LEN));
     input.prepare(&ip_udp[..head_len], packet, &[], tail).ok()?;
     Some(head_len)
