@@ -434,14 +434,16 @@ impl Device {
     /// link's socket) and hands each packet to the engine, timed `read_at` (or now): the
     /// link has no kernel stamps, and a frame is read within a poll of its arrival.
     fn receive_xdp(&mut self, read_at: Option<Instant>) -> bool {
-        let n = self.xdp.as_mut().map_or(0, XdpLink::recv);
+        let Some(link) = self.xdp.as_mut() else {
+            return false;
+        };
+        let n = link.recv();
         if n == 0 {
             return false;
         }
-        let now = read_at.unwrap_or_else(|| self.now());
-        let Some(link) = self.xdp.as_ref() else {
-            return false;
-        };
+        let link = &*link;
+        let epoch = self.epoch;
+        let now = read_at.unwrap_or_else(|| engine_time(epoch, std::time::Instant::now()));
         let (mut malformed, mut too_long) = (0, 0);
         let packets = (0..n).filter_map(|i| match link.message(i) {
             Ok((msg, roce)) => Some((now, msg, roce, 0)),
