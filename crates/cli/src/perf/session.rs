@@ -102,7 +102,7 @@ impl Session {
     pub(crate) fn transport_error(&mut self, message: String) -> PerfError {
         let c = *self.dev.engine().counters();
         let n = *self.dev.counters();
-        let too_long = self.datapath_hint();
+        let hint = self.datapath_hint();
         PerfError::Transport {
             message,
             counters: format!(
@@ -123,7 +123,7 @@ impl Session {
                 n.rx_icrc_errors,
                 n.rx_malformed,
                 n.tx_datagrams
-            ) + &too_long,
+            ) + &hint,
         }
     }
 

@@ -294,7 +294,13 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
 fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
     let iterations = o.iterations();
     let server = s.role == Role::Server;
-    let mut stamps = Vec::with_capacity(iterations.min(1 << 24) as usize + 1);
+    // Only the client times (it reports the samples); the server keeps no stamps.
+    let keep = if server {
+        0
+    } else {
+        iterations.min(1 << 24) as usize
+    };
+    let mut stamps = Vec::with_capacity(keep);
     let (mut sent, mut received) = (0u64, 0u64);
     let start = Instant::now();
     while sent < iterations || received < iterations {
@@ -321,11 +327,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         }
     }
     let elapsed = start.elapsed();
-    let samples = if server {
-        Vec::new()
-    } else {
-        stamps.windows(2).map(|w| (w[1] - w[0]) / 2).collect()
-    };
+    let samples = stamps.windows(2).map(|w| (w[1] - w[0]) / 2).collect();
     Ok(Measured {
         messages: sent,
         elapsed,
