@@ -433,21 +433,15 @@ impl Device {
     /// Takes the frames waiting on the XDP link (never waits: [`Device::wait`] sleeps on the
     /// link's socket) and hands each packet to the engine, timed `read_at` (or now): the
     /// link has no kernel stamps, and a frame is read within a poll of its arrival.
-    ///
-    /// Not inlined into `receive`: there it cost the UDP path 28 instructions a latency
-    /// turn (`scripts/bench-turn-instructions`).
-    #[inline(never)]
     fn receive_xdp(&mut self, read_at: Option<Instant>) -> bool {
-        let Some(link) = self.xdp.as_mut() else {
-            return false;
-        };
-        let n = link.recv();
+        let n = self.xdp.as_mut().map_or(0, XdpLink::recv);
         if n == 0 {
             return false;
         }
-        let link = &*link;
-        let epoch = self.epoch;
-        let now = read_at.unwrap_or_else(|| engine_time(epoch, std::time::Instant::now()));
+        let now = read_at.unwrap_or_else(|| self.now());
+        let Some(link) = self.xdp.as_ref() else {
+            return false;
+        };
         let (mut malformed, mut too_long) = (0, 0);
         let packets = (0..n).filter_map(|i| match link.message(i) {
             Ok((msg, roce)) => Some((now, msg, roce, 0)),
@@ -1035,9 +1029,7 @@ fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<
 
 /// Prepares `input` for the ICRC of `roce`, received from `src`, as it would be under IPv4
 /// identification `id`. Returns the length of the IP and UDP headers, or `None` when the
-/// packet is too short to hold a BTH and an ICRC. Inlined into the receive loop, which
-/// prepares one ahead (7 instructions a latency turn fewer than called).
-#[inline(always)]
+/// packet is too short to hold a BTH and an ICRC.
 fn prepare_icrc(
     input: &mut IcrcInput,
     src: SocketAddr,
