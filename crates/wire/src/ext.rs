@@ -254,6 +254,9 @@ impl ExtHeaders {
             return Err(Error::HeaderMismatch(opcode));
         }
         let len = set.wire_len();
+        if len == 0 {
+            return Ok(0); // a MIDDLE packet's, most of a long message's packets
+        }
         room(buf, len)?;
         let mut at = 0;
         let mut put = |bytes: &[u8]| {
