@@ -612,12 +612,9 @@ impl Device {
         let prepare = |input: &mut IcrcInput, (i, from, dst): (usize, SocketAddr, _)| {
             let p = &packets[i];
             let [head, payload, tail] = packet_parts(engine, buf, p)?;
-            let mut ip_udp = [0u8; MAX_IP_UDP];
-            let ip_udp_len = icrc::masked_ip_udp(from, dst, p.len(), p.ip_id, &mut ip_udp)
-                .expect("an MTU packet fits in an IP datagram");
             input
-                .prepare(&ip_udp[..ip_udp_len], head, payload, tail)
-                .expect("headers built by `stage` are well formed");
+                .prepare_between(from, dst, p.ip_id, head, payload, tail)
+                .expect("headers built by `stage` are well formed, an MTU packet fits a datagram");
             Some([head, payload, tail])
         };
         let (sources, local) = (&self.sources, self.local);
