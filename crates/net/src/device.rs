@@ -844,7 +844,15 @@ impl Delivery<'_> {
     /// number in the datagram) to the engine in order. Each packet's ICRC input is prepared
     /// while the packet before it is handled, so that the CRC never reads headers the moment
     /// they are written (see `IcrcInput`).
-    fn all<'p>(&mut self, packets: impl Iterator<Item = (Instant, InMsg, &'p [u8], u16)>) {
+    ///
+    /// A datagram's description comes by reference where the receiver keeps it (a UDP
+    /// socket's): copied along with each packet, it was read back with loads wider than the
+    /// stores that had just written it, which the CPU cannot forward (two fifths of
+    /// `Device::receive`'s samples in busy write-lat, `perf annotate`).
+    fn all<'p, M: std::borrow::Borrow<InMsg>>(
+        &mut self,
+        packets: impl Iterator<Item = (Instant, M, &'p [u8], u16)>,
+    ) {
         let mut packets = packets.peekable();
         let mut inputs = [IcrcInput::new(), IcrcInput::new()];
         let local = self.local;
@@ -852,9 +860,10 @@ impl Delivery<'_> {
         // left with: the one an XDP link saw; else `k`, which a GSO sender (Sluice) computed
         // segment k's ICRC for (the identification the segment has once the kernel splits
         // it), as 0 for a single datagram from an unconnected Don't-Fragment socket.
-        let prepare = |input: &mut IcrcInput, next: Option<&(Instant, InMsg, &[u8], u16)>| {
-            next.and_then(|&(_, msg, roce, k)| {
-                prepare_icrc(input, msg.src, local, roce, msg.ip_id.unwrap_or(k))
+        let prepare = |input: &mut IcrcInput, next: Option<&(Instant, M, &[u8], u16)>| {
+            next.and_then(|(_, msg, roce, k)| {
+                let msg = msg.borrow();
+                prepare_icrc(input, msg.src, local, roce, msg.ip_id.unwrap_or(*k))
             })
         };
         let mut head_len = prepare(&mut inputs[0], packets.peek());
@@ -863,7 +872,7 @@ impl Delivery<'_> {
             let this = head_len;
             head_len = prepare(&mut inputs[(j + 1) % 2], packets.peek());
             let first = this.map(|n| (n, prepared_icrc(&inputs[j % 2], roce)));
-            self.one(now, &msg, roce, k, first);
+            self.one(now, msg.borrow(), roce, k, first);
             j += 1;
         }
     }

@@ -602,8 +602,8 @@ impl Receiver {
     }
 
     /// The messages of the last `recv`, with their bytes.
-    pub(crate) fn message(&self, i: usize) -> (InMsg, &[u8]) {
-        let m = self.msgs[i];
+    pub(crate) fn message(&self, i: usize) -> (&InMsg, &[u8]) {
+        let m = &self.msgs[i];
         (m, &self.buf[i * self.slot..i * self.slot + m.len])
     }
 }
