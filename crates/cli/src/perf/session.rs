@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use sluice_core::{
@@ -132,9 +132,15 @@ impl Session {
     ///
     /// The device keeps answering while the barriers wait: the peer may be resending its
     /// last request, whose ACK from us was lost, and cannot reach the barrier before that
-    /// request completes (a NIC answers by itself; this device only when polled). A
-    /// WRITE-latency client, whom no barrier follows, goes on answering until the server,
-    /// whose WRITE was the last, closes the connection.
+    /// request completes (a NIC answers by itself; this device only when polled).
+    ///
+    /// perftest's WRITE-latency test ends with no barrier: each side stops when its own
+    /// loop does, and either may still be resending its last WRITE then (the server's
+    /// while the client waits for nothing more; the client's, the last of the test, after
+    /// the server saw it land and its ACK was lost). So neither leaves while the other may:
+    /// the client, its last WRITE complete, closes its half of the connection and answers
+    /// until the server closes; the server answers until it sees that close. A perftest
+    /// peer closes when it exits, after its own last WRITE completed.
     fn finish(
         &mut self,
         report: Option<BwReport>,
@@ -150,7 +156,12 @@ impl Session {
             give_up_at: Instant::now() + stall_timeout,
         };
         let theirs = self.exchange.finish_on(&mut tcp, report);
-        if theirs.is_ok() && test == Test::WriteLat && self.role == Role::Client {
+        if theirs.is_ok() && test == Test::WriteLat {
+            if self.role == Role::Client {
+                // A server that has gone already makes this fail; the wait below then sees
+                // the connection closed.
+                let _ = tcp.tcp.shutdown(Shutdown::Write);
+            }
             tcp.until_closed().map_err(exchange_io)?;
         }
         self.stream.set_nonblocking(false).map_err(exchange_io)?;
