@@ -464,32 +464,41 @@ fn check_run(test: &str, extra: &[&str], opcodes: &[&str], r: &serde_json::Value
 }
 
 #[test]
-fn a_latency_test_ends_cleanly_when_the_last_ack_is_lost() {
-    // The client's egress drops 20% of its datagrams (its ACKs among them; no GSO, so each
-    // is dropped on its own). In write-lat the client's WRITE is the last message, and the
-    // server waits for the ACK of its own last WRITE: if the client's ACK of it is lost,
-    // the server resends, and the client, its own WRITE done, must still be there to
-    // answer (it exited at once, and the server ran out of retries). In send-lat both wait
-    // at a closing barrier, where each must go on answering the other's resends. The QP
-    // timeout (-u 12: 17 ms) is longer than a client takes to exit. Eight rounds: the old
-    // code failed in one of them with probability 1 - 0.8^8 = 83%; a request failing all
-    // 8 tries (perftest's retry count 7) is 0.2^8 per exchange, 0.2% over the 640 here.
+fn a_latency_test_ends_cleanly_when_a_last_ack_is_lost() {
+    // One end's egress drops 20% of its datagrams (its ACKs among them; no GSO, so each is
+    // dropped on its own), the client's, then the server's. In write-lat the server's last
+    // WRITE lands before the client sends its own, the last of the test: if the client's
+    // ACK of the server's WRITE is lost, the server resends while the client, its own WRITE
+    // done, must still be there to answer; if the server's ACK of the client's WRITE is
+    // lost, the client resends while the server, having seen that WRITE land, must still
+    // be there. In send-lat both wait at a closing barrier, where each must go on
+    // answering the other's resends. The QP timeout (-u 12: 17 ms) is longer than a side
+    // takes to exit. Eight rounds a side: code that let either side leave failed in one of
+    // them with probability 1 - 0.8^8 = 83%; a request failing all 8 tries (perftest's
+    // retry count 7) is 0.2^8 per exchange, 0.2% over the 640 a side here.
     let Some((_guard, script)) = begin_with_impair() else {
         return;
     };
-    let pair = Pair::new("k");
-    impair_egress_with(&script, &pair.a, "veth0", &["--drop", "20"]);
-    let dir = out_dir("last-ack");
-    for round in 0..8 {
-        for test in ["write-lat", "send-lat"] {
-            let args = ["-s", "8", "-n", "20", "-u", "12", "--no-offload"];
-            let (results, _) = perf(&pair, test, &args, &dir);
-            assert_eq!(
-                results[0]["iterations"].as_u64(),
-                Some(20),
-                "{test}, round {round}: {}",
-                results[0]
-            );
+    for (name, dropping_server) in [("k", false), ("m", true)] {
+        let pair = Pair::new(name);
+        let (ns, dev) = if dropping_server {
+            (&pair.b, "veth1")
+        } else {
+            (&pair.a, "veth0")
+        };
+        impair_egress_with(&script, ns, dev, &["--drop", "20"]);
+        let dir = out_dir("last-ack");
+        for round in 0..8 {
+            for test in ["write-lat", "send-lat"] {
+                let args = ["-s", "8", "-n", "20", "-u", "12", "--no-offload"];
+                let (results, _) = perf(&pair, test, &args, &dir);
+                assert_eq!(
+                    results[0]["iterations"].as_u64(),
+                    Some(20),
+                    "{test}, round {round}, server dropping: {dropping_server}: {}",
+                    results[0]
+                );
+            }
         }
     }
 }
