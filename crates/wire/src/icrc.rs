@@ -168,7 +168,7 @@ fn ip_version(buf: &[u8]) -> Result<(usize, Layer)> {
 #[inline(always)]
 fn masked_crc(ip_udp: &[u8], head: &[u8], payload: &[u8], pad: &[u8]) -> Result<u32> {
     let mut input = IcrcInput::new();
-    input.fill(ip_udp, head, payload, pad)?;
+    input.fill(Some(ip_udp), ip_udp.len(), head, payload, pad)?;
     Ok(input.hash(head, payload, pad))
 }
 
@@ -241,7 +241,8 @@ impl IcrcInput {
         check_ip_udp(ip_udp)?;
         need(head, BTH_LEN, Layer::Bth)?;
         need(tail, ICRC_LEN, Layer::Extension)?;
-        self.fill(ip_udp, head, payload, &tail[..tail.len() - ICRC_LEN])
+        let pad = &tail[..tail.len() - ICRC_LEN];
+        self.fill(Some(ip_udp), ip_udp.len(), head, payload, pad)
     }
 
     /// [`IcrcInput::prepare`] for a datagram from `src` to `dst` under IPv4 identification
@@ -269,12 +270,13 @@ impl IcrcInput {
             .split_first_chunk_mut::<MAX_IP_UDP_LEN>()
             .expect("the block holds the longest IP and UDP headers");
         let ip_udp_len = masked_ip_udp(src, dst, roce_len, ipv4_id, ip_udp)?;
-        let pad = &tail[..tail.len() - ICRC_LEN];
-        if ip_udp_len == IPV4_LEN + UDP_LEN {
-            self.fill_of::<{ IPV4_LEN + UDP_LEN }>(None, head, payload, pad)
-        } else {
-            self.fill_of::<{ IPV6_LEN + UDP_LEN }>(None, head, payload, pad)
-        }
+        self.fill(
+            None,
+            ip_udp_len,
+            head,
+            payload,
+            &tail[..tail.len() - ICRC_LEN],
+        )
     }
 
     /// The ICRC of the packet last prepared, given the same `head`, `payload` and `tail`.
@@ -284,21 +286,28 @@ impl IcrcInput {
         self.hash(head, payload, pad)
     }
 
-    /// [`IcrcInput::prepare`] once the lengths of `ip_udp` and the BTH are checked, for the
-    /// packet `head ++ payload ++ pad` without its ICRC.
+    /// [`IcrcInput::prepare`] once the lengths of the IP and UDP headers (`ip_udp_len`: 28 or
+    /// 48) and the BTH are checked, for the packet `head ++ payload ++ pad` without its
+    /// ICRC. The headers are `ip_udp`, or with `None` already at the start of the block.
     #[inline(always)]
-    fn fill(&mut self, ip_udp: &[u8], head: &[u8], payload: &[u8], pad: &[u8]) -> Result<()> {
+    fn fill(
+        &mut self,
+        ip_udp: Option<&[u8]>,
+        ip_udp_len: usize,
+        head: &[u8],
+        payload: &[u8],
+        pad: &[u8],
+    ) -> Result<()> {
         // One copy of the code per header length, so that the header copies are of fixed
         // size.
-        if ip_udp.len() == IPV4_LEN + UDP_LEN {
-            self.fill_of::<{ IPV4_LEN + UDP_LEN }>(Some(ip_udp), head, payload, pad)
+        if ip_udp_len == IPV4_LEN + UDP_LEN {
+            self.fill_of::<{ IPV4_LEN + UDP_LEN }>(ip_udp, head, payload, pad)
         } else {
-            self.fill_of::<{ IPV6_LEN + UDP_LEN }>(Some(ip_udp), head, payload, pad)
+            self.fill_of::<{ IPV6_LEN + UDP_LEN }>(ip_udp, head, payload, pad)
         }
     }
 
-    /// [`IcrcInput::fill`] for an `ip_udp` of `HEADERS` bytes (`None`: already at the start
-    /// of the block).
+    /// [`IcrcInput::fill`] for headers of `HEADERS` bytes.
     #[inline(always)]
     fn fill_of<const HEADERS: usize>(
         &mut self,
