@@ -1043,6 +1043,12 @@ fn packet_parts<'a>(engine: &'a Engine, buf: &'a [u8], p: &OutPacket) -> Option<
 /// Prepares `input` for the ICRC of `roce`, received from `src`, as it would be under IPv4
 /// identification `id`. Returns the length of the IP and UDP headers, or `None` when the
 /// packet is too short to hold a BTH and an ICRC.
+///
+/// The headers are built here and copied in, not written in place by
+/// `IcrcInput::prepare_between` as the sending side does: the last packet of a receive is
+/// hashed right after it is prepared, and in place the wait for the headers' stores moved
+/// into the CRC; busy write-lat was 0.01 us slower in two sets of 12 alternated pairs,
+/// though a turn took 194 fewer instructions.
 fn prepare_icrc(
     input: &mut IcrcInput,
     src: SocketAddr,
