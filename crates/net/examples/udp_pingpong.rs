@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use sluice_net::{DEFAULT_TOS, DeviceConfig};
 
+mod common;
+
 /// How an end waits for a datagram.
 #[derive(Clone, Copy)]
 enum Wait {
@@ -105,41 +107,22 @@ impl End {
     /// `out` in one `sendmmsg` of one GSO message, segments of `segment` bytes.
     #[allow(unsafe_code)]
     fn send_segmented(&mut self, dst: SocketAddr) -> std::io::Result<()> {
-        let SocketAddr::V4(v4) = dst else {
-            return Err(std::io::Error::other("IPv4 only"));
-        };
-        let mut to = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(v4.ip().octets()),
-            },
-            sin_zero: [0; 8],
-        };
+        let mut to = common::sockaddr_v4(dst)?;
         let mut iov = libc::iovec {
             iov_base: self.out.as_mut_ptr().cast::<libc::c_void>(),
             iov_len: self.out.len(),
         };
+        // SAFETY: mmsghdr is plain old data; zeroes are a valid value.
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        m.msg_hdr.msg_name = (&raw mut to).cast::<libc::c_void>();
+        m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = &raw mut iov;
+        m.msg_hdr.msg_iovlen = 1;
+        common::set_gso_segment(&mut m.msg_hdr, &mut self.control, self.segment as u16);
         // SAFETY: the header points at `to`, `iov` (over `out`) and `control`, all live for
-        // the call; CMSG_FIRSTHDR and CMSG_DATA stay inside `control` (128 bytes).
-        unsafe {
-            let mut m: libc::mmsghdr = std::mem::zeroed();
-            m.msg_hdr.msg_name = (&raw mut to).cast::<libc::c_void>();
-            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = &raw mut iov;
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = self.control.as_mut_ptr().cast::<libc::c_void>();
-            m.msg_hdr.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
-            let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-            libc::CMSG_DATA(c)
-                .cast::<u16>()
-                .write_unaligned(self.segment as u16);
-            if libc::sendmmsg(self.socket.as_raw_fd(), &raw mut m, 1, 0) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
+        // the call.
+        if unsafe { libc::sendmmsg(self.socket.as_raw_fd(), &raw mut m, 1, 0) } != 1 {
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
     }

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use sluice_net::{DEFAULT_TOS, DeviceConfig};
 
+mod common;
+
 /// The message size, and the datagrams (UDP payload bytes) a WRITE of it is sent as.
 const MESSAGE: usize = 65536;
 const FIRST_LEN: usize = 12 + 16 + 4096 + 4;
@@ -70,17 +72,7 @@ fn main() -> std::io::Result<()> {
 /// messages sent whole.
 #[allow(unsafe_code)]
 fn send(socket: &std::net::UdpSocket, to: SocketAddr, duration: Duration) -> std::io::Result<u64> {
-    let SocketAddr::V4(v4) = to else {
-        return Err(std::io::Error::other("IPv4 only"));
-    };
-    let mut name = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: v4.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(v4.ip().octets()),
-        },
-        sin_zero: [0; 8],
-    };
+    let mut name = common::sockaddr_v4(to)?;
     let data = vec![0x5Au8; SEGMENT_LEN * SEGMENTS];
     let mut iovs: Vec<libc::iovec> = (0..2 * PER_CALL)
         .map(|i| libc::iovec {
@@ -104,19 +96,7 @@ fn send(socket: &std::net::UdpSocket, to: SocketAddr, duration: Duration) -> std
         h.msg_iov = &raw mut iovs[i];
         h.msg_iovlen = 1;
         if i % 2 == 1 {
-            h.msg_control = control[i].as_mut_ptr().cast::<libc::c_void>();
-            // SAFETY: the header's control buffer is `control[i]` (32 bytes), room for
-            // one UDP_SEGMENT message; CMSG_FIRSTHDR and CMSG_DATA stay inside it.
-            unsafe {
-                h.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
-                let c = libc::CMSG_FIRSTHDR(h);
-                (*c).cmsg_level = libc::SOL_UDP;
-                (*c).cmsg_type = libc::UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-                libc::CMSG_DATA(c)
-                    .cast::<u16>()
-                    .write_unaligned(SEGMENT_LEN as u16);
-            }
+            common::set_gso_segment(h, &mut control[i], SEGMENT_LEN as u16);
         }
     }
     let start = Instant::now();
