@@ -63,6 +63,9 @@ struct End {
     buf: Vec<u8>,
     name: libc::sockaddr_storage,
     control: [u64; 16],
+    /// Where its turns go (feature `turn-timing`, for `scripts/bench-turn-time`).
+    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    turn: sluice_net::turn_timing::TurnTiming,
 }
 
 impl End {
@@ -91,17 +94,23 @@ impl End {
             // SAFETY: sockaddr_storage is plain old data; zeroes are a valid value.
             name: unsafe { std::mem::zeroed() },
             control: [0; 16],
+            #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+            turn: Default::default(),
         })
     }
 
     fn send(&mut self, dst: SocketAddr) -> std::io::Result<()> {
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        let start = self.turn.sending();
         match self.shape {
             Shape::Plain => {
                 self.socket.send_to(&self.out, dst)?;
-                Ok(())
             }
-            Shape::Roce => self.send_segmented(dst),
+            Shape::Roce => self.send_segmented(dst)?,
         }
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        self.turn.sent(start);
+        Ok(())
     }
 
     /// `out` in one `sendmmsg` of one GSO message, segments of `segment` bytes.
@@ -168,6 +177,8 @@ impl End {
     fn recv_call(&mut self, dontwait: bool) -> std::io::Result<usize> {
         let fd = self.socket.as_raw_fd();
         let buf = self.buf.as_mut_ptr().cast::<libc::c_void>();
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        let start = sluice_net::turn_timing::cycles();
         // SAFETY: every pointer handed to the kernel is to a live buffer of the stated length
         // (`buf`, `name`, `control`, and `iov` over `buf`) for the whole call.
         let n = unsafe {
@@ -201,6 +212,8 @@ impl End {
                 }
             }
         };
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        self.turn.received(start, n >= 0, !dontwait);
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -247,6 +260,10 @@ fn main() -> std::io::Result<()> {
             server.recv(wait)?;
             server.send(client_addr)?;
         }
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        if let Some(t) = server.turn.summary() {
+            eprintln!("turn timing (Server): {t}");
+        }
         Ok(())
     };
     let (mut client, server_addr, echo) = match (role.as_deref(), local, remote) {
@@ -275,6 +292,10 @@ fn main() -> std::io::Result<()> {
     }
     if let Some(echo) = echo {
         echo.join().expect("the echo thread")?;
+    }
+    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    if let Some(t) = client.turn.summary() {
+        eprintln!("turn timing (Client): {t}");
     }
     half_rtt_ns.sort_unstable();
     let us = |q: f64| {

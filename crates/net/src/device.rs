@@ -119,6 +119,8 @@ pub struct Device {
     tx_stamps: bool,
     solver: Ipv4IdSolver,
     counters: NetCounters,
+    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    turn: crate::turn_timing::TurnTiming,
     capture: Option<Capture>,
     /// Where a sent packet's parts are joined for the capture.
     capture_scratch: Vec<u8>,
@@ -213,6 +215,8 @@ impl Device {
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
             counters: NetCounters::default(),
+            #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+            turn: Default::default(),
             capture: None,
             capture_scratch: Vec::new(),
             tx_crcs: Vec::with_capacity(TX_PACKETS),
@@ -237,6 +241,12 @@ impl Device {
     /// The datapath's own counters (the engine has its own: `engine().counters()`).
     pub fn counters(&self) -> &NetCounters {
         &self.counters
+    }
+
+    /// Where this device's turns went so far (feature `turn-timing`).
+    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    pub fn turn_timing(&self) -> Option<crate::turn_timing::TurnSummary> {
+        self.turn.summary()
     }
 
     /// Whether the kernel segments our batches (GSO) and coalesces what we receive (GRO).
@@ -390,9 +400,13 @@ impl Device {
         if self.xdp.is_some() {
             return Ok(self.receive_xdp(read_at));
         }
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        let start = crate::turn_timing::cycles();
         let n = self
             .receiver
             .recv(&self.socket, wait, &mut self.counters.rx_truncated)?;
+        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        self.turn.received(start, n > 0, wait);
         if n == 0 {
             return Ok(false);
         }
@@ -530,7 +544,11 @@ impl Device {
             }
             None => {
                 *syscalls += 1;
+                #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+                let start = self.turn.sending();
                 let sent = self.sender.send(socket, &self.tx_packets, msgs, parts);
+                #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+                self.turn.sent(start);
                 (sent, None)
             }
         };

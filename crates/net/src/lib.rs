@@ -18,6 +18,8 @@ mod capture;
 mod device;
 pub mod perftest;
 mod sys;
+#[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+pub mod turn_timing;
 mod xdp;
 
 use std::io;

@@ -394,6 +394,10 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             break;
         }
     }
+    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    if let Some(t) = s.dev.turn_timing() {
+        eprintln!("turn timing ({role:?}): {t}");
+    }
     if let Some(c) = s.dev.take_capture() {
         let n = c.finish().map_err(PerfError::Capture)?;
         if !o.json && !o.quiet {
