@@ -1,7 +1,7 @@
 //! `sluice perf --loopback`: both ends in one process over real UDP sockets on 127.0.0.1 and
 //! 127.0.0.2, every test, its JSON, and the errors a user meets.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -208,7 +208,6 @@ fn the_spin_before_sleeping_is_microseconds_or_nothing() {
 fn output_into_a_closed_pipe_ends_quietly() {
     // `sluice perf ... | head -1`: the reader is gone before the results are printed.
     use std::os::unix::process::ExitStatusExt;
-    use std::process::Stdio;
     let mut child = Command::new(SLUICE)
         .args(["perf", "write-lat", "--loopback", "-n", "100"])
         .args(["-p", "0", "--roce-port", "24130"])
@@ -221,6 +220,35 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{err}");
+}
+
+#[test]
+fn an_xdp_interface_that_cannot_be_used_is_refused_before_serving() {
+    // Refused at once, not once a client connects (a server opens its device then), and
+    // without privileges. On `lo` frames would be sent and dropped without a word.
+    for (interface, says) in [
+        ("lo", "use the UDP datapath"),
+        ("sluice-nonesuch", "no such interface"),
+    ] {
+        let mut server = Command::new(SLUICE)
+            .args(["perf", "write-bw", "-p", "0", "--xdp", interface])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while server.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                server.kill().unwrap();
+                panic!("--xdp {interface}: the server waits for a client instead of refusing");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = server.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--xdp {interface}: {err}");
+        assert!(err.contains(says), "--xdp {interface}: {err}");
+    }
 }
 
 #[test]

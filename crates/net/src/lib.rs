@@ -47,6 +47,14 @@ pub fn bind_socket(
     sys::Socket::bind(local, tos, buffer_bytes).map(sys::Socket::into_udp)
 }
 
+/// Whether an AF_XDP link ([`DeviceConfig::xdp`]) can be opened on `interface`, as far as
+/// can be told without privileges: it exists in this network namespace and is not a
+/// loopback interface. For a program that opens its device later (a server, once a client
+/// connects) to refuse a bad interface at once.
+pub fn check_xdp_interface(interface: &str) -> io::Result<()> {
+    xdp::check_interface(interface).map(drop)
+}
+
 /// What can go wrong in the datapath, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {

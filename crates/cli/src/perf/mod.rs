@@ -216,6 +216,11 @@ pub enum PerfError {
 /// one JSON object per line). Returns the reports.
 pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
     validate(options)?;
+    // A server opens its device once a client connects: check the interface now.
+    if let Some(interface) = &options.xdp {
+        sluice_net::check_xdp_interface(interface)
+            .map_err(|e| PerfError::Usage(format!("--xdp: {e}")))?;
+    }
     session::run(options)
 }
 
