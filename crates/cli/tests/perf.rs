@@ -223,15 +223,21 @@ fn output_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
-fn an_xdp_interface_that_cannot_be_used_is_refused_before_serving() {
-    // Refused at once, not once a client connects (a server opens its device then), and
-    // without privileges. On `lo` frames would be sent and dropped without a word.
-    for (interface, says) in [
-        ("lo", "use the UDP datapath"),
-        ("sluice-nonesuch", "no such interface"),
+fn an_xdp_interface_or_capture_path_that_cannot_be_used_is_refused_before_serving() {
+    // Refused at once, not once a client connects (a server opens its device and its
+    // capture then), and without privileges. On `lo` frames would be sent and dropped
+    // without a word.
+    for (option, value, says) in [
+        ("--xdp", "lo", "use the UDP datapath"),
+        ("--xdp", "sluice-nonesuch", "no such interface"),
+        (
+            "--pcap",
+            "/nonexistent-dir/x.pcap",
+            "--pcap /nonexistent-dir/x.pcap",
+        ),
     ] {
         let mut server = Command::new(SLUICE)
-            .args(["perf", "write-bw", "-p", "0", "--xdp", interface])
+            .args(["perf", "write-bw", "-p", "0", option, value])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -240,14 +246,14 @@ fn an_xdp_interface_that_cannot_be_used_is_refused_before_serving() {
         while server.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > deadline {
                 server.kill().unwrap();
-                panic!("--xdp {interface}: the server waits for a client instead of refusing");
+                panic!("{option} {value}: the server waits for a client instead of refusing");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let o = server.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "--xdp {interface}: {err}");
-        assert!(err.contains(says), "--xdp {interface}: {err}");
+        assert_eq!(o.status.code(), Some(2), "{option} {value}: {err}");
+        assert!(err.contains(says), "{option} {value}: {err}");
     }
 }
 

@@ -307,5 +307,12 @@ fn validate(o: &Options) -> Result<(), PerfError> {
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());
     }
+    if let Some(cap) = &o.capture {
+        // The capture is written once a client has connected: a path that cannot be
+        // written is refused now, not after a server has waited for one.
+        if let Err(e) = std::fs::File::create(&cap.path) {
+            return usage(format!("--pcap {}: {e}", cap.path.display()));
+        }
+    }
     Ok(())
 }
