@@ -223,21 +223,27 @@ fn output_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
-fn an_xdp_interface_or_capture_path_that_cannot_be_used_is_refused_before_serving() {
-    // Refused at once, not once a client connects (a server opens its device and its
+fn what_a_server_cannot_use_is_refused_before_it_waits_for_a_client() {
+    // An XDP interface, a capture path, a RoCE port held on the address to serve on:
+    // refused at once, not once a client connects (a server opens its device and its
     // capture then), and without privileges. On `lo` frames would be sent and dropped
     // without a word.
-    for (option, value, says) in [
-        ("--xdp", "lo", "use the UDP datapath"),
-        ("--xdp", "sluice-nonesuch", "no such interface"),
+    let holder = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let held = holder.local_addr().unwrap().port().to_string();
+    let held_port = ["--bind", "127.0.0.2", "--roce-port", held.as_str()];
+    for (args, code, says) in [
+        (&["--xdp", "lo"][..], 2, "use the UDP datapath"),
+        (&["--xdp", "sluice-nonesuch"], 2, "no such interface"),
         (
-            "--pcap",
-            "/nonexistent-dir/x.pcap",
-            "--pcap /nonexistent-dir/x.pcap",
+            &["--pcap", "/nonexistent-dir/x.pcap"],
+            2,
+            "--pcap /nonexistent-dir",
         ),
+        (&held_port, 1, "cannot bind UDP 127.0.0.2"),
     ] {
         let mut server = Command::new(SLUICE)
-            .args(["perf", "write-bw", "-p", "0", option, value])
+            .args(["perf", "write-bw", "-p", "0"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -246,14 +252,14 @@ fn an_xdp_interface_or_capture_path_that_cannot_be_used_is_refused_before_servin
         while server.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > deadline {
                 server.kill().unwrap();
-                panic!("{option} {value}: the server waits for a client instead of refusing");
+                panic!("{args:?}: the server waits for a client instead of refusing");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let o = server.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{option} {value}: {err}");
-        assert!(err.contains(says), "{option} {value}: {err}");
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }
 
