@@ -224,13 +224,17 @@ fn output_into_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn what_a_server_cannot_use_is_refused_before_it_waits_for_a_client() {
-    // An XDP interface, a capture path, a RoCE port held on the address to serve on:
+    // An XDP interface, a capture path, a RoCE port held on the address to serve on (or on
+    // every address, when serving on all):
     // refused at once, not once a client connects (a server opens its device and its
     // capture then), and without privileges. On `lo` frames would be sent and dropped
     // without a word.
     let holder = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
     let held = holder.local_addr().unwrap().port().to_string();
     let held_port = ["--bind", "127.0.0.2", "--roce-port", held.as_str()];
+    let everywhere = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let held_everywhere = everywhere.local_addr().unwrap().port().to_string();
+    let held_everywhere = ["--roce-port", held_everywhere.as_str()];
     for (args, code, says) in [
         (&["--xdp", "lo"][..], 2, "use the UDP datapath"),
         (&["--xdp", "sluice-nonesuch"], 2, "no such interface"),
@@ -240,6 +244,7 @@ fn what_a_server_cannot_use_is_refused_before_it_waits_for_a_client() {
             "--pcap /nonexistent-dir",
         ),
         (&held_port, 1, "cannot bind UDP 127.0.0.2"),
+        (&held_everywhere, 1, "holds the port"),
     ] {
         let mut server = Command::new(SLUICE)
             .args(["perf", "write-bw", "-p", "0"])

@@ -264,13 +264,9 @@ pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener, PerfError> {
 pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
     match &o.connect {
         None => {
-            if let Some(ip) = o.bind {
-                // The device binds the RoCE port once a client connects: a port another
-                // stack holds (Soft-RoCE, another sluice) is reported now instead.
-                let addr = SocketAddr::new(ip, o.roce_port);
-                std::net::UdpSocket::bind(addr)
-                    .map_err(|source| sluice_net::NetError::Bind { addr, source })?;
-            }
+            // The device binds the RoCE port once a client connects: a port another stack
+            // holds (Soft-RoCE, another sluice) is reported now, where it can be known.
+            sluice_net::check_roce_port(o.bind, o.roce_port)?;
             let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
             let listener = listen(SocketAddr::new(ip, o.port))?;
             serve(o, listener)
