@@ -64,7 +64,7 @@ struct End {
     name: libc::sockaddr_storage,
     control: [u64; 16],
     /// Where its turns go (feature `turn-timing`, for `scripts/bench-turn-time`).
-    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    #[cfg(feature = "turn-timing")]
     turn: sluice_net::turn_timing::TurnTiming,
 }
 
@@ -94,13 +94,13 @@ impl End {
             // SAFETY: sockaddr_storage is plain old data; zeroes are a valid value.
             name: unsafe { std::mem::zeroed() },
             control: [0; 16],
-            #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+            #[cfg(feature = "turn-timing")]
             turn: Default::default(),
         })
     }
 
     fn send(&mut self, dst: SocketAddr) -> std::io::Result<()> {
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         let start = self.turn.sending();
         match self.shape {
             Shape::Plain => {
@@ -108,7 +108,7 @@ impl End {
             }
             Shape::Roce => self.send_segmented(dst)?,
         }
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         self.turn.sent(start);
         Ok(())
     }
@@ -177,7 +177,7 @@ impl End {
     fn recv_call(&mut self, dontwait: bool) -> std::io::Result<usize> {
         let fd = self.socket.as_raw_fd();
         let buf = self.buf.as_mut_ptr().cast::<libc::c_void>();
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         let start = sluice_net::turn_timing::cycles();
         // SAFETY: every pointer handed to the kernel is to a live buffer of the stated length
         // (`buf`, `name`, `control`, and `iov` over `buf`) for the whole call.
@@ -212,7 +212,7 @@ impl End {
                 }
             }
         };
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         self.turn.received(start, n >= 0, !dontwait);
         if n < 0 {
             return Err(std::io::Error::last_os_error());
@@ -260,7 +260,7 @@ fn main() -> std::io::Result<()> {
             server.recv(wait)?;
             server.send(client_addr)?;
         }
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         if let Some(t) = server.turn.summary() {
             eprintln!("turn timing (Server): {t}");
         }
@@ -293,7 +293,7 @@ fn main() -> std::io::Result<()> {
     if let Some(echo) = echo {
         echo.join().expect("the echo thread")?;
     }
-    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    #[cfg(feature = "turn-timing")]
     if let Some(t) = client.turn.summary() {
         eprintln!("turn timing (Client): {t}");
     }

@@ -119,7 +119,7 @@ pub struct Device {
     tx_stamps: bool,
     solver: Ipv4IdSolver,
     counters: NetCounters,
-    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    #[cfg(feature = "turn-timing")]
     turn: crate::turn_timing::TurnTiming,
     capture: Option<Capture>,
     /// Where a sent packet's parts are joined for the capture.
@@ -215,7 +215,7 @@ impl Device {
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
             counters: NetCounters::default(),
-            #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+            #[cfg(feature = "turn-timing")]
             turn: Default::default(),
             capture: None,
             capture_scratch: Vec::new(),
@@ -244,7 +244,7 @@ impl Device {
     }
 
     /// Where this device's turns went so far (feature `turn-timing`).
-    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    #[cfg(feature = "turn-timing")]
     pub fn turn_timing(&self) -> Option<crate::turn_timing::TurnSummary> {
         self.turn.summary()
     }
@@ -400,12 +400,12 @@ impl Device {
         if self.xdp.is_some() {
             return Ok(self.receive_xdp(read_at));
         }
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         let start = crate::turn_timing::cycles();
         let n = self
             .receiver
             .recv(&self.socket, wait, &mut self.counters.rx_truncated)?;
-        #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+        #[cfg(feature = "turn-timing")]
         self.turn.received(start, n > 0, wait);
         if n == 0 {
             return Ok(false);
@@ -544,10 +544,10 @@ impl Device {
             }
             None => {
                 *syscalls += 1;
-                #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+                #[cfg(feature = "turn-timing")]
                 let start = self.turn.sending();
                 let sent = self.sender.send(socket, &self.tx_packets, msgs, parts);
-                #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+                #[cfg(feature = "turn-timing")]
                 self.turn.sent(start);
                 (sent, None)
             }

@@ -18,7 +18,7 @@ mod capture;
 mod device;
 pub mod perftest;
 mod sys;
-#[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+#[cfg(feature = "turn-timing")]
 pub mod turn_timing;
 mod xdp;
 

@@ -397,7 +397,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             break;
         }
     }
-    #[cfg(all(feature = "turn-timing", target_arch = "x86_64"))]
+    #[cfg(feature = "turn-timing")]
     if let Some(t) = s.dev.turn_timing() {
         eprintln!("turn timing ({role:?}): {t}");
     }
