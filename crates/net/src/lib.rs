@@ -57,12 +57,13 @@ pub fn check_xdp_interface(interface: &str) -> io::Result<()> {
 
 /// Whether a device could bind UDP port `port` on `local`, for a program that opens its
 /// device later (a server, once a client connects) to report a port in use at once. With
-/// an address: binds it and lets it go. Without one (the address a client will reach,
-/// not known yet): whether a socket holds the port on every address (the unspecified
-/// one, as Soft-RoCE's does), from the kernel's socket tables; one on a particular
-/// address may not be the one a client reaches, and is left to the device's own bind.
+/// an address: binds it and lets it go. Without one, or with the unspecified one (the
+/// device binds the address a client will reach, not known yet): whether a socket holds
+/// the port on every address (the unspecified one, as Soft-RoCE's does), from the
+/// kernel's socket tables; one on a particular address may not be the one a client
+/// reaches, and is left to the device's own bind.
 pub fn check_roce_port(local: Option<std::net::IpAddr>, port: u16) -> Result<(), NetError> {
-    if let Some(ip) = local {
+    if let Some(ip) = local.filter(|ip| !ip.is_unspecified()) {
         let addr = SocketAddr::new(ip, port);
         return std::net::UdpSocket::bind(addr)
             .map(drop)
@@ -200,7 +201,9 @@ mod tests {
         drop(held);
         let free = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
         let port = free.local_addr().unwrap().port();
-        // Held on one address only: not on every one, so left to the device.
+        // Held on one address only: not on every one, so left to the device, also when
+        // the server is to serve on all addresses by name.
         assert!(check_roce_port(None, port).is_ok());
+        assert!(check_roce_port(Some("0.0.0.0".parse().unwrap()), port).is_ok());
     }
 }

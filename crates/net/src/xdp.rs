@@ -660,7 +660,7 @@ pub(crate) fn check_interface(interface: &str) -> io::Result<u32> {
 /// Whether `interface` is a loopback interface (link type `ARPHRD_LOOPBACK`).
 fn is_loopback(interface: &str) -> bool {
     std::fs::read_to_string(format!("/sys/class/net/{interface}/type"))
-        .is_ok_and(|t| t.trim() == libc::ARPHRD_LOOPBACK.to_string())
+        .is_ok_and(|t| t.trim().parse() == Ok(libc::ARPHRD_LOOPBACK))
 }
 
 fn context(e: io::Error, what: &str) -> io::Error {

@@ -216,12 +216,27 @@ pub enum PerfError {
 /// one JSON object per line). Returns the reports.
 pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
     validate(options)?;
-    // A server opens its device once a client connects: check the interface now.
-    if let Some(interface) = &options.xdp {
+    check_before_connecting(options)?;
+    session::run(options)
+}
+
+/// What an end opens only once it is connected (its device, with its XDP interface and
+/// RoCE port, and its capture: a server learns its RoCE address from the client), checked
+/// where that can be done now, so that a server refuses at once instead of after waiting
+/// for a client.
+fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
+    if let Some(interface) = &o.xdp {
         sluice_net::check_xdp_interface(interface)
             .map_err(|e| PerfError::Usage(format!("--xdp: {e}")))?;
     }
-    session::run(options)
+    if let Some(cap) = &o.capture {
+        std::fs::File::create(&cap.path)
+            .map_err(|e| PerfError::Usage(format!("--pcap {}: {e}", cap.path.display())))?;
+    }
+    if o.connect.is_none() {
+        sluice_net::check_roce_port(o.bind, o.roce_port)?;
+    }
+    Ok(())
 }
 
 /// Runs both ends in this process, over real UDP sockets on 127.0.0.1 (client) and 127.0.0.2
@@ -306,13 +321,6 @@ fn validate(o: &Options) -> Result<(), PerfError> {
     }
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());
-    }
-    if let Some(cap) = &o.capture {
-        // The capture is written once a client has connected: a path that cannot be
-        // written is refused now, not after a server has waited for one.
-        if let Err(e) = std::fs::File::create(&cap.path) {
-            return usage(format!("--pcap {}: {e}", cap.path.display()));
-        }
     }
     Ok(())
 }

@@ -264,9 +264,6 @@ pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener, PerfError> {
 pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
     match &o.connect {
         None => {
-            // The device binds the RoCE port once a client connects: a port another stack
-            // holds (Soft-RoCE, another sluice) is reported now, where it can be known.
-            sluice_net::check_roce_port(o.bind, o.roce_port)?;
             let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
             let listener = listen(SocketAddr::new(ip, o.port))?;
             serve(o, listener)
