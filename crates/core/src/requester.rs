@@ -342,8 +342,16 @@ impl Engine {
             _ => None,
         };
         if qp.knobs.rate_bps.is_some_and(|r| r > 0) {
-            // Bytes on the wire: payload, pad, RoCE headers and ICRC, UDP, IPv4, Ethernet.
-            let wire = u64::from(payload_len) + 3 + 12 + 40 + 4 + 8 + 20 + 18;
+            // What the packet takes of a link, framing included (the simulator's links count
+            // the same), so that a law's rate is a rate on the wire.
+            let headers = RoceHeaders {
+                bth,
+                ccx: qp_ccx,
+                ext,
+            };
+            let wire = headers
+                .link_len(dst.is_ipv6(), payload_len as usize)
+                .expect("the requester builds known opcodes") as u64;
             qp.paced = (qp.next_send_at().max(now), wire * 8);
         }
         // Time a packet that asks for an ACK: its sample is one round trip, not the time

@@ -17,9 +17,7 @@ use sluice_core::{
     Access, Completion, Connection, CqId, Engine, EngineConfig, Memory, MrInfo, Mtu, Payload,
     QpCaps, QpConfig, QpNum, Recovery, Rng, SendOp, SendWr, Sge, WcStatus,
 };
-use sluice_wire::{
-    Ccx, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN, IntHop, Opcode, Psn, RoceHeaders, UDP_HEADER_LEN,
-};
+use sluice_wire::{Ccx, IntHop, Opcode, Psn, RoceHeaders};
 
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
@@ -30,9 +28,6 @@ use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
 use crate::topology::{Port, Routes, Topology};
 use crate::{Flow, NodeId};
 
-/// Bytes an Ethernet link spends on a frame besides its header: FCS 4, preamble 8,
-/// inter-frame gap 12.
-const ETHERNET_TRAILER_AND_GAP: usize = 24;
 /// A PFC frame: 64 bytes plus preamble and gap.
 const PFC_FRAME: u64 = 84;
 /// Traffic classes: control (ACKs, NAKs, CNPs, grants) is served first and never paused;
@@ -267,12 +262,12 @@ fn class_of(op: Opcode) -> u8 {
     }
 }
 
-/// Bytes on the link for a packet of RoCE `headers` with `payload` bytes: the UDP payload
-/// (`RoceHeaders::wire_len`: headers, payload, pad, ICRC) in IPv4, UDP and an Ethernet frame
-/// with its preamble and gap.
+/// Bytes on the link for a packet of RoCE `headers` with `payload` bytes, over IPv4: the
+/// one definition the engine's pacer uses too ([`RoceHeaders::link_len`]).
 pub(crate) fn frame_bytes(headers: &RoceHeaders, payload: u64) -> u64 {
-    let udp = headers.wire_len(payload as usize).unwrap_or(0);
-    (ETHERNET_HEADER_LEN + ETHERNET_TRAILER_AND_GAP + IPV4_HEADER_LEN + UDP_HEADER_LEN + udp) as u64
+    headers
+        .link_len(false, payload as usize)
+        .expect("the engine sends known opcodes") as u64
 }
 
 /// A well-mixed hash of `x` (one SplitMix64 step): ECMP and flowlet slots, engine seeds.

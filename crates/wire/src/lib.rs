@@ -51,6 +51,7 @@ mod opcode;
 mod packet;
 pub mod pcap;
 mod psn;
+mod size;
 
 pub use aeth::{AETH_LEN, Aeth, Credits, NakCode, RnrTimer, Syndrome};
 pub use bth::{BTH_LEN, Bth, DEFAULT_PKEY};
@@ -69,6 +70,10 @@ pub use ip::{
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ICRC_LEN, RoceHeaders, RocePacket, pad_for};
 pub use psn::Psn;
+pub use size::{
+    ETHERNET_FCS_LEN, ETHERNET_GAP_LEN, ETHERNET_MIN_FRAME_LEN, ETHERNET_PREAMBLE_LEN, link_len,
+    roce_link_len,
+};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
