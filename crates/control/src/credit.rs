@@ -39,6 +39,7 @@ use crate::params::{
     ParamError, ParamInfo, Params, parse_f64_in, parse_u64, parse_u64_in, unknown, us_to_ns,
 };
 
+/// The credit law's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CreditParams {
     /// U, the bytes a sender may send without credit; 0 = one BDP (line rate · base RTT,
@@ -137,6 +138,7 @@ pub struct Credit {
 }
 
 impl Credit {
+    /// A credit law with parameters `p`.
     pub fn new(p: CreditParams) -> Credit {
         Credit {
             unscheduled: p.unscheduled_bytes,

@@ -204,6 +204,7 @@ pub struct Dcqcn {
 }
 
 impl Dcqcn {
+    /// A DCQCN law with parameters `p`.
     pub fn new(p: DcqcnParams) -> Dcqcn {
         Dcqcn {
             g: p.g.clamp(0.0, 1.0),

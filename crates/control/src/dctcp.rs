@@ -133,6 +133,7 @@ pub struct Dctcp {
 }
 
 impl Dctcp {
+    /// A DCTCP law with parameters `p`.
     pub fn new(p: DctcpParams) -> Dctcp {
         Dctcp {
             g: p.g.clamp(0.0, 1.0),

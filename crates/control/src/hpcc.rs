@@ -43,6 +43,7 @@ use sluice_wire::Psn;
 
 use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64_in, unknown};
 
+/// HPCC's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HpccParams {
     /// η, the target utilisation. Default 0.95: the paper's §5 and SwCC §5.1 (ns-3 `TargetUtil`).
@@ -143,6 +144,7 @@ pub struct Hpcc {
 }
 
 impl Hpcc {
+    /// An HPCC law with parameters `p`.
     pub fn new(p: HpccParams) -> Hpcc {
         Hpcc {
             eta: p.eta.clamp(0.01, 1.0),

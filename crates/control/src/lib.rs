@@ -2,6 +2,8 @@
 //! its paper's parameters as defaults. Run one inline (`control::Inline`, SwCC) or behind
 //! SCR's queues (`control::Decoupled`); see `docs/control.md`.
 
+#![warn(missing_docs)]
+
 pub mod params;
 pub mod registry;
 

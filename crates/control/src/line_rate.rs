@@ -23,6 +23,7 @@ impl Params for LineRateParams {
 }
 
 impl LineRate {
+    /// The law that never limits (it has no parameters).
     pub fn new(_: LineRateParams) -> LineRate {
         LineRate
     }

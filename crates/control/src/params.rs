@@ -4,12 +4,22 @@
 /// A parameter could not be set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParamError {
+    /// The law has no parameter of that name.
     #[error("unknown parameter `{name}` (known: {known})")]
-    Unknown { name: String, known: String },
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The law's parameter names, comma-separated.
+        known: String,
+    },
+    /// The value does not parse or is out of range.
     #[error("parameter `{name}`: `{value}` is not {expected}")]
     Invalid {
+        /// The parameter's name.
         name: String,
+        /// The value given.
         value: String,
+        /// What the value must be.
         expected: &'static str,
     },
 }
@@ -17,7 +27,9 @@ pub enum ParamError {
 /// One parameter: its name, and what it means (unit and default included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamInfo {
+    /// The name `--cc-param` and scenario files use.
     pub name: &'static str,
+    /// What it means, with its unit and default.
     pub help: &'static str,
 }
 

@@ -10,15 +10,20 @@ use crate::{credit, dcqcn, dctcp, hpcc, line_rate, static_rate, swift, timely};
 #[derive(Debug, Clone, Copy)]
 #[allow(clippy::large_enum_variant)] // built once per engine, never on a hot path
 pub enum Mode {
+    /// Each event runs the law at once, on the engine's path ([`Inline`]).
     Inline,
+    /// Events go through SCR's coalescing queues to modelled processors ([`Decoupled`]).
     Decoupled(ScrConfig),
 }
 
 /// What the registry knows of a law.
 #[derive(Debug, Clone, Copy)]
 pub struct LawInfo {
+    /// The name `--cc` and scenario files use.
     pub name: &'static str,
+    /// One line on what the law is.
     pub summary: &'static str,
+    /// Its parameters, in the order to show them.
     pub params: &'static [ParamInfo],
     /// It sends Sluice control packets (grants): both ends must run it.
     pub control_packets: bool,
@@ -91,16 +96,26 @@ pub const LAWS: &[LawInfo] = &[
 /// A law could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
+    /// No law has that name.
     #[error("unknown congestion control `{name}` (known: {known})")]
-    UnknownLaw { name: String, known: String },
+    UnknownLaw {
+        /// The name given.
+        name: String,
+        /// Every law's name, comma-separated.
+        known: String,
+    },
+    /// A parameter could not be set.
     #[error("{law}: {source}")]
     Param {
+        /// The law's name.
         law: &'static str,
+        /// What was wrong with the parameter.
         #[source]
         source: ParamError,
     },
 }
 
+/// What the registry knows of law `name`, if there is one.
 pub fn info(name: &str) -> Option<&'static LawInfo> {
     LAWS.iter().find(|l| l.name == name)
 }

@@ -7,6 +7,7 @@ use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
 
 use crate::params::{ParamError, ParamInfo, Params, parse_f64, unknown};
 
+/// The static law's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StaticRateParams {
     /// The rate of every queue pair, in Gbit/s on the wire.
@@ -41,6 +42,7 @@ pub struct StaticRate {
 }
 
 impl StaticRate {
+    /// A law that paces every queue pair at `p.rate_gbps`.
     pub fn new(p: StaticRateParams) -> StaticRate {
         StaticRate {
             rate_bps: ((p.rate_gbps * 1e9) as u64).max(1),

@@ -71,19 +71,33 @@ use crate::params::{
 ///   RETX_RESET_THRESHOLD without a value here).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SwiftParams {
+    /// Additive increment, packets per RTT.
     pub ai: f64,
+    /// Multiplicative decrease constant, 0..1.
     pub beta: f64,
+    /// Largest multiplicative decrease per RTT, 0..1.
     pub max_mdf: f64,
+    /// Base target delay, µs.
     pub base_target_us: f64,
+    /// Switch hops on the path.
     pub hops: u32,
+    /// Target delay added per hop, µs.
     pub per_hop_us: f64,
+    /// Most target delay flow scaling adds, µs.
     pub fs_range_us: f64,
+    /// Window (packets) at and below which flow scaling adds all of `fs_range_us`.
     pub fs_min_cwnd: f64,
+    /// Window (packets) at and above which flow scaling adds nothing.
     pub fs_max_cwnd: f64,
+    /// Smallest window, packets.
     pub min_cwnd: f64,
+    /// Largest window, packets.
     pub max_cwnd: f64,
+    /// Initial window, packets; 0: line rate times `base_rtt_us`.
     pub init_cwnd: f64,
+    /// Unloaded RTT, µs, for the initial window and pacing before the first sample.
     pub base_rtt_us: f64,
+    /// Consecutive timeouts after which the window drops to `min_cwnd`.
     pub retx_reset: u32,
 }
 
@@ -226,6 +240,7 @@ pub struct Swift {
 }
 
 impl Swift {
+    /// A Swift law with parameters `p`.
     pub fn new(p: SwiftParams) -> Swift {
         // Fields are public, so sanitize here too: no NaN, no zero divisor below.
         let finite = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };

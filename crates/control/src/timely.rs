@@ -162,6 +162,7 @@ pub struct Timely {
 }
 
 impl Timely {
+    /// A TIMELY law with parameters `p`.
     pub fn new(p: TimelyParams) -> Timely {
         // Fields are public, so guard here too: nothing below may divide by zero or go NaN.
         let finite = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };

@@ -44,6 +44,7 @@ impl Credits {
         Credits(code as u8)
     }
 
+    /// The 5-bit code as it goes on the wire.
     pub const fn code(self) -> u8 {
         self.0
     }
@@ -71,6 +72,7 @@ const RNR_TABLE_US: [u32; 32] = [
 ];
 
 impl RnrTimer {
+    /// The timer with 5-bit code `code`, `None` if it does not fit 5 bits.
     pub const fn from_code(code: u8) -> Option<RnrTimer> {
         if code < 32 {
             Some(RnrTimer(code))
@@ -79,6 +81,7 @@ impl RnrTimer {
         }
     }
 
+    /// The 5-bit code as it goes on the wire.
     pub const fn code(self) -> u8 {
         self.0
     }
@@ -105,6 +108,7 @@ pub enum NakCode {
 }
 
 impl NakCode {
+    /// The NAK code `code`, `None` for a reserved one.
     pub const fn from_code(code: u8) -> Option<NakCode> {
         Some(match code {
             0 => NakCode::PsnSequenceError,
@@ -120,8 +124,11 @@ impl NakCode {
 /// What an AETH acknowledges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
+    /// An ACK, with the responder's credit count.
     Ack(Credits),
+    /// A receiver-not-ready NAK, with how long to wait before retrying.
     RnrNak(RnrTimer),
+    /// A NAK, with its reason.
     Nak(NakCode),
 }
 
@@ -141,6 +148,7 @@ impl Syndrome {
         }
     }
 
+    /// The syndrome byte as it goes on the wire.
     pub const fn to_byte(self) -> u8 {
         match self {
             Syndrome::Ack(c) => c.0,
@@ -153,12 +161,14 @@ impl Syndrome {
 /// A decoded AETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Aeth {
+    /// ACK, RNR NAK or NAK, with its value.
     pub syndrome: Syndrome,
     /// Message sequence number: how many requests the responder has completed (24 bits).
     pub msn: u32,
 }
 
 impl Aeth {
+    /// Decodes an AETH from the start of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Aeth> {
         need(buf, AETH_LEN, Layer::Extension)?;
         Ok(Aeth {
@@ -167,6 +177,7 @@ impl Aeth {
         })
     }
 
+    /// Encodes the AETH into the start of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         room(buf, AETH_LEN)?;
         if self.msn >= 1 << 24 {

@@ -26,6 +26,7 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 /// rejected with [`Error::BadVersion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bth {
+    /// The operation, transport and place in a message.
     pub opcode: Opcode,
     /// Solicited event: the responder should raise a completion event.
     pub solicited: bool,
@@ -34,6 +35,7 @@ pub struct Bth {
     /// Pad bytes (0..=3) after the payload that make it a whole number of 4-byte words.
     /// An encoder of whole packets sets this from the payload length.
     pub pad_count: u8,
+    /// Partition key; [`DEFAULT_PKEY`] unless partitions are in use.
     pub pkey: u16,
     /// Forward ECN: set by a congested switch (InfiniBand); RoCE v2 uses the IP ECN bits.
     pub fecn: bool,
@@ -43,6 +45,7 @@ pub struct Bth {
     pub dest_qp: u32,
     /// Acknowledge request: the responder must answer this packet with an ACK.
     pub ack_req: bool,
+    /// Packet sequence number, 24 bits.
     pub psn: Psn,
 }
 

@@ -78,6 +78,7 @@ impl IntHop {
     /// The granularity of a queue length on the wire, in bytes.
     pub const QLEN_UNIT: u32 = 256;
 
+    /// The port's line rate in bit/s.
     pub fn rate_bps(&self) -> u64 {
         u64::from(self.rate_100mbps) * 100_000_000
     }
@@ -106,11 +107,14 @@ impl IntHop {
 /// The telemetry of a packet's path: up to [`MAX_INT_HOPS`] records, first hop first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct IntPath {
+    /// The hop records; only the first `len` are filled.
     pub hops: [IntHop; MAX_INT_HOPS],
+    /// How many of `hops` are filled.
     pub len: u8,
 }
 
 impl IntPath {
+    /// The filled hop records, first hop first.
     pub fn hops(&self) -> &[IntHop] {
         &self.hops[..usize::from(self.len).min(MAX_INT_HOPS)]
     }
@@ -130,8 +134,11 @@ impl IntPath {
 /// Which CCX layout a queue pair's two ends agreed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CcxLayout {
+    /// Send and echo timestamps, for RTT samples without the peer's host delay.
     Timestamps,
+    /// INT records written by switches on the path.
     Int,
+    /// The credit total the sender has granted its peer.
     Credit,
 }
 
@@ -197,19 +204,24 @@ pub enum Ccx {
     /// `echo_ns`: in a response, the `tx_ns` of the request it answers plus the time the
     /// responder held that request.
     Timestamps {
+        /// The sender's clock, in ns, as the packet left.
         tx_ns: u64,
+        /// In a response: the request's `tx_ns` plus the time the responder held it.
         echo_ns: Option<u64>,
     },
+    /// INT records of the path so far.
     Int(IntPath),
     /// The total credit in bytes the sender of the packet has granted its peer (wrapping): a
     /// total, not an increment, so a lost packet is made up by the next and a duplicate or
     /// late one adds nothing.
     Credit {
+        /// Bytes granted since the queue pair connected (wrapping).
         granted_total: u64,
     },
 }
 
 impl Ccx {
+    /// Which layout this is.
     pub const fn layout(&self) -> CcxLayout {
         match self {
             Ccx::Timestamps { .. } => CcxLayout::Timestamps,

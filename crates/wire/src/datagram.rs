@@ -7,7 +7,9 @@ use crate::{Error, IpHeader, RoceHeaders, RocePacket, UdpHeader, icrc};
 /// An IP datagram carrying UDP, decoded down to the UDP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IpUdp<'a> {
+    /// The IP header.
     pub ip: IpHeader,
+    /// The UDP header.
     pub udp: UdpHeader,
     /// Exactly the IP datagram (Ethernet padding after it is cut off).
     packet: &'a [u8],

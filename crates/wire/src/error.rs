@@ -8,10 +8,15 @@ use thiserror::Error;
 /// Which header a [`Error::Truncated`] ran out of bytes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layer {
+    /// The Ethernet header (or a VLAN tag).
     Ethernet,
+    /// The IPv4 header.
     Ipv4,
+    /// The IPv6 header.
     Ipv6,
+    /// The UDP header.
     Udp,
+    /// The base transport header.
     Bth,
     /// The extension headers that follow the BTH, or the ICRC after them.
     Extension,
@@ -37,8 +42,11 @@ pub enum Error {
     /// The buffer ends before the header it should hold.
     #[error("truncated {layer}: need {needed} bytes, have {available}")]
     Truncated {
+        /// The header that was cut short.
         layer: Layer,
+        /// Bytes the header needs.
         needed: usize,
+        /// Bytes there were.
         available: usize,
     },
     /// The BTH transport version (TVer) is neither 0, the only version RoCE v2 defines, nor
@@ -56,7 +64,12 @@ pub enum Error {
     UnknownOpcode(u8),
     /// The pad count is non-zero on an opcode without payload, or larger than the payload.
     #[error("bad pad count {pad} for {payload_with_pad} bytes of payload and pad")]
-    BadPadCount { pad: u8, payload_with_pad: usize },
+    BadPadCount {
+        /// The BTH's pad count.
+        pad: u8,
+        /// Bytes of payload and pad the packet holds.
+        payload_with_pad: usize,
+    },
     /// A length field disagrees with the bytes present, or payload and pad are not a whole
     /// number of 4-byte words, or an opcode without payload carries some.
     #[error("length mismatch: {0}")]
@@ -76,19 +89,29 @@ pub enum Error {
     NotUdp(u8),
     /// The ICRC on the wire is not the one computed over the packet.
     #[error("ICRC mismatch: packet carries {found:#010x}, computed {computed:#010x}")]
-    IcrcMismatch { found: u32, computed: u32 },
+    IcrcMismatch {
+        /// The ICRC the packet carries.
+        found: u32,
+        /// The ICRC computed over it.
+        computed: u32,
+    },
     /// The extension headers given to an encoder do not match the opcode's.
     #[error("extension headers do not match opcode {0:#04x}")]
     HeaderMismatch(u8),
     /// The caller's buffer is too small for what is to be written.
     #[error("buffer too small: need {needed} bytes, have {available}")]
-    BufferTooSmall { needed: usize, available: usize },
+    BufferTooSmall {
+        /// Bytes the encoding needs.
+        needed: usize,
+        /// Bytes the buffer has.
+        available: usize,
+    },
     /// A value does not fit its field (e.g. a QPN over 24 bits, a packet over 64 KiB).
     #[error("field out of range: {0}")]
     FieldRange(&'static str),
 }
 
-/// `Result` with this crate's [`Error`].
+/// `Result` with this crate's [`Error`](enum@Error).
 pub type Result<T> = core::result::Result<T, Error>;
 
 /// Checks that `buf` holds at least `needed` bytes of `layer`.

@@ -2,8 +2,11 @@
 
 use crate::error::{Layer, Result, need, room};
 
+/// Bytes in an Ethernet header without VLAN tags.
 pub const ETHERNET_HEADER_LEN: usize = 14;
+/// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// EtherType of IPv6.
 pub const ETHERTYPE_IPV6: u16 = 0x86DD;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88A8;
@@ -11,8 +14,11 @@ const ETHERTYPE_QINQ: u16 = 0x88A8;
 /// An Ethernet II header (after any VLAN tags, the inner EtherType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EthernetHeader {
+    /// Destination MAC address.
     pub dst: [u8; 6],
+    /// Source MAC address.
     pub src: [u8; 6],
+    /// EtherType of the payload (after any VLAN tags).
     pub ethertype: u16,
 }
 
@@ -41,6 +47,7 @@ impl EthernetHeader {
         ))
     }
 
+    /// Encodes the header (no VLAN tag) into the start of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         room(buf, ETHERNET_HEADER_LEN)?;
         buf[0..6].copy_from_slice(&self.dst);

@@ -8,7 +8,9 @@ use crate::{Error, HeaderSet};
 /// RDMA Extended Transport Header (16 bytes): where an RDMA WRITE or READ goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Reth {
+    /// Virtual address of the first byte.
     pub va: u64,
+    /// The remote key of the memory region.
     pub rkey: u32,
     /// Length of the whole RDMA operation in bytes (not of this packet).
     pub dma_len: u32,
@@ -18,7 +20,9 @@ pub struct Reth {
 /// fetch-and-add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AtomicEth {
+    /// Virtual address of the 8-byte target.
     pub va: u64,
+    /// The remote key of the memory region.
     pub rkey: u32,
     /// The value to swap in (compare-and-swap) or to add (fetch-and-add).
     pub swap_add: u64,
@@ -29,12 +33,14 @@ pub struct AtomicEth {
 /// Atomic ACK Extended Transport Header (8 bytes): the value the target held before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AtomicAckEth {
+    /// The target's value before the operation.
     pub original: u64,
 }
 
 /// Datagram Extended Transport Header (8 bytes), in UD packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Deth {
+    /// Queue key.
     pub qkey: u32,
     /// Source QP number, 24 bits.
     pub src_qp: u32,
@@ -46,7 +52,9 @@ pub struct Deth {
 /// connection setup; see `docs/control.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CcControl {
+    /// What `value` means.
     pub kind: CcControlKind,
+    /// The value.
     pub value: u64,
 }
 
@@ -80,6 +88,7 @@ impl From<CcControlKind> for u8 {
 }
 
 impl CcControl {
+    /// Bytes on the wire.
     pub const LEN: usize = 16;
 
     #[inline]
@@ -103,10 +112,15 @@ impl CcControl {
 /// opcode and not represented here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ExtHeaders {
+    /// The DETH, in UD packets.
     pub deth: Option<Deth>,
+    /// The RETH, in RDMA WRITE (first or only) and READ requests.
     pub reth: Option<Reth>,
+    /// The AtomicETH, in atomic requests.
     pub atomic_eth: Option<AtomicEth>,
+    /// The AETH, in ACKs, NAKs and READ responses that carry one.
     pub aeth: Option<Aeth>,
+    /// The AtomicAckETH, in atomic ACKs.
     pub atomic_ack_eth: Option<AtomicAckEth>,
     /// Immediate data (ImmDt), carried as-is (network byte order on the wire).
     pub imm_dt: Option<u32>,
@@ -127,6 +141,7 @@ fn be64(b: &[u8], at: usize) -> u64 {
 }
 
 impl Reth {
+    /// Bytes on the wire.
     pub const LEN: usize = 16;
 
     /// Decodes the first [`Reth::LEN`] bytes of `b` (the caller has checked the length).
@@ -141,6 +156,7 @@ impl Reth {
 }
 
 impl AtomicEth {
+    /// Bytes on the wire.
     pub const LEN: usize = 28;
 
     #[inline]
@@ -155,6 +171,7 @@ impl AtomicEth {
 }
 
 impl Deth {
+    /// Bytes on the wire.
     pub const LEN: usize = 8;
 
     #[inline]

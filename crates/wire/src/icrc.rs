@@ -184,8 +184,8 @@ const SHORT_PACKET: usize = 128;
 /// Apart, they let a caller with several packets prepare the next packet's input while it
 /// hashes this one's. The CRC reads its input 16 bytes at a time, and a read of bytes just
 /// written in smaller pieces waits until the writes reach the cache (the stores cannot be
-/// forwarded to the load): prepared and hashed at once, a 4 KiB packet's ICRC took 77 ns;
-/// hashed over headers written a packet earlier, 59 ns (this project's 2-core VM).
+/// forwarded to the load); headers written a packet earlier have reached the cache by the
+/// time they are hashed.
 #[derive(Clone)]
 pub struct IcrcInput {
     block: [u8; SHORT_PACKET],
@@ -354,9 +354,8 @@ impl IcrcInput {
                 .map_or(CCX_COVERED_LEN, |l| l.icrc_covered_len().min(ccx_len));
             (self.ccx_len, self.ccx_covered) = (ccx_len as u8, covered as u8);
         }
-        // A short packet is copied whole after the masked headers and hashed in one call
-        // (the wire bench's ICRC per packet, 2 alternated runs: an 8-byte WRITE 40.8 ->
-        // 27.0-27.7 ns, an ACK 32.6-33.2 -> 27.4-28.0 ns).
+        // A short packet is copied whole after the masked headers and hashed in one call:
+        // one pass over a few dozen bytes costs less than several calls.
         let short = HEADERS + BTH_LEN + rest.len() + payload.len() + pad.len();
         self.whole = short <= SHORT_PACKET && !ccx;
         let mut at = HEADERS + BTH_LEN;
@@ -394,9 +393,8 @@ impl IcrcInput {
 }
 
 /// A CRC-32 hasher in the state every ICRC starts from (after the masked LRH). crc32fast
-/// chooses its kernel from the CPU's features each time a hasher is made, which cost 38
-/// instructions a packet (callgrind, write-bw 64 KiB: 2% of the sender's user-space work
-/// beside the CRC itself); one made once is copied instead.
+/// chooses its kernel from the CPU's features each time a hasher is made, a cost paid on
+/// every packet; one made once is copied instead.
 #[inline]
 fn icrc_hasher() -> crc32fast::Hasher {
     static START: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();

@@ -6,8 +6,11 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::Error;
 use crate::error::{Layer, Result, need, room};
 
+/// Bytes in an IPv4 header without options.
 pub const IPV4_HEADER_LEN: usize = 20;
+/// Bytes in an IPv6 header without extension headers.
 pub const IPV6_HEADER_LEN: usize = 40;
+/// Bytes in a UDP header.
 pub const UDP_HEADER_LEN: usize = 8;
 /// The IANA UDP port of RoCE v2.
 pub const ROCE_V2_PORT: u16 = 4791;
@@ -16,39 +19,50 @@ const PROTO_UDP: u8 = 17;
 /// An IPv4 header without options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv4Header {
+    /// Source address.
     pub src: Ipv4Addr,
+    /// Destination address.
     pub dst: Ipv4Addr,
     /// The whole TOS byte: DSCP in the top six bits, ECN in the bottom two.
     pub tos: u8,
     /// Covered by the ICRC: RoCE senders use 0 with Don't Fragment set.
     pub identification: u16,
+    /// The Don't Fragment flag.
     pub dont_fragment: bool,
+    /// Time to live.
     pub ttl: u8,
 }
 
 /// An IPv6 header without extension headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv6Header {
+    /// Source address.
     pub src: Ipv6Addr,
+    /// Destination address.
     pub dst: Ipv6Addr,
     /// DSCP in the top six bits, ECN in the bottom two.
     pub traffic_class: u8,
     /// 20 bits.
     pub flow_label: u32,
+    /// Hop limit.
     pub hop_limit: u8,
 }
 
 /// The network header of a RoCE v2 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpHeader {
+    /// IPv4.
     V4(Ipv4Header),
+    /// IPv6.
     V6(Ipv6Header),
 }
 
 /// A UDP header; its length and checksum are derived when encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdpHeader {
+    /// Source port; RoCE v2 uses it as a flow label for ECMP.
     pub src_port: u16,
+    /// Destination port: [`ROCE_V2_PORT`] for RoCE.
     pub dst_port: u16,
 }
 
@@ -83,6 +97,7 @@ impl IpHeader {
         }
     }
 
+    /// The source address.
     pub fn src(&self) -> IpAddr {
         match self {
             IpHeader::V4(h) => IpAddr::V4(h.src),
@@ -90,6 +105,7 @@ impl IpHeader {
         }
     }
 
+    /// The destination address.
     pub fn dst(&self) -> IpAddr {
         match self {
             IpHeader::V4(h) => IpAddr::V4(h.dst),
@@ -105,6 +121,7 @@ impl IpHeader {
         }
     }
 
+    /// Bytes in the header.
     pub const fn header_len(&self) -> usize {
         match self {
             IpHeader::V4(_) => IPV4_HEADER_LEN,

@@ -38,6 +38,8 @@
 //! # Ok::<(), sluice_wire::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod aeth;
 mod bth;
 mod ccx;

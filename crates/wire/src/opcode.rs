@@ -20,17 +20,29 @@ pub enum Transport {
 /// The operation a packet is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
+    /// SEND.
     Send,
+    /// SEND with immediate data.
     SendWithImmediate,
+    /// SEND with invalidate.
     SendWithInvalidate,
+    /// RDMA WRITE.
     RdmaWrite,
+    /// RDMA WRITE with immediate data.
     RdmaWriteWithImmediate,
+    /// RDMA READ request.
     RdmaReadRequest,
+    /// RDMA READ response.
     RdmaReadResponse,
+    /// ACK or NAK.
     Acknowledge,
+    /// The ACK of an atomic operation, with the original value.
     AtomicAcknowledge,
+    /// Atomic compare-and-swap.
     CompareSwap,
+    /// Atomic fetch-and-add.
     FetchAdd,
+    /// Congestion notification packet (RoCE v2, opcode 0x81).
     Cnp,
     /// A Sluice congestion-control control packet (a credit grant), sent only to a peer
     /// that negotiated it.
@@ -41,9 +53,13 @@ pub enum Operation {
 /// atomics, CNPs) are `Only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
+    /// The first packet of a message of several.
     First,
+    /// A packet between the first and the last.
     Middle,
+    /// The last packet of a message of several.
     Last,
+    /// The only packet of a message.
     Only,
 }
 
@@ -65,6 +81,7 @@ impl Position {
 pub struct HeaderSet(u16);
 
 impl HeaderSet {
+    /// No header.
     pub const NONE: HeaderSet = HeaderSet(0);
     /// Datagram Extended Transport Header (UD): Q_Key, source QP. 8 bytes.
     pub const DETH: HeaderSet = HeaderSet(1 << 0);
@@ -99,18 +116,22 @@ impl HeaderSet {
         (Self::CC_CONTROL, 16),
     ];
 
+    /// The headers in either set.
     pub const fn union(self, other: HeaderSet) -> HeaderSet {
         HeaderSet(self.0 | other.0)
     }
 
+    /// The headers in `self` and not in `other`.
     pub const fn difference(self, other: HeaderSet) -> HeaderSet {
         HeaderSet(self.0 & !other.0)
     }
 
+    /// Whether every header of `other` is in `self`.
     pub const fn contains(self, other: HeaderSet) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// Whether the set holds no header.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
@@ -134,8 +155,11 @@ impl HeaderSet {
 pub struct OpcodeInfo {
     /// The IBTA name, e.g. `RC_RDMA_WRITE_FIRST`.
     pub name: &'static str,
+    /// RC, UC, UD or CNP.
     pub transport: Transport,
+    /// What the packet does.
     pub operation: Operation,
+    /// Its place in a message.
     pub position: Position,
     /// The extension headers between the BTH and the payload.
     pub headers: HeaderSet,
@@ -167,7 +191,10 @@ pub struct Opcode(pub u8);
 macro_rules! opcodes {
     ($($name:ident = $val:expr,)*) => {
         impl Opcode {
-            $(pub const $name: Opcode = Opcode($val);)*
+            $(
+                #[doc = concat!("`", stringify!($name), "` (", stringify!($val), ").")]
+                pub const $name: Opcode = Opcode($val);
+            )*
         }
     };
 }

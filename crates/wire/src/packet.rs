@@ -26,6 +26,7 @@ pub const fn pad_for(payload_len: usize) -> u8 {
 /// [`crate::IpUdp::roce`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
+    /// The base transport header.
     pub bth: Bth,
     /// Sluice's congestion-control extension header, when the BTH announces one (TVer 1).
     pub ccx: Option<Ccx>,
@@ -129,22 +130,26 @@ impl<'a> RocePacket<'a> {
         self.info.offset_of(h).map(|at| &self.ext[at..])
     }
 
+    /// The RETH, if this opcode carries one.
     #[inline]
     pub fn reth(&self) -> Option<Reth> {
         self.header(HeaderSet::RETH).map(Reth::read)
     }
 
+    /// The AETH, if this opcode carries one.
     #[inline]
     pub fn aeth(&self) -> Option<Aeth> {
         self.header(HeaderSet::AETH)
             .map(|b| Aeth::parse(b).expect("validated when the packet was parsed"))
     }
 
+    /// The AtomicETH, if this opcode carries one.
     #[inline]
     pub fn atomic_eth(&self) -> Option<AtomicEth> {
         self.header(HeaderSet::ATOMIC_ETH).map(AtomicEth::read)
     }
 
+    /// The AtomicAckETH, if this opcode carries one.
     #[inline]
     pub fn atomic_ack_eth(&self) -> Option<AtomicAckEth> {
         self.header(HeaderSet::ATOMIC_ACK_ETH)
@@ -153,6 +158,7 @@ impl<'a> RocePacket<'a> {
             })
     }
 
+    /// The DETH, if this opcode carries one.
     #[inline]
     pub fn deth(&self) -> Option<Deth> {
         self.header(HeaderSet::DETH).map(Deth::read)
@@ -174,9 +180,11 @@ impl<'a> RocePacket<'a> {
 /// The headers a sender fills in to build a packet: the encoding side of [`RocePacket`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RoceHeaders {
+    /// The base transport header; an encoder sets its pad count and TVer.
     pub bth: Bth,
     /// Written after the BTH, whose TVer then says so; `None` for plain RoCE v2.
     pub ccx: Option<Ccx>,
+    /// The IBTA extension headers; the opcode says which must be present.
     pub ext: ExtHeaders,
 }
 

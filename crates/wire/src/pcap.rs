@@ -8,12 +8,17 @@ use std::io::{self, Read, Write};
 
 /// Link types (the `LINKTYPE_*` values of tcpdump.org).
 pub mod link_type {
+    /// Ethernet.
     pub const ETHERNET: u32 = 1;
     /// Raw IP: the record starts with an IPv4 or IPv6 header.
     pub const RAW: u32 = 101;
+    /// Linux cooked capture, version 1 (`tcpdump -i any`).
     pub const LINUX_SLL: u32 = 113;
+    /// Raw IPv4.
     pub const IPV4: u32 = 228;
+    /// Raw IPv6.
     pub const IPV6: u32 = 229;
+    /// Linux cooked capture, version 2.
     pub const LINUX_SLL2: u32 = 276;
 }
 
@@ -71,10 +76,12 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(&captured[..caplen as usize])
     }
 
+    /// Flushes the underlying writer.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 
+    /// The underlying writer.
     pub fn into_inner(self) -> W {
         self.out
     }
@@ -83,12 +90,16 @@ impl<W: Write> PcapWriter<W> {
 /// Why a capture could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// Reading the file failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// The file starts with neither magic number.
     #[error("not a pcap or pcapng file (magic {0:#010x})")]
     UnknownFormat(u32),
+    /// A header or block is not what the format allows.
     #[error("malformed capture: {0}")]
     Malformed(&'static str),
+    /// The file ends inside a record.
     #[error("the capture ends in the middle of a record")]
     TruncatedRecord,
 }
@@ -96,10 +107,13 @@ pub enum CaptureError {
 /// One captured frame.
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
+    /// The link type of the interface it was captured on ([`link_type`]).
     pub link_type: u32,
+    /// When it was captured, in ns since the Unix epoch.
     pub timestamp_ns: u64,
     /// The captured bytes (possibly fewer than `orig_len`).
     pub data: &'a [u8],
+    /// Its length on the wire.
     pub orig_len: u32,
 }
 
