@@ -45,5 +45,7 @@ pub struct Counters {
     pub drops_unexpected_opcode: u64,
     /// Packets with a CC extension header the queue pair did not agree on.
     pub drops_unnegotiated_ccx: u64,
+    /// Received packets an in-line payload service dropped (e.g. failed authentication).
+    pub drops_service: u64,
     pub cq_overruns: u64,
 }

@@ -6,11 +6,15 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use sluice_wire::{Operation, Psn, RoceHeaders};
+use sluice_wire::{Opcode, Operation, Psn, RoceHeaders};
 
-use crate::control::{Actions, Controller, Deferred, Event, EventMask, Gate, NoControl};
+use crate::control::{Actions, Controller, Deferred, Event, EventMask, Gate};
 use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
 use crate::mr::{Access, Memory, MrInfo, MrTable};
+use crate::policy::{
+    Direction, EnginePathSelector, EngineScheduler, Policies, Served, Service, ServicePacket,
+    Tenant, TrackerFactory, TrackerMemory, Verdict,
+};
 use crate::qp::{
     Qp, QpConfig, QpNum, QpState, RecvWqe, SendOp, SendWqe, SendWr, SgList, Transition,
 };
@@ -23,9 +27,6 @@ pub struct PdId(pub u32);
 /// A completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CqId(pub u32);
-
-/// Packets a selective-repeat queue pair holds past a gap: as many as its bitmap tracks.
-const REORDER_LIMIT: usize = 255;
 
 /// The first QPN handed out (QPs 0 and 1 are special in InfiniBand; Soft-RoCE starts at 17).
 const FIRST_QPN: u32 = 0x11;
@@ -212,8 +213,18 @@ pub struct Engine {
     /// (cachegrind, 2 MiB cache, 16,384 queue pairs: 13.5 -> 12.0 read misses per message).
     live: Vec<bool>,
     free_qps: Vec<u32>,
-    /// Queue pairs that may have something to send, served round-robin: O(1) per packet.
-    ready: VecDeque<u32>,
+    /// Orders the queue pairs that may have something to send (those with `scheduled`).
+    scheduler: EngineScheduler,
+    /// Gives each packet its source port (unless the control law set the queue pair's path).
+    path: EnginePathSelector,
+    /// Makes the receive trackers of selective-repeat queue pairs.
+    trackers: Box<dyn TrackerFactory>,
+    /// Each queue pair's payload services, by index (empty for most: see `Qp::services`).
+    services: Vec<Vec<Box<dyn Service>>>,
+    /// Where a received payload is copied for in-line services to change it (reused).
+    service_scratch: Vec<u8>,
+    /// Some queue pair has had services: received packets take the services' way.
+    any_services: bool,
     /// (deadline, QP index); at most one live entry per queue pair (see `arm`).
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     timer_queued: Vec<Option<Instant>>,
@@ -234,13 +245,31 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine without congestion control (line rate, the configured window).
+    /// An engine with the default policies: no congestion control (line rate, the
+    /// configured window), per-packet round robin, one source port per queue pair.
     pub fn new(config: EngineConfig) -> Engine {
-        Engine::with_controller(config, Box::new(NoControl))
+        Engine::with_policies(config, Policies::default())
     }
 
-    /// An engine whose queue pairs a control law drives.
+    /// An engine whose queue pairs a control law drives (other policies the defaults).
     pub fn with_controller(config: EngineConfig, controller: Box<dyn Controller>) -> Engine {
+        Engine::with_policies(
+            config,
+            Policies {
+                controller,
+                ..Policies::default()
+            },
+        )
+    }
+
+    /// An engine with these policies.
+    pub fn with_policies(config: EngineConfig, policies: Policies) -> Engine {
+        let Policies {
+            controller,
+            scheduler,
+            path,
+            tracker,
+        } = policies;
         Engine {
             config,
             rng: Rng::new(config.seed),
@@ -250,7 +279,12 @@ impl Engine {
             qps: Vec::new(),
             live: Vec::new(),
             free_qps: Vec::new(),
-            ready: VecDeque::new(),
+            scheduler: EngineScheduler::new(scheduler),
+            path: EnginePathSelector::new(path),
+            trackers: tracker,
+            services: Vec::new(),
+            service_scratch: Vec::new(),
+            any_services: false,
             timers: BinaryHeap::new(),
             timer_queued: Vec::new(),
             counters: Counters::default(),
@@ -427,6 +461,11 @@ impl Engine {
         }
         self.live[index as usize] = true;
         self.controller.reset(index);
+        self.scheduler.get().reset(index);
+        self.path.reset(index);
+        if let Some(services) = self.services.get_mut(index as usize) {
+            services.clear();
+        }
         Ok(num)
     }
 
@@ -439,11 +478,13 @@ impl Engine {
         let qp = &mut self.qps[index as usize];
         let scheduled = std::mem::replace(qp, Qp::new(qp.num, qp.config())).scheduled;
         self.live[index as usize] = false;
-        // Off the ready list and the timers too: the index is reused by the next queue pair,
-        // which must not inherit a turn or a timer. A scan of the ready list, only when it is
-        // on it (a queue pair with nothing left to send, the usual case, is not).
+        // Off the scheduler and the timers too: the index is reused by the next queue pair,
+        // which must not inherit a turn or a timer.
         if scheduled {
-            self.ready.retain(|&i| i != index);
+            self.scheduler.get().remove(index);
+        }
+        if let Some(services) = self.services.get_mut(index as usize) {
+            services.clear();
         }
         self.timer_queued[index as usize] = None;
         self.free_qps.push(index);
@@ -528,7 +569,8 @@ impl Engine {
     /// Moves a queue pair along its state machine.
     pub fn modify_qp(&mut self, qpn: QpNum, transition: Transition) -> Result<(), Error> {
         let index = self.live(qpn)?;
-        let qp = self.qp_mut(index);
+        // The field, not `qp_mut`: the RTR transition asks the tracker factory beside it.
+        let qp = &mut self.qps[index as usize];
         let state = qp.state;
         let refuse = |action| Err(Error::InvalidState { state, action });
         match transition {
@@ -564,7 +606,7 @@ impl Engine {
                 qp.attrs.recovery = recovery;
                 qp.resp.epsn = rq_psn;
                 qp.resp.reorder = (recovery == crate::Recovery::SelectiveRepeat)
-                    .then(|| Box::new(crate::reorder::ReorderBuffer::new(REORDER_LIMIT)));
+                    .then(|| Box::new(crate::reorder::ReorderBuffer::new(self.trackers.create())));
                 qp.state = QpState::Rtr;
             }
             Transition::Rts {
@@ -615,9 +657,9 @@ impl Engine {
                 }
             }
             Transition::Reset => {
-                // Back to new, but still on the ready list if it was: `scheduled` says
-                // whether it is there (destroy_qp and schedule rely on it), and only
-                // poll_transmit takes an entry off.
+                // Back to new, but still held by the scheduler if it was: `scheduled` says
+                // whether it is (destroy_qp and schedule rely on it), and only poll_transmit
+                // lets it go.
                 let (num, config, scheduled) = (qp.num, qp.config(), qp.scheduled);
                 *qp = Qp::new(num, config);
                 qp.scheduled = scheduled;
@@ -655,6 +697,60 @@ impl Engine {
         let index = self.live(qpn)?;
         self.emit(index, now, Event::Hint(hint));
         Ok(())
+    }
+
+    /// Puts queue pair `qpn` in `tenant` for the scheduler (every queue pair starts in
+    /// tenant 0 of weight 1).
+    pub fn set_tenant(&mut self, qpn: QpNum, tenant: Tenant) -> Result<(), Error> {
+        let index = self.live(qpn)?;
+        if tenant.weight == 0 {
+            return Err(Error::InvalidArgument("a tenant's weight is at least 1"));
+        }
+        self.scheduler.get().set_tenant(index, tenant);
+        Ok(())
+    }
+
+    /// Runs `services` on queue pair `qpn`'s payloads, in this order on the send path and
+    /// the reverse on the receive path (replacing any it had). An in-line service changes
+    /// what goes on the wire: set one only when the peer agreed to run its counterpart.
+    pub fn set_services(
+        &mut self,
+        qpn: QpNum,
+        services: Vec<Box<dyn Service>>,
+    ) -> Result<(), Error> {
+        let index = self.live(qpn)? as usize;
+        if self.services.len() <= index {
+            self.services.resize_with(index + 1, Vec::new);
+        }
+        self.qps[index].attrs.services = !services.is_empty();
+        self.any_services |= !services.is_empty();
+        self.services[index] = services;
+        if self.service_scratch.capacity() == 0 {
+            // Once, the largest payload: receiving allocates nothing after this.
+            self.service_scratch = Vec::with_capacity(crate::Mtu::M4096.bytes() as usize);
+        }
+        Ok(())
+    }
+
+    /// Queue pair `qpn`'s services (for their counters).
+    pub fn services(&self, qpn: QpNum) -> &[Box<dyn Service>] {
+        self.live(qpn)
+            .ok()
+            .and_then(|i| self.services.get(i as usize))
+            .map_or(&[], |s| s.as_slice())
+    }
+
+    /// What the receive trackers hold, over every live queue pair that has one.
+    pub fn tracker_memory(&self) -> TrackerMemory {
+        let per_connection = (0..self.qps.len() as u32)
+            .filter(|&i| self.is_live(i))
+            .filter_map(|i| self.qps[i as usize].resp.reorder.as_ref())
+            .map(|r| r.tracker.memory())
+            .sum();
+        TrackerMemory {
+            per_connection,
+            shared: self.trackers.shared_memory(),
+        }
     }
 
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
@@ -851,6 +947,57 @@ impl Engine {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
+        if self.any_services {
+            self.handle_served_packet(now, from, ce, headers, payload);
+        } else {
+            self.take_packet(now, from, ce, headers, payload);
+        }
+    }
+
+    /// [`Engine::handle_packet`] in an engine where some queue pair has services: they see
+    /// (and in-line ones change) a copy of the payload, and the rest of the packet's way
+    /// reads that copy. Apart, so that an engine without services pays one test per packet.
+    #[inline(never)]
+    fn handle_served_packet(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        ce: bool,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) {
+        let index = Self::index(QpNum(headers.bth.dest_qp)).filter(|&i| {
+            self.is_live(i)
+                && self.qps[i as usize].attrs.services
+                && self.qps[i as usize].attrs.peer == Some(from)
+        });
+        let Some(index) = index else {
+            return self.take_packet(now, from, ce, headers, payload);
+        };
+        match self.serve_incoming(index, headers, payload) {
+            Ok(Some(copy)) => {
+                self.take_packet(now, from, ce, headers, Payload::Bytes(&copy));
+                self.service_scratch = copy;
+            }
+            Ok(None) => self.take_packet(now, from, ce, headers, payload),
+            Err(()) => {
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += u64::from(payload.len());
+                self.counters.drops_service += 1;
+            }
+        }
+    }
+
+    /// A received packet, past the services: checked, dispatched, answered.
+    #[inline(always)]
+    fn take_packet(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        ce: bool,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += u64::from(payload.len());
         let bth = &headers.bth;
@@ -952,6 +1099,42 @@ impl Engine {
         }
     }
 
+    /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
+    /// so that stages that undo each other nest), on a copy of a received payload: the copy
+    /// (`None` when there are no bytes to show), or `Err` when an in-line stage drops it.
+    #[inline(never)]
+    fn serve_incoming(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) -> Result<Option<Vec<u8>>, ()> {
+        let Payload::Bytes(bytes) = payload else {
+            return Ok(None);
+        };
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let mut copy = std::mem::take(&mut self.service_scratch);
+        copy.clear();
+        copy.extend_from_slice(bytes);
+        let packet = ServicePacket {
+            qpn: self.qps[index as usize].num,
+            psn: headers.bth.psn,
+            opcode: headers.bth.opcode,
+            direction: Direction::Receive,
+        };
+        for service in self.services[index as usize].iter_mut().rev() {
+            if !service.in_line() {
+                service.observe(&packet, &copy);
+            } else if service.transform(&packet, &mut copy) == Verdict::Drop {
+                self.service_scratch = copy;
+                return Err(());
+            }
+        }
+        Ok(Some(copy))
+    }
+
     /// A response, with what its CC extension header says: the round trip its echoed
     /// timestamp measures goes with the ACK event it causes (exact even for a resent
     /// request: the echo names the transmission); an INT record is a telemetry event.
@@ -1012,30 +1195,73 @@ impl Engine {
     /// The next packet to send, if any may go now. `payload` must hold a full MTU (4096
     /// bytes): a payload that is not read in place from a region is written to its start.
     /// Read the payload with [`Engine::payload`] before the next call.
+    #[inline]
     pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
-        while let Some(index) = self.ready.pop_front() {
+        // Nothing to send is the common answer when a driver polls: given before the visit's
+        // set-up.
+        let first = self.scheduler.next(now)?;
+        self.visit_from(first, now, payload)
+    }
+
+    /// Visits queue pairs from `first` on, in the scheduler's order, until one sends.
+    fn visit_from(&mut self, first: u32, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
+        let mut next = Some(first);
+        while let Some(index) = next {
             let transmit = self
-                .next_response_packet(index, now)
+                .next_response_packet(index, now, payload)
                 .or_else(|| self.next_request_packet(index, now, payload));
-            let qp = self.qp_mut(index);
-            match transmit {
-                Some(t) => {
-                    // Back to the end of the list if it may send more; if not, off it now,
-                    // while its state is in cache, rather than at a later turn that would
-                    // only find it idle (the next event that gives it work schedules it).
-                    if qp.may_send_more() {
-                        self.ready.push_back(index);
-                    } else {
-                        qp.scheduled = false;
-                    }
-                    self.counters.tx_packets += 1;
-                    self.counters.tx_bytes += u64::from(t.payload_len);
-                    return Some(t);
-                }
-                None => qp.scheduled = false,
+            let qp = &mut self.qps[index as usize];
+            let Some(t) = transmit else {
+                qp.scheduled = false;
+                self.scheduler.served(index, now, None, false);
+                next = self.scheduler.next(now);
+                continue;
+            };
+            // Kept if it may send more; if not, let go now, while its state is in cache,
+            // rather than at a later turn that would only find it idle (the next event that
+            // gives it work schedules it again).
+            let more = qp.may_send_more();
+            qp.scheduled = more;
+            let served = Served {
+                opcode: t.headers.bth.opcode,
+                payload_len: t.payload_len,
+            };
+            // The builders put a payload services must see in the buffer (see `Qp::services`).
+            if self.any_services
+                && qp.attrs.services
+                && t.payload_len > 0
+                && t.payload_at == PayloadAt::Buffer
+            {
+                let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
+                self.serve_outgoing(index, psn, served.opcode, &mut payload[..len]);
             }
+            self.scheduler.served(index, now, Some(&served), more);
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += u64::from(served.payload_len);
+            return Some(t);
         }
         None
+    }
+
+    /// Runs queue pair `index`'s services on the payload of its packet `psn`, in the
+    /// buffer it leaves from (never the region it came from: an in-line stage changes the
+    /// bytes that go, not the application's memory).
+    #[inline(never)]
+    fn serve_outgoing(&mut self, index: u32, psn: Psn, opcode: Opcode, payload: &mut [u8]) {
+        let packet = ServicePacket {
+            qpn: self.qps[index as usize].num,
+            psn,
+            opcode,
+            direction: Direction::Send,
+        };
+        for service in &mut self.services[index as usize] {
+            if service.in_line() {
+                // A send-side drop would lose the packet for good: it goes on (see Verdict).
+                let _ = service.transform(&packet, payload);
+            } else {
+                service.observe(&packet, payload);
+            }
+        }
     }
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with
@@ -1054,12 +1280,23 @@ impl Engine {
         }
     }
 
-    /// Puts a queue pair on the ready list (if it is not already there).
+    /// The UDP source port of a packet of queue pair `index`: the control law's path if it
+    /// set one, else the path selector's.
+    #[inline]
+    pub(crate) fn source_port(&mut self, index: u32, psn: Psn, opcode: Opcode) -> u16 {
+        let qp = &self.qps[index as usize];
+        match qp.path {
+            Some(port) => port,
+            None => self.path.source_port(index, qp.num, psn, opcode),
+        }
+    }
+
+    /// Hands a queue pair to the scheduler (if it does not hold it already).
     pub(crate) fn schedule(&mut self, index: u32) {
-        let qp = self.qp_mut(index);
+        let qp = &mut self.qps[index as usize];
         if !qp.scheduled {
             qp.scheduled = true;
-            self.ready.push_back(index);
+            self.scheduler.wake(index);
         }
     }
 
@@ -1075,7 +1312,13 @@ impl Engine {
     /// there is something to do: a driver that sleeps until it does not wake for nothing,
     /// and may sleep in a cheaper way when nothing is due soon.
     pub fn next_timeout(&mut self) -> Option<Instant> {
-        let control = self.controller.next_timeout();
+        let control = match (
+            self.controller.next_timeout(),
+            self.scheduler.get_ref().next_timeout(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         while let Some(&Reverse((at, index))) = self.timers.peek() {
             if self.timer_queued[index as usize] != Some(at) {
                 self.timers.pop();
@@ -1109,6 +1352,11 @@ impl Engine {
     /// and moves the entry, for a driver deciding how long to sleep.
     pub fn timeout_due(&mut self, now: Instant) -> bool {
         self.controller.next_timeout().is_some_and(|at| at <= now)
+            || self
+                .scheduler
+                .get_ref()
+                .next_timeout()
+                .is_some_and(|at| at <= now)
             || self
                 .timers
                 .peek()

@@ -15,6 +15,7 @@ mod engine;
 mod error;
 mod held_ranges;
 mod mr;
+pub mod policy;
 mod qp;
 mod reorder;
 mod requester;
@@ -29,10 +30,10 @@ pub use engine::{
 };
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};
+pub use policy::{Bitmap256, Policies, ReceiveTracker};
 pub use qp::{
     AsyncEvent, MAX_SGE, Mtu, QpCaps, QpConfig, QpNum, QpPsns, QpState, QueueDepths, Recovery,
     RecvWr, SendOp, SendWr, Sge, Transition,
 };
-pub use reorder::{Bitmap256, ReceiveTracker};
 pub use rng::Rng;
 pub use time::Instant;

@@ -260,8 +260,9 @@ impl MrTable {
 
     /// Finds message bytes `offset .. offset + dst.len()` of a scatter/gather list, checking
     /// every piece against `pd` (regions may be deregistered after posting). In one piece
-    /// of more than [`COPY_AT_MOST`] bytes (the usual case for bulk data) they are not
-    /// copied: where they lie is returned. Otherwise they are copied into `dst`.
+    /// of more than [`COPY_AT_MOST`] bytes (the usual case for bulk data), and `in_place`
+    /// allowed, they are not copied: where they lie is returned. Otherwise they are copied
+    /// into `dst`.
     ///
     /// Inline (its one caller builds each request packet): out of line, its answer came
     /// back through memory and was read back wider than it was written, a load the CPU
@@ -274,12 +275,13 @@ impl MrTable {
         sgl: &SgList,
         offset: u32,
         dst: &mut [u8],
+        in_place: bool,
     ) -> Result<PayloadAt, AccessError> {
         let len = dst.len() as u32;
         let mut at = 0usize;
         for (lkey, addr, n) in sgl.pieces(offset, len) {
             self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
-            if n == len && len > COPY_AT_MOST {
+            if in_place && n == len && len > COPY_AT_MOST {
                 return Ok(PayloadAt::Region { key: lkey, addr });
             }
             self.read(lkey, addr, &mut dst[at..at + n as usize]);

@@ -384,6 +384,8 @@ pub(crate) struct QpAttrs {
     pub(crate) cc_control: bool,
     /// The CC extension header layout the two ends agreed on; `None`: plain RoCE v2.
     pub(crate) ccx: Option<sluice_wire::CcxLayout>,
+    /// Payload services run on its packets (the engine holds them, by index).
+    pub(crate) services: bool,
 }
 
 impl Default for QpAttrs {
@@ -402,6 +404,7 @@ impl Default for QpAttrs {
             recovery: Recovery::GoBackN,
             cc_control: false,
             ccx: None,
+            services: false,
         }
     }
 }
@@ -555,7 +558,8 @@ pub struct QueueDepths {
     pub owed_responses: usize,
     /// READs and atomics kept to answer duplicates (at most `max_dest_rd_atomic`).
     pub responder_resources: usize,
-    /// Selective repeat: packets held past a gap (at most 255).
+    /// Selective repeat: packets held past a gap (at most what its receive tracker records:
+    /// 255 for the default bitmap).
     pub held_packets: usize,
     /// Selective repeat: PSNs queued for resending (at most 64).
     pub resends: usize,
@@ -797,17 +801,6 @@ impl Qp {
             }
             _ => crate::Instant::ZERO,
         }
-    }
-
-    /// The UDP source port for this queue pair's packets: the control law's path if it set
-    /// one, else Soft-RoCE's choice, 0xC000 plus a hash of the QPN, so that ECMP spreads
-    /// queue pairs over paths.
-    pub(crate) fn src_port(&self) -> u16 {
-        if let Some(port) = self.path {
-            return port;
-        }
-        let h = self.num.0.wrapping_mul(0x9E37_79B1);
-        0xC000 | ((h >> 18) as u16 & 0x3FFF)
     }
 }
 

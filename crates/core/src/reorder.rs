@@ -1,71 +1,11 @@
 //! Selective-repeat receive state: which PSNs past the expected one arrived, and their
 //! packets, kept until the gap before them fills.
 //!
-//! The tracking of PSNs sits behind [`ReceiveTracker`], so that a shared bitmap pool (LEFT)
-//! can replace the per-queue-pair bitmap without touching the responder.
+//! The tracking of PSNs sits behind the [`ReceiveTracker`] policy.
 
 use sluice_wire::{Psn, RoceHeaders};
 
-/// Which PSNs past a queue pair's expected PSN have been received. Offsets count from the
-/// expected PSN: offset 1 is the PSN after it (offset 0 is never out of order).
-pub trait ReceiveTracker: std::fmt::Debug {
-    /// The largest offset that can be recorded.
-    fn capacity(&self) -> u32;
-    /// Records `offset`; false if it was recorded already or is past the capacity.
-    fn insert(&mut self, offset: u32) -> bool;
-    fn contains(&self, offset: u32) -> bool;
-    /// The expected PSN moved forward by `n`: offsets shift down by `n`.
-    fn advance(&mut self, n: u32);
-    fn is_empty(&self) -> bool;
-}
-
-/// A per-queue-pair bitmap of 256 PSNs (as IRN keeps one per connection).
-#[derive(Debug, Clone, Default)]
-pub struct Bitmap256 {
-    words: [u64; 4],
-}
-
-impl ReceiveTracker for Bitmap256 {
-    fn capacity(&self) -> u32 {
-        255
-    }
-
-    fn insert(&mut self, offset: u32) -> bool {
-        if offset == 0 || offset > self.capacity() || self.contains(offset) {
-            return false;
-        }
-        self.words[(offset / 64) as usize] |= 1 << (offset % 64);
-        true
-    }
-
-    fn contains(&self, offset: u32) -> bool {
-        offset <= self.capacity() && self.words[(offset / 64) as usize] & (1 << (offset % 64)) != 0
-    }
-
-    fn advance(&mut self, n: u32) {
-        if n >= 256 {
-            self.words = [0; 4];
-            return;
-        }
-        // Shift the 256-bit value right by n.
-        let (word_shift, bit_shift) = ((n / 64) as usize, n % 64);
-        let mut out = [0u64; 4];
-        for (i, o) in out.iter_mut().enumerate() {
-            let src = i + word_shift;
-            if src < 4 {
-                *o = self.words[src] >> bit_shift;
-                if bit_shift > 0 && src + 1 < 4 {
-                    *o |= self.words[src + 1] << (64 - bit_shift);
-                }
-            }
-        }
-        self.words = out;
-    }
-
-    fn is_empty(&self) -> bool {
-        self.words == [0; 4]
-    }
-}
+use crate::policy::ReceiveTracker;
 
 /// Payload buffers a reorder buffer keeps for reuse.
 const SPARE_BUFFERS: usize = 16;
@@ -81,7 +21,7 @@ pub(crate) struct Held {
     pub(crate) real: bool,
 }
 
-/// The packets a selective-repeat responder holds, at most `limit` of them.
+/// The packets a selective-repeat responder holds, at most as many as its tracker records.
 #[derive(Debug)]
 pub(crate) struct ReorderBuffer {
     pub(crate) tracker: Box<dyn ReceiveTracker>,
@@ -92,12 +32,12 @@ pub(crate) struct ReorderBuffer {
 }
 
 impl ReorderBuffer {
-    pub(crate) fn new(limit: usize) -> ReorderBuffer {
+    pub(crate) fn new(tracker: Box<dyn ReceiveTracker>) -> ReorderBuffer {
         ReorderBuffer {
-            tracker: Box::new(Bitmap256::default()),
+            limit: tracker.capacity() as usize,
+            tracker,
             held: Vec::new(),
             spare: Vec::new(),
-            limit,
         }
     }
 
@@ -150,24 +90,5 @@ impl ReorderBuffer {
             }
         }
         self.tracker.advance(u32::MAX);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bitmap_records_and_shifts() {
-        let mut b = Bitmap256::default();
-        assert!(b.insert(1) && b.insert(70) && b.insert(255));
-        assert!(!b.insert(70) && !b.insert(0) && !b.insert(256));
-        b.advance(1);
-        assert!(b.contains(69) && b.contains(254) && !b.contains(70));
-        // The packet 70 PSNs ahead is now the expected one (offset 0).
-        b.advance(69);
-        assert!(b.contains(0) && b.contains(185) && !b.contains(1));
-        b.advance(186);
-        assert!(b.is_empty());
     }
 }

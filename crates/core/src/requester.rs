@@ -314,7 +314,10 @@ impl Engine {
                     dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
                     Ok(PayloadAt::Buffer)
                 }
-                None => self.mrs.gather(qp.pd, &wqe.sgl, offset, dst),
+                // Services see the payload in the buffer it leaves from.
+                None => self
+                    .mrs
+                    .gather(qp.pd, &wqe.sgl, offset, dst, !qp.attrs.services),
             };
             match gathered {
                 Ok(at) => payload_at = at,
@@ -331,7 +334,6 @@ impl Engine {
             req.max_sent = req.next_psn;
         }
         let dst = qp.attrs.peer.expect("an RTS queue pair has a peer");
-        let src_port = qp.src_port();
         let qp_ccx = qp.ccx_out(now, false);
         let timeout = Self::retransmit_timeout(qp.attrs.timeout);
         let arm_at = match (qp.req.deadline, timeout) {
@@ -376,6 +378,7 @@ impl Engine {
                 retransmission,
             },
         );
+        let src_port = self.source_port(index, psn, bth.opcode);
         Some(Transmit {
             dst,
             src_port,

@@ -626,6 +626,7 @@ impl Engine {
         &mut self,
         index: u32,
         now: crate::Instant,
+        payload: &mut [u8],
     ) -> Option<Transmit> {
         let qp = self.qp_mut(index);
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
@@ -634,7 +635,6 @@ impl Engine {
             return None;
         }
         let dst = qp.attrs.peer?;
-        let src_port = qp.src_port();
         let dest_qp = qp.attrs.dest_qpn;
         let mtu = qp.attrs.mtu;
         let msn = qp.resp.msn;
@@ -642,7 +642,7 @@ impl Engine {
         let ack = |syndrome| Aeth { syndrome, msn };
         let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
         // CNPs and control packets: not sequenced, no payload, never a CC extension header.
-        let unsequenced = |bth, ext| Transmit {
+        let unsequenced = |src_port, bth, ext| Transmit {
             dst,
             src_port,
             headers: RoceHeaders {
@@ -660,7 +660,8 @@ impl Engine {
                 let mut bth = Bth::new(Opcode::CNP, dest_qp, Psn::new(0));
                 bth.becn = true;
                 self.counters.cnps_sent += 1;
-                return Some(unsequenced(bth, ExtHeaders::default()));
+                let port = self.source_port(index, bth.psn, bth.opcode);
+                return Some(unsequenced(port, bth, ExtHeaders::default()));
             }
         }
         if qp.resp.grant_due > 0 {
@@ -687,7 +688,8 @@ impl Engine {
                         }),
                         ..ExtHeaders::default()
                     };
-                    return Some(unsequenced(bth, ext));
+                    let port = self.source_port(index, bth.psn, bth.opcode);
+                    return Some(unsequenced(port, bth, ext));
                 }
             }
         }
@@ -738,9 +740,17 @@ impl Engine {
                     let qp = self.qp_mut(index);
                     qp.resp.responses.clear();
                     self.refuse(index, bth.psn, Refusal::RemoteAccess);
-                    return self.next_response_packet(index, now);
+                    return self.next_response_packet(index, now, payload);
                 }
-                (bth, ext, len, PayloadAt::Region { key, addr: at })
+                let mut payload_at = PayloadAt::Region { key, addr: at };
+                if self.qp_at(index).attrs.services
+                    && let Some(crate::Payload::Bytes(bytes)) = self.mrs.slice(key, at, len)
+                {
+                    // Services see the payload in the buffer it leaves from.
+                    payload[..len as usize].copy_from_slice(bytes);
+                    payload_at = PayloadAt::Buffer;
+                }
+                (bth, ext, len, payload_at)
             }
             Some(&mut Response::AtomicAck { psn, original, .. }) => {
                 qp.resp.responses.pop_front();
@@ -786,6 +796,7 @@ impl Engine {
             None => return None,
         };
         let ccx = self.qp_mut(index).ccx_out(now, true);
+        let src_port = self.source_port(index, bth.psn, bth.opcode);
         Some(Transmit {
             dst,
             src_port,

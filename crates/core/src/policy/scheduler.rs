@@ -1,0 +1,304 @@
+//! Which queue pair with something to send is served next.
+
+use std::collections::VecDeque;
+
+use sluice_wire::{Opcode, Operation, Position};
+
+use crate::Instant;
+
+/// A queue pair's tenant: schedulers that share a link among tenants (SCR) group queue pairs
+/// by `id` and weigh the groups by `weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tenant {
+    pub id: u32,
+    /// Relative share, at least 1.
+    pub weight: u32,
+}
+
+impl Default for Tenant {
+    fn default() -> Self {
+        Tenant { id: 0, weight: 1 }
+    }
+}
+
+/// What one visit to a queue pair sent: a packet (what it is follows from its opcode, asked
+/// only by a scheduler that needs to know).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub opcode: Opcode,
+    /// Payload bytes of the packet.
+    pub payload_len: u32,
+}
+
+impl Served {
+    /// It was a response (ACK, NAK, READ response, atomic ACK) or control (CNP, grant), not
+    /// a request.
+    pub fn response(&self) -> bool {
+        self.opcode.info().is_some_and(|i| {
+            matches!(
+                i.operation,
+                Operation::Acknowledge
+                    | Operation::AtomicAcknowledge
+                    | Operation::RdmaReadResponse
+                    | Operation::Cnp
+                    | Operation::CcControl
+            )
+        })
+    }
+
+    /// It was the last packet of its message (a work request's, or a READ response's), or
+    /// a message of its own (an ACK, a CNP).
+    pub fn message_end(&self) -> bool {
+        self.opcode
+            .info()
+            .is_none_or(|i| matches!(i.position, Position::Last | Position::Only))
+    }
+}
+
+/// Picks which eligible queue pair sends next; may also pace queue pairs (its dequeue rate).
+///
+/// The engine keeps one bit per queue pair saying whether the scheduler holds it: it calls
+/// [`Scheduler::wake`] only for a queue pair not held, and after each visit that
+/// [`Scheduler::next`] asked for it calls [`Scheduler::served`], saying whether the queue
+/// pair may send more (then the scheduler keeps it) or not (it forgets it). Queue pairs are
+/// named by their index in the engine (dense, reused after a queue pair is destroyed).
+pub trait Scheduler: std::fmt::Debug + std::any::Any {
+    /// A new queue pair at `qp`: forget anything an earlier one at this index left.
+    fn reset(&mut self, qp: u32);
+
+    /// Queue pair `qp` may have something to send and is not held.
+    fn wake(&mut self, qp: u32);
+
+    /// The queue pair to visit at `now`, if one is eligible. It stays held until
+    /// [`Scheduler::served`].
+    fn next(&mut self, now: Instant) -> Option<u32>;
+
+    /// The visit to `qp` that `next` asked for sent `sent` (or nothing). `more`: the queue
+    /// pair may send more, so keep it; otherwise drop it until it is woken again.
+    fn served(&mut self, qp: u32, now: Instant, sent: Option<&Served>, more: bool);
+
+    /// Queue pair `qp`, held, is destroyed: drop it.
+    fn remove(&mut self, qp: u32);
+
+    /// Queue pair `qp` belongs to `tenant` from now on.
+    fn set_tenant(&mut self, qp: u32, tenant: Tenant) {
+        let _ = (qp, tenant);
+    }
+
+    /// When a held queue pair next becomes eligible, for a scheduler that paces; `None`
+    /// when it does not pace or nothing waits.
+    fn next_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// Every held queue pair in turn, one packet per visit (the engine's behaviour before
+/// schedulers were a policy, and a software NIC's natural fair share).
+#[derive(Debug, Clone, Default)]
+pub struct RoundRobin {
+    ready: VecDeque<u32>,
+}
+
+impl Scheduler for RoundRobin {
+    fn reset(&mut self, _qp: u32) {}
+
+    #[inline]
+    fn wake(&mut self, qp: u32) {
+        self.ready.push_back(qp);
+    }
+
+    #[inline]
+    fn next(&mut self, _now: Instant) -> Option<u32> {
+        self.ready.pop_front()
+    }
+
+    #[inline]
+    fn served(&mut self, qp: u32, _now: Instant, _sent: Option<&Served>, more: bool) {
+        if more {
+            self.ready.push_back(qp);
+        }
+    }
+
+    fn remove(&mut self, qp: u32) {
+        // A scan, only for a queue pair destroyed while it had something to send.
+        self.ready.retain(|&i| i != qp);
+    }
+}
+
+/// Round robin by message: a queue pair keeps its turn until the message it is sending
+/// ends, so that its packets leave back to back (as a NIC that arbitrates per work request).
+#[derive(Debug, Clone, Default)]
+pub struct PerMessage {
+    ready: VecDeque<u32>,
+}
+
+impl Scheduler for PerMessage {
+    fn reset(&mut self, _qp: u32) {}
+
+    fn wake(&mut self, qp: u32) {
+        self.ready.push_back(qp);
+    }
+
+    fn next(&mut self, _now: Instant) -> Option<u32> {
+        self.ready.pop_front()
+    }
+
+    fn served(&mut self, qp: u32, _now: Instant, sent: Option<&Served>, more: bool) {
+        if !more {
+            return;
+        }
+        match sent {
+            Some(s) if !s.message_end() => self.ready.push_front(qp),
+            _ => self.ready.push_back(qp),
+        }
+    }
+
+    fn remove(&mut self, qp: u32) {
+        self.ready.retain(|&i| i != qp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Instant = Instant::ZERO;
+
+    fn packet(message_end: bool) -> Served {
+        Served {
+            opcode: if message_end {
+                Opcode::RC_RDMA_WRITE_LAST
+            } else {
+                Opcode::RC_RDMA_WRITE_MIDDLE
+            },
+            payload_len: 1024,
+        }
+    }
+
+    #[test]
+    fn a_served_packet_says_what_it_was() {
+        let write_only = Served {
+            opcode: Opcode::RC_RDMA_WRITE_ONLY,
+            payload_len: 8,
+        };
+        assert!(write_only.message_end() && !write_only.response());
+        let read_middle = Served {
+            opcode: Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            payload_len: 4096,
+        };
+        assert!(!read_middle.message_end() && read_middle.response());
+        let ack = Served {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            payload_len: 0,
+        };
+        assert!(ack.message_end() && ack.response());
+    }
+
+    /// Visits `s` `n` times, each queue pair sending a packet that ends a message every
+    /// `every` packets and staying eligible; returns the order of visits.
+    fn visits(s: &mut dyn Scheduler, n: usize, every: u32) -> Vec<u32> {
+        let mut sent = [0u32; 8];
+        (0..n)
+            .map(|_| {
+                let qp = s.next(NOW).expect("a held queue pair");
+                sent[qp as usize] += 1;
+                s.served(qp, NOW, Some(&packet(sent[qp as usize] % every == 0)), true);
+                qp
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_robin_serves_each_queue_pair_one_packet_in_turn() {
+        let mut s = RoundRobin::default();
+        for qp in [3, 1, 2] {
+            s.wake(qp);
+        }
+        assert_eq!(visits(&mut s, 7, 4), [3, 1, 2, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn per_message_keeps_the_turn_until_the_message_ends() {
+        let mut s = PerMessage::default();
+        for qp in [3, 1] {
+            s.wake(qp);
+        }
+        assert_eq!(visits(&mut s, 7, 3), [3, 3, 3, 1, 1, 1, 3]);
+    }
+
+    #[test]
+    fn a_queue_pair_with_nothing_more_is_dropped_and_a_removed_one_is_gone() {
+        for s in [
+            &mut RoundRobin::default() as &mut dyn Scheduler,
+            &mut PerMessage::default(),
+        ] {
+            s.wake(1);
+            s.wake(2);
+            s.wake(3);
+            let first = s.next(NOW).unwrap();
+            s.served(first, NOW, Some(&packet(true)), false);
+            s.remove(2);
+            let rest: Vec<u32> = std::iter::from_fn(|| s.next(NOW)).collect();
+            assert_eq!(rest, [3], "{s:?}");
+        }
+    }
+}
+
+/// The engine's scheduler, with the default one called directly rather than through its
+/// vtable: a call the compiler cannot see into, between building a packet and returning
+/// it, made it copy the packet (288 bytes) on every send.
+#[derive(Debug)]
+pub(crate) enum EngineScheduler {
+    RoundRobin(RoundRobin),
+    Other(Box<dyn Scheduler>),
+}
+
+impl EngineScheduler {
+    pub(crate) fn new(scheduler: Box<dyn Scheduler>) -> EngineScheduler {
+        let any: &dyn std::any::Any = &*scheduler;
+        if !any.is::<RoundRobin>() {
+            return EngineScheduler::Other(scheduler);
+        }
+        let any: Box<dyn std::any::Any> = scheduler;
+        let rr = any.downcast::<RoundRobin>().expect("checked above");
+        EngineScheduler::RoundRobin(*rr)
+    }
+
+    pub(crate) fn get(&mut self) -> &mut dyn Scheduler {
+        match self {
+            EngineScheduler::RoundRobin(s) => s,
+            EngineScheduler::Other(s) => &mut **s,
+        }
+    }
+
+    pub(crate) fn get_ref(&self) -> &dyn Scheduler {
+        match self {
+            EngineScheduler::RoundRobin(s) => s,
+            EngineScheduler::Other(s) => &**s,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn wake(&mut self, qp: u32) {
+        match self {
+            EngineScheduler::RoundRobin(s) => s.wake(qp),
+            EngineScheduler::Other(s) => s.wake(qp),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next(&mut self, now: Instant) -> Option<u32> {
+        match self {
+            EngineScheduler::RoundRobin(s) => s.next(now),
+            EngineScheduler::Other(s) => s.next(now),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<&Served>, more: bool) {
+        match self {
+            EngineScheduler::RoundRobin(s) => s.served(qp, now, sent, more),
+            EngineScheduler::Other(s) => s.served(qp, now, sent, more),
+        }
+    }
+}
