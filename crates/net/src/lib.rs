@@ -16,6 +16,7 @@
 
 mod capture;
 mod device;
+mod link;
 pub mod perftest;
 mod sys;
 #[cfg(feature = "turn-timing")]

@@ -312,7 +312,7 @@ impl XdpLink {
     }
 
     /// The largest RoCE packet (BTH to ICRC) the link sends and receives.
-    fn max_roce_len(&self) -> usize {
+    pub(crate) fn max_roce_len(&self) -> usize {
         if self.multi_buffer {
             MAX_FRAME_LEN - HEADERS_LEN
         } else {
