@@ -1,6 +1,5 @@
 //! The real datapath: one [`sluice_core::Engine`] driven over a UDP socket as a [`Device`],
-//! perftest's connection exchange ([`perftest`]), and a capture of what goes over the wire
-//! ([`Capture`]).
+//! and a capture of what goes over the wire ([`Capture`]).
 //!
 //! RoCE v2 on an ordinary UDP socket: the kernel writes the IP and UDP headers, so the ICRC
 //! (which covers them) is computed over the headers the kernel will write. Sends go out on
@@ -17,7 +16,6 @@
 mod capture;
 mod device;
 mod link;
-pub mod perftest;
 mod sys;
 #[cfg(feature = "turn-timing")]
 pub mod turn_timing;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 pub use report::Report;
 
-pub use sluice_net::perftest::{Role, Test, Verb};
+pub use sluice_perftest::{Role, Test, Verb};
 
 /// The test's name without perftest's `ib_`: `write_bw`.
 pub fn short_name(test: Test) -> &'static str {
@@ -134,7 +134,7 @@ impl Options {
         Options {
             test,
             connect: None,
-            port: sluice_net::perftest::DEFAULT_PORT,
+            port: sluice_perftest::DEFAULT_PORT,
             size: None,
             all_sizes: false,
             iterations: None,
