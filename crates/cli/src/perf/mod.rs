@@ -226,7 +226,7 @@ pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
 /// for a client.
 fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
     if let Some(interface) = &o.xdp {
-        sluice_net::check_xdp_interface(interface)
+        crate::preflight::check_xdp_interface(interface)
             .map_err(|e| PerfError::Usage(format!("--xdp: {e}")))?;
     }
     if let Some(cap) = &o.capture {
@@ -234,7 +234,7 @@ fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
             .map_err(|e| PerfError::Usage(format!("--pcap {}: {e}", cap.path.display())))?;
     }
     if o.connect.is_none() {
-        sluice_net::check_roce_port(o.bind, o.roce_port)?;
+        crate::preflight::check_roce_port(o.bind, o.roce_port)?;
     }
     Ok(())
 }
