@@ -13,6 +13,8 @@
 //! whole frames through an AF_XDP socket on one interface, writing the Ethernet, IPv4 and
 //! UDP headers itself, and finds what arrived by reading memory, without a system call.
 
+#![warn(missing_docs)]
+
 mod capture;
 mod device;
 mod link;
@@ -57,24 +59,47 @@ pub fn xdp_interface_index(interface: &str) -> io::Result<u32> {
 /// What can go wrong in the datapath, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// The device's address is the unspecified one.
     #[error(
         "a device needs a specific local address (the ICRC covers it), not the unspecified one"
     )]
     UnspecifiedAddress,
+    /// A socket could not bind its address.
     #[error("cannot bind UDP {addr}: {source}{hint}", hint = bind_hint(source))]
-    Bind { addr: SocketAddr, source: io::Error },
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: io::Error,
+    },
+    /// A packet does not fit the path with Don't-Fragment set.
     #[error(
         "a {len}-byte RoCE packet does not fit the path to {dst} with Don't-Fragment set: \
          choose a smaller path MTU (-m) or raise the link MTU"
     )]
-    TooBig { dst: SocketAddr, len: usize },
+    TooBig {
+        /// Where it was going.
+        dst: SocketAddr,
+        /// Its length, BTH to ICRC.
+        len: usize,
+    },
+    /// The kernel has no route to a peer.
     #[error("{dst} is unreachable: {source}")]
-    Unreachable { dst: SocketAddr, source: io::Error },
-    #[error("AF_XDP on {interface}: {source}")]
-    Xdp {
-        interface: String,
+    Unreachable {
+        /// The peer.
+        dst: SocketAddr,
+        /// What the kernel said.
         source: io::Error,
     },
+    /// The AF_XDP link could not be opened (or was asked for where it cannot work).
+    #[error("AF_XDP on {interface}: {source}")]
+    Xdp {
+        /// The interface it was to be opened on.
+        interface: String,
+        /// Why not.
+        source: io::Error,
+    },
+    /// Any other failure of a socket's system call.
     #[error("socket: {0}")]
     Io(#[from] io::Error),
 }
@@ -92,7 +117,9 @@ fn bind_hint(e: &io::Error) -> &'static str {
 /// What the datapath counted (the engine counts the transport: `Engine::counters`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetCounters {
+    /// Datagrams (or frames) received, each segment of a joined (GRO) one counted.
     pub rx_datagrams: u64,
+    /// Receive system calls that returned datagrams (an XDP link reads its ring: none).
     pub rx_syscalls: u64,
     /// Not a RoCE v2 packet (dropped).
     pub rx_malformed: u64,
@@ -111,7 +138,9 @@ pub struct NetCounters {
     pub rx_too_long: u64,
     /// Arrived marked Congestion Experienced.
     pub rx_ce: u64,
+    /// Datagrams (or frames) sent, each segment of a GSO batch counted.
     pub tx_datagrams: u64,
+    /// Send calls made (on an XDP link: the calls that had the kernel send the ring).
     pub tx_syscalls: u64,
     /// Sends the kernel segmented (GSO).
     pub tx_gso_batches: u64,

@@ -38,10 +38,9 @@ pub(crate) fn check_interface(interface: &str) -> io::Result<u32> {
     if is_loopback(interface) {
         // It has no neighbours to resolve, and the kernel drops as martians the frames an
         // XDP socket sends into it from 127.0.0.0/8 (unless route_localnet is set). With
-        // both worked around (scratch, 2026-11-24), an XDP end on `lo` against a UDP end
-        // took 2.81-2.87 us a half round trip, a UDP end against a UDP end 2.81-2.85: its
-        // sends go through the kernel's IP input, which a UDP socket's skip, and loopback's
-        // one queue takes one XDP socket, so one end at most.
+        // both worked around it is no faster than a UDP end: its sends go through the
+        // kernel's IP input, which a UDP socket's skip, and loopback's one queue takes one
+        // XDP socket, so one end at most.
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
