@@ -315,6 +315,9 @@ mod tests {
         c.xdp = Some("lo".into());
         let e = Link::open(&c).unwrap_err();
         assert!(e.to_string().contains("no source sockets"), "{e}");
+        if std::net::UdpSocket::bind("[::1]:0").is_err() {
+            return; // no IPv6 on this host
+        }
         let mut c = config(0, true);
         c.local = "[::1]:0".parse().unwrap();
         c.xdp = Some("lo".into());
