@@ -142,6 +142,10 @@ impl Link {
     /// parts `parts` gives. Returns how many messages went, in order (fewer when the socket
     /// buffer or transmit ring is full: try again later), and why the next one cannot leave
     /// now, if the link knows. Adds the system calls it made to `syscalls`.
+    ///
+    /// Inlined into the device's one caller, where the send was before there were links:
+    /// a call of its own costs a hot loop's every turn.
+    #[inline]
     pub(crate) fn send<'a>(
         &mut self,
         packets: &[OutPacket],
