@@ -1,5 +1,6 @@
-//! A [`Device`]: one engine and the UDP socket it speaks RoCE v2 on, pumped by the caller's
-//! thread. No locks, no threads of its own: one device per thread.
+//! A [`Device`]: one engine and the link it speaks RoCE v2 on (a UDP socket, or an AF_XDP
+//! socket: `crate::link`), pumped by the caller's thread. No locks, no threads of its own:
+//! one device per thread.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -86,7 +87,8 @@ impl DeviceConfig {
 }
 
 /// An RDMA device in software: a [`sluice_core::Engine`] (the verbs: PDs, MRs, CQs, QPs,
-/// posting and polling, through [`Device::engine`]) bound to a UDP socket, moved forward by
+/// posting and polling, through [`Device::engine`]) bound to a UDP socket (or an AF_XDP
+/// link, [`DeviceConfig::xdp`]), moved forward by
 /// [`Device::poll`] and put to sleep by [`Device::wait`].
 #[derive(Debug)]
 pub struct Device {
