@@ -1,6 +1,6 @@
 //! The system calls of the datapath: a UDP socket with Don't-Fragment, a fixed TOS byte, ECN
-//! reporting, GSO and GRO, and batched `sendmmsg`/`recvmmsg`. This is the only module of the
-//! crate with unsafe code; every block says why it is sound.
+//! reporting, GSO and GRO, and batched `sendmmsg`/`recvmmsg`. With the core of `xdp`, the
+//! only code of the crate that is unsafe; every block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::io;
