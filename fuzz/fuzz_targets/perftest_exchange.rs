@@ -1,4 +1,4 @@
-//! perftest's TCP exchange (`sluice_net::perftest`) fed a peer's bytes that are partly or
+//! perftest's TCP exchange (`sluice_perftest`) fed a peer's bytes that are partly or
 //! wholly arbitrary: a remote end may send anything, and the exchange must answer with an
 //! error, never a panic or a hang.
 //!
@@ -19,7 +19,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use sluice_core::Mtu;
-use sluice_net::perftest::{BwReport, Dest, LocalParams, PerftestError, Role, Session, Test};
+use sluice_perftest::{BwReport, Dest, LocalParams, PerftestError, Role, Session, Test};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct End {

@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod perf;
+pub mod preflight;
 pub mod psn_ranges;
 pub mod sim;
 pub mod synth;

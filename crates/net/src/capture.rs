@@ -89,6 +89,7 @@ pub struct Capture {
     wall_offset_ns: u64,
     frame: Vec<u8>,
     snaplen: usize,
+    /// Packets recorded so far.
     pub packets: u64,
 }
 

@@ -1,6 +1,5 @@
 //! The real datapath: one [`sluice_core::Engine`] driven over a UDP socket as a [`Device`],
-//! perftest's connection exchange ([`perftest`]), and a capture of what goes over the wire
-//! ([`Capture`]).
+//! and a capture of what goes over the wire ([`Capture`]).
 //!
 //! RoCE v2 on an ordinary UDP socket: the kernel writes the IP and UDP headers, so the ICRC
 //! (which covers them) is computed over the headers the kernel will write. Sends go out on
@@ -14,9 +13,11 @@
 //! whole frames through an AF_XDP socket on one interface, writing the Ethernet, IPv4 and
 //! UDP headers itself, and finds what arrived by reading memory, without a system call.
 
+#![warn(missing_docs)]
+
 mod capture;
 mod device;
-pub mod perftest;
+mod link;
 mod sys;
 #[cfg(feature = "turn-timing")]
 pub mod turn_timing;
@@ -47,76 +48,58 @@ pub fn bind_socket(
     sys::Socket::bind(local, tos, buffer_bytes).map(sys::Socket::into_udp)
 }
 
-/// Whether an AF_XDP link ([`DeviceConfig::xdp`]) can be opened on `interface`, as far as
-/// can be told without privileges: it exists in this network namespace and is not a
-/// loopback interface. For a program that opens its device later (a server, once a client
-/// connects) to refuse a bad interface at once.
-pub fn check_xdp_interface(interface: &str) -> io::Result<()> {
-    xdp::check_interface(interface).map(drop)
-}
-
-/// Whether a device could bind UDP port `port` on `local`, for a program that opens its
-/// device later (a server, once a client connects) to report a port in use at once. With
-/// an address: binds it and lets it go. Without one, or with the unspecified one (the
-/// device binds the address a client will reach, not known yet): whether a socket holds
-/// the port on every address (the unspecified one, as Soft-RoCE's does), from the
-/// kernel's socket tables; one on a particular address may not be the one a client
-/// reaches, and is left to the device's own bind.
-pub fn check_roce_port(local: Option<std::net::IpAddr>, port: u16) -> Result<(), NetError> {
-    if let Some(ip) = local.filter(|ip| !ip.is_unspecified()) {
-        let addr = SocketAddr::new(ip, port);
-        return std::net::UdpSocket::bind(addr)
-            .map(drop)
-            .map_err(|source| NetError::Bind { addr, source });
-    }
-    let everywhere = ["/proc/net/udp", "/proc/net/udp6"]
-        .iter()
-        .any(|table| std::fs::read_to_string(table).is_ok_and(|t| holds_everywhere(&t, port)));
-    if everywhere {
-        return Err(NetError::Bind {
-            addr: SocketAddr::from(([0, 0, 0, 0], port)),
-            source: io::ErrorKind::AddrInUse.into(),
-        });
-    }
-    Ok(())
-}
-
-/// Whether a `/proc/net/udp` or `udp6` table lists a socket on `port` of the unspecified
-/// address (each line's second field is `ADDRESS:PORT` in hex, the address all zeros).
-fn holds_everywhere(table: &str, port: u16) -> bool {
-    table.lines().skip(1).any(|line| {
-        let Some((addr, p)) = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|f| f.split_once(':'))
-        else {
-            return false;
-        };
-        u16::from_str_radix(p, 16) == Ok(port) && addr.bytes().all(|b| b == b'0')
-    })
+/// The index of `interface`, if an AF_XDP link ([`DeviceConfig::xdp`]) can be opened on it
+/// as far as can be told without privileges: it exists in this network namespace and is not
+/// a loopback interface (the check the link itself makes first, for a program that opens
+/// its device later to make at once).
+pub fn xdp_interface_index(interface: &str) -> io::Result<u32> {
+    xdp::check_interface(interface)
 }
 
 /// What can go wrong in the datapath, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// The device's address is the unspecified one.
     #[error(
         "a device needs a specific local address (the ICRC covers it), not the unspecified one"
     )]
     UnspecifiedAddress,
+    /// A socket could not bind its address.
     #[error("cannot bind UDP {addr}: {source}{hint}", hint = bind_hint(source))]
-    Bind { addr: SocketAddr, source: io::Error },
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: io::Error,
+    },
+    /// A packet does not fit the path with Don't-Fragment set.
     #[error(
         "a {len}-byte RoCE packet does not fit the path to {dst} with Don't-Fragment set: \
          choose a smaller path MTU (-m) or raise the link MTU"
     )]
-    TooBig { dst: SocketAddr, len: usize },
+    TooBig {
+        /// Where it was going.
+        dst: SocketAddr,
+        /// Its length, BTH to ICRC.
+        len: usize,
+    },
+    /// The kernel has no route to a peer.
     #[error("{dst} is unreachable: {source}")]
-    Unreachable { dst: SocketAddr, source: io::Error },
-    #[error("AF_XDP on {interface}: {source}")]
-    Xdp {
-        interface: String,
+    Unreachable {
+        /// The peer.
+        dst: SocketAddr,
+        /// What the kernel said.
         source: io::Error,
     },
+    /// The AF_XDP link could not be opened (or was asked for where it cannot work).
+    #[error("AF_XDP on {interface}: {source}")]
+    Xdp {
+        /// The interface it was to be opened on.
+        interface: String,
+        /// Why not.
+        source: io::Error,
+    },
+    /// Any other failure of a socket's system call.
     #[error("socket: {0}")]
     Io(#[from] io::Error),
 }
@@ -134,7 +117,9 @@ fn bind_hint(e: &io::Error) -> &'static str {
 /// What the datapath counted (the engine counts the transport: `Engine::counters`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetCounters {
+    /// Datagrams (or frames) received, each segment of a joined (GRO) one counted.
     pub rx_datagrams: u64,
+    /// Receive system calls that returned datagrams (an XDP link reads its ring: none).
     pub rx_syscalls: u64,
     /// Not a RoCE v2 packet (dropped).
     pub rx_malformed: u64,
@@ -153,7 +138,9 @@ pub struct NetCounters {
     pub rx_too_long: u64,
     /// Arrived marked Congestion Experienced.
     pub rx_ce: u64,
+    /// Datagrams (or frames) sent, each segment of a GSO batch counted.
     pub tx_datagrams: u64,
+    /// Send calls made (on an XDP link: the calls that had the kernel send the ring).
     pub tx_syscalls: u64,
     /// Sends the kernel segmented (GSO).
     pub tx_gso_batches: u64,
@@ -168,42 +155,4 @@ pub struct NetCounters {
     /// Packets not sent on an XDP link because the peer's MAC address was not known yet
     /// (the kernel is asked to resolve it; the engine resends them, as after a loss).
     pub tx_unresolved: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_port_held_on_every_address_is_found_in_the_socket_tables() {
-        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
-                     \x20 101: 0200007F:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 ffff 0\n\
-                     \x20 102: 00000000:1F90 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 ffff 0\n";
-        // 127.0.0.2:4791 is one address only; 0.0.0.0:8080 is every address.
-        assert!(!holds_everywhere(table, 4791));
-        assert!(holds_everywhere(table, 8080));
-        assert!(!holds_everywhere(table, 9));
-        let v6 = "  sl  local_address                         remote_address                        st\n\
-                  \x20 5: 00000000000000000000000000000000:12B7 00000000000000000000000000000000:0000 07\n";
-        assert!(holds_everywhere(v6, 4791));
-        assert!(!holds_everywhere("", 4791));
-        assert!(!holds_everywhere("header\n garbage\n 1: nocolon x\n", 4791));
-    }
-
-    #[test]
-    fn a_port_held_is_reported_before_a_device_binds_it() {
-        let held = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-        let port = held.local_addr().unwrap().port();
-        let e = check_roce_port(None, port).unwrap_err();
-        assert!(e.to_string().contains("holds the port"), "{e}");
-        let e = check_roce_port(Some("127.0.0.2".parse().unwrap()), port).unwrap_err();
-        assert!(e.to_string().contains("cannot bind UDP 127.0.0.2"), "{e}");
-        drop(held);
-        let free = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
-        let port = free.local_addr().unwrap().port();
-        // Held on one address only: not on every one, so left to the device, also when
-        // the server is to serve on all addresses by name.
-        assert!(check_roce_port(None, port).is_ok());
-        assert!(check_roce_port(Some("0.0.0.0".parse().unwrap()), port).is_ok());
-    }
 }

@@ -1,6 +1,6 @@
 //! The system calls of the datapath: a UDP socket with Don't-Fragment, a fixed TOS byte, ECN
-//! reporting, GSO and GRO, and batched `sendmmsg`/`recvmmsg`. This is the only module of the
-//! crate with unsafe code; every block says why it is sound.
+//! reporting, GSO and GRO, and batched `sendmmsg`/`recvmmsg`. With the core of `xdp`, the
+//! only code of the crate that is unsafe; every block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -29,9 +29,8 @@ const TX_CMSG_WORDS: usize = 4;
 pub(crate) const MAX_BATCH: usize = 64;
 /// The most bytes one `recvmmsg` call asks for: eight GRO batches of 64 KiB, or `MAX_BATCH`
 /// datagrams of up to 8 KiB. Up to 64 GRO batches (4 MiB, the size of this VM's L2 cache)
-/// were read before the first was handled, and the ACKs for them waited for the whole call
-/// (write-bw 64 KiB on loopback, 5 rounds of alternated 3 s runs: median 47.95 -> 49.67
-/// Gbit/s; 128 KiB and 1 MiB did no better than 512).
+/// were read before the first was handled, and the ACKs for them waited for the whole call;
+/// larger limits than 512 KiB did no better.
 const MAX_RECV_BYTES: usize = 512 * 1024;
 /// The most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
 pub(crate) const MAX_GSO_SEGMENTS: usize = 64;

@@ -50,6 +50,7 @@ pub struct TurnTiming {
 /// Medians of a run's turns, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TurnSummary {
+    /// Turns counted.
     pub turns: usize,
     /// A receive call that returned datagrams without sleeping.
     pub recv_ns: f64,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 pub use report::Report;
 
-pub use sluice_net::perftest::{Role, Test, Verb};
+pub use sluice_perftest::{Role, Test, Verb};
 
 /// The test's name without perftest's `ib_`: `write_bw`.
 pub fn short_name(test: Test) -> &'static str {
@@ -134,7 +134,7 @@ impl Options {
         Options {
             test,
             connect: None,
-            port: sluice_net::perftest::DEFAULT_PORT,
+            port: sluice_perftest::DEFAULT_PORT,
             size: None,
             all_sizes: false,
             iterations: None,
@@ -226,7 +226,7 @@ pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
 /// for a client.
 fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
     if let Some(interface) = &o.xdp {
-        sluice_net::check_xdp_interface(interface)
+        crate::preflight::check_xdp_interface(interface)
             .map_err(|e| PerfError::Usage(format!("--xdp: {e}")))?;
     }
     if let Some(cap) = &o.capture {
@@ -234,7 +234,7 @@ fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
             .map_err(|e| PerfError::Usage(format!("--pcap {}: {e}", cap.path.display())))?;
     }
     if o.connect.is_none() {
-        sluice_net::check_roce_port(o.bind, o.roce_port)?;
+        crate::preflight::check_roce_port(o.bind, o.roce_port)?;
     }
     Ok(())
 }

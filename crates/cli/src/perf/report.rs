@@ -95,13 +95,13 @@ impl Report {
     /// The report a perftest client sends its server: bandwidth in Gb/s when run with
     /// `--report-gbits`, else in MB/s (2^20 bytes), as perftest's peer expects with the same
     /// options.
-    pub(crate) fn to_perftest(&self, report_gbits: bool) -> sluice_net::perftest::BwReport {
+    pub(crate) fn to_perftest(&self, report_gbits: bool) -> sluice_perftest::BwReport {
         let bw = if report_gbits {
             self.bw_avg_gbps
         } else {
             gbps_to_mib_per_s(self.bw_avg_gbps)
         };
-        sluice_net::perftest::BwReport {
+        sluice_perftest::BwReport {
             size: u64::from(self.bytes),
             iters: self.iterations,
             bw_peak: bw,
@@ -113,7 +113,7 @@ impl Report {
     /// Takes the client's numbers (a server of a WRITE, READ or atomic bandwidth test
     /// measures nothing itself). The bandwidth comes from the message rate and size, which
     /// have one unit whatever the client's `--report_gbits`.
-    pub(crate) fn adopt(&mut self, r: &sluice_net::perftest::BwReport) {
+    pub(crate) fn adopt(&mut self, r: &sluice_perftest::BwReport) {
         self.iterations = r.iters;
         self.msg_rate_mpps = r.msg_rate;
         self.bw_avg_gbps = r.msg_rate * 1e6 * r.size as f64 * 8.0 / 1e9;
@@ -188,7 +188,7 @@ fn gbps_to_mib_per_s(gbps: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_net::perftest::BwReport;
+    use sluice_perftest::BwReport;
 
     fn report() -> Report {
         let o = Options::new(Test::WriteBw);

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use sluice_core::{
     Access, Connection, CqId, EngineConfig, Memory, MrInfo, Mtu, QpCaps, QpConfig, QpNum, Rng,
 };
-use sluice_net::perftest::{self, BwReport, Dest, LocalParams};
 use sluice_net::{Capture, Device, DeviceConfig};
+use sluice_perftest::{self as perftest, BwReport, Dest, LocalParams};
 use sluice_wire::Psn;
 
 use super::report::Report;

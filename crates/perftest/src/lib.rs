@@ -29,6 +29,8 @@
 //! Every read waits for the whole message; messages are written with one `write` each because
 //! perftest reads each with a single `read(2)` and fails if it comes up short.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr};
@@ -89,8 +91,11 @@ pub enum Role {
 /// The RDMA operation a test measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verb {
+    /// SEND, to receives the responder posted.
     Send,
+    /// RDMA WRITE.
     Write,
+    /// RDMA READ.
     Read,
     /// FETCH_AND_ADD (adds 1) by default, or CMP_AND_SWAP (compare 0, swap 0), on 8 bytes.
     Atomic,
@@ -99,17 +104,26 @@ pub enum Verb {
 /// One of perftest's RC tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Test {
+    /// `ib_write_bw`.
     WriteBw,
+    /// `ib_read_bw`.
     ReadBw,
+    /// `ib_send_bw`.
     SendBw,
+    /// `ib_atomic_bw`.
     AtomicBw,
+    /// `ib_write_lat`.
     WriteLat,
+    /// `ib_read_lat`.
     ReadLat,
+    /// `ib_send_lat`.
     SendLat,
+    /// `ib_atomic_lat`.
     AtomicLat,
 }
 
 impl Test {
+    /// Every test.
     pub const ALL: [Test; 8] = [
         Test::WriteBw,
         Test::ReadBw,
@@ -135,6 +149,7 @@ impl Test {
         }
     }
 
+    /// The RDMA operation it measures.
     pub const fn verb(self) -> Verb {
         match self {
             Test::WriteBw | Test::WriteLat => Verb::Write,
@@ -144,6 +159,7 @@ impl Test {
         }
     }
 
+    /// Whether it measures latency (`_lat`) rather than bandwidth (`_bw`).
     pub const fn is_latency(self) -> bool {
         matches!(
             self,
@@ -218,24 +234,46 @@ pub struct Dest {
 /// Why QP data could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DestError {
+    /// The message is not as long as the format's.
     #[error("{got} bytes, expected {want}")]
-    Length { got: usize, want: usize },
+    Length {
+        /// Bytes it has.
+        got: usize,
+        /// Bytes the format has.
+        want: usize,
+    },
+    /// The text does not end in a NUL.
     #[error("no terminating NUL")]
     Unterminated,
+    /// The message is not ASCII text.
     #[error("not ASCII text")]
     NotText,
+    /// The text does not have the format's fields.
     #[error("{got} colon-separated fields, expected 23 each followed by ':' in {text:?}")]
-    FieldCount { got: usize, text: String },
+    FieldCount {
+        /// Fields it has.
+        got: usize,
+        /// The text.
+        text: String,
+    },
+    /// A field is not hex digits of its width.
     #[error("field {name} is {text:?}, expected {width} hex digits")]
     Field {
+        /// The field's name.
         name: &'static str,
+        /// What it holds.
         text: String,
+        /// Its width in hex digits.
         width: usize,
     },
+    /// A value is too large for its field.
     #[error("{name} {value:#x} does not fit in {bits} bits")]
     OutOfRange {
+        /// The field's name.
         name: &'static str,
+        /// The value.
         value: u64,
+        /// The field's width in bits.
         bits: u32,
     },
 }
@@ -431,16 +469,22 @@ pub struct BwReport {
     pub size: u64,
     /// Messages, summed over all QPs.
     pub iters: u64,
+    /// Peak bandwidth.
     pub bw_peak: f64,
+    /// Average bandwidth.
     pub bw_avg: f64,
+    /// Message rate.
     pub msg_rate: f64,
 }
 
 /// Where in the exchange something went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// The version strings.
     Version,
+    /// The page and cache-line sizes.
     SystemData,
+    /// The path MTU.
     Mtu,
     /// The first round of QP data (QP index).
     QpData(usize),
@@ -450,6 +494,7 @@ pub enum Stage {
     StartSync,
     /// The barrier after the traffic of a bandwidth test.
     EndSync,
+    /// The bandwidth report the client sends the server.
     Report,
     /// The barrier perftest's `ctx_close_connection` does.
     Close,
@@ -474,9 +519,12 @@ impl fmt::Display for Stage {
 /// What can go wrong in the exchange, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum PerftestError {
+    /// Reading or writing the stream failed.
     #[error("perftest exchange, {stage}: {source}")]
     Io {
+        /// Where in the exchange.
         stage: Stage,
+        /// What the stream said.
         #[source]
         source: io::Error,
     },
@@ -488,38 +536,65 @@ pub enum PerftestError {
         progress(*.got, *.want)
     )]
     PeerClosed {
+        /// Where in the exchange.
         stage: Stage,
+        /// Bytes of the message that came.
         got: usize,
+        /// Bytes the message has.
         want: usize,
     },
+    /// The stream's read timeout expired (`got` and `want` as for `PeerClosed`).
     #[error(
         "timed out waiting for the peer during {stage}{}: is it still running its traffic, or \
          waiting for ours? (the stream's read timeout expired)",
         progress(*.got, *.want)
     )]
     TimedOut {
+        /// Where in the exchange.
         stage: Stage,
+        /// Bytes of the message that came.
         got: usize,
+        /// Bytes the message has.
         want: usize,
     },
+    /// The peer's perftest is older than the exchange this speaks.
     #[error(
         "the peer announced perftest version {peer:?}; perftest only talks to 5.70 or newer \
          (we announce {VERSION})"
     )]
-    VersionTooOld { peer: String },
+    VersionTooOld {
+        /// The version it announced.
+        peer: String,
+    },
+    /// A message from the peer is not what the exchange has there.
     #[error("malformed message from the peer in {stage}: {detail}")]
-    Malformed { stage: Stage, detail: String },
+    Malformed {
+        /// Where in the exchange.
+        stage: Stage,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The peer's QP data could not be decoded.
     #[error("malformed QP data from the peer in {stage}: {source}")]
     BadDest {
+        /// Where in the exchange.
         stage: Stage,
+        /// Why not.
         #[source]
         source: DestError,
     },
+    /// The peer sent QP data without a GID: it is not on a RoCE device.
     #[error(
         "the peer sent {got}-byte QP data (the InfiniBand format, without a GID) where RoCE \
          uses {want} bytes: run perftest on a RoCE device, with -x GID_INDEX"
     )]
-    NoGid { got: usize, want: usize },
+    NoGid {
+        /// Bytes it sent.
+        got: usize,
+        /// Bytes of the RoCE format.
+        want: usize,
+    },
+    /// One end's GID is IPv4 and the other's IPv6.
     #[error(
         "GID types differ: ours {ours} is {}, the peer's {peer} is {}: give perftest a GID index \
          (-x) of the same IP version as ours",
@@ -527,26 +602,38 @@ pub enum PerftestError {
         if *.ours_ipv4 { "IPv6" } else { "IPv4" }
     )]
     GidTypeMismatch {
+        /// Our GID.
         ours: Ipv6Addr,
+        /// The peer's.
         peer: Ipv6Addr,
+        /// Whether ours is IPv4 (IPv4-mapped).
         ours_ipv4: bool,
     },
+    /// The peer's QP data in a later round is not what it sent in the first.
     #[error(
         "the peer's QP data in {stage} is [{now}] where QP {qp} was [{first}]: do both ends run \
          the same test with the same number of QPs (-q)?"
     )]
     DestChanged {
+        /// The round.
         stage: Stage,
+        /// The QP.
         qp: usize,
+        /// What it sent first.
         first: Dest,
+        /// What it sent now.
         now: Dest,
     },
+    /// Our own QP data cannot be put in the format.
     #[error("cannot send our QP data for QP {qp}: {source}")]
     LocalDest {
+        /// The QP.
         qp: usize,
+        /// Why not.
         #[source]
         source: DestError,
     },
+    /// The session was used out of order, or with parameters it cannot send.
     #[error("{0}")]
     Usage(&'static str),
 }
@@ -645,14 +732,17 @@ impl<S: Read + Write> Session<S> {
         })
     }
 
+    /// Which end this is.
     pub fn role(&self) -> Role {
         self.role
     }
 
+    /// The test being run.
     pub fn test(&self) -> Test {
         self.test
     }
 
+    /// What the two ends agreed on in [`Session::start`].
     pub fn negotiated(&self) -> &Negotiated {
         &self.negotiated
     }

@@ -1,5 +1,5 @@
 //! Plays one end of perftest's TCP exchange, without any RoCE traffic, to check
-//! `sluice_net::perftest` against a real perftest: it prints what it negotiated and the peer's
+//! `sluice_perftest` against a real perftest: it prints what it negotiated and the peer's
 //! QP data, and perftest prints ours in its "remote address" lines.
 //!
 //! ```text
@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice_core::Mtu;
-use sluice_net::perftest::{
+use sluice_perftest::{
     BwReport, DEFAULT_PORT, Dest, LocalParams, PerftestError, Role, Session, Test, Verb,
 };
 
