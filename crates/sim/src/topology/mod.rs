@@ -1,11 +1,13 @@
 //! Fabrics: nodes (hosts, then switches) joined by full-duplex links, the builders of the
 //! scenario's topology kinds, and shortest-path routes.
 //!
-//! - [`graph`]: the nodes, their ports and the links between them.
-//! - [`routes`]: the shortest-path candidate ports from every node to every host.
-//! - [`spec`]: the scenario's `[topology]` table, and the checks that refuse an impossible
-//!   or oversized shape naming the field.
-//! - [`shapes`]: one builder per kind of fabric.
+//! - `graph`: the nodes, their ports and the links between them ([`Topology`], [`Port`]).
+//! - `routes`: the shortest-path candidate ports from every node to every host
+//!   ([`Routes`]).
+//! - `spec`: the scenario's `[topology]` table ([`TopologySpec`]).
+//! - `validate`: the checks that refuse an impossible or oversized shape, naming the field
+//!   ([`TopologyError`]).
+//! - `shapes`: one builder per kind of fabric.
 
 mod graph;
 mod routes;
