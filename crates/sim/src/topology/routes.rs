@@ -579,4 +579,99 @@ mod tests {
         // A spine reaches a host through its leaf only.
         assert_eq!(routes.candidates(9, 5), &[2]);
     }
+
+    /// Two leaves of two hosts each under three spines: hosts 0..4, leaves 4 and 5, spines
+    /// 6, 7 and 8. A leaf's ports are its two hosts', then the spines' in order.
+    fn small_leaf_spine() -> Topology {
+        build(
+            r#"
+            kind = "leaf-spine"
+            leaves = 2
+            spines = 3
+            hosts_per_leaf = 2
+            host_link_gbps = 100
+        "#,
+        )
+    }
+
+    #[test]
+    fn small_leaf_spine_routes_are_shortest_with_every_equal_cost_port() {
+        let t = small_leaf_spine();
+        let routes = t.routes();
+        // Across the spines: all three uplinks; down to a leaf's own host: its one port.
+        assert_eq!(routes.candidates(4, 2), &[2, 3, 4]);
+        assert_eq!(routes.candidates(4, 3), &[2, 3, 4]);
+        assert_eq!(routes.candidates(5, 0), &[2, 3, 4]);
+        assert_eq!(routes.candidates(4, 1), &[1]);
+        // A spine goes down to the destination's leaf only.
+        assert_eq!(routes.candidates(7, 3), &[1]);
+        assert_eq!(routes.candidates(7, 0), &[0]);
+        for (src, dst, hops) in [(0, 1, 2), (0, 3, 4), (3, 0, 4), (2, 2, 0)] {
+            assert_eq!(
+                checked_path_len(&t, &routes, src, dst),
+                hops,
+                "{src}->{dst}"
+            );
+        }
+        // Three distinct lists: the three uplinks, port 0 and port 1 (a leaf's way down to
+        // its hosts, and a spine's to either leaf).
+        assert_eq!(routes.offsets.len() - 1, 3);
+        assert_routes_exact(&t, &routes);
+    }
+
+    #[test]
+    fn phases_of_the_route_computation() {
+        let t = small_leaf_spine();
+        let graph = Adjacency::of(&t);
+        assert_eq!(graph.len(), 9);
+        assert_eq!(graph.peers(4), &[0, 1, 6, 7, 8]);
+
+        // One group per leaf, in order of their first host; spines are in none.
+        let groups = HostGroups::of(&t);
+        assert_eq!(groups.count(), 2);
+        assert_eq!(&groups.group_of[..4], &[0, 0, 1, 1]);
+        assert!(groups.group_of[6..].iter().all(|&g| g == UNREACHED));
+        assert_eq!(groups.down, [0, 1, 0, 1]);
+        assert_eq!(groups.host_switches(), [4, 4, 5, 5]);
+
+        // Hop counts from leaf 4 (group 0) and leaf 5 (group 1), modulo 3.
+        let levels = Levels::compute(&graph, &groups, 4);
+        assert_eq!(levels.row(4), &[0, 2]);
+        assert_eq!(levels.row(6), &[1, 1]);
+        assert_eq!(levels.row(0), &[1, 0]); // 3 hops from leaf 5
+        assert_eq!(levels.row(3), &[0, 1]);
+
+        // From leaf 4, the spines are one hop closer to leaf 5 and none is to leaf 4.
+        let mut closer = CloserPorts::default();
+        closer.compute(graph.peers(4), levels.row(4), &levels, 4);
+        let mut ports = Vec::new();
+        closer.ports_towards(1, &mut ports);
+        assert_eq!(ports, [2, 3, 4]);
+        groups.candidates(4, 0, &closer, &mut ports);
+        assert_eq!(ports, [0]);
+
+        // Each distinct list is stored once, in order of first use.
+        let mut table = ListTable::with_capacity(4);
+        for list in [&[2u16, 3, 4][..], &[0], &[2, 3, 4], &[]] {
+            table.push(list);
+        }
+        let routes = table.finish(4, 9, groups.host_switches());
+        assert_eq!(routes.list, [0, 1, 0, 2]);
+        assert_eq!(routes.offsets, [0, 3, 4, 4]);
+        assert_eq!(routes.ports, [2, 3, 4, 0]);
+    }
+
+    #[test]
+    fn an_unlinked_host_is_in_no_group_and_reached_by_none() {
+        let mut t = Topology::new(2);
+        let s = t.add_switch("switch");
+        t.link(1, s, 10, 1);
+        let groups = HostGroups::of(&t);
+        assert_eq!(groups.group_of[0], UNREACHED);
+        assert_eq!(groups.host_switches(), [UNREACHED, 2]);
+        let routes = t.routes();
+        assert!(routes.candidates(s, 0).is_empty());
+        assert!(routes.candidates(1, 0).is_empty());
+        assert_eq!(routes.candidates(s, 1), &[0]);
+    }
 }
