@@ -15,7 +15,9 @@ use sluice_core::Instant;
 /// Simulated time in picoseconds.
 pub type Ps = u64;
 
+/// Picoseconds in a nanosecond.
 pub const PS_PER_NS: u64 = 1_000;
+/// Picoseconds in a microsecond.
 pub const PS_PER_US: u64 = 1_000_000;
 
 /// The engine's view of simulated time (nanoseconds, rounded down).
@@ -328,10 +330,12 @@ impl<E: Copy> EventQueue<E> {
         self.far_slot = u64::MAX;
     }
 
+    /// Whether no event is pending.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The number of pending events.
     pub fn len(&self) -> usize {
         self.len
     }

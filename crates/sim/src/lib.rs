@@ -8,6 +8,8 @@
 //! scheduled. The same scenario and seed therefore give the same run, byte for byte. See
 //! `docs/sim.md`.
 
+#![warn(missing_docs)]
+
 pub mod plot;
 pub mod topology;
 pub mod workload;
@@ -32,7 +34,9 @@ pub const MAX_FLOW_BYTES: u64 = 1 << 38;
 pub struct Flow {
     /// Its index in the workload's list (flows are numbered 0, 1, 2, ...).
     pub id: u32,
+    /// The host that writes.
     pub src: NodeId,
+    /// The host written to.
     pub dst: NodeId,
     /// 1 ..= [`MAX_FLOW_BYTES`].
     pub bytes: u64,

@@ -278,10 +278,13 @@ fn hash(x: u64) -> u64 {
 /// A run could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A `[[cc]]` entry (its name, and why) could not be made into a control law.
     #[error("cc `{0}`: {1}")]
     Law(String, String),
+    /// A host's engine refused its setup.
     #[error("host {0}: {1}")]
     Engine(NodeId, sluice_core::Error),
+    /// `transport.mtu` is not one RoCE allows.
     #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
     Mtu(u32),
 }

@@ -25,9 +25,13 @@ pub const BUCKETS: [(u64, &str); 5] = [
 /// Slowdown percentiles of a set of flows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slowdown {
+    /// How many flows.
     pub count: usize,
+    /// The median.
     pub p50: f64,
+    /// The 95th percentile.
     pub p95: f64,
+    /// The 99th percentile.
     pub p99: f64,
 }
 
@@ -62,17 +66,24 @@ fn round4(x: f64) -> f64 {
 /// Statistics of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunStats {
+    /// Flows that completed.
     pub completed: usize,
+    /// Flows that ended with an error completion.
     pub failed: usize,
+    /// Flows still running (or never started) when the run ended.
     pub unfinished: usize,
+    /// The slowdown over every completed flow (`None`: none completed).
     pub all: Option<Slowdown>,
+    /// The slowdown per flow-size bucket of [`BUCKETS`], by its label.
     pub buckets: Vec<(&'static str, Option<Slowdown>)>,
     /// Jain's fairness index over the completed flows' mean rates (bytes / FCT).
     pub jain: Option<f64>,
+    /// The largest queue any switch port reached.
     pub max_queue_bytes: u64,
 }
 
 impl RunStats {
+    /// The statistics of run `r`.
     pub fn of(r: &RunResult) -> RunStats {
         let done: Vec<_> = r.flows.iter().filter(|f| f.slowdown().is_some()).collect();
         let failed = r.flows.iter().filter(|f| f.failed).count();

@@ -6,9 +6,13 @@ use crate::NodeId;
 /// One flow's outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowRecord {
+    /// The flow's id, its index in the workload.
     pub id: u32,
+    /// The sending host.
     pub src: NodeId,
+    /// The receiving host.
     pub dst: NodeId,
+    /// Bytes the flow writes.
     pub bytes: u64,
     /// When it started (`None`: it never did, its predecessor did not complete).
     pub start_ns: Option<u64>,
@@ -38,6 +42,7 @@ impl FlowRecord {
 pub struct FabricCounters {
     /// Packets switches dropped for want of buffer (or over the dynamic threshold).
     pub drops: u64,
+    /// Packets switches marked Congestion Experienced.
     pub ecn_marks: u64,
     /// CNPs the receivers' notification points sent.
     pub cnps: u64,
@@ -47,6 +52,7 @@ pub struct FabricCounters {
     pub pfc_paused_ns: u64,
     /// Packets the senders retransmitted.
     pub retransmissions: u64,
+    /// Retransmit timeouts that fired at the senders.
     pub timeouts: u64,
     /// Packets switches forwarded (one per packet per switch).
     pub switch_packets: u64,
@@ -57,6 +63,7 @@ pub struct FabricCounters {
 pub struct PortId {
     /// The node, and the port's index among its ports (as in `Topology::nodes`).
     pub node: NodeId,
+    /// The port's index among its node's ports.
     pub port: u16,
     /// The node's role and id, the port, and the node at the other end, as in
     /// "tor21.p17->agg37".
@@ -66,6 +73,7 @@ pub struct PortId {
 /// Sampled time series.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Series {
+    /// Simulated time between samples.
     pub interval_ns: u64,
     /// The sample times.
     pub times_ns: Vec<u64>,
@@ -78,18 +86,23 @@ pub struct Series {
     /// Ports with a series of their own (small fabrics only), and per sample and port
     /// (row-major: sample, then port) the queue in bytes and the throughput in bit/s.
     pub ports: Vec<PortId>,
+    /// Per sample and port, the bytes queued.
     pub port_queue_bytes: Vec<u64>,
+    /// Per sample and port, the bits per second sent.
     pub port_bps: Vec<f64>,
     /// Flows with a series of their own (small workloads only), and per sample and flow the
     /// payload bits per second delivered to their receiver.
     pub flows: Vec<u32>,
+    /// Per sample and flow (row-major), the payload bits per second delivered.
     pub flow_bps: Vec<f64>,
 }
 
 /// The largest queue a port reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortPeak {
+    /// Which port.
     pub port: PortId,
+    /// The most bytes it held queued at once.
     pub max_queue_bytes: u64,
 }
 
@@ -98,13 +111,19 @@ pub struct PortPeak {
 pub struct RunResult {
     /// The algorithm's label.
     pub algorithm: String,
+    /// The seed of the run's random choices.
     pub seed: u64,
     /// Simulated time when the run ended.
     pub simulated_ns: u64,
+    /// Events the simulator processed.
     pub events: u64,
+    /// Wall-clock seconds the run took (the one output that differs between runs).
     pub wall_s: f64,
+    /// Every flow's outcome, by id.
     pub flows: Vec<FlowRecord>,
+    /// The fabric's counters over the run.
     pub counters: FabricCounters,
+    /// The sampled time series.
     pub series: Series,
     /// The switch egress ports with the largest peaks, largest first (at most 16).
     pub peaks: Vec<PortPeak>,

@@ -13,12 +13,16 @@ use crate::workload::WorkloadError;
 /// A scenario could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// The scenario file could not be read, or a field is wrong.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// The fabric cannot be built.
     #[error("topology: {0}")]
     Topology(#[from] TopologyError),
+    /// The flows cannot be generated on this fabric.
     #[error("workload: {0}")]
     Workload(#[from] WorkloadError),
+    /// A run could not be set up.
     #[error(transparent)]
     Run(#[from] RunError),
 }

@@ -16,21 +16,28 @@ pub struct Scenario {
     /// A name for reports.
     #[serde(default = "default_name")]
     pub name: String,
+    /// Seeds every random choice of a run (workload, ECMP hashes, marking), so the same
+    /// seed gives the same files.
     #[serde(default = "default_seed")]
     pub seed: u64,
     /// Simulated time after which a run stops even if flows are unfinished (they are
     /// reported as such). At most one hour.
     #[serde(default = "default_time_limit_us")]
     pub time_limit_us: f64,
+    /// The fabric.
     pub topology: TopologySpec,
+    /// How every switch buffers, marks, pauses and forwards.
     #[serde(default)]
     pub switch: SwitchConfig,
+    /// How every host's RoCE transport behaves.
     #[serde(default)]
     pub transport: TransportConfig,
     /// The congestion-control algorithms to compare: one run each, same seed and workload.
     #[serde(default = "default_cc")]
     pub cc: Vec<CcConfig>,
+    /// The flows to run.
     pub workload: WorkloadSpec,
+    /// What is sampled besides flow completion times.
     #[serde(default)]
     pub output: OutputConfig,
     /// The directory relative paths in the scenario (CDF and flow files) start from.
@@ -81,7 +88,9 @@ pub struct SwitchConfig {
     /// Dynamic threshold (Choudhury and Hahne): without PFC, an egress queue may hold at
     /// most alpha times the free buffer.
     pub dt_alpha: f64,
+    /// How a switch picks among the ports on a shortest path.
     pub routing: Routing,
+    /// With flowlet routing, the idle gap after which a flow may take another path.
     pub flowlet_gap_us: f64,
     /// RED-style ECN marking per egress queue; none without this table.
     pub ecn: Option<EcnConfig>,
@@ -110,8 +119,11 @@ impl Default for SwitchConfig {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EcnConfig {
+    /// Up to this many bytes queued, no packet is marked.
     pub kmin_bytes: u64,
+    /// Above this many bytes queued, every packet is marked.
     pub kmax_bytes: u64,
+    /// The chance of marking at `kmax_bytes`.
     pub pmax: f64,
 }
 
@@ -135,7 +147,9 @@ impl EcnConfig {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PfcConfig {
+    /// Pause the upstream port above this many of its bytes buffered.
     pub xoff_bytes: u64,
+    /// Resume it below this many.
     pub xon_bytes: u64,
 }
 
@@ -143,7 +157,9 @@ pub struct PfcConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RecoveryMode {
+    /// A NAK resends everything from the lost packet on (what RoCE NICs do).
     GoBackN,
+    /// Only the lost packets are resent.
     SelectiveRepeat,
 }
 
@@ -153,6 +169,7 @@ pub enum RecoveryMode {
 pub struct TransportConfig {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     pub mtu: u32,
+    /// How lost packets are recovered.
     pub recovery: RecoveryMode,
     /// Unacknowledged request packets a queue pair may have.
     pub window_packets: u32,
@@ -164,6 +181,7 @@ pub struct TransportConfig {
     pub ack_request_every: u32,
     /// The retransmit timeout exponent: 4.096 us x 2^timeout.
     pub timeout: u8,
+    /// Retries after a timeout before the flow fails.
     pub retry_cnt: u8,
     /// PCIe/DMA latency added to every packet a host sends and receives (at most 1 s).
     pub nic_delay_ns: u64,
@@ -189,10 +207,12 @@ impl Default for TransportConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CcConfig {
+    /// The law's name in `sluice_control::registry` ("dcqcn", "hpcc", "none", ...).
     pub name: String,
     /// What reports call it (default: the name); two entries of one law need two labels. It
     /// names CSV rows, so it has no commas, quotes or control characters.
     pub label: Option<String>,
+    /// Parameters over the law's defaults, by the registry's names.
     #[serde(default)]
     pub params: toml::Table,
     /// Overrides `transport.ack_every_packets` for this algorithm.
@@ -200,6 +220,7 @@ pub struct CcConfig {
 }
 
 impl CcConfig {
+    /// What reports call it: `label`, else the law's name.
     pub fn label(&self) -> &str {
         self.label.as_deref().unwrap_or(&self.name)
     }
@@ -250,14 +271,24 @@ impl Default for OutputConfig {
 /// A scenario could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not a scenario: bad TOML, an unknown field, a wrong type.
     #[error("{path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, naming the field.
+        message: String,
+    },
+    /// A value is out of range or inconsistent; the message names the field.
     #[error("{0}")]
     Invalid(String),
 }

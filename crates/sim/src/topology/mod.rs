@@ -1,0 +1,27 @@
+//! Fabrics: nodes (hosts, then switches) joined by full-duplex links, the builders of the
+//! scenario's topology kinds, and shortest-path routes.
+//!
+//! - `graph`: the nodes, their ports and the links between them ([`Topology`], [`Port`]).
+//! - `routes`: the shortest-path candidate ports from every node to every host
+//!   ([`Routes`]).
+//! - `spec`: the scenario's `[topology]` table ([`TopologySpec`]).
+//! - `validate`: the checks that refuse an impossible or oversized shape, naming the field
+//!   ([`TopologyError`]).
+//! - `shapes`: one builder per kind of fabric.
+
+mod graph;
+mod routes;
+mod shapes;
+mod spec;
+mod validate;
+
+#[cfg(test)]
+mod check;
+
+pub use graph::{Port, Topology};
+pub use routes::Routes;
+pub use spec::TopologySpec;
+pub use validate::TopologyError;
+
+/// Ports are numbered with `u16`, so no node may have more than this many.
+const MAX_PORTS: usize = 1 << 16;
