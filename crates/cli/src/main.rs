@@ -201,6 +201,38 @@ struct PerfArgs {
     /// reads best with --loopback (both ends are this process), none otherwise.
     #[arg(long, default_value = "auto", value_parser = ccx_values())]
     ccx: String,
+    /// Which queue pair with something to send goes next: round-robin, per-message
+    /// (`--sched list` shows each with its parameters).
+    #[arg(long, default_value = "round-robin")]
+    sched: String,
+    /// A parameter of the scheduler, NAME=VALUE (repeatable).
+    #[arg(long = "sched-param", value_name = "NAME=VALUE")]
+    sched_param: Vec<String>,
+    /// Each packet's UDP source port: ecmp (one per queue pair), spray (`--path list`).
+    #[arg(long, default_value = "ecmp")]
+    path: String,
+    /// A parameter of the path selector, NAME=VALUE (repeatable).
+    #[arg(long = "path-param", value_name = "NAME=VALUE")]
+    path_param: Vec<String>,
+    /// How a selective-repeat queue pair tracks packets past a gap: bitmap, offset-list
+    /// (`--tracker list`).
+    #[arg(long, default_value = "bitmap")]
+    tracker: String,
+    /// A parameter of the receive tracker, NAME=VALUE (repeatable).
+    #[arg(long = "tracker-param", value_name = "NAME=VALUE")]
+    tracker_param: Vec<String>,
+    /// A payload service on every queue pair, in send order (repeatable; `--service list`).
+    /// One that changes the bytes on the wire (xor) must run on the peer too: it must be
+    /// Sluice run with the same services, never perftest.
+    #[arg(long = "service", value_name = "NAME")]
+    services: Vec<String>,
+    /// A parameter of a service, SERVICE.NAME=VALUE (repeatable).
+    #[arg(long = "service-param", value_name = "SERVICE.NAME=VALUE")]
+    service_param: Vec<String>,
+    /// How queue pairs recover lost packets: go-back-n (RoCE's) or selective-repeat
+    /// (IRN-like; interoperates with a go-back-N peer).
+    #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
+    recovery: String,
 }
 
 /// `--ccx`'s values: `auto`, `none` and every layout's name.
@@ -319,6 +351,10 @@ fn run_perf(cmd: PerfCommand) -> ExitCode {
         print_laws();
         return ExitCode::SUCCESS;
     }
+    if let Some(listing) = policy_listing(&a) {
+        print!("{listing}");
+        return ExitCode::SUCCESS;
+    }
     let options = match perf_options(test, &a) {
         Ok(o) => o,
         Err(e) => {
@@ -398,8 +434,91 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         stall_timeout: seconds("--stall-timeout", a.stall_timeout)?,
         connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
         cc: cc_options(a)?,
+        policies: policy_options(a)?,
         ..perf::Options::new(test)
     })
+}
+
+/// `--sched list` and the like: the registry's listing of that kind of policy.
+fn policy_listing(a: &PerfArgs) -> Option<String> {
+    use sluice_control::policies::{PATH_SELECTORS, SCHEDULERS, SERVICES, TRACKERS};
+    if a.sched == "list" {
+        Some(SCHEDULERS.listing())
+    } else if a.path == "list" {
+        Some(PATH_SELECTORS.listing())
+    } else if a.tracker == "list" {
+        Some(TRACKERS.listing())
+    } else if a.services.iter().any(|s| s == "list") {
+        Some(SERVICES.listing())
+    } else {
+        None
+    }
+}
+
+/// NAME=VALUE pairs of option `flag`.
+fn name_values(flag: &str, given: &[String]) -> Result<Vec<(String, String)>, String> {
+    given
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("{flag} {p}: NAME=VALUE"))
+        })
+        .collect()
+}
+
+/// `--sched`, `--path`, `--tracker`, `--service` with their parameters, and `--recovery`,
+/// checked by building each once.
+fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
+    let named = |name: &str, flag: &str, params: &[String]| {
+        Ok::<_, String>(perf::NamedPolicy {
+            name: name.to_string(),
+            params: name_values(flag, params)?,
+        })
+    };
+    let mut services: Vec<perf::NamedPolicy> = a
+        .services
+        .iter()
+        .map(|name| perf::NamedPolicy {
+            name: name.clone(),
+            params: Vec::new(),
+        })
+        .collect();
+    for (key, value) in name_values("--service-param", &a.service_param)? {
+        let Some((service, param)) = key.split_once('.') else {
+            return Err(format!(
+                "--service-param {key}={value}: SERVICE.NAME=VALUE (e.g. xor.key=7)"
+            ));
+        };
+        let Some(s) = services.iter_mut().find(|s| s.name == service) else {
+            return Err(format!(
+                "--service-param {key}={value}: no --service {service} on the command line"
+            ));
+        };
+        s.params.push((param.to_string(), value));
+    }
+    let options = perf::PolicyOptions {
+        scheduler: named(&a.sched, "--sched-param", &a.sched_param)?,
+        path: named(&a.path, "--path-param", &a.path_param)?,
+        tracker: named(&a.tracker, "--tracker-param", &a.tracker_param)?,
+        services,
+        recovery: if a.recovery == "selective-repeat" {
+            sluice_core::Recovery::SelectiveRepeat
+        } else {
+            sluice_core::Recovery::GoBackN
+        },
+    };
+    options
+        .build(Box::new(sluice_core::control::NoControl))
+        .map_err(|e| e.to_string())?;
+    options.build_services().map_err(|e| e.to_string())?;
+    if options.changes_the_wire() && !a.loopback {
+        eprintln!(
+            "sluice perf: note: a --service here changes the bytes on the wire: the peer must \
+             be Sluice run with the same services (never perftest)"
+        );
+    }
+    Ok(options)
 }
 
 /// `--cc list`: every law and its parameters.

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod params;
+pub mod policies;
 pub mod registry;
 
 pub mod credit;

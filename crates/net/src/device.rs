@@ -139,12 +139,24 @@ impl Device {
         config: DeviceConfig,
         controller: Box<dyn sluice_core::control::Controller>,
     ) -> Result<Device, NetError> {
+        let policies = sluice_core::Policies {
+            controller,
+            ..sluice_core::Policies::default()
+        };
+        Device::open_with_policies(config, policies)
+    }
+
+    /// Opens a device whose engine runs `policies` (see `sluice_core::policy`).
+    pub fn open_with_policies(
+        config: DeviceConfig,
+        policies: sluice_core::Policies,
+    ) -> Result<Device, NetError> {
         if config.local.ip().is_unspecified() {
             return Err(NetError::UnspecifiedAddress);
         }
         let (link, local) = Link::open(&config)?;
         Ok(Device {
-            engine: Engine::with_controller(config.engine, controller),
+            engine: Engine::with_policies(config.engine, policies),
             link,
             local,
             peer_port: config.peer_port,
@@ -171,6 +183,11 @@ impl Device {
     /// The verbs: protection domains, memory regions, CQs, QPs, posting and polling.
     pub fn engine(&mut self) -> &mut Engine {
         &mut self.engine
+    }
+
+    /// The engine, to read.
+    pub fn engine_ref(&self) -> &Engine {
+        &self.engine
     }
 
     /// The address the device sends from and receives on.

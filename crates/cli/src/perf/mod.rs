@@ -75,6 +75,8 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// The congestion control each end runs.
     pub cc: CcOptions,
+    /// The engine's other policies, and how queue pairs recover losses.
+    pub policies: PolicyOptions,
 }
 
 /// How long an idle side spins before sleeping, by default. Measured on a 2-core VM
@@ -120,6 +122,85 @@ impl CcOptions {
     }
 }
 
+/// A policy by its registry name, with parameters over its defaults.
+#[derive(Debug, Clone)]
+pub struct NamedPolicy {
+    pub name: String,
+    pub params: Vec<(String, String)>,
+}
+
+impl NamedPolicy {
+    fn named(name: &str) -> NamedPolicy {
+        NamedPolicy {
+            name: name.to_string(),
+            params: Vec::new(),
+        }
+    }
+}
+
+/// `--sched`, `--path`, `--tracker`, `--service` (each with its parameters) and
+/// `--recovery`.
+#[derive(Debug, Clone)]
+pub struct PolicyOptions {
+    pub scheduler: NamedPolicy,
+    pub path: NamedPolicy,
+    pub tracker: NamedPolicy,
+    /// Each queue pair's payload services, in send order.
+    pub services: Vec<NamedPolicy>,
+    pub recovery: sluice_core::Recovery,
+}
+
+impl Default for PolicyOptions {
+    /// The engine's defaults: round robin, one source port per queue pair, a bitmap,
+    /// no services, go-back-N.
+    fn default() -> Self {
+        use sluice_control::policies::{PATH_SELECTORS, SCHEDULERS, TRACKERS};
+        PolicyOptions {
+            scheduler: NamedPolicy::named(SCHEDULERS.default_name()),
+            path: NamedPolicy::named(PATH_SELECTORS.default_name()),
+            tracker: NamedPolicy::named(TRACKERS.default_name()),
+            services: Vec::new(),
+            recovery: sluice_core::Recovery::GoBackN,
+        }
+    }
+}
+
+impl PolicyOptions {
+    /// The engine's policies, with `controller` as its control law.
+    pub fn build(
+        &self,
+        controller: Box<dyn sluice_core::control::Controller>,
+    ) -> Result<sluice_core::Policies, sluice_control::policies::PolicyError> {
+        use sluice_control::policies::{PATH_SELECTORS, SCHEDULERS, TRACKERS};
+        Ok(sluice_core::Policies {
+            controller,
+            scheduler: SCHEDULERS.build(&self.scheduler.name, &self.scheduler.params)?,
+            path: PATH_SELECTORS.build(&self.path.name, &self.path.params)?,
+            tracker: TRACKERS.build(&self.tracker.name, &self.tracker.params)?,
+        })
+    }
+
+    /// One queue pair's services.
+    pub fn build_services(
+        &self,
+    ) -> Result<Vec<Box<dyn sluice_core::policy::Service>>, sluice_control::policies::PolicyError>
+    {
+        self.services
+            .iter()
+            .map(|s| sluice_control::policies::SERVICES.build(&s.name, &s.params))
+            .collect()
+    }
+
+    /// Some service changes the bytes on the wire, so the peer must run it too.
+    pub fn changes_the_wire(&self) -> bool {
+        self.services.iter().any(|s| {
+            sluice_control::policies::SERVICES
+                .info(&s.name)
+                .is_some_and(|i| i.both_ends)
+        })
+    }
+}
+
 /// `--pcap` and friends.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -160,6 +241,7 @@ impl Options {
             stall_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             cc: CcOptions::default(),
+            policies: PolicyOptions::default(),
         }
     }
 

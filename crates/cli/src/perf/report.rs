@@ -36,6 +36,9 @@ pub struct Report {
     /// Packets the engine resent (a loss or reordering signal).
     pub retransmitted_packets: u64,
     pub retransmit_timeouts: u64,
+    /// Each payload service's counters, summed over the queue pairs, since the run began.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub services: std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Report {
@@ -73,6 +76,7 @@ impl Report {
             t_max_us: None,
             retransmitted_packets,
             retransmit_timeouts,
+            services: Default::default(),
         };
         if !m.samples.is_empty() {
             let s = &mut m.samples;

@@ -370,6 +370,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             after.retransmitted_packets - before.retransmitted_packets,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
+        report.services = service_counters(&s);
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
@@ -452,7 +453,11 @@ fn open(
     let controller =
         o.cc.build()
             .map_err(|e| PerfError::Usage(format!("--cc: {e}")))?;
-    let mut dev = Device::open_with_controller(config, controller)?;
+    let policies = o
+        .policies
+        .build(controller)
+        .map_err(|e| PerfError::Usage(e.to_string()))?;
+    let mut dev = Device::open_with_policies(config, policies)?;
     let engine = dev.engine();
     let pd = engine.alloc_pd();
     // One region for every QP: data is sent from its first half and lands in its second. A
@@ -521,7 +526,17 @@ fn open(
         // them is the user's word that the peer runs it too.
         c.cc_control = o.cc.control_packets();
         c.ccx = o.cc.ccx;
+        c.recovery = o.policies.recovery;
         engine.connect(*qpn, &c)?;
+        // Services that change the wire are, like the CCX, the user's word that the peer
+        // runs them too (perftest's exchange cannot agree on them).
+        let services = o
+            .policies
+            .build_services()
+            .map_err(|e| PerfError::Usage(e.to_string()))?;
+        if !services.is_empty() {
+            engine.set_services(*qpn, services)?;
+        }
         index.insert(qpn.0, i);
         ends.push(QpEnd {
             qpn: *qpn,
@@ -560,3 +575,20 @@ fn open(
 
 /// READs and atomics we accept outstanding (and announce as out_reads).
 const OUT_READS: u16 = 16;
+
+/// Every service's counters, summed over the queue pairs, since the run began.
+fn service_counters(
+    s: &Session,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>> {
+    let mut out: std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>> =
+        std::collections::BTreeMap::new();
+    for end in &s.qps {
+        for service in s.dev.engine_ref().services(end.qpn) {
+            let sums = out.entry(service.name().to_string()).or_default();
+            for (name, value) in service.counters() {
+                *sums.entry(name).or_default() += value;
+            }
+        }
+    }
+    out
+}

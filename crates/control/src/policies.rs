@@ -1,0 +1,373 @@
+//! The engine's other policies by name, as the laws are in [`crate::registry`]: schedulers
+//! (`--sched`), path selectors (`--path`), receive trackers (`--tracker`) and payload
+//! services (`--service`), each with its parameters (`--sched-param NAME=VALUE` and so on)
+//! and the same names in simulator scenarios.
+
+use sluice_core::policy::{
+    Bitmaps, ByteCount, OffsetLists, PathSelector, PerMessage, QpnHash, RoundRobin, Scheduler,
+    Service, Spray, TrackerFactory, XorPayload,
+};
+
+use crate::params::{ParamError, ParamInfo, Params, parse_u64_in, unknown};
+
+/// One policy a registry can build.
+#[derive(Debug)]
+pub struct PolicyInfo<T: 'static> {
+    /// What it is called on the command line and in scenarios.
+    pub name: &'static str,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// Its parameters.
+    pub params: &'static [ParamInfo],
+    /// Both ends must run it: it changes what goes on the wire.
+    pub both_ends: bool,
+    build: fn(&[(String, String)]) -> Result<T, ParamError>,
+}
+
+/// The policies of one kind, the default first.
+#[derive(Debug)]
+pub struct Registry<T: 'static> {
+    /// The kind, as errors and listings name it ("scheduler", "path selector", ...).
+    pub kind: &'static str,
+    /// Every policy of the kind, the default first.
+    pub entries: &'static [PolicyInfo<T>],
+}
+
+/// A policy could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// No policy of that kind has the name.
+    #[error("unknown {kind} `{name}` (known: {known})")]
+    Unknown {
+        /// The kind of policy asked for.
+        kind: &'static str,
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+    /// A parameter was unknown or its value invalid.
+    #[error("{kind} {name}: {source}")]
+    Param {
+        /// The kind of policy.
+        kind: &'static str,
+        /// The policy.
+        name: &'static str,
+        /// What was wrong.
+        #[source]
+        source: ParamError,
+    },
+}
+
+impl<T> Registry<T> {
+    /// The policy called `name`.
+    pub fn info(&self, name: &str) -> Option<&'static PolicyInfo<T>> {
+        self.entries.iter().find(|p| p.name == name)
+    }
+
+    /// The default policy's name.
+    pub fn default_name(&self) -> &'static str {
+        self.entries[0].name
+    }
+
+    /// Builds policy `name` with `params` (name, value) over its defaults.
+    pub fn build(&self, name: &str, params: &[(String, String)]) -> Result<T, PolicyError> {
+        let Some(info) = self.info(name) else {
+            return Err(PolicyError::Unknown {
+                kind: self.kind,
+                name: name.to_string(),
+                known: self
+                    .entries
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        (info.build)(params).map_err(|source| PolicyError::Param {
+            kind: self.kind,
+            name: info.name,
+            source,
+        })
+    }
+
+    /// Every policy with its summary and parameters, as `--X list` prints them.
+    pub fn listing(&self) -> String {
+        let mut out = String::new();
+        for p in self.entries {
+            let both = if p.both_ends { " (both ends)" } else { "" };
+            out.push_str(&format!("{:<14} {}{both}\n", p.name, p.summary));
+            for param in p.params {
+                out.push_str(&format!("    {:<14} {}\n", param.name, param.help));
+            }
+        }
+        out
+    }
+}
+
+/// Sets `params` on `P`'s defaults.
+fn params<P: Params>(params: &[(String, String)]) -> Result<P, ParamError> {
+    let mut p = P::default();
+    for (name, value) in params {
+        p.set(name, value)?;
+    }
+    Ok(p)
+}
+
+/// No parameters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoParams;
+
+impl Params for NoParams {
+    const INFO: &'static [ParamInfo] = &[];
+
+    fn set(&mut self, name: &str, _: &str) -> Result<(), ParamError> {
+        Err(unknown::<Self>(name))
+    }
+}
+
+/// [`Spray`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct SprayParams {
+    /// Entropies per queue pair.
+    pub paths: u16,
+}
+
+impl Default for SprayParams {
+    fn default() -> Self {
+        SprayParams { paths: 4 }
+    }
+}
+
+impl Params for SprayParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "paths",
+        help: "source ports a queue pair's packets cycle through, 1..=16384 (default 4)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_u64_in(name, value, 1, 16384)? as u16,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`OffsetLists`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetListParams {
+    /// The farthest offset past the expected PSN recorded, and the most packets held.
+    pub capacity: u32,
+}
+
+impl Default for OffsetListParams {
+    fn default() -> Self {
+        OffsetListParams { capacity: 255 }
+    }
+}
+
+impl Params for OffsetListParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "capacity",
+        help: "PSNs past the expected one recorded (and packets held), 1..=8388607 (default 255)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            // Less than half the PSN space: offsets past it would be read as old PSNs.
+            "capacity" => self.capacity = parse_u64_in(name, value, 1, (1 << 23) - 1)? as u32,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`XorPayload`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct XorParams {
+    /// The byte every payload byte is XORed with.
+    pub key: u8,
+}
+
+impl Default for XorParams {
+    fn default() -> Self {
+        XorParams { key: 0x5A }
+    }
+}
+
+impl Params for XorParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "key",
+        help: "the byte XORed into every payload byte, 0..=255 (default 90)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "key" => self.key = parse_u64_in(name, value, 0, 255)? as u8,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// Which eligible queue pair sends next.
+pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
+    kind: "scheduler",
+    entries: &[
+        PolicyInfo {
+            name: "round-robin",
+            summary: "every queue pair with something to send in turn, one packet each",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(RoundRobin::default()) as _),
+        },
+        PolicyInfo {
+            name: "per-message",
+            summary: "round robin by message: a queue pair keeps its turn until its message ends",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(PerMessage::default()) as _),
+        },
+    ],
+};
+
+/// Each packet's UDP source port.
+pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
+    kind: "path selector",
+    entries: &[
+        PolicyInfo {
+            name: "ecmp",
+            summary: "one source port per queue pair, a hash of its number (ECMP spreads queue pairs)",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(QpnHash) as _),
+        },
+        PolicyInfo {
+            name: "spray",
+            summary: "per packet over `paths` source ports, in PSN order",
+            params: SprayParams::INFO,
+            both_ends: false,
+            build: |p| params::<SprayParams>(p).map(|s| Box::new(Spray { paths: s.paths }) as _),
+        },
+    ],
+};
+
+/// Which PSNs past a gap a selective-repeat queue pair has received.
+pub const TRACKERS: Registry<Box<dyn TrackerFactory>> = Registry {
+    kind: "receive tracker",
+    entries: &[
+        PolicyInfo {
+            name: "bitmap",
+            summary: "a 256-PSN bitmap per queue pair (IRN)",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(Bitmaps) as _),
+        },
+        PolicyInfo {
+            name: "offset-list",
+            summary: "a sorted list of received offsets per queue pair: memory grows with disorder",
+            params: OffsetListParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<OffsetListParams>(p).map(|o| {
+                    Box::new(OffsetLists {
+                        capacity: o.capacity,
+                    }) as _
+                })
+            },
+        },
+    ],
+};
+
+/// Stages on a queue pair's payload.
+pub const SERVICES: Registry<Box<dyn Service>> = Registry {
+    kind: "service",
+    entries: &[
+        PolicyInfo {
+            name: "count",
+            summary: "beside the path: counts the packets and payload bytes each way",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(ByteCount::default()) as _),
+        },
+        PolicyInfo {
+            name: "xor",
+            summary: "in line: XORs every payload byte with `key` (a toy that changes the wire; no protection)",
+            params: XorParams::INFO,
+            both_ends: true,
+            build: |p| params::<XorParams>(p).map(|x| Box::new(XorPayload { key: x.key }) as _),
+        },
+    ],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check<T: std::fmt::Debug>(registry: &Registry<T>) {
+        for p in registry.entries {
+            registry.build(p.name, &[]).unwrap();
+            for param in p.params {
+                assert!(param.help.contains("default"), "{}: {}", p.name, param.name);
+                let e = registry
+                    .build(p.name, &[(param.name.into(), "x".into())])
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        PolicyError::Param {
+                            source: ParamError::Invalid { .. },
+                            ..
+                        }
+                    ),
+                    "{e}"
+                );
+            }
+        }
+        let e = registry.build("nonesuch", &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("nonesuch") && text.contains(registry.default_name()));
+        let e = registry
+            .build(registry.default_name(), &[("speed".into(), "1".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown parameter `speed`"), "{e}");
+        assert!(registry.listing().contains(registry.default_name()));
+    }
+
+    #[test]
+    fn every_policy_builds_and_refuses_nonsense_naming_the_field() {
+        check(&SCHEDULERS);
+        check(&PATH_SELECTORS);
+        check(&TRACKERS);
+        check(&SERVICES);
+    }
+
+    #[test]
+    fn out_of_range_parameters_are_refused() {
+        for (registry_build, name, value) in [
+            (
+                PATH_SELECTORS
+                    .build("spray", &[("paths".into(), "0".into())])
+                    .err(),
+                "paths",
+                "0",
+            ),
+            (
+                TRACKERS
+                    .build("offset-list", &[("capacity".into(), "9000000".into())])
+                    .err(),
+                "capacity",
+                "9000000",
+            ),
+            (
+                SERVICES.build("xor", &[("key".into(), "256".into())]).err(),
+                "key",
+                "256",
+            ),
+        ] {
+            let e = registry_build.expect("refused").to_string();
+            assert!(e.contains(name) && e.contains(value), "{e}");
+        }
+    }
+}
