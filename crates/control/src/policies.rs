@@ -21,8 +21,11 @@ pub struct PolicyInfo<T: 'static> {
     pub params: &'static [ParamInfo],
     /// Both ends must run it: it changes what goes on the wire.
     pub both_ends: bool,
-    build: fn(&[(String, String)]) -> Result<T, ParamError>,
+    build: Builder<T>,
 }
+
+/// Builds a policy from (name, value) parameters over its defaults.
+type Builder<T> = fn(&[(String, String)]) -> Result<T, ParamError>;
 
 /// The policies of one kind, the default first.
 #[derive(Debug)]

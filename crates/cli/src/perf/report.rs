@@ -38,8 +38,12 @@ pub struct Report {
     pub retransmit_timeouts: u64,
     /// Each payload service's counters, summed over the queue pairs, since the run began.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub services: std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>,
+    pub services: ServiceCounters,
 }
+
+/// Counters by service name, then by counter name.
+pub type ServiceCounters =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>;
 
 impl Report {
     pub(crate) fn new(
