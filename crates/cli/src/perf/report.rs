@@ -42,7 +42,7 @@ pub struct Report {
 }
 
 /// Counters by service name, then by counter name.
-pub type ServiceCounters =
+pub(crate) type ServiceCounters =
     std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>;
 
 impl Report {
