@@ -284,6 +284,9 @@ pub enum RunError {
     /// A host's engine refused its setup.
     #[error("host {0}: {1}")]
     Engine(NodeId, sluice_core::Error),
+    /// A `[policies]` entry could not be built.
+    #[error("{0}")]
+    Policy(String),
     /// `transport.mtu` is not one RoCE allows.
     #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
     Mtu(u32),
@@ -322,7 +325,11 @@ impl<'a> Network<'a> {
                 line_rate_bps: topo.nodes[h as usize][0].bps,
                 ..EngineConfig::default()
             };
-            let mut engine = Engine::with_controller(config, controller);
+            let policies = scenario
+                .policies
+                .build(controller)
+                .map_err(|e| RunError::Policy(e.to_string()))?;
+            let mut engine = Engine::with_policies(config, policies);
             let pd = engine.alloc_pd();
             let cq = engine
                 .create_cq(1 << 20)

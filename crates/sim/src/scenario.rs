@@ -32,6 +32,9 @@ pub struct Scenario {
     /// How every host's RoCE transport behaves.
     #[serde(default)]
     pub transport: TransportConfig,
+    /// Every host's engine policies besides the control law (defaults: the engine's).
+    #[serde(default)]
+    pub policies: PoliciesConfig,
     /// The congestion-control algorithms to compare: one run each, same seed and workload.
     #[serde(default = "default_cc")]
     pub cc: Vec<CcConfig>,
@@ -227,25 +230,83 @@ impl CcConfig {
 
     /// The parameters as the registry takes them: (name, value as text).
     pub fn param_pairs(&self) -> Result<Vec<(String, String)>, ScenarioError> {
-        self.params
-            .iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    toml::Value::String(s) => s.clone(),
-                    toml::Value::Integer(i) => i.to_string(),
-                    toml::Value::Float(f) => f.to_string(),
-                    toml::Value::Boolean(b) => b.to_string(),
-                    _ => {
-                        return Err(ScenarioError::Invalid(format!(
-                            "cc `{}`: params.{k}: expected a number, string or boolean",
-                            self.name
-                        )));
-                    }
-                };
-                Ok((k.clone(), text))
-            })
-            .collect()
+        param_pairs(&self.params, &format!("cc `{}`", self.name))
     }
+}
+
+/// Every host's engine policies besides the control law, by the names of
+/// `sluice_control::policies` (as `sluice perf --sched`, `--path` and `--tracker` take them):
+/// `scheduler = { name = "per-message" }`, `path = { name = "spray", params = { paths = 4 } }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoliciesConfig {
+    /// Which eligible queue pair sends next (default `round-robin`).
+    pub scheduler: Option<PolicyConfig>,
+    /// Each packet's UDP source port, the entropy ECMP hashes (default `ecmp`).
+    pub path: Option<PolicyConfig>,
+    /// How selective-repeat queue pairs track packets past a gap (default `bitmap`).
+    pub tracker: Option<PolicyConfig>,
+}
+
+/// One policy by name, with parameters over its defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Its name in the registry of its kind.
+    pub name: String,
+    /// Parameters over its defaults, by the registry's names.
+    #[serde(default)]
+    pub params: toml::Table,
+}
+
+impl PoliciesConfig {
+    /// The engine's policies, with `controller` as its control law.
+    pub fn build(
+        &self,
+        controller: Box<dyn sluice_core::control::Controller>,
+    ) -> Result<sluice_core::Policies, ScenarioError> {
+        use sluice_control::policies::{PATH_SELECTORS, Registry, SCHEDULERS, TRACKERS};
+        fn one<T>(
+            registry: &Registry<T>,
+            field: &str,
+            config: &Option<PolicyConfig>,
+        ) -> Result<T, ScenarioError> {
+            let (name, pairs) = match config {
+                Some(c) => (c.name.as_str(), param_pairs(&c.params, field)?),
+                None => (registry.default_name(), Vec::new()),
+            };
+            registry
+                .build(name, &pairs)
+                .map_err(|e| ScenarioError::Invalid(format!("policies.{field}: {e}")))
+        }
+        Ok(sluice_core::Policies {
+            controller,
+            scheduler: one(&SCHEDULERS, "scheduler", &self.scheduler)?,
+            path: one(&PATH_SELECTORS, "path", &self.path)?,
+            tracker: one(&TRACKERS, "tracker", &self.tracker)?,
+        })
+    }
+}
+
+/// A table of parameters as a registry takes them: (name, value as text).
+fn param_pairs(params: &toml::Table, owner: &str) -> Result<Vec<(String, String)>, ScenarioError> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => {
+                    return Err(ScenarioError::Invalid(format!(
+                        "{owner}: params.{k}: expected a number, string or boolean"
+                    )));
+                }
+            };
+            Ok((k.clone(), text))
+        })
+        .collect()
 }
 
 /// What a run records besides flow completion times (a field left out takes its `Default`).
@@ -417,6 +478,9 @@ impl Scenario {
         if self.cc.is_empty() {
             return bad("cc: expected at least one [[cc]] entry".into());
         }
+        // Builds the policies once now, so that a bad name or parameter fails before any run.
+        self.policies
+            .build(Box::new(sluice_core::control::NoControl))?;
         let mut labels = Vec::new();
         for cc in &self.cc {
             // Builds each law once now so that a bad name or parameter fails before any run.

@@ -366,3 +366,96 @@ fn bad_scenarios_are_refused_with_the_field_named() {
     .to_string();
     assert!(missing.contains("workload"), "{missing}");
 }
+
+/// The flows of `file` (under crates/sim/tests/data) on the test leaf-spine, with `policies`
+/// (TOML) in the scenario.
+fn flows_with(file: &str, policies: &str) -> sluice_sim::RunResult {
+    let runs = run(&scenario(&format!(
+        r#"
+        {LEAF_SPINE}
+        [transport]
+        recovery = "selective-repeat"
+        [policies]
+        {policies}
+        [workload]
+        kind = "file"
+        path = "crates/sim/tests/data/{file}"
+        "#
+    )));
+    runs.into_iter().next().unwrap()
+}
+
+/// The scheduler named in a scenario orders one host's queue pairs: round robin shares the
+/// link, so two flows from one host finish together; per-message serves one flow's WRITE
+/// whole, so the first finishes in about half the time of the second.
+#[test]
+fn a_scenario_names_its_scheduler() {
+    let finish = |policies: &str| -> Vec<u64> {
+        let r = flows_with("two-from-one.txt", policies);
+        assert_eq!(completed(&r), 2);
+        let mut f: Vec<u64> = r.flows.iter().map(|f| f.fct_ns().unwrap()).collect();
+        f.sort_unstable();
+        f
+    };
+    let rr = finish("");
+    assert!(rr[0] * 10 > rr[1] * 9, "round robin: {rr:?}");
+    let pm = finish(r#"scheduler = { name = "per-message" }"#);
+    assert!(pm[0] * 10 < pm[1] * 6, "per-message: {pm:?}");
+}
+
+/// The path selector named in a scenario sets the entropy ECMP hashes: one queue pair's
+/// packets take one of its leaf's two spine uplinks with `ecmp`, and both with `spray`
+/// (arriving out of order, which selective repeat with an offset-list tracker absorbs).
+#[test]
+fn a_scenario_names_its_path_selector_and_receive_tracker() {
+    let uplinks = |policies: &str| {
+        let r = flows_with("one-across.txt", policies);
+        assert_eq!(completed(&r), 1, "{policies}");
+        let s = &r.series;
+        s.ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.name.contains("->spine"))
+            .filter(|(i, _)| {
+                (0..s.times_ns.len()).any(|t| s.port_bps[t * s.ports.len() + i] > 10e9)
+            })
+            .map(|(_, p)| p.name.clone())
+            .collect::<Vec<_>>()
+    };
+    // Above 10 Gbit/s: the sender's leaf's uplinks carrying data (the receiver's carry
+    // its ACKs, a few Gbit/s).
+    let ecmp = uplinks("");
+    let sprayed = uplinks(
+        r#"path = { name = "spray", params = { paths = 8 } }
+        tracker = { name = "offset-list", params = { capacity = 512 } }"#,
+    );
+    assert_eq!(ecmp.len(), 1, "{ecmp:?}");
+    assert_eq!(sprayed.len(), 2, "{sprayed:?}");
+}
+
+#[test]
+fn bad_policies_in_a_scenario_are_refused_naming_the_field() {
+    for (policies, says) in [
+        (
+            r#"scheduler = { name = "fifo" }"#,
+            "policies.scheduler: unknown scheduler `fifo`",
+        ),
+        (
+            r#"path = { name = "spray", params = { paths = 0 } }"#,
+            "policies.path",
+        ),
+        (
+            r#"tracker = { name = "bitmap", params = { size = 1 } }"#,
+            "unknown parameter `size`",
+        ),
+        (r#"services = ["count"]"#, "unknown field `services`"),
+    ] {
+        let text = format!(
+            "{LEAF_SPINE}\n[policies]\n{policies}\n[workload]\nkind = \"file\"\npath = \"crates/sim/tests/data/one-across.txt\"\n"
+        );
+        let e = Scenario::parse(&text, &repo_root())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{policies}: {e}");
+    }
+}
