@@ -1,8 +1,7 @@
-//! The engine: objects, the verbs-style calls, the ready list of queue pairs and the timers.
+//! The engine: objects, the verbs-style calls, and the policies and timers it drives.
 //! The requester and responder halves of a queue pair live in their own modules.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use crate::policy::{
 use crate::qp::{
     Qp, QpConfig, QpNum, QpState, RecvWqe, SendOp, SendWqe, SendWr, SgList, Transition,
 };
+use crate::timers::Timers;
 use crate::{Counters, Error, Instant, RecvWr, Rng};
 
 /// A protection domain.
@@ -225,9 +225,8 @@ pub struct Engine {
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
     any_services: bool,
-    /// (deadline, QP index); at most one live entry per queue pair (see `arm`).
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
-    timer_queued: Vec<Option<Instant>>,
+    /// One timer per queue pair: retransmission, RNR waits, pacing.
+    timers: Timers,
     pub(crate) counters: Counters,
     controller: Box<dyn Controller>,
     /// The events the controller wants (asked once).
@@ -285,8 +284,7 @@ impl Engine {
             services: Vec::new(),
             service_scratch: Vec::new(),
             any_services: false,
-            timers: BinaryHeap::new(),
-            timer_queued: Vec::new(),
+            timers: Timers::default(),
             counters: Counters::default(),
             interest: controller.interest(),
             controller,
@@ -448,8 +446,9 @@ impl Engine {
                 < (self.config.max_qps as usize).min((1 << 24) - FIRST_QPN as usize) =>
             {
                 self.live.push(false);
-                self.timer_queued.push(None);
-                self.live.len() as u32 - 1
+                let index = self.live.len() as u32 - 1;
+                self.timers.add(index);
+                index
             }
             None => return Err(Error::Exhausted("queue pairs")),
         };
@@ -486,7 +485,7 @@ impl Engine {
         if let Some(services) = self.services.get_mut(index as usize) {
             services.clear();
         }
-        self.timer_queued[index as usize] = None;
+        self.timers.clear(index);
         self.free_qps.push(index);
         Ok(())
     }
@@ -1302,46 +1301,26 @@ impl Engine {
 
     // ---- time ----------------------------------------------------------------------------
 
-    /// When [`Engine::handle_timeout`] should next be called.
-    ///
-    /// A queue pair's timer is queued once, at the earliest time it was asked for, and not
-    /// moved when what it waits for moves later or goes (an ACK pushes the retransmit deadline
-    /// on, or leaves nothing outstanding): that would cost a heap operation per ACK. Here,
-    /// where a caller decides how long to sleep, the earliest entry is checked against its
-    /// queue pair's need and moved to it (or dropped), so that the time given is one when
-    /// there is something to do: a driver that sleeps until it does not wake for nothing,
-    /// and may sleep in a cheaper way when nothing is due soon.
+    /// When [`Engine::handle_timeout`] should next be called: a time when there is
+    /// something to do (see [`Timers::settle`]), so that a driver that sleeps until it does
+    /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon.
     pub fn next_timeout(&mut self) -> Option<Instant> {
-        let control = match (
+        let (qps, live) = (&self.qps, &self.live);
+        let need = |index: u32| {
+            live.get(index as usize)
+                .copied()
+                .unwrap_or(false)
+                .then(|| qps[index as usize].timer_need())
+                .flatten()
+        };
+        [
             self.controller.next_timeout(),
             self.scheduler.get_ref().next_timeout(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        while let Some(&Reverse((at, index))) = self.timers.peek() {
-            if self.timer_queued[index as usize] != Some(at) {
-                self.timers.pop();
-                continue;
-            }
-            let need = self
-                .is_live(index)
-                .then(|| self.qps[index as usize].timer_need())
-                .flatten();
-            match need {
-                Some(t) if t <= at => return Some(control.map_or(at, |c| c.min(at))),
-                Some(t) => {
-                    self.timers.pop();
-                    self.timer_queued[index as usize] = Some(t);
-                    self.timers.push(Reverse((t, index)));
-                }
-                None => {
-                    self.timers.pop();
-                    self.timer_queued[index as usize] = None;
-                }
-            }
-        }
-        control
+            self.timers.settle(need),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether [`Engine::handle_timeout`] may have something to do at `now`: a check for a
@@ -1351,16 +1330,14 @@ impl Engine {
     /// that happens once per such entry, not once per poll. `next_timeout` instead checks
     /// and moves the entry, for a driver deciding how long to sleep.
     pub fn timeout_due(&mut self, now: Instant) -> bool {
-        self.controller.next_timeout().is_some_and(|at| at <= now)
-            || self
-                .scheduler
-                .get_ref()
-                .next_timeout()
-                .is_some_and(|at| at <= now)
-            || self
-                .timers
-                .peek()
-                .is_some_and(|&Reverse((at, _))| at <= now)
+        [
+            self.controller.next_timeout(),
+            self.scheduler.get_ref().next_timeout(),
+            self.timers.earliest(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|at| at <= now)
     }
 
     /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
@@ -1374,15 +1351,7 @@ impl Engine {
             }
             self.deferred = deferred;
         }
-        while let Some(&Reverse((at, index))) = self.timers.peek() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
-            if self.timer_queued[index as usize] != Some(at) {
-                continue;
-            }
-            self.timer_queued[index as usize] = None;
+        while let Some(index) = self.timers.pop_due(now) {
             if self.is_live(index) {
                 self.on_timer(index, now);
             }
@@ -1391,11 +1360,7 @@ impl Engine {
 
     /// Makes sure a timer fires for queue pair `index` no later than `at`.
     pub(crate) fn arm(&mut self, index: u32, at: Instant) {
-        let queued = &mut self.timer_queued[index as usize];
-        if queued.is_none_or(|q| at < q) {
-            *queued = Some(at);
-            self.timers.push(Reverse((at, index)));
-        }
+        self.timers.arm(index, at);
     }
 
     /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.

@@ -22,6 +22,7 @@ mod requester;
 mod responder;
 mod rng;
 mod time;
+mod timers;
 
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
