@@ -1234,7 +1234,7 @@ impl Engine {
                 let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
                 self.serve_outgoing(index, psn, served.opcode, &mut payload[..len]);
             }
-            self.scheduler.served(index, now, Some(&served), more);
+            self.scheduler.served(index, now, Some(served), more);
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += u64::from(served.payload_len);
             return Some(t);

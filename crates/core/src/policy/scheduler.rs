@@ -75,7 +75,7 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
 
     /// The visit to `qp` that `next` asked for sent `sent` (or nothing). `more`: the queue
     /// pair may send more, so keep it; otherwise drop it until it is woken again.
-    fn served(&mut self, qp: u32, now: Instant, sent: Option<&Served>, more: bool);
+    fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool);
 
     /// Queue pair `qp`, held, is destroyed: drop it.
     fn remove(&mut self, qp: u32);
@@ -113,7 +113,7 @@ impl Scheduler for RoundRobin {
     }
 
     #[inline]
-    fn served(&mut self, qp: u32, _now: Instant, _sent: Option<&Served>, more: bool) {
+    fn served(&mut self, qp: u32, _now: Instant, _sent: Option<Served>, more: bool) {
         if more {
             self.ready.push_back(qp);
         }
@@ -143,7 +143,7 @@ impl Scheduler for PerMessage {
         self.ready.pop_front()
     }
 
-    fn served(&mut self, qp: u32, _now: Instant, sent: Option<&Served>, more: bool) {
+    fn served(&mut self, qp: u32, _now: Instant, sent: Option<Served>, more: bool) {
         if !more {
             return;
         }
@@ -202,7 +202,7 @@ mod tests {
             .map(|_| {
                 let qp = s.next(NOW).expect("a held queue pair");
                 sent[qp as usize] += 1;
-                s.served(qp, NOW, Some(&packet(sent[qp as usize] % every == 0)), true);
+                s.served(qp, NOW, Some(packet(sent[qp as usize] % every == 0)), true);
                 qp
             })
             .collect()
@@ -236,7 +236,7 @@ mod tests {
             s.wake(2);
             s.wake(3);
             let first = s.next(NOW).unwrap();
-            s.served(first, NOW, Some(&packet(true)), false);
+            s.served(first, NOW, Some(packet(true)), false);
             s.remove(2);
             let rest: Vec<u32> = std::iter::from_fn(|| s.next(NOW)).collect();
             assert_eq!(rest, [3], "{s:?}");
@@ -295,7 +295,7 @@ impl EngineScheduler {
     }
 
     #[inline]
-    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<&Served>, more: bool) {
+    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
         match self {
             EngineScheduler::RoundRobin(s) => s.served(qp, now, sent, more),
             EngineScheduler::Other(s) => s.served(qp, now, sent, more),
