@@ -21,6 +21,7 @@ mod reorder;
 mod requester;
 mod responder;
 mod rng;
+mod rules;
 mod time;
 mod timers;
 

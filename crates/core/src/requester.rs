@@ -13,9 +13,6 @@ use crate::engine::{Payload, PayloadAt, Transmit, send_opcode};
 use crate::qp::{QpState, ReadRepair, SendOp};
 use crate::{Engine, Instant};
 
-/// NAK'd PSNs a selective-repeat requester queues for resending.
-const RESEND_LIMIT: usize = 64;
-
 /// The opcode of a SEND or WRITE packet by its place in the message.
 fn data_opcode(op: SendOp, first: bool, last: bool) -> Opcode {
     use Opcode as O;
@@ -152,7 +149,7 @@ impl Engine {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
-        if req.una.distance_to(req.next_psn) as u32 >= window {
+        if req.window_full(window) {
             return None;
         }
         let cursor = req.cursor;
@@ -498,7 +495,7 @@ impl Engine {
                 let qp = self.qp_mut(index);
                 if qp.attrs.recovery == crate::Recovery::SelectiveRepeat {
                     // The responder holds what came after: resend just the missing PSN.
-                    queue_resend(&mut qp.req.resend, psn);
+                    qp.req.queue_resend(psn);
                 } else {
                     self.rewind(index, psn);
                 }
@@ -721,7 +718,9 @@ impl Engine {
             None => return,
         };
         // A full resend queue: the retransmit timer asks for it instead.
-        if queue_resend(&mut req.resend, expected) {
+        if req.queue_resend(expected)
+            && let Some(repair) = req.read_repair.as_deref_mut()
+        {
             repair.asked = Some((expected, until));
         }
     }
@@ -882,7 +881,7 @@ impl Engine {
             req.max_sent
         );
         // The cursor is where it would be placed for the PSN it sends next.
-        let (cursor, offset, _) = cursor_for(req, req.next_psn, qp.attrs.mtu);
+        let (cursor, offset, _) = req.cursor_for(req.next_psn, qp.attrs.mtu);
         assert_eq!(
             (req.cursor, req.cursor_offset),
             (cursor, offset),
@@ -908,7 +907,7 @@ impl Engine {
         let qp = self.qp_mut(index);
         let mtu = qp.attrs.mtu;
         let req = &mut qp.req;
-        (req.cursor, req.cursor_offset, req.next_psn) = cursor_for(req, psn, mtu);
+        (req.cursor, req.cursor_offset, req.next_psn) = req.cursor_for(psn, mtu);
     }
 
     /// Forward progress: the retry count is restored and the timer restarts (or stops).
@@ -1000,35 +999,4 @@ impl Engine {
     pub(crate) fn fail_request(&mut self, index: u32, pos: usize, status: WcStatus) {
         self.enter_error_failing(index, Some((pos, status)));
     }
-}
-
-/// Queues `psn` to be resent alone (selective repeat), unless it already is or the queue is
-/// full (the retransmit timer then recovers it); true if queued.
-fn queue_resend(resend: &mut std::collections::VecDeque<Psn>, psn: Psn) -> bool {
-    if resend.contains(&psn) || resend.len() >= RESEND_LIMIT {
-        return false;
-    }
-    resend.push_back(psn);
-    true
-}
-
-/// Where the cursor of `req` goes to send from `psn`: the index of the request holding it,
-/// the byte offset in that request and the PSN to send next (a READ re-requests what is
-/// still missing; an atomic is resent whole). A PSN held by no started request sends on
-/// from the first request not yet started, at `max_sent`.
-fn cursor_for(req: &crate::qp::Requester, psn: Psn, mtu: u32) -> (usize, u32, Psn) {
-    for (i, w) in req.sq.iter().enumerate() {
-        if !w.started {
-            return (i, 0, req.max_sent);
-        }
-        let d = w.first_psn.distance_to(psn);
-        if d >= 0 && (d as u32) < w.span {
-            return match w.op {
-                SendOp::Read { .. } => (i, w.read_done, w.first_psn.add(w.read_done / mtu)),
-                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => (i, 0, w.first_psn),
-                _ => (i, d as u32 * mtu, psn),
-            };
-        }
-    }
-    (req.sq.len(), 0, req.max_sent)
 }

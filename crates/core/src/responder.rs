@@ -13,6 +13,7 @@ use crate::engine::{Payload, PayloadAt, Transmit};
 use crate::mr::Access;
 use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
+use crate::rules::Arrival;
 
 /// Whether a queue pair may owe one more READ response or atomic ACK: a requester with more
 /// READs and atomics outstanding than our `max_dest_rd_atomic` breaks the protocol.
@@ -71,26 +72,28 @@ impl Engine {
             },
         );
         let qp = self.qp_mut(index);
-        let d = qp.resp.epsn.distance_to(psn);
-        if d > 0 {
-            // A gap. Selective repeat keeps the packet for later (if it has room); either
-            // way the first missing PSN is NAK'd, once per gap.
-            if let Some(reorder) = &mut qp.resp.reorder {
-                let bytes = match payload {
-                    Payload::Bytes(b) => Some(b),
-                    Payload::Len(_) => None,
-                };
-                if reorder.hold(d as u32, psn, headers, bytes, payload.len()) {
-                    self.counters.packets_held += 1;
+        match qp.resp.arrival(psn) {
+            Arrival::InOrder => {}
+            Arrival::Ahead(d) => {
+                // A gap. Selective repeat keeps the packet for later (if it has room);
+                // either way the first missing PSN is NAK'd, once per gap.
+                if let Some(reorder) = &mut qp.resp.reorder {
+                    let bytes = match payload {
+                        Payload::Bytes(b) => Some(b),
+                        Payload::Len(_) => None,
+                    };
+                    if reorder.hold(d, psn, headers, bytes, payload.len()) {
+                        self.counters.packets_held += 1;
+                    }
                 }
+                self.nak_gap(index);
+                return;
             }
-            self.nak_gap(index);
-            return;
-        }
-        if d < 0 {
-            self.counters.duplicate_requests += 1;
-            self.on_duplicate(index, headers, info);
-            return;
+            Arrival::Duplicate => {
+                self.counters.duplicate_requests += 1;
+                self.on_duplicate(index, headers, info);
+                return;
+            }
         }
         self.execute_in_order(index, headers, info, payload);
         // Selective repeat: the packets held behind the gap just filled follow in order;
@@ -154,10 +157,9 @@ impl Engine {
     /// NAKs the expected PSN as missing, once per value of it.
     fn nak_gap(&mut self, index: u32) {
         let qp = self.qp_mut(index);
-        if qp.resp.nak_sent {
+        if !qp.resp.claim_gap_nak() {
             return;
         }
-        qp.resp.nak_sent = true;
         let epsn = qp.resp.epsn;
         let nak = Response::Nak {
             psn: epsn,
@@ -181,32 +183,9 @@ impl Engine {
         let mtu = qp.attrs.mtu;
         let pd = qp.pd;
         let len = payload.len();
-        let in_send = matches!(qp.resp.in_progress, Some(InProgress::Send { .. }));
-        let in_write = matches!(qp.resp.in_progress, Some(InProgress::Write { .. }));
         let starts = info.position.starts_message();
         let ends = info.position.ends_message();
-        // The opcode must continue the message in progress, or start one when none is.
-        let sequence_ok = match info.operation {
-            Operation::Send | Operation::SendWithImmediate => {
-                if starts {
-                    !in_send && !in_write
-                } else {
-                    in_send
-                }
-            }
-            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
-                if starts {
-                    !in_send && !in_write
-                } else {
-                    in_write
-                }
-            }
-            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd => {
-                !in_send && !in_write
-            }
-            _ => false,
-        };
-        if !sequence_ok {
+        if !qp.resp.continues_message(info.operation, starts) {
             return Err(Refusal::InvalidRequest);
         }
         // Every packet but the last of a message is exactly one MTU.
@@ -392,13 +371,7 @@ impl Engine {
             _ => return Err(Refusal::InvalidRequest),
         }
         let ack_every = self.config.ack_every_packets;
-        let qp = self.qp_mut(index);
-        qp.resp.epsn = qp.resp.epsn.next();
-        qp.resp.nak_sent = false;
-        qp.resp.unacked = qp.resp.unacked.saturating_add(1);
-        if bth.ack_req || (ack_every > 0 && qp.resp.unacked >= ack_every) {
-            qp.resp.ack_due = true;
-        }
+        self.qp_mut(index).resp.took_request(bth.ack_req, ack_every);
         Ok(())
     }
 
@@ -780,8 +753,7 @@ impl Engine {
                 )
             }
             None if qp.resp.ack_due => {
-                qp.resp.ack_due = false;
-                qp.resp.unacked = 0;
+                qp.resp.ack_sent();
                 let ext = ExtHeaders {
                     aeth: Some(ok),
                     ..ExtHeaders::default()

@@ -1,0 +1,301 @@
+//! The requester's and responder's sequence rules as methods of their state, each small
+//! enough to test alone: where a request's PSN stands, when an ACK is due, that a gap is
+//! NAK'd once, that an opcode continues the message in progress, how far the window lets a
+//! requester go, where it resends from, and the bounded queue of single resends.
+
+use sluice_wire::{Operation, Psn};
+
+use crate::qp::{InProgress, Requester, Responder, SendOp};
+
+/// Where a request's PSN stands against the PSN the responder expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// The expected PSN: take it.
+    InOrder,
+    /// This many PSNs past it: a gap before it.
+    Ahead(u32),
+    /// Before it: a duplicate of a request already taken.
+    Duplicate,
+}
+
+/// NAK'd PSNs a selective-repeat requester queues for resending.
+pub(crate) const RESEND_LIMIT: usize = 64;
+
+impl Responder {
+    /// Where request `psn` stands (PSN arithmetic modulo 2^24: half the space ahead, half
+    /// behind).
+    #[inline]
+    pub(crate) fn arrival(&self, psn: Psn) -> Arrival {
+        match self.epsn.distance_to(psn) {
+            0 => Arrival::InOrder,
+            d if d > 0 => Arrival::Ahead(d as u32),
+            _ => Arrival::Duplicate,
+        }
+    }
+
+    /// A new request was taken: the expected PSN moves on, a gap after it may be NAK'd
+    /// again, and an ACK is due when the request asked for one or `ack_every` (0: never by
+    /// count) requests have been taken since the last ACK. ACKs coalesce: one covers every
+    /// request before it leaves.
+    #[inline]
+    pub(crate) fn took_request(&mut self, ack_req: bool, ack_every: u32) {
+        self.epsn = self.epsn.next();
+        self.nak_sent = false;
+        self.unacked = self.unacked.saturating_add(1);
+        if ack_req || (ack_every > 0 && self.unacked >= ack_every) {
+            self.ack_due = true;
+        }
+    }
+
+    /// Whether the gap at the expected PSN is still to be NAK'd: true once per value of
+    /// the expected PSN (later packets past the same gap say nothing new).
+    pub(crate) fn claim_gap_nak(&mut self) -> bool {
+        !std::mem::replace(&mut self.nak_sent, true)
+    }
+
+    /// The coalesced ACK leaves: nothing is owed until the next request.
+    pub(crate) fn ack_sent(&mut self) {
+        self.ack_due = false;
+        self.unacked = 0;
+    }
+
+    /// Whether a packet of `operation` may come now: a SEND or WRITE continues the message
+    /// of its kind in progress, or starts one (`starts`) when none is; READs and atomics
+    /// come between messages only. Anything else is not a request.
+    pub(crate) fn continues_message(&self, operation: Operation, starts: bool) -> bool {
+        let in_send = matches!(self.in_progress, Some(InProgress::Send { .. }));
+        let in_write = matches!(self.in_progress, Some(InProgress::Write { .. }));
+        match operation {
+            Operation::Send | Operation::SendWithImmediate if !starts => in_send,
+            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate if !starts => in_write,
+            Operation::Send
+            | Operation::SendWithImmediate
+            | Operation::RdmaWrite
+            | Operation::RdmaWriteWithImmediate
+            | Operation::RdmaReadRequest
+            | Operation::CompareSwap
+            | Operation::FetchAdd => !in_send && !in_write,
+            _ => false,
+        }
+    }
+}
+
+impl Requester {
+    /// Whether `window` packets are unacknowledged: nothing new may go.
+    #[inline]
+    pub(crate) fn window_full(&self, window: u32) -> bool {
+        self.una.distance_to(self.next_psn) as u32 >= window
+    }
+
+    /// Queues `psn` to be resent alone (selective repeat), unless it already is or the
+    /// queue is full (the retransmit timer then recovers it); true if queued.
+    pub(crate) fn queue_resend(&mut self, psn: Psn) -> bool {
+        if self.resend.contains(&psn) || self.resend.len() >= RESEND_LIMIT {
+            return false;
+        }
+        self.resend.push_back(psn);
+        true
+    }
+
+    /// Where the cursor goes to send from `psn`: the index of the request holding it, the
+    /// byte offset in that request and the PSN to send next (a READ re-requests what is
+    /// still missing; an atomic is resent whole). A PSN held by no started request sends
+    /// on from the first request not yet started, at `max_sent`.
+    pub(crate) fn cursor_for(&self, psn: Psn, mtu: u32) -> (usize, u32, Psn) {
+        for (i, w) in self.sq.iter().enumerate() {
+            if !w.started {
+                return (i, 0, self.max_sent);
+            }
+            let d = w.first_psn.distance_to(psn);
+            if d >= 0 && (d as u32) < w.span {
+                return match w.op {
+                    SendOp::Read { .. } => (i, w.read_done, w.first_psn.add(w.read_done / mtu)),
+                    SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => (i, 0, w.first_psn),
+                    _ => (i, d as u32 * mtu, psn),
+                };
+            }
+        }
+        (self.sq.len(), 0, self.max_sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::{RecvWqe, SendWqe, SgList};
+
+    fn responder(epsn: u32) -> Responder {
+        Responder {
+            epsn: Psn::new(epsn),
+            ..Responder::default()
+        }
+    }
+
+    #[test]
+    fn arrival_is_judged_modulo_the_psn_space() {
+        let r = responder(0xFF_FFFE);
+        assert_eq!(r.arrival(Psn::new(0xFF_FFFE)), Arrival::InOrder);
+        // Across the wrap: 0xFFFFFE -> 0xFFFFFF -> 0 -> 1.
+        assert_eq!(r.arrival(Psn::new(1)), Arrival::Ahead(3));
+        assert_eq!(r.arrival(Psn::new(0xFF_FFF0)), Arrival::Duplicate);
+        // Half the space ahead is ahead; beyond it, behind.
+        assert_eq!(r.arrival(Psn::new(0x7F_FFFD)), Arrival::Ahead(0x7F_FFFF));
+        assert_eq!(r.arrival(Psn::new(0x7F_FFFF)), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn acks_coalesce_until_asked_for_or_counted() {
+        let mut r = responder(5);
+        r.took_request(false, 3);
+        r.took_request(false, 3);
+        assert!(!r.ack_due, "two of three");
+        r.took_request(false, 3);
+        assert!(r.ack_due, "the third");
+        assert_eq!(r.epsn, Psn::new(8));
+        r.ack_sent();
+        assert!(!r.ack_due);
+        r.took_request(true, 3);
+        assert!(r.ack_due, "asked for");
+        r.ack_sent();
+        for _ in 0..100 {
+            r.took_request(false, 0);
+        }
+        assert!(!r.ack_due, "0: only when asked");
+    }
+
+    #[test]
+    fn a_gap_is_naked_once_until_a_request_moves_the_expected_psn() {
+        let mut r = responder(7);
+        assert!(r.claim_gap_nak());
+        assert!(!r.claim_gap_nak());
+        assert!(!r.claim_gap_nak());
+        r.took_request(false, 0);
+        assert!(r.claim_gap_nak(), "a new expected PSN, a new gap");
+    }
+
+    #[test]
+    fn an_opcode_must_continue_the_message_in_progress() {
+        use Operation as O;
+        let idle = responder(0);
+        for op in [
+            O::Send,
+            O::RdmaWrite,
+            O::RdmaReadRequest,
+            O::CompareSwap,
+            O::FetchAdd,
+        ] {
+            assert!(idle.continues_message(op, true), "{op:?} starts");
+        }
+        assert!(
+            !idle.continues_message(O::Send, false),
+            "a SEND MIDDLE with none begun"
+        );
+        assert!(!idle.continues_message(O::RdmaWrite, false));
+        assert!(
+            !idle.continues_message(O::Acknowledge, true),
+            "not a request"
+        );
+        let mut in_write = responder(0);
+        in_write.in_progress = Some(InProgress::Write {
+            rkey: 1,
+            va: 0,
+            remaining: 4096,
+            total: 8192,
+        });
+        assert!(in_write.continues_message(O::RdmaWriteWithImmediate, false));
+        assert!(
+            !in_write.continues_message(O::Send, false),
+            "a SEND inside a WRITE"
+        );
+        assert!(
+            !in_write.continues_message(O::RdmaWrite, true),
+            "a new WRITE inside one"
+        );
+        assert!(!in_write.continues_message(O::RdmaReadRequest, true));
+        let mut in_send = responder(0);
+        in_send.in_progress = Some(InProgress::Send {
+            wqe: RecvWqe {
+                wr_id: 0,
+                sgl: SgList::new(&[]).unwrap(),
+                len: 0,
+            },
+            received: 0,
+        });
+        assert!(in_send.continues_message(O::SendWithImmediate, false));
+        assert!(!in_send.continues_message(O::RdmaWrite, false));
+    }
+
+    fn wqe(op: SendOp, first_psn: u32, span: u32, len: u32) -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            op,
+            len,
+            first_psn: Psn::new(first_psn),
+            span,
+            read_done: 0,
+            signaled: true,
+            fence: false,
+            solicited: false,
+            started: true,
+            responded: false,
+            sgl: SgList::new(&[]).unwrap(),
+            inline: None,
+        }
+    }
+
+    #[test]
+    fn the_window_counts_unacknowledged_packets_across_the_wrap() {
+        let r = Requester {
+            una: Psn::new(0xFF_FFF0),
+            next_psn: Psn::new(0x10),
+            ..Requester::default()
+        };
+        assert!(!r.window_full(33));
+        assert!(r.window_full(32));
+    }
+
+    #[test]
+    fn a_resend_is_queued_once_and_the_queue_is_bounded() {
+        let mut r = Requester::default();
+        assert!(r.queue_resend(Psn::new(9)));
+        assert!(!r.queue_resend(Psn::new(9)));
+        for p in 10..(10 + RESEND_LIMIT as u32 - 1) {
+            assert!(r.queue_resend(Psn::new(p)));
+        }
+        assert!(!r.queue_resend(Psn::new(1000)), "full");
+        assert_eq!(r.resend.len(), RESEND_LIMIT);
+    }
+
+    #[test]
+    fn the_cursor_goes_to_the_request_and_offset_of_a_psn() {
+        let write = SendOp::Write {
+            remote_addr: 0,
+            rkey: 0,
+        };
+        let read = SendOp::Read {
+            remote_addr: 0,
+            rkey: 0,
+        };
+        let mut r = Requester {
+            max_sent: Psn::new(110),
+            ..Requester::default()
+        };
+        r.sq.push_back(wqe(write, 100, 4, 4 * 1024));
+        let mut rd = wqe(read, 104, 4, 4 * 1024);
+        rd.read_done = 2048;
+        r.sq.push_back(rd);
+        r.sq.push_back(wqe(write, 108, 2, 2048));
+        let mut unstarted = wqe(write, 0, 0, 10);
+        unstarted.started = false;
+        r.sq.push_back(unstarted);
+        // The third packet of the WRITE: its offset.
+        assert_eq!(r.cursor_for(Psn::new(102), 1024), (0, 2048, Psn::new(102)));
+        // Any PSN of the READ (its first, just past the WRITE's last, included): re-request
+        // what is missing, from its first missing response.
+        assert_eq!(r.cursor_for(Psn::new(104), 1024), (1, 2048, Psn::new(106)));
+        assert_eq!(r.cursor_for(Psn::new(107), 1024), (1, 2048, Psn::new(106)));
+        assert_eq!(r.cursor_for(Psn::new(109), 1024), (2, 1024, Psn::new(109)));
+        // Past every started request: on from the first not started.
+        assert_eq!(r.cursor_for(Psn::new(120), 1024), (3, 0, Psn::new(110)));
+    }
+}
