@@ -66,6 +66,124 @@ pub(crate) fn read_span(len: u32, mtu: u32) -> u32 {
     len.div_ceil(mtu).max(1)
 }
 
+/// A request packet's headers and where it stands in the sequence.
+#[derive(Debug, Clone, Copy)]
+struct RequestPacket {
+    psn: Psn,
+    bth: Bth,
+    ext: ExtHeaders,
+    /// Its payload: `payload_len` bytes from `offset` of its work request.
+    offset: u32,
+    payload_len: u32,
+    /// PSNs it takes (a READ request, one per response packet).
+    advance: u32,
+    retransmission: bool,
+}
+
+/// Builds the request packet at `cursor` of `qp` (begun) and moves the cursor past it.
+#[inline(always)]
+fn request_headers(
+    qp: &mut crate::qp::Qp,
+    cursor: usize,
+    window: u32,
+    ack_every: u32,
+    read_until: Option<Psn>,
+) -> RequestPacket {
+    let mtu = qp.attrs.mtu;
+    let req = &mut qp.req;
+    let wqe = &req.sq[cursor];
+    // A READ (re-)request asks for what is still missing, at the PSN of the first
+    // missing response; responses that arrived since the cursor was placed count.
+    let psn = match wqe.op {
+        SendOp::Read { .. } => wqe.first_psn.add(wqe.read_done / mtu),
+        SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => wqe.first_psn,
+        _ => req.next_psn,
+    };
+    let retransmission = psn.precedes(req.max_sent);
+    let offset = req.cursor_offset;
+    let mut bth = Bth::new(Opcode::RC_SEND_ONLY, qp.attrs.dest_qpn, psn);
+    let mut ext = ExtHeaders::default();
+    let mut payload_len = 0;
+    let advance;
+    match wqe.op {
+        SendOp::Read { remote_addr, rkey } => {
+            // A first request, or a re-request of what is still missing (with selective
+            // repeat, of a gap only: up to PSN `read_until`).
+            let end = read_until
+                .map(|u| i64::from(wqe.first_psn.distance_to(u)) * i64::from(mtu))
+                .filter(|&e| e > i64::from(wqe.read_done) && e < i64::from(wqe.len))
+                .map_or(wqe.len, |e| e as u32);
+            let remaining = end - wqe.read_done;
+            bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+            ext.reth = Some(Reth {
+                va: remote_addr + u64::from(wqe.read_done),
+                rkey,
+                dma_len: remaining,
+            });
+            advance = read_span(remaining, mtu);
+            req.cursor += 1;
+            req.cursor_offset = 0;
+        }
+        op @ (SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }) => {
+            (bth.opcode, ext.atomic_eth) = atomic_request(op);
+            advance = 1;
+            req.cursor += 1;
+        }
+        op => {
+            let len = (wqe.len - offset).min(mtu);
+            let first = offset == 0;
+            let last = offset + len == wqe.len;
+            bth.opcode = data_opcode(op, first, last);
+            if let (
+                true,
+                SendOp::Write { remote_addr, rkey }
+                | SendOp::WriteWithImm {
+                    remote_addr, rkey, ..
+                },
+            ) = (first, op)
+            {
+                ext.reth = Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: wqe.len,
+                });
+            }
+            if last {
+                ext.imm_dt = match op {
+                    SendOp::SendWithImm(imm) | SendOp::WriteWithImm { imm, .. } => Some(imm),
+                    _ => None,
+                };
+                bth.solicited = wqe.solicited;
+            }
+            // Ask for an ACK at the end of a message, every `ack_every` packets, and when
+            // this packet fills the window (or the sender would wait for the timer). A
+            // small window (a control law's) is asked about twice per window, so that its
+            // first half is confirmed while the second is on the way and the window
+            // slides instead of going stop-and-go one round trip per window.
+            let every = ack_every.min((window / 2).max(1));
+            let fills_window = req.una.distance_to(psn) as u32 + 1 >= window;
+            bth.ack_req = last || psn.value() % every == 0 || fills_window;
+            payload_len = len;
+            advance = 1;
+            if last {
+                req.cursor += 1;
+                req.cursor_offset = 0;
+            } else {
+                req.cursor_offset += len;
+            }
+        }
+    }
+    RequestPacket {
+        psn,
+        bth,
+        ext,
+        offset,
+        payload_len,
+        advance,
+        retransmission,
+    }
+}
+
 impl Engine {
     /// The next request packet of queue pair `index`, if its window, fence and limits allow.
     pub(crate) fn next_request_packet(
@@ -137,6 +255,8 @@ impl Engine {
     }
 
     /// The request packet at the cursor, if the window and limits allow; moves the cursor on.
+    /// Its phases: begin the request at the cursor (if it is new), ask the control law's
+    /// gate, build the headers, find the payload, record what was sent.
     fn packet_at_cursor(
         &mut self,
         index: u32,
@@ -146,19 +266,42 @@ impl Engine {
         ack_every: u32,
         read_until: Option<Psn>,
     ) -> Option<Transmit> {
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let req = &mut qp.req;
-        if req.window_full(window) {
+        let req = &self.qp_at(index).req;
+        if req.window_full(window) || req.cursor >= req.sq.len() {
             return None;
         }
         let cursor = req.cursor;
-        if cursor >= req.sq.len() {
+        if !self.begin_request(index, cursor) {
             return None;
         }
+        if !self.gate_allows(index, now, cursor) {
+            return None;
+        }
+        let packet = request_headers(self.qp_mut(index), cursor, window, ack_every, read_until);
+        let payload_at = if packet.payload_len > 0 {
+            match self.gather_request_payload(index, cursor, &packet, payload) {
+                Ok(at) => at,
+                Err(()) => {
+                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                    return None;
+                }
+            }
+        } else {
+            PayloadAt::Buffer
+        };
+        Some(self.record_sent(index, now, &packet, payload_at))
+    }
+
+    /// Begins the request at `cursor` if it has not begun: gives it its PSNs, unless the
+    /// queue pair is draining or a fence or the READ/atomic limit holds it back (false).
+    #[inline(always)]
+    fn begin_request(&mut self, index: u32, cursor: usize) -> bool {
+        let qp = self.qp_mut(index);
+        let mtu = qp.attrs.mtu;
+        let req = &mut qp.req;
         if !req.sq[cursor].started {
             if qp.state == QpState::Sqd {
-                return None; // draining: begin nothing new
+                return false; // draining: begin nothing new
             }
             let wqe = &req.sq[cursor];
             // Every READ and atomic not yet completed counts, answered or not: behind an
@@ -178,12 +321,12 @@ impl Engine {
                     .take(enough)
                     .count();
                 if wqe.fence && pending_rd_atomic > 0 {
-                    return None;
+                    return false;
                 }
                 if wqe.op.is_read_or_atomic()
                     && pending_rd_atomic >= usize::from(qp.attrs.max_rd_atomic)
                 {
-                    return None;
+                    return false;
                 }
             }
             let span = match wqe.op {
@@ -196,134 +339,79 @@ impl Engine {
             wqe.span = span;
             wqe.started = true;
         }
+        true
+    }
+
+    /// The control law's TX function (SwCC): may a new packet go now? Resent packets are
+    /// not asked: the credit a lost packet used is gone, and recovery must not wait for
+    /// credit that can never come.
+    #[inline(always)]
+    fn gate_allows(&mut self, index: u32, now: Instant, cursor: usize) -> bool {
+        let req = &self.qp_at(index).req;
         let fresh = !req.next_psn.precedes(req.max_sent);
-        if fresh && self.gates() {
-            // The control law's TX function (SwCC): may this packet go now? Resent packets
-            // are not asked: the credit a lost packet used is gone, and recovery must not
-            // wait for credit that can never come.
-            let req = &self.qp_mut(index).req;
-            let wqe = &req.sq[cursor];
-            let bytes = if wqe.op.is_read_or_atomic() {
-                0
-            } else {
-                (wqe.len - req.cursor_offset).min(mtu)
-            };
-            if self.gate(index, now, bytes) == crate::control::Gate::Hold {
-                return None;
-            }
+        if !fresh || !self.gates() {
+            return true;
         }
-        let qp = self.qp_mut(index);
-        let req = &mut qp.req;
-        let wqe = &req.sq[cursor];
-        // A READ (re-)request asks for what is still missing, at the PSN of the first
-        // missing response; responses that arrived since the cursor was placed count.
-        let psn = match wqe.op {
-            SendOp::Read { .. } => wqe.first_psn.add(wqe.read_done / mtu),
-            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => wqe.first_psn,
-            _ => req.next_psn,
+        let qp = self.qp_at(index);
+        let wqe = &qp.req.sq[cursor];
+        let bytes = if wqe.op.is_read_or_atomic() {
+            0
+        } else {
+            (wqe.len - qp.req.cursor_offset).min(qp.attrs.mtu)
         };
-        let retransmission = psn.precedes(req.max_sent);
-        let offset = req.cursor_offset;
-        let mut bth = Bth::new(Opcode::RC_SEND_ONLY, qp.attrs.dest_qpn, psn);
-        let mut ext = ExtHeaders::default();
-        let mut payload_len = 0;
-        let advance;
-        match wqe.op {
-            SendOp::Read { remote_addr, rkey } => {
-                // A first request, or a re-request of what is still missing (with selective
-                // repeat, of a gap only: up to PSN `read_until`).
-                let end = read_until
-                    .map(|u| i64::from(wqe.first_psn.distance_to(u)) * i64::from(mtu))
-                    .filter(|&e| e > i64::from(wqe.read_done) && e < i64::from(wqe.len))
-                    .map_or(wqe.len, |e| e as u32);
-                let remaining = end - wqe.read_done;
-                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                ext.reth = Some(Reth {
-                    va: remote_addr + u64::from(wqe.read_done),
-                    rkey,
-                    dma_len: remaining,
-                });
-                advance = read_span(remaining, mtu);
-                req.cursor += 1;
-                req.cursor_offset = 0;
+        self.gate(index, now, bytes) != crate::control::Gate::Hold
+    }
+
+    /// Finds the payload of `packet`: inline data (copied into the buffer: the work request
+    /// may be retired before the packet leaves) or the local buffers (checked at post time;
+    /// a region deregistered since then fails the request: `Err`).
+    #[inline(always)]
+    fn gather_request_payload(
+        &self,
+        index: u32,
+        cursor: usize,
+        packet: &RequestPacket,
+        payload: &mut [u8],
+    ) -> Result<PayloadAt, ()> {
+        let (offset, payload_len) = (packet.offset, packet.payload_len);
+        // The list is borrowed, not copied: a one-entry list is read from the work
+        // request's second cache line only.
+        let qp = self.qp_at(index);
+        let wqe = &qp.req.sq[cursor];
+        let dst = &mut payload[..payload_len as usize];
+        match &wqe.inline {
+            Some(data) => {
+                dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
+                Ok(PayloadAt::Buffer)
             }
-            op @ (SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }) => {
-                (bth.opcode, ext.atomic_eth) = atomic_request(op);
-                advance = 1;
-                req.cursor += 1;
-            }
-            op => {
-                let len = (wqe.len - offset).min(mtu);
-                let first = offset == 0;
-                let last = offset + len == wqe.len;
-                bth.opcode = data_opcode(op, first, last);
-                if let (
-                    true,
-                    SendOp::Write { remote_addr, rkey }
-                    | SendOp::WriteWithImm {
-                        remote_addr, rkey, ..
-                    },
-                ) = (first, op)
-                {
-                    ext.reth = Some(Reth {
-                        va: remote_addr,
-                        rkey,
-                        dma_len: wqe.len,
-                    });
-                }
-                if last {
-                    ext.imm_dt = match op {
-                        SendOp::SendWithImm(imm) | SendOp::WriteWithImm { imm, .. } => Some(imm),
-                        _ => None,
-                    };
-                    bth.solicited = wqe.solicited;
-                }
-                // Ask for an ACK at the end of a message, every `ack_every` packets, and when
-                // this packet fills the window (or the sender would wait for the timer). A
-                // small window (a control law's) is asked about twice per window, so that its
-                // first half is confirmed while the second is on the way and the window
-                // slides instead of going stop-and-go one round trip per window.
-                let every = ack_every.min((window / 2).max(1));
-                let fills_window = req.una.distance_to(psn) as u32 + 1 >= window;
-                bth.ack_req = last || psn.value() % every == 0 || fills_window;
-                payload_len = len;
-                advance = 1;
-                if last {
-                    req.cursor += 1;
-                    req.cursor_offset = 0;
-                } else {
-                    req.cursor_offset += len;
-                }
-            }
+            // Services see the payload in the buffer it leaves from.
+            None => self
+                .mrs
+                .gather(qp.pd, &wqe.sgl, offset, dst, !qp.attrs.services)
+                .map_err(|_| ()),
         }
-        // Find the payload: inline data (copied into the buffer: the work request may be
-        // retired before the packet leaves) or the local buffers (checked at post time; a
-        // region deregistered since then fails the request).
-        let mut payload_at = PayloadAt::Buffer;
-        if payload_len > 0 {
-            // The list is borrowed, not copied: a one-entry list is read from the work
-            // request's second cache line only.
-            let qp = self.qp_at(index);
-            let wqe = &qp.req.sq[cursor];
-            let dst = &mut payload[..payload_len as usize];
-            let gathered = match &wqe.inline {
-                Some(data) => {
-                    dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
-                    Ok(PayloadAt::Buffer)
-                }
-                // Services see the payload in the buffer it leaves from.
-                None => self
-                    .mrs
-                    .gather(qp.pd, &wqe.sgl, offset, dst, !qp.attrs.services),
-            };
-            match gathered {
-                Ok(at) => payload_at = at,
-                Err(_) => {
-                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
-                    return None;
-                }
-            }
-        }
+    }
+
+    /// Records that `packet` leaves now: the sequence moves on, the retransmit timer runs,
+    /// pacing takes the packet's time on the wire, an RTT sample may start, the control
+    /// law hears of it; returns the packet to send.
+    #[inline(always)]
+    fn record_sent(
+        &mut self,
+        index: u32,
+        now: Instant,
+        packet: &RequestPacket,
+        payload_at: PayloadAt,
+    ) -> Transmit {
+        let RequestPacket {
+            psn,
+            bth,
+            ext,
+            payload_len,
+            advance,
+            retransmission,
+            ..
+        } = *packet;
         let qp = self.qp_mut(index);
         let req = &mut qp.req;
         req.next_psn = psn.add(advance);
@@ -376,7 +464,7 @@ impl Engine {
             },
         );
         let src_port = self.source_port(index, psn, bth.opcode);
-        Some(Transmit {
+        Transmit {
             dst,
             src_port,
             headers: RoceHeaders {
@@ -386,7 +474,7 @@ impl Engine {
             },
             payload_len,
             payload_at,
-        })
+        }
     }
 
     /// An ACK, NAK, READ response or atomic ACK for queue pair `index`.
