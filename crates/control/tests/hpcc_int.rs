@@ -4,15 +4,12 @@
 //! first round trip's burst has drained, at close to η of the port's rate; without a law the
 //! same transfer parks everything the engine may have in flight in the queue.
 
-#[path = "../../core/tests/common/mod.rs"]
-mod world;
-
 use std::time::Duration;
 
 use sluice_control::registry::{Mode, build};
 use sluice_core::*;
+use sluice_testkit::*;
 use sluice_wire::CcxLayout;
-use world::*;
 
 const LEN: u32 = 8 << 20;
 

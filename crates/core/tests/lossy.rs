@@ -5,12 +5,10 @@
 //!
 //! `SLUICE_SEEDS=N` runs N seeds (default 300); `SLUICE_SEED=S` replays seed S alone.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use sluice_core::*;
+use sluice_testkit::*;
 
 /// Bytes per work request slot in the memory regions.
 const SLOT: u64 = 32 * 1024;
