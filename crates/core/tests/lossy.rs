@@ -303,31 +303,18 @@ impl PairModel {
     /// (successfully) completed, and the buffers of receives not taken by a completed one.
     fn uncertain(&self, side: usize) -> Vec<Range<usize>> {
         let mut out = Vec::new();
-        for (i, r) in self.requests.iter().enumerate().skip(self.completed) {
+        // Requests in flight, and those that failed or were flushed: they completed without
+        // saying what they did.
+        let from = self.failed_at.unwrap_or(self.completed);
+        for (i, r) in self.requests.iter().enumerate().skip(from) {
             let slot = Self::slot(i) as usize;
             match (side, r.op) {
-                (0, Op::Read { .. }) | (0, Op::FetchAdd { .. }) | (0, Op::CompareSwapMiss) => {
+                (0, Op::Read { .. } | Op::FetchAdd { .. } | Op::CompareSwapMiss) => {
                     out.push(slot..slot + SLOT as usize)
                 }
                 (1, Op::Write { len, .. }) => out.push(slot..slot + len as usize),
                 (1, Op::FetchAdd { .. }) => out.push(COUNTER_AT as usize..COUNTER_AT as usize + 8),
                 _ => {}
-            }
-        }
-        if let Some(failed) = self.failed_at {
-            // Failed and flushed requests completed without saying what they did.
-            for (i, r) in self.requests.iter().enumerate().skip(failed) {
-                let slot = Self::slot(i) as usize;
-                match (side, r.op) {
-                    (0, Op::Read { .. } | Op::FetchAdd { .. } | Op::CompareSwapMiss) => {
-                        out.push(slot..slot + SLOT as usize)
-                    }
-                    (1, Op::Write { len, .. }) => out.push(slot..slot + len as usize),
-                    (1, Op::FetchAdd { .. }) => {
-                        out.push(COUNTER_AT as usize..COUNTER_AT as usize + 8)
-                    }
-                    _ => {}
-                }
             }
         }
         if side == 1 {
