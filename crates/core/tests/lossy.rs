@@ -18,7 +18,10 @@
 //! fail, and printed with its case number.
 //!
 //! `SLUICE_SEEDS=N` runs cases 1 to N (default 300); `SLUICE_SEED=S` replays case S alone
-//! (generated, and shrunk if it fails, exactly as in the full run).
+//! (generated, and shrunk if it fails, exactly as in the full run); `SLUICE_DEBUG` prints
+//! both engines when requests do not complete. The shrinker keeps a case's last step (it
+//! takes the failure to come from it), so a failure found only at the end, when every
+//! request has completed, shows one step more than it needs.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -690,6 +693,9 @@ impl Rig {
                 done >= m.requests.len()
             })
         });
+        if !finished && std::env::var("SLUICE_DEBUG").is_ok() {
+            eprintln!("A: {:#?}\nB: {:#?}", world.engines[0], world.engines[1]);
+        }
         assert!(
             finished,
             "{case}: not every request completed in 60 s simulated"
