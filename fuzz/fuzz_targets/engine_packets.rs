@@ -5,125 +5,36 @@
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sluice_core::*;
-use sluice_wire::{CcxLayout, Psn, RocePacket};
+use sluice_testkit::{Direct, Pair, PairOptions, RegionMemory};
+use sluice_wire::{CcxLayout, RocePacket};
 
-struct Two {
-    e: [Engine; 2],
-    addr: [IpAddr; 2],
-    qp: [QpNum; 2],
-    cq: [CqId; 2],
-    mr: [MrInfo; 2],
-    now: Instant,
-}
-
-impl Two {
-    fn new(recovery: Recovery, ccx: Option<CcxLayout>) -> Two {
-        let addr = [
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        ];
-        let mut e = [
-            Engine::new(EngineConfig::default()),
-            Engine::new(EngineConfig {
-                seed: 9,
-                ..EngineConfig::default()
-            }),
-        ];
-        let mut qp = [QpNum(0); 2];
-        let mut cq = [CqId(0); 2];
-        let mut mr = [MrInfo {
-            lkey: 0,
-            rkey: 0,
-            addr: 0,
-            len: 0,
-        }; 2];
-        for h in 0..2 {
-            let pd = e[h].alloc_pd();
-            cq[h] = e[h].create_cq(4096).unwrap();
-            mr[h] = e[h]
-                .register_mr(
-                    pd,
-                    0x1000,
-                    Memory::Bytes(vec![0; 65536].into()),
-                    Access::ALL,
-                )
-                .unwrap();
-            qp[h] = e[h]
-                .create_qp(QpConfig {
-                    pd,
-                    send_cq: cq[h],
-                    recv_cq: cq[h],
-                    caps: QpCaps::default(),
-                })
-                .unwrap();
-        }
-        for h in 0..2 {
-            let c = Connection {
-                max_rd_atomic: 4,
-                max_dest_rd_atomic: 4,
-                timeout: 8,
-                min_rnr_timer: 1,
-                recovery,
-                ccx,
-                ..Connection::new(
-                    addr[1 - h],
-                    qp[1 - h].0,
-                    Mtu::M1024,
-                    Psn::new(0),
-                    Psn::new(0),
-                )
-            };
-            e[h].connect(qp[h], &c).unwrap();
-        }
-        Two {
-            e,
-            addr,
-            qp,
-            cq,
-            mr,
-            now: Instant::ZERO,
-        }
-    }
-
-    /// Delivers everything both engines have to send, moving time on to the next timer
-    /// whenever both are quiet, for at most `limit_ns` of simulated time.
-    fn pump(&mut self, limit_ns: u64) {
-        let end = self.now.as_nanos() + limit_ns;
-        let mut payload = [0u8; 4096];
-        loop {
-            let mut moved = false;
-            for h in 0..2 {
-                while let Some(t) = self.e[h].poll_transmit(self.now, &mut payload) {
-                    moved = true;
-                    let [a, b] = &mut self.e;
-                    let (from, to) = if h == 0 { (&*a, b) } else { (&*b, a) };
-                    let Some(p) = from.payload(t.payload_at, t.payload_len, &payload) else {
-                        continue; // its region is gone: lost, as a driver would drop it
-                    };
-                    to.handle_packet(self.now, self.addr[h], false, &t.headers, p);
-                }
-            }
-            if moved {
-                continue;
-            }
-            let next = [0, 1]
-                .into_iter()
-                .filter_map(|h| self.e[h].next_timeout())
-                .min();
-            match next {
-                Some(t) if t.as_nanos() <= end => {
-                    self.now = self.now.max(t);
-                    for h in 0..2 {
-                        self.e[h].handle_timeout(self.now);
-                    }
-                }
-                _ => return,
-            }
-        }
-    }
+/// Two engines with a live, connected pair of queue pairs (MTU 1024, 64 KiB regions of
+/// zeros, one CQ per side, four READs/atomics in flight), packets handed straight across.
+fn two(recovery: Recovery, ccx: Option<CcxLayout>) -> (Direct, Pair) {
+    let mut direct = Direct::new([
+        EngineConfig::default(),
+        EngineConfig {
+            seed: 9,
+            ..EngineConfig::default()
+        },
+    ]);
+    let options = PairOptions {
+        mr_len: 65536,
+        memory: RegionMemory::Bytes(0),
+        mr_addr: [0x1000, 0x1000],
+        sq_psn: [0, 0],
+        max_rd_atomic: 4,
+        shared_cq: true,
+        recovery,
+        ccx: [ccx; 2],
+        ..PairOptions::default()
+    };
+    let pair = Pair::connect(&mut direct, &options);
+    (direct, pair)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -139,12 +50,12 @@ fuzz_target!(|data: &[u8]| {
         Some(3) => Some(CcxLayout::Credit),
         _ => None,
     };
-    let mut two = Two::new(recovery, ccx);
+    let (mut two, pair) = two(recovery, ccx);
     // Some real work in flight: a few WRITEs, a READ, a SEND with its receive.
-    let (a, b) = (two.mr[0], two.mr[1]);
-    two.e[1]
+    let (a, b) = (pair.mr[0], pair.mr[1]);
+    two.engines[1]
         .post_recv(
-            two.qp[1],
+            pair.qp[1],
             &RecvWr {
                 wr_id: 1,
                 sgl: &[Sge {
@@ -160,9 +71,9 @@ fuzz_target!(|data: &[u8]| {
             remote_addr: b.addr + i * 2048,
             rkey: b.rkey,
         };
-        two.e[0]
+        two.engines[0]
             .post_send(
-                two.qp[0],
+                pair.qp[0],
                 &SendWr::new(
                     i,
                     op,
@@ -179,9 +90,9 @@ fuzz_target!(|data: &[u8]| {
         remote_addr: b.addr,
         rkey: b.rkey,
     };
-    two.e[0]
+    two.engines[0]
         .post_send(
-            two.qp[0],
+            pair.qp[0],
             &SendWr::new(
                 10,
                 read,
@@ -193,9 +104,9 @@ fuzz_target!(|data: &[u8]| {
             ),
         )
         .unwrap();
-    two.e[0]
+    two.engines[0]
         .post_send(
-            two.qp[0],
+            pair.qp[0],
             &SendWr::new(
                 11,
                 SendOp::Send,
@@ -224,51 +135,54 @@ fuzz_target!(|data: &[u8]| {
         let to = usize::from(flags & 1);
         let mut headers = packet.headers();
         if flags & 2 != 0 {
-            headers.bth.dest_qp = two.qp[to].0;
+            headers.bth.dest_qp = pair.qp[to].0;
         }
         let from = if flags & 4 != 0 {
-            two.addr[1 - to]
+            two.addrs[1 - to]
         } else {
             IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))
         };
-        impersonated |= from == two.addr[1 - to] && headers.bth.dest_qp == two.qp[to].0;
-        two.e[to].handle_packet(
+        impersonated |= from == two.addrs[1 - to] && headers.bth.dest_qp == pair.qp[to].0;
+        two.engines[to].handle_packet(
             two.now,
             from,
             flags & 8 != 0,
             &headers,
             Payload::Bytes(packet.payload),
         );
-        two.pump(0);
+        two.run_for(Duration::ZERO);
     }
-    two.pump(100_000_000); // 100 ms: enough for every retry to run its course
+    two.run_for(Duration::from_millis(100)); // enough for every retry to run its course
 
     // A queue pair pair still ready to send, and still in step, delivers a fresh WRITE
     // exactly. Out of step means a forged request from the peer's address carried the PSN the
     // responder expected: it was taken as the peer's own (RoCE has no way to tell them apart;
     // a NIC does the same), so the peer's next request at that PSN is answered as a
     // duplicate. That is the forger's doing, not a fault to look for here.
-    let in_step = |two: &Two| {
-        let (p0, p1) = (two.e[0].qp_psns(two.qp[0]), two.e[1].qp_psns(two.qp[1]));
+    let in_step = |two: &Direct| {
+        let (p0, p1) = (
+            two.engines[0].qp_psns(pair.qp[0]),
+            two.engines[1].qp_psns(pair.qp[1]),
+        );
         p0.zip(p1)
             .is_some_and(|(p0, p1)| p0.sq_psn == p1.rq_psn && p1.sq_psn == p0.rq_psn)
     };
-    let both_ready = two.e[0].qp_state(two.qp[0]) == Some(QpState::Rts)
-        && two.e[1].qp_state(two.qp[1]) == Some(QpState::Rts);
+    let both_ready = two.engines[0].qp_state(pair.qp[0]) == Some(QpState::Rts)
+        && two.engines[1].qp_state(pair.qp[1]) == Some(QpState::Rts);
     assert!(
         !both_ready || impersonated || in_step(&two),
         "out of step, and no packet came from the peer's address"
     );
     if both_ready && in_step(&two) {
-        while let Ok(Some(_)) = two.e[0].poll_cq(two.cq[0]) {}
-        two.e[0].mr_bytes_mut(a.lkey).unwrap()[40_000..40_256].fill(0xAB);
+        while let Ok(Some(_)) = two.engines[0].poll_cq(pair.send_cq[0]) {}
+        two.engines[0].mr_bytes_mut(a.lkey).unwrap()[40_000..40_256].fill(0xAB);
         let op = SendOp::Write {
             remote_addr: b.addr + 40_000,
             rkey: b.rkey,
         };
-        two.e[0]
+        two.engines[0]
             .post_send(
-                two.qp[0],
+                pair.qp[0],
                 &SendWr::new(
                     99,
                     op,
@@ -280,19 +194,19 @@ fuzz_target!(|data: &[u8]| {
                 ),
             )
             .unwrap();
-        two.pump(100_000_000);
+        two.run_for(Duration::from_millis(100));
         let mut last = None;
-        while let Ok(Some(c)) = two.e[0].poll_cq(two.cq[0]) {
+        while let Ok(Some(c)) = two.engines[0].poll_cq(pair.send_cq[0]) {
             last = Some(c);
         }
         if let Some(c) = last.filter(|c| c.wr_id == 99) {
             if c.status == WcStatus::Success {
                 assert_eq!(
-                    &two.e[1].mr_bytes(b.lkey).unwrap()[40_000..40_256],
+                    &two.engines[1].mr_bytes(b.lkey).unwrap()[40_000..40_256],
                     &[0xAB; 256][..]
                 );
             }
-        } else if two.e[0].qp_state(two.qp[0]) == Some(QpState::Rts) {
+        } else if two.engines[0].qp_state(pair.qp[0]) == Some(QpState::Rts) {
             panic!("a ready queue pair did not complete a WRITE: {last:?}");
         }
     }

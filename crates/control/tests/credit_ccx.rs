@@ -3,15 +3,12 @@
 //! sender keeps about one BDP in flight, so the port's queue stays within it at close to the
 //! port's rate; without a law the same transfer parks megabytes in the queue.
 
-#[path = "../../core/tests/common/mod.rs"]
-mod world;
-
 use std::time::Duration;
 
 use sluice_control::registry::{Mode, build};
 use sluice_core::*;
+use sluice_testkit::*;
 use sluice_wire::CcxLayout;
-use world::*;
 
 const LEN: u32 = 8 << 20;
 

@@ -12,14 +12,11 @@
 //! ~34 ms. That is DCQCN's equations at work (its evaluation had many flows and no such
 //! burst), so this test asserts that the law holds the queue without stalling the flow.
 
-#[path = "../../core/tests/common/mod.rs"]
-mod world;
-
 use std::time::Duration;
 
 use sluice_control::registry::{Mode, build};
 use sluice_core::*;
-use world::*;
+use sluice_testkit::*;
 
 const LEN: u32 = 16 << 20;
 const PORT_BPS: f64 = 25e9;

@@ -13,137 +13,71 @@
 //! `cargo bench -p sluice-core --bench engine` (criterion runs first, then the summary table).
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant as WallClock};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use sluice_core::*;
-use sluice_wire::Psn;
+use sluice_testkit::{Direct, Pair, PairOptions, RegionMemory};
 
+/// The bench's rig: two engines handing packets straight across (no wire, no time), and
+/// its queue pairs, all on one completion queue and one memory region per side.
 struct Bench {
-    engines: [Engine; 2],
-    addrs: [IpAddr; 2],
+    direct: Direct,
+    pair: Pair,
     qps: Vec<[QpNum; 2]>,
-    cq: CqId,
-    mr: [MrInfo; 2],
-    now: Instant,
-    payload: Vec<u8>,
-    data_packets: u64,
 }
 
 impl Bench {
     fn new(qps: usize, bytes: bool, mr_len: u64) -> Bench {
-        let addrs = [
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        ];
-        let mut engines = [
-            Engine::new(EngineConfig::default()),
-            Engine::new(EngineConfig {
+        let mut direct = Direct::new([
+            EngineConfig::default(),
+            EngineConfig {
                 seed: 1,
                 ..EngineConfig::default()
-            }),
-        ];
-        let mut cqs = [CqId(0); 2];
-        let mut mrs = [MrInfo {
-            lkey: 0,
-            rkey: 0,
-            addr: 0,
-            len: 0,
-        }; 2];
-        let mut pds = [PdId(0); 2];
-        for h in 0..2 {
-            pds[h] = engines[h].alloc_pd();
-            cqs[h] = engines[h].create_cq(1 << 20).unwrap();
-            let memory = if bytes {
-                Memory::Bytes(vec![0; mr_len as usize].into())
+            },
+        ]);
+        // Connection::new's timers and depths (they never fire here), MTU 4096, PSNs from 0.
+        let options = PairOptions {
+            mtu: Mtu::M4096,
+            mr_len: mr_len as usize,
+            memory: if bytes {
+                RegionMemory::Bytes(0)
             } else {
-                Memory::LengthOnly(mr_len)
-            };
-            mrs[h] = engines[h]
-                .register_mr(pds[h], 0, memory, Access::ALL)
-                .unwrap();
-        }
-        let caps = QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 1,
-            ..QpCaps::default()
+                RegionMemory::LengthOnly
+            },
+            mr_addr: [0, 0],
+            sq_psn: [0, 0],
+            timeout: 14,
+            min_rnr_timer: 12,
+            caps: QpCaps {
+                max_send_wr: 64,
+                max_recv_wr: 1,
+                ..QpCaps::default()
+            },
+            cq_entries: 1 << 20,
+            shared_cq: true,
+            ..PairOptions::default()
         };
+        let pair = Pair::connect(&mut direct, &options);
         let mut pairs = Vec::with_capacity(qps);
-        for _ in 0..qps {
-            let pair = [0, 1].map(|h| {
-                engines[h]
-                    .create_qp(QpConfig {
-                        pd: pds[h],
-                        send_cq: cqs[h],
-                        recv_cq: cqs[h],
-                        caps,
-                    })
-                    .unwrap()
-            });
-            for h in 0..2 {
-                let c = Connection::new(
-                    addrs[1 - h],
-                    pair[1 - h].0,
-                    Mtu::M4096,
-                    Psn::new(0),
-                    Psn::new(0),
-                );
-                engines[h].connect(pair[h], &c).unwrap();
-            }
-            pairs.push(pair);
+        pairs.push(pair.qp);
+        for _ in 1..qps {
+            pairs.push(pair.another(&mut direct, &options));
         }
         Bench {
-            engines,
-            addrs,
+            direct,
+            pair,
             qps: pairs,
-            cq: cqs[0],
-            mr: mrs,
-            now: Instant::ZERO,
-            payload: vec![0; 4096],
-            data_packets: 0,
         }
     }
 
     fn post_write(&mut self, qp: usize, size: u32) {
-        let op = SendOp::Write {
-            remote_addr: 0,
-            rkey: self.mr[1].rkey,
-        };
-        let sgl = [Sge {
-            lkey: self.mr[0].lkey,
-            addr: 0,
-            len: size,
-        }];
-        self.engines[0]
-            .post_send(self.qps[qp][0], &SendWr::new(qp as u64, op, &sgl))
-            .unwrap();
+        self.pair
+            .post_write_on(&mut self.direct, self.qps[qp][0], qp as u64, 0, size);
     }
 
-    /// Moves every packet each engine has to the other, until both are quiet.
     fn pump(&mut self) {
-        loop {
-            let mut moved = false;
-            for h in 0..2 {
-                loop {
-                    let next = self.engines[h].poll_transmit(self.now, &mut self.payload);
-                    let Some(t) = &next else { break };
-                    moved = true;
-                    if t.payload_len > 0 {
-                        self.data_packets += 1;
-                    }
-                    let [a, b] = &mut self.engines;
-                    let (from, to) = if h == 0 { (&*a, b) } else { (&*b, a) };
-                    let payload = from
-                        .payload(t.payload_at, t.payload_len, &self.payload)
-                        .expect("a live region");
-                    to.handle_packet(self.now, self.addrs[h], false, &t.headers, payload);
-                }
-            }
-            if !moved {
-                return;
-            }
-        }
+        self.direct.pump();
     }
 
     /// Completes `messages` WRITEs of `size` bytes on queue pair 0, `depth` in flight.
@@ -156,7 +90,7 @@ impl Bench {
                 posted += 1;
             }
             self.pump();
-            while let Ok(Some(c)) = self.engines[0].poll_cq(self.cq) {
+            while let Ok(Some(c)) = self.direct.engines[0].poll_cq(self.pair.send_cq[0]) {
                 debug_assert_eq!(c.status, WcStatus::Success);
                 done += 1;
             }
@@ -170,7 +104,7 @@ impl Bench {
         }
         self.pump();
         let mut done = 0;
-        while let Ok(Some(_)) = self.engines[0].poll_cq(self.cq) {
+        while let Ok(Some(_)) = self.direct.engines[0].poll_cq(self.pair.send_cq[0]) {
             done += 1;
         }
         assert_eq!(done, self.qps.len());
@@ -198,7 +132,9 @@ fn per_side() -> (f64, f64) {
             // Requester: everything it may send now.
             let t = WallClock::now();
             packets.clear();
-            while let Some(tx) = bench.engines[0].poll_transmit(bench.now, &mut bench.payload) {
+            while let Some(tx) =
+                bench.direct.engines[0].poll_transmit(bench.direct.now, &mut bench.direct.payload)
+            {
                 packets.push((tx, tx.payload_len));
             }
             requester += t.elapsed();
@@ -206,31 +142,33 @@ fn per_side() -> (f64, f64) {
             // Responder: takes them all, then sends its answers.
             let t = WallClock::now();
             for (tx, len) in &packets {
-                bench.engines[1].handle_packet(
-                    bench.now,
-                    bench.addrs[0],
+                bench.direct.engines[1].handle_packet(
+                    bench.direct.now,
+                    bench.direct.addrs[0],
                     false,
                     &tx.headers,
                     Payload::Len(*len),
                 );
             }
             packets.clear();
-            while let Some(tx) = bench.engines[1].poll_transmit(bench.now, &mut bench.payload) {
+            while let Some(tx) =
+                bench.direct.engines[1].poll_transmit(bench.direct.now, &mut bench.direct.payload)
+            {
                 packets.push((tx, tx.payload_len));
             }
             responder += t.elapsed();
             // Requester: takes the answers and collects completions.
             let t = WallClock::now();
             for (tx, len) in &packets {
-                bench.engines[0].handle_packet(
-                    bench.now,
-                    bench.addrs[1],
+                bench.direct.engines[0].handle_packet(
+                    bench.direct.now,
+                    bench.direct.addrs[1],
                     false,
                     &tx.headers,
                     Payload::Len(*len),
                 );
             }
-            while let Ok(Some(_)) = bench.engines[0].poll_cq(bench.cq) {
+            while let Ok(Some(_)) = bench.direct.engines[0].poll_cq(bench.pair.send_cq[0]) {
                 done += 1;
             }
             requester += t.elapsed();
@@ -269,14 +207,14 @@ fn best_of<F: FnMut(&mut Bench) -> u64>(
 ) -> (f64, f64) {
     let mut best = (0.0f64, f64::MAX);
     for _ in 0..5 {
-        let packets_before = bench.data_packets;
+        let packets_before = bench.direct.data_packets;
         let start = WallClock::now();
         let mut units = 0;
         while start.elapsed() < target {
             units += f(bench);
         }
         let secs = start.elapsed().as_secs_f64();
-        let packets = (bench.data_packets - packets_before) as f64;
+        let packets = (bench.direct.data_packets - packets_before) as f64;
         let rate = units as f64 / secs;
         if rate > best.0 {
             best = (rate, secs * 1e9 / packets);

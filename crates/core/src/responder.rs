@@ -273,7 +273,14 @@ impl Engine {
                 let imm_wqe = if ends && imm.is_some() {
                     match qp.resp.rq.front() {
                         Some(_) => qp.resp.rq.pop_front(),
-                        None => return self.rnr(index, bth.psn),
+                        None => {
+                            // Not taken: a WRITE ONLY begins nothing, so that its retry
+                            // starts the message afresh.
+                            if starts {
+                                qp.resp.in_progress = None;
+                            }
+                            return self.rnr(index, bth.psn);
+                        }
                     }
                 } else {
                     None

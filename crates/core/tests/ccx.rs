@@ -3,15 +3,13 @@
 //! as telemetry; a header a queue pair did not agree on is dropped, and one that did not
 //! agree never sends one. Packets cross the test link as bytes, ICRC checked.
 
-mod common;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use common::*;
 use sluice_core::control::{Event, Inline};
 use sluice_core::*;
+use sluice_testkit::*;
 use sluice_wire::{CcxLayout, IntPath};
 
 /// Two hosts, a recorder on host 0, the pair connected with `ccx` on each side.

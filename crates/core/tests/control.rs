@@ -1,16 +1,14 @@
 //! The control-plane hooks: the events a control law sees, and the rate and window it sets.
 
-mod common;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use common::*;
 use sluice_core::control::{
     Actions, Decoupled, Event, EventKind, EventMask, Gate, Inline, Law, ScrConfig,
 };
 use sluice_core::*;
+use sluice_testkit::*;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 
 fn world_with(controllers: [Recorder; 2], link: Impairments) -> World {

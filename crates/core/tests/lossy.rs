@@ -1,31 +1,79 @@
-//! Every operation over a link that drops, duplicates, corrupts and reorders, over many seeds
-//! and loss rates from 0 to 20%: every work request completes exactly once, in posting
-//! order, with the right status; the bytes land exactly where they should; nothing outside
-//! the targets is touched; atomics execute exactly once.
+//! Every operation over a link that drops, duplicates, corrupts and reorders, as a
+//! model-based test: random steps (requests of every kind and size posted on random queue
+//! pairs, receives posted, time passing, packets dropped, duplicated, corrupted or delayed
+//! on purpose, send queues drained and resumed) over a link that also loses 0 to 20% of
+//! packets by chance, with go-back-N or selective repeat. A model says what each step must
+//! do, and after every step the engines are checked against it:
 //!
-//! `SLUICE_SEEDS=N` runs N seeds (default 300); `SLUICE_SEED=S` replays seed S alone.
+//! - every request completes exactly once, in posting order on its queue pair, with its
+//!   opcode and length, successfully, or failed by exhausted retries and the rest flushed;
+//! - every receive completes in order with the SEND (or WRITE with immediate) it took;
+//! - memory is byte-exact: what completed is in place, and nothing outside the targets of
+//!   requests still in flight differs (atomics execute exactly once, a READ writes nothing
+//!   foreign);
+//! - queues stay within their limits, and a drained send queue sends no new PSN.
+//!
+//! At the end every request completes, and once all succeeded nothing is left queued.
+//! A failure is shrunk (proptest-state-machine) to the fewest, simplest steps that still
+//! fail, and printed with its case number.
+//!
+//! `SLUICE_SEEDS=N` runs cases 1 to N (default 300); `SLUICE_SEED=S` replays case S alone
+//! (generated, and shrunk if it fails, exactly as in the full run); `SLUICE_DEBUG` prints
+//! both engines when requests do not complete. The shrinker keeps a case's last step (it
+//! takes the failure to come from it), so a failure found only at the end, when every
+//! request has completed, shows one step more than it needs.
 
-mod common;
-
+use std::cell::RefCell;
+use std::ops::Range;
 use std::time::Duration;
 
-use common::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use sluice_core::*;
+use sluice_testkit::*;
 
 /// Bytes per work request slot in the memory regions.
 const SLOT: u64 = 32 * 1024;
-const COUNTER_AT: u64 = 60 * SLOT;
+/// Requests per queue pair at most: each has its own slot in both regions (0..24).
+const MAX_REQUESTS: usize = 24;
+/// Receives per queue pair at most, each into its own slot of B (24..48).
+const MAX_RECEIVES: usize = 24;
+const FIRST_RECEIVE_SLOT: u64 = 24;
+/// READs read from B's slots 48..56, which nothing writes. (A READ retried after a later
+/// write to its source may return the newer data, as RC allows, so sources and targets must
+/// not overlap for the expected memory to be exact.)
+const READ_SOURCES: u64 = 48;
+/// The queue pair's atomic counter in B.
+const COUNTER_AT: u64 = 56 * SLOT;
+const REGION: u64 = 57 * SLOT;
 const INITIAL: u64 = 1_000_000;
+/// The loss rates a case's link picks from.
+const LOSS: [f64; 5] = [0.0, 0.01, 0.05, 0.1, 0.2];
+/// Queue pairs a case has at most (each with its own regions, CQs and model).
+const MAX_PAIRS: usize = 2;
 
-/// Where READ `slot` reads from in B: slots 44..52, which nothing writes. (A READ retried
-/// after a later write to its source may return the newer data, as RC allows, so sources
-/// and targets must not overlap for the expected memory to be exact.) Requests use slots
-/// 0..24 of both regions, receives slots 20..44 of B.
-fn read_source(slot: u64) -> u64 {
-    44 * SLOT + (slot % (8 * SLOT))
+// ---- What a case does: its setup and its steps ----
+
+/// A case's world: everything fixed before the first step.
+#[derive(Debug, Clone)]
+struct Setup {
+    /// Seeds the link's chances, the engines and the memory contents.
+    seed: u64,
+    /// Index into [`LOSS`].
+    loss: usize,
+    recovery: Recovery,
+    /// Index into [`Mtu::ALL`].
+    mtu: usize,
+    /// Host 0's first PSN, this far before the 24-bit wrap.
+    psn_before_wrap: u32,
+    /// Host 1's first PSN.
+    responder_psn: u32,
+    jitter_us: u64,
+    pairs: usize,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Send { len: u32, imm: Option<u32> },
     Write { len: u32, imm: Option<u32> },
@@ -34,35 +82,729 @@ enum Op {
     CompareSwapMiss,
 }
 
-fn random_op(rng: &mut Rng) -> Op {
-    let len = match rng.below(4) {
-        0 => rng.below(64) as u32,
-        1 => rng.below(4097) as u32,
-        _ => rng.below(SLOT) as u32,
-    };
-    let imm = rng.chance(0.3).then(|| rng.next_u32());
-    match rng.below(9) {
-        0..=2 => Op::Send { len, imm },
-        3..=4 => Op::Write { len, imm },
-        5..=6 => Op::Read { len },
-        7 => Op::FetchAdd {
-            add: rng.below(1000) + 1,
-        },
-        _ => Op::CompareSwapMiss,
+impl Op {
+    /// Takes a receive at the responder.
+    fn consumes_receive(self) -> bool {
+        matches!(self, Op::Send { .. } | Op::Write { imm: Some(_), .. })
+    }
+
+    fn data_len(self) -> u32 {
+        match self {
+            Op::Send { len, .. } | Op::Write { len, .. } | Op::Read { len } => len,
+            Op::FetchAdd { .. } | Op::CompareSwapMiss => 8,
+        }
     }
 }
 
-/// `len` bytes from `addr` of region `lkey` as one to three non-empty pieces (one when `len`
-/// is too short to cut), half the time listed last piece first.
-fn split(rng: &mut Rng, lkey: u32, addr: u64, len: u32) -> Vec<Sge> {
-    let pieces = 1 + rng.below(3) as u32;
-    let mut cuts: Vec<u32> = (1..pieces.min(len))
-        .map(|_| 1 + rng.below(u64::from(len - 1)) as u32)
+/// One request as posted.
+#[derive(Debug, Clone)]
+struct Request {
+    op: Op,
+    /// Where the local buffer is cut into pieces, in thousandths of its length (one to three
+    /// pieces; a payload within one piece is sent from where it lies, one across pieces is
+    /// gathered, and a READ's response scattered).
+    cuts: Vec<u16>,
+    /// The pieces listed last first.
+    reversed: bool,
+    fence: bool,
+    /// Copied at post time (SEND and WRITE of at most 256 bytes only).
+    inline: bool,
+}
+
+/// One step of a case.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Host 0 posts a request on queue pair `pair`.
+    Post { pair: usize, request: Request },
+    /// Host 1 posts a receive of one slot on queue pair `pair`.
+    Receive { pair: usize },
+    /// `us` microseconds of simulated time pass: packets move, timers fire.
+    Advance { us: u64 },
+    /// The link does `fault` to host `from`'s next packet.
+    Impair { from: usize, fault: Fault },
+    /// Host 0 drains queue pair `pair`'s send queue (SQD), if it is ready to send.
+    Drain { pair: usize },
+    /// Host 0 resumes queue pair `pair`'s send queue, if drained.
+    Resume { pair: usize },
+}
+
+/// The reference state: what the steps so far asked for, enough to generate valid steps.
+#[derive(Debug, Clone)]
+struct Plan {
+    setup: Setup,
+    requests: [usize; MAX_PAIRS],
+    receives: [usize; MAX_PAIRS],
+}
+
+fn len_strategy() -> impl Strategy<Value = u32> {
+    prop_oneof![0..64u32, 0..4097u32, 0..SLOT as u32, 0..SLOT as u32]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let imm = proptest::option::weighted(0.3, any::<u32>());
+    prop_oneof![
+        3 => (len_strategy(), imm.clone()).prop_map(|(len, imm)| Op::Send { len, imm }),
+        2 => (len_strategy(), imm).prop_map(|(len, imm)| Op::Write { len, imm }),
+        2 => len_strategy().prop_map(|len| Op::Read { len }),
+        1 => (1..=1000u64).prop_map(|add| Op::FetchAdd { add }),
+        1 => Just(Op::CompareSwapMiss),
+    ]
+}
+
+fn request_strategy() -> impl Strategy<Value = Request> {
+    (
+        op_strategy(),
+        proptest::collection::vec(1..1000u16, 0..=2),
+        any::<bool>(),
+        proptest::bool::weighted(0.1),
+        proptest::bool::weighted(0.3),
+    )
+        .prop_map(|(op, cuts, reversed, fence, inline)| Request {
+            op,
+            cuts,
+            reversed,
+            fence,
+            inline,
+        })
+}
+
+fn fault_strategy() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        Just(Fault::Drop),
+        Just(Fault::Duplicate),
+        any::<u32>().prop_map(|bit| Fault::Corrupt { bit }),
+        (0..50u64).prop_map(|us| Fault::Delay(Duration::from_micros(us))),
+    ]
+}
+
+impl ReferenceStateMachine for Plan {
+    type State = Plan;
+    type Transition = Step;
+
+    fn init_state() -> BoxedStrategy<Plan> {
+        (
+            any::<u64>(),
+            0..LOSS.len(),
+            prop_oneof![Just(Recovery::GoBackN), Just(Recovery::SelectiveRepeat)],
+            0..Mtu::ALL.len(),
+            1..=40u32,
+            0..1u32 << 24,
+            0..30u64,
+            1..=MAX_PAIRS,
+        )
+            .prop_map(
+                |(seed, loss, recovery, mtu, psn_before_wrap, responder_psn, jitter_us, pairs)| {
+                    Plan {
+                        setup: Setup {
+                            seed,
+                            loss,
+                            recovery,
+                            mtu,
+                            psn_before_wrap,
+                            responder_psn,
+                            jitter_us,
+                            pairs,
+                        },
+                        requests: [0; MAX_PAIRS],
+                        receives: [0; MAX_PAIRS],
+                    }
+                },
+            )
+            .boxed()
+    }
+
+    fn transitions(plan: &Plan) -> BoxedStrategy<Step> {
+        let pair = 0..plan.setup.pairs;
+        prop_oneof![
+            6 => (pair.clone(), request_strategy())
+                .prop_map(|(pair, request)| Step::Post { pair, request }),
+            3 => pair.clone().prop_map(|pair| Step::Receive { pair }),
+            4 => (1..2000u64).prop_map(|us| Step::Advance { us }),
+            2 => (0..2usize, fault_strategy()).prop_map(|(from, fault)| Step::Impair { from, fault }),
+            1 => pair.clone().prop_map(|pair| Step::Drain { pair }),
+            1 => pair.prop_map(|pair| Step::Resume { pair }),
+        ]
+        .boxed()
+    }
+
+    fn preconditions(plan: &Plan, step: &Step) -> bool {
+        match *step {
+            Step::Post { pair, .. } => {
+                pair < plan.setup.pairs && plan.requests[pair] < MAX_REQUESTS
+            }
+            Step::Receive { pair } => pair < plan.setup.pairs && plan.receives[pair] < MAX_RECEIVES,
+            Step::Drain { pair } | Step::Resume { pair } => pair < plan.setup.pairs,
+            Step::Advance { .. } | Step::Impair { .. } => true,
+        }
+    }
+
+    fn apply(mut plan: Plan, step: &Step) -> Plan {
+        match *step {
+            Step::Post { pair, .. } => plan.requests[pair] += 1,
+            Step::Receive { pair } => plan.receives[pair] += 1,
+            _ => {}
+        }
+        plan
+    }
+}
+
+// ---- The model of one queue pair ----
+
+/// A request the model follows.
+#[derive(Debug)]
+struct Posted {
+    op: Op,
+    /// Where each byte of its local buffer lies in A.
+    local: Vec<usize>,
+}
+
+/// What one queue pair between A (host 0) and B (host 1) must have done.
+#[derive(Debug)]
+struct PairModel {
+    pair: Pair,
+    requests: Vec<Posted>,
+    /// Requests completed so far (they complete in posting order).
+    completed: usize,
+    /// The first request that failed: it and all after it may or may not have been carried
+    /// out.
+    failed_at: Option<usize>,
+    /// Receives posted: their slot in B.
+    receives: Vec<u64>,
+    /// Requests taking a receive, in posting order (indices into `requests`).
+    takers: Vec<usize>,
+    /// Receive completions seen.
+    received: usize,
+    /// The counter's value after the successful atomics so far.
+    counter: u64,
+    /// What A's and B's regions must hold outside what is uncertain.
+    expect: [Vec<u8>; 2],
+    /// Host 0's send PSN when the drained event came, while drained.
+    drained_at: Option<u32>,
+    /// Drains that reported drained and were resumed.
+    drains: u32,
+}
+
+impl PairModel {
+    fn slot(i: usize) -> u64 {
+        i as u64 * SLOT
+    }
+
+    fn read_source(i: usize) -> usize {
+        ((READ_SOURCES + i as u64 % 8) * SLOT) as usize
+    }
+
+    /// The bytes of request `i`'s local buffer, as A must hold them.
+    fn source(&self, i: usize) -> Vec<u8> {
+        self.requests[i]
+            .local
+            .iter()
+            .map(|&k| self.expect[0][k])
+            .collect()
+    }
+
+    /// Ranges of A (0) or B (1) that may differ from `expect`: the targets of requests not
+    /// (successfully) completed, and the buffers of receives not taken by a completed one.
+    fn uncertain(&self, side: usize) -> Vec<Range<usize>> {
+        let mut out = Vec::new();
+        // Requests in flight, and those that failed or were flushed: they completed without
+        // saying what they did.
+        let from = self.failed_at.unwrap_or(self.completed);
+        for (i, r) in self.requests.iter().enumerate().skip(from) {
+            let slot = Self::slot(i) as usize;
+            match (side, r.op) {
+                (0, Op::Read { .. } | Op::FetchAdd { .. } | Op::CompareSwapMiss) => {
+                    out.push(slot..slot + SLOT as usize)
+                }
+                (1, Op::Write { len, .. }) => out.push(slot..slot + len as usize),
+                (1, Op::FetchAdd { .. }) => out.push(COUNTER_AT as usize..COUNTER_AT as usize + 8),
+                _ => {}
+            }
+        }
+        if side == 1 {
+            for &slot in &self.receives[self.received.min(self.receives.len())..] {
+                let at = (slot * SLOT) as usize;
+                out.push(at..at + SLOT as usize);
+            }
+        }
+        out.sort_by_key(|r| r.start);
+        out
+    }
+
+    /// The first byte of `got` (side 0: A, 1: B) that differs from the model outside what is
+    /// uncertain.
+    fn first_difference(&self, side: usize, got: &[u8]) -> Option<usize> {
+        let want = &self.expect[side];
+        let mut from = 0;
+        let check = |from: usize, to: usize| {
+            (from < to && got[from..to] != want[from..to])
+                .then(|| from + (from..to).position(|k| got[k] != want[k]).unwrap())
+        };
+        for r in self.uncertain(side) {
+            if let Some(k) = check(from, r.start.max(from)) {
+                return Some(k);
+            }
+            from = from.max(r.end);
+        }
+        check(from, got.len())
+    }
+
+    /// Takes request `i`'s successful completion into the model.
+    fn succeeded(&mut self, i: usize) {
+        let slot = Self::slot(i) as usize;
+        match self.requests[i].op {
+            Op::Send { .. } => {} // placed when its receive completed
+            Op::Write { len, .. } => {
+                let data = self.source(i);
+                self.expect[1][slot..slot + len as usize].copy_from_slice(&data);
+            }
+            Op::Read { len } => {
+                let src = Self::read_source(i);
+                for k in 0..len as usize {
+                    let at = self.requests[i].local[k];
+                    self.expect[0][at] = self.expect[1][src + k];
+                }
+            }
+            Op::FetchAdd { add } => {
+                self.expect[0][slot..slot + 8].copy_from_slice(&self.counter.to_le_bytes());
+                self.counter += add;
+                let c = COUNTER_AT as usize;
+                self.expect[1][c..c + 8].copy_from_slice(&self.counter.to_le_bytes());
+            }
+            Op::CompareSwapMiss => {
+                self.expect[0][slot..slot + 8].copy_from_slice(&self.counter.to_le_bytes());
+            }
+        }
+    }
+
+    /// Checks host 0's send completions against the model, in order.
+    fn send_completion(&mut self, c: &Completion, case: &str) {
+        let i = self.completed;
+        assert!(
+            i < self.requests.len(),
+            "{case}: a completion no request asked for: {c:?}"
+        );
+        assert_eq!(
+            c.wr_id, i as u64,
+            "{case}: requests complete once, in order"
+        );
+        let op = self.requests[i].op;
+        match (c.status, self.failed_at) {
+            (WcStatus::Success, None) => {
+                let opcode = match op {
+                    Op::Send { .. } => WcOpcode::Send,
+                    Op::Write { .. } => WcOpcode::RdmaWrite,
+                    Op::Read { .. } => WcOpcode::RdmaRead,
+                    Op::FetchAdd { .. } => WcOpcode::FetchAdd,
+                    Op::CompareSwapMiss => WcOpcode::CompareSwap,
+                };
+                assert_eq!(
+                    (c.opcode, c.byte_len),
+                    (opcode, op.data_len()),
+                    "{case}: request {i} ({op:?})"
+                );
+                self.succeeded(i);
+            }
+            // A failure ends the queue pair: the rest is flushed.
+            (WcStatus::RetryExceeded, None) => self.failed_at = Some(i),
+            (WcStatus::WrFlushError, Some(_)) => {}
+            _ => panic!("{case}: request {i} ({op:?}) unexpected {c:?}"),
+        }
+        self.completed += 1;
+    }
+
+    /// Checks host 1's receive completions against the model, in order: the receive taken
+    /// by each SEND or WRITE with immediate, in request order, with the SEND's bytes in its
+    /// buffer.
+    fn receive_completion(&mut self, c: &Completion, case: &str) {
+        let k = self.received;
+        assert!(
+            k < self.takers.len() && k < self.receives.len(),
+            "{case}: a receive completion no request took: {c:?}"
+        );
+        let i = self.takers[k];
+        let (opcode, len, imm) = match self.requests[i].op {
+            Op::Send { len, imm } => (WcOpcode::Recv, len, imm),
+            Op::Write { len, imm } => (WcOpcode::RecvRdmaWithImm, len, imm),
+            op => unreachable!("{op:?} takes no receive"),
+        };
+        assert_eq!(
+            (c.status, c.wr_id, c.opcode, c.byte_len, c.imm),
+            (WcStatus::Success, self.receives[k], opcode, len, imm),
+            "{case}: receive {k} taken by request {i}, in order"
+        );
+        if opcode == WcOpcode::Recv {
+            let data = self.source(i);
+            let at = (self.receives[k] * SLOT) as usize;
+            self.expect[1][at..at + len as usize].copy_from_slice(&data);
+        }
+        self.received += 1;
+    }
+}
+
+// ---- The system under test and the checks ----
+
+/// The engines, the link and a model per queue pair.
+struct Rig {
+    world: World,
+    models: Vec<PairModel>,
+    /// Names the case in every message.
+    case: String,
+    /// The path MTU in bytes.
+    mtu: u32,
+    setup: Setup,
+}
+
+/// What a finished case did, for the checks over all cases.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    all_succeeded: bool,
+    drained: bool,
+    requests: usize,
+    /// The case's loss rate (index into [`LOSS`]) and whether it used selective repeat.
+    link: (usize, bool),
+}
+
+thread_local! {
+    static CASE: RefCell<u64> = const { RefCell::new(0) };
+    static OUTCOME: RefCell<Option<Outcome>> = const { RefCell::new(None) };
+}
+
+impl Rig {
+    fn new(s: &Setup) -> Rig {
+        let case = format!("case {} (SLUICE_SEED={0})", CASE.with(|c| *c.borrow()));
+        let link = Impairments {
+            loss: LOSS[s.loss],
+            duplicate: 0.01,
+            corrupt: 0.01,
+            reorder: 0.01,
+            jitter: Duration::from_micros(s.jitter_us),
+            delay: Duration::from_micros(5),
+            gbps: 25,
+            ce_mark: 0.0,
+        };
+        let mut world = World::new(2, s.seed, link);
+        let options = PairOptions {
+            mtu: Mtu::ALL[s.mtu],
+            mr_len: REGION as usize,
+            sq_psn: [(1 << 24) - s.psn_before_wrap, s.responder_psn],
+            recovery: s.recovery,
+            ..PairOptions::default()
+        };
+        let models = (0..s.pairs)
+            .map(|_| {
+                let pair = Pair::connect(&mut world, &options);
+                // Distinct contents everywhere, so a byte in the wrong place shows.
+                for (host, mr) in pair.mr.iter().enumerate() {
+                    let bytes = world.engines[host].mr_bytes_mut(mr.lkey).unwrap();
+                    for (i, byte) in bytes.iter_mut().enumerate() {
+                        *byte = ((i as u64).wrapping_mul(31) ^ (host as u64 * 0x55) ^ s.seed) as u8;
+                    }
+                }
+                let c = COUNTER_AT as usize;
+                world.engines[1].mr_bytes_mut(pair.mr[1].lkey).unwrap()[c..c + 8]
+                    .copy_from_slice(&INITIAL.to_le_bytes());
+                let expect =
+                    [0, 1].map(|h| world.engines[h].mr_bytes(pair.mr[h].lkey).unwrap().to_vec());
+                PairModel {
+                    pair,
+                    requests: Vec::new(),
+                    completed: 0,
+                    failed_at: None,
+                    receives: Vec::new(),
+                    takers: Vec::new(),
+                    received: 0,
+                    counter: INITIAL,
+                    expect,
+                    drained_at: None,
+                    drains: 0,
+                }
+            })
+            .collect();
+        Rig {
+            world,
+            models,
+            case,
+            mtu: options.mtu.bytes(),
+            setup: s.clone(),
+        }
+    }
+
+    fn post(&mut self, pair: usize, r: &Request) {
+        let m = &mut self.models[pair];
+        let i = m.requests.len();
+        let (a, b) = (m.pair.mr[0], m.pair.mr[1]);
+        let slot = PairModel::slot(i);
+        let local = match r.op {
+            Op::FetchAdd { .. } | Op::CompareSwapMiss => vec![Sge {
+                lkey: a.lkey,
+                addr: a.addr + slot,
+                len: 8,
+            }],
+            op => split(a.lkey, a.addr + slot, op.data_len(), &r.cuts, r.reversed),
+        };
+        let (remote, rkey) = (b.addr + slot, b.rkey);
+        let counter = b.addr + COUNTER_AT;
+        let op = match r.op {
+            Op::Send { imm: None, .. } => SendOp::Send,
+            Op::Send { imm: Some(imm), .. } => SendOp::SendWithImm(imm),
+            Op::Write { imm: None, .. } => SendOp::Write {
+                remote_addr: remote,
+                rkey,
+            },
+            Op::Write { imm: Some(imm), .. } => SendOp::WriteWithImm {
+                remote_addr: remote,
+                rkey,
+                imm,
+            },
+            Op::Read { .. } => SendOp::Read {
+                remote_addr: b.addr + PairModel::read_source(i) as u64,
+                rkey,
+            },
+            Op::FetchAdd { add } => SendOp::FetchAdd {
+                remote_addr: counter,
+                rkey,
+                add,
+            },
+            Op::CompareSwapMiss => SendOp::CompareSwap {
+                remote_addr: counter,
+                rkey,
+                compare: u64::MAX,
+                swap: 0,
+            },
+        };
+        let mut wr = SendWr::new(i as u64, op, &local);
+        wr.fence = r.fence;
+        wr.inline = r.inline
+            && matches!(r.op, Op::Send { .. } | Op::Write { .. })
+            && r.op.data_len() <= 256;
+        self.world.engines[0].post_send(m.pair.qp[0], &wr).unwrap();
+        if r.op.consumes_receive() {
+            m.takers.push(i);
+        }
+        m.requests.push(Posted {
+            op: r.op,
+            local: positions(a.addr, &local),
+        });
+    }
+
+    /// Posts a receive on `pair`, unless its receive slots are all used.
+    fn post_receive(&mut self, pair: usize) {
+        let m = &mut self.models[pair];
+        if m.receives.len() >= MAX_RECEIVES {
+            return;
+        }
+        let slot = FIRST_RECEIVE_SLOT + m.receives.len() as u64;
+        let b = m.pair.mr[1];
+        let sge = Sge {
+            lkey: b.lkey,
+            addr: b.addr + slot * SLOT,
+            len: SLOT as u32,
+        };
+        self.world.engines[1]
+            .post_recv(
+                m.pair.qp[1],
+                &RecvWr {
+                    wr_id: slot,
+                    sgl: &[sge],
+                },
+            )
+            .unwrap();
+        m.receives.push(slot);
+    }
+
+    fn drain(&mut self, pair: usize) {
+        let qp = self.models[pair].pair.qp[0];
+        let e = &mut self.world.engines[0];
+        if e.qp_state(qp) == Some(QpState::Rts) {
+            e.modify_qp(qp, Transition::Drain).unwrap();
+        }
+    }
+
+    fn resume(&mut self, pair: usize) {
+        let m = &mut self.models[pair];
+        let e = &mut self.world.engines[0];
+        if e.qp_state(m.pair.qp[0]) == Some(QpState::Sqd) {
+            e.modify_qp(m.pair.qp[0], Transition::Resume).unwrap();
+            m.drains += u32::from(m.drained_at.take().is_some());
+        }
+    }
+
+    /// Lets up to `limit` of simulated time pass, checking at every event what must hold at
+    /// every moment.
+    fn advance(&mut self, limit: Duration) {
+        let Rig {
+            world,
+            models,
+            case,
+            ..
+        } = self;
+        world.run_until(limit, |w| {
+            check_moment(w, models, case);
+            false
+        });
+    }
+
+    /// Polls every completion queue into the models.
+    fn observe(&mut self) {
+        for m in &mut self.models {
+            let (send_cq, recv_cq) = (m.pair.send_cq[0], m.pair.recv_cq[1]);
+            while let Ok(Some(c)) = self.world.engines[1].poll_cq(recv_cq) {
+                m.receive_completion(&c, &self.case);
+            }
+            while let Ok(Some(c)) = self.world.engines[0].poll_cq(send_cq) {
+                m.send_completion(&c, &self.case);
+            }
+        }
+        check_moment(&mut self.world, &mut self.models, &self.case);
+    }
+
+    /// Ends the case: resumes what is drained, posts the receives that SENDs still wait
+    /// for, lets every request complete and the link drain, and checks the end state.
+    fn finish(mut self) -> Outcome {
+        for pair in 0..self.models.len() {
+            self.resume(pair);
+            while self.models[pair].receives.len() < self.models[pair].takers.len() {
+                self.post_receive(pair);
+            }
+        }
+        let Rig {
+            world,
+            models,
+            case,
+            ..
+        } = &mut self;
+        let finished = world.run_until(Duration::from_secs(60), |w| {
+            check_moment(w, models, case);
+            models.iter().all(|m| {
+                let done = m.completed + w.engines[0].cq_len(m.pair.send_cq[0]);
+                done >= m.requests.len()
+            })
+        });
+        if !finished && std::env::var("SLUICE_DEBUG").is_ok() {
+            eprintln!("A: {:#?}\nB: {:#?}", world.engines[0], world.engines[1]);
+        }
+        assert!(
+            finished,
+            "{case}: not every request completed in 60 s simulated"
+        );
+        // Let the link drain, so late duplicates reach the responder too.
+        self.advance(Duration::from_millis(50));
+        self.observe();
+        self.check_memory();
+        let case = &self.case;
+        for (p, m) in self.models.iter().enumerate() {
+            assert_eq!(
+                m.completed,
+                m.requests.len(),
+                "{case}: pair {p}: all complete"
+            );
+            if let Some(failed) = m.failed_at {
+                // A failed READ may have written part of its data, and nothing else.
+                let got = self.world.engines[0].mr_bytes(m.pair.mr[0].lkey).unwrap();
+                for (i, r) in m.requests.iter().enumerate().skip(failed) {
+                    if let Op::Read { len } = r.op {
+                        let src = PairModel::read_source(i);
+                        for k in 0..len as usize {
+                            let at = r.local[k];
+                            assert!(
+                                got[at] == m.expect[1][src + k] || got[at] == m.expect[0][at],
+                                "{case}: pair {p}: failed READ {i} wrote a foreign byte"
+                            );
+                        }
+                    }
+                }
+            } else {
+                assert_eq!(
+                    m.received,
+                    m.takers.len(),
+                    "{case}: pair {p}: every receive completes"
+                );
+                // Nothing is left behind once everything completed and the link drained.
+                for h in 0..2 {
+                    let d = self.world.engines[h].qp_queues(m.pair.qp[h]).unwrap();
+                    assert_eq!(
+                        (d.send, d.owed_responses, d.held_packets, d.resends),
+                        (0, 0, 0, 0),
+                        "{case}: pair {p} host {h}"
+                    );
+                }
+            }
+        }
+        Outcome {
+            all_succeeded: self.models.iter().all(|m| m.failed_at.is_none()),
+            drained: self.models.iter().any(|m| m.drains > 0),
+            requests: self.models.iter().map(|m| m.requests.len()).sum(),
+            link: (
+                self.setup.loss,
+                self.setup.recovery == Recovery::SelectiveRepeat,
+            ),
+        }
+    }
+
+    /// Both regions of every pair hold what the model says, outside what is uncertain.
+    fn check_memory(&self) {
+        for (p, m) in self.models.iter().enumerate() {
+            for side in 0..2 {
+                let got = self.world.engines[side]
+                    .mr_bytes(m.pair.mr[side].lkey)
+                    .unwrap();
+                if let Some(k) = m.first_difference(side, got) {
+                    let slot = k as u64 / SLOT;
+                    panic!(
+                        "{}: pair {p}: {}'s byte {k} (slot {slot}) is {:#04x}, the model says {:#04x}",
+                        self.case,
+                        ["A", "B"][side],
+                        got[k],
+                        m.expect[side][k]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What must hold at every moment: every queue within its limit, and a drained send queue
+/// (its drained event seen) sends no new PSN.
+fn check_moment(w: &mut World, models: &mut [PairModel], case: &str) {
+    while let Some(event) = w.engines[0].poll_async_event() {
+        let AsyncEvent::SqDrained(qp) = event;
+        let m = models
+            .iter_mut()
+            .find(|m| m.pair.qp[0] == qp)
+            .unwrap_or_else(|| panic!("{case}: {event:?} for an unknown queue pair"));
+        m.drained_at = Some(w.engines[0].qp_psns(qp).unwrap().sq_psn.value());
+    }
+    for m in models.iter() {
+        if let Some(at) = m.drained_at {
+            let now = w.engines[0].qp_psns(m.pair.qp[0]).unwrap().sq_psn.value();
+            assert_eq!(now, at, "{case}: a drained queue pair sent a new PSN");
+        }
+        for (h, qp) in m.pair.qp.iter().enumerate() {
+            let d = w.engines[h].qp_queues(*qp).unwrap();
+            assert!(d.send <= 256 && d.recv <= 256, "{case}: {d:?}");
+            assert!(
+                d.owed_responses <= 16 + 8 && d.responder_resources <= 16,
+                "{case}: {d:?}"
+            );
+            assert!(d.held_packets <= 255 && d.resends <= 64, "{case}: {d:?}");
+        }
+    }
+}
+
+/// `len` bytes from `addr` of region `lkey` as one to three non-empty pieces, cut at
+/// `cuts` (thousandths of `len`; one piece when `len` is too short to cut), listed last
+/// piece first if `reversed`.
+fn split(lkey: u32, addr: u64, len: u32, cuts: &[u16], reversed: bool) -> Vec<Sge> {
+    let mut at: Vec<u32> = cuts
+        .iter()
+        .filter(|_| len > 1)
+        .map(|&c| 1 + ((u64::from(len) - 1) * u64::from(c) / 1000) as u32)
+        .filter(|&c| c < len)
         .collect();
-    cuts.sort_unstable();
-    cuts.dedup();
+    at.sort_unstable();
+    at.dedup();
     let mut from = 0;
-    let mut sgl: Vec<Sge> = cuts
+    let mut sgl: Vec<Sge> = at
         .into_iter()
         .chain([len])
         .map(|to| {
@@ -75,7 +817,7 @@ fn split(rng: &mut Rng, lkey: u32, addr: u64, len: u32) -> Vec<Sge> {
             sge
         })
         .collect();
-    if rng.chance(0.5) {
+    if reversed {
         sgl.reverse();
     }
     sgl
@@ -88,392 +830,66 @@ fn positions(base: u64, sgl: &[Sge]) -> Vec<usize> {
         .collect()
 }
 
-struct Outcome {
-    all_succeeded: bool,
-    /// Times the send queue drained (SQD) and resumed.
-    drains: u32,
+struct LossyTest;
+
+impl StateMachineTest for LossyTest {
+    type SystemUnderTest = Rig;
+    type Reference = Plan;
+
+    fn init_test(plan: &Plan) -> Rig {
+        Rig::new(&plan.setup)
+    }
+
+    fn apply(mut rig: Rig, _: &Plan, step: Step) -> Rig {
+        match step {
+            Step::Post { pair, request } => rig.post(pair, &request),
+            Step::Receive { pair } => rig.post_receive(pair),
+            Step::Advance { us } => rig.advance(Duration::from_micros(us)),
+            Step::Impair { from, fault } => rig.world.impair_next(from, fault),
+            Step::Drain { pair } => rig.drain(pair),
+            Step::Resume { pair } => rig.resume(pair),
+        }
+        rig.observe();
+        rig
+    }
+
+    fn check_invariants(rig: &Rig, _: &Plan) {
+        rig.check_memory();
+    }
+
+    fn teardown(rig: Rig, _: Plan) {
+        let outcome = rig.finish();
+        OUTCOME.with(|o| *o.borrow_mut() = Some(outcome));
+    }
 }
 
-fn run_seed(seed: u64) -> Outcome {
-    let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let loss = [0.0, 0.01, 0.05, 0.1, 0.2][(seed % 5) as usize];
-    let link = Impairments {
-        loss,
-        duplicate: 0.01,
-        corrupt: 0.01,
-        reorder: 0.01,
-        jitter: Duration::from_micros(rng.below(30)),
-        delay: Duration::from_micros(5),
-        gbps: 25,
-        ce_mark: 0.0,
+/// Runs case `case`: generated from its number alone, so that `SLUICE_SEED` replays it; if
+/// it fails, shrunk, and the smallest failing case is returned as the error.
+fn run_case(case: u64) -> Result<Outcome, String> {
+    CASE.with(|c| *c.borrow_mut() = case);
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters: 2000,
+        ..Config::default()
     };
-    let mut world = World::new(2, seed, link);
-    let options = PairOptions {
-        mtu: Mtu::ALL[rng.below(5) as usize],
-        mr_len: (64 * SLOT) as usize,
-        sq_psn: [
-            (1 << 24) - 1 - rng.below(40) as u32,
-            rng.next_u32() & 0xFF_FFFF,
-        ],
-        ..PairOptions::default()
-    };
-    let p = Pair::connect(&mut world, &options);
-    let (a, b) = (p.mr[0], p.mr[1]);
-    // Distinct contents everywhere, so a byte in the wrong place shows.
-    for (host, lkey) in [(0, a.lkey), (1, b.lkey)] {
-        let bytes = world.engines[host].mr_bytes_mut(lkey).unwrap();
-        for (i, byte) in bytes.iter_mut().enumerate().take(COUNTER_AT as usize) {
-            *byte = ((i as u64).wrapping_mul(31) ^ (host as u64 * 0x55) ^ seed) as u8;
-        }
-    }
-    world.engines[1].mr_bytes_mut(b.lkey).unwrap()[COUNTER_AT as usize..][..8]
-        .copy_from_slice(&INITIAL.to_le_bytes());
-    let mut expect_a = world.engines[0].mr_bytes(a.lkey).unwrap().to_vec();
-    let mut expect_b = world.engines[1].mr_bytes(b.lkey).unwrap().to_vec();
-
-    let count = 8 + rng.below(16) as usize;
-    let ops: Vec<Op> = (0..count).map(|_| random_op(&mut rng)).collect();
-    // One receive per SEND and per WRITE with immediate, in request order (receives are
-    // consumed in message order), each SEND's into its own slot of B (slots 20..).
-    let mut recv_slot = 20;
-    for op in &ops {
-        let len = match op {
-            Op::Send { .. } => SLOT as u32,
-            Op::Write { imm: Some(_), .. } => 0,
-            _ => continue,
-        };
-        let sge = Sge {
-            lkey: b.lkey,
-            addr: b.addr + recv_slot * SLOT,
-            len,
-        };
-        world.engines[1]
-            .post_recv(
-                p.qp[1],
-                &RecvWr {
-                    wr_id: recv_slot,
-                    sgl: &[sge],
-                },
-            )
-            .unwrap();
-        recv_slot += 1;
-    }
-    // Each request's local list, for the expected memory.
-    let mut sgls: Vec<Vec<Sge>> = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
-        let slot = i as u64 * SLOT;
-        // The local buffer in one to three pieces of the request's slot, in or out of
-        // memory order: a payload within one piece is sent from where it lies, one across
-        // pieces is gathered (and a READ's response scattered).
-        let mut local = |len: u32| split(&mut rng, a.lkey, a.addr + slot, len);
-        let result = vec![Sge {
-            lkey: a.lkey,
-            addr: a.addr + slot,
-            len: 8,
-        }];
-        let (send_op, sgl) = match *op {
-            Op::Send { len, imm: None } => (SendOp::Send, local(len)),
-            Op::Send {
-                len,
-                imm: Some(imm),
-            } => (SendOp::SendWithImm(imm), local(len)),
-            Op::Write { len, imm: None } => (
-                SendOp::Write {
-                    remote_addr: b.addr + slot,
-                    rkey: b.rkey,
-                },
-                local(len),
-            ),
-            Op::Write {
-                len,
-                imm: Some(imm),
-            } => (
-                SendOp::WriteWithImm {
-                    remote_addr: b.addr + slot,
-                    rkey: b.rkey,
-                    imm,
-                },
-                local(len),
-            ),
-            Op::Read { len } => (
-                SendOp::Read {
-                    remote_addr: b.addr + read_source(slot),
-                    rkey: b.rkey,
-                },
-                local(len),
-            ),
-            Op::FetchAdd { add } => (
-                SendOp::FetchAdd {
-                    remote_addr: b.addr + COUNTER_AT,
-                    rkey: b.rkey,
-                    add,
-                },
-                result,
-            ),
-            Op::CompareSwapMiss => (
-                SendOp::CompareSwap {
-                    remote_addr: b.addr + COUNTER_AT,
-                    rkey: b.rkey,
-                    compare: u64::MAX,
-                    swap: 0,
-                },
-                result,
-            ),
-        };
-        sgls.push(sgl.clone());
-        let mut wr = SendWr::new(i as u64, send_op, &sgl);
-        wr.fence = rng.chance(0.1);
-        // Short SENDs and WRITEs sometimes inline: copied at post time, sent from a copy.
-        let len: u32 = sgl.iter().map(|s| s.len).sum();
-        wr.inline =
-            matches!(op, Op::Send { .. } | Op::Write { .. }) && len <= 256 && rng.chance(0.3);
-        world.engines[0].post_send(p.qp[0], &wr).unwrap();
-    }
-
-    let cq = p.send_cq[0];
-    let qps = p.qp;
-    // The send queue is drained (SQD) at random moments and resumed a while after it
-    // reports drained: begun requests finish, the others wait, nothing is lost.
-    let mut drain_rng = Rng::new(seed ^ 0xD4A1_0000);
-    let mut drained_at = None;
-    let mut drains = 0;
-    let finished = world.run_until(Duration::from_secs(60), |w| {
-        // Resumed by chance, or at once when the links fall quiet (with nothing moving,
-        // this closure would not be asked again).
-        let quiet = w.links_empty();
-        let e = &mut w.engines[0];
-        match e.qp_state(qps[0]) {
-            Some(QpState::Rts) if drain_rng.chance(0.005) => {
-                e.modify_qp(qps[0], Transition::Drain).unwrap();
-            }
-            Some(QpState::Sqd) => {
-                if let Some(event) = e.poll_async_event() {
-                    assert_eq!(event, AsyncEvent::SqDrained(qps[0]), "seed {seed}");
-                    drained_at = Some(e.qp_psns(qps[0]).unwrap().sq_psn);
-                }
-                if let Some(at) = drained_at {
-                    let now = e.qp_psns(qps[0]).unwrap().sq_psn;
-                    assert_eq!(now, at, "seed {seed}: a drained queue pair sent a new PSN");
-                    if quiet || drain_rng.chance(0.05) {
-                        e.modify_qp(qps[0], Transition::Resume).unwrap();
-                        drained_at = None;
-                        drains += 1;
-                    }
-                }
-            }
-            _ => {}
-        }
-        // Memory stays bounded: every queue within its limit at every step.
-        for (h, qp) in qps.iter().enumerate() {
-            let d = w.engines[h].qp_queues(*qp).unwrap();
-            assert!(d.send <= 256 && d.recv <= 256, "seed {seed}: {d:?}");
-            assert!(
-                d.owed_responses <= 16 + 8 && d.responder_resources <= 16,
-                "seed {seed}: {d:?}"
-            );
-            assert!(
-                d.held_packets <= 255 && d.resends <= 64,
-                "seed {seed}: {d:?}"
-            );
-        }
-        w.engines[0].cq_len(cq) >= count
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&case.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+    let mut runner = TestRunner::new_with_rng(config.clone(), rng);
+    let result = runner.run(&Plan::sequential_strategy(1..96), |(plan, steps, seen)| {
+        LossyTest::test_sequential(config.clone(), plan, steps, seen);
+        Ok(())
     });
-    if !finished && std::env::var("SLUICE_DEBUG").is_ok() {
-        eprintln!("A: {:#?}", world.engines[0]);
-        eprintln!("B: {:#?}", world.engines[1]);
-    }
-    assert!(
-        finished,
-        "seed {seed}: only {} of {count} completed in 60 s simulated",
-        world.engines[0].cq_len(cq)
-    );
-    // Let the link drain, so late duplicates reach the responder too.
-    world.run_until(Duration::from_millis(50), |_| false);
-
-    let completions = Pair::completions(&mut world, 0, cq);
-    let ids: Vec<u64> = completions.iter().map(|c| c.wr_id).collect();
-    assert_eq!(
-        ids,
-        (0..count as u64).collect::<Vec<_>>(),
-        "seed {seed}: each request completes once, in order"
-    );
-    let failed_at = completions
-        .iter()
-        .position(|c| c.status != WcStatus::Success);
-    if failed_at.is_some() && std::env::var("SLUICE_DEBUG").is_ok() {
-        eprintln!(
-            "statuses: {:?}",
-            completions.iter().map(|c| c.status).collect::<Vec<_>>()
-        );
-    }
-    if let Some(at) = failed_at {
-        // A failure ends the queue pair: the rest is flushed.
-        assert!(
-            matches!(completions[at].status, WcStatus::RetryExceeded),
-            "seed {seed}: unexpected failure {:?}",
-            completions[at]
-        );
-        assert!(
-            completions[at + 1..]
-                .iter()
-                .all(|c| c.status == WcStatus::WrFlushError),
-            "seed {seed}"
-        );
-    }
-    let succeeded = failed_at.unwrap_or(count);
-    if let (Some(at), Ok(_)) = (failed_at, std::env::var("SLUICE_DEBUG")) {
-        eprintln!(
-            "seed {seed}: request {at} ({:?}) failed: {:?}\nA: {:?}\nB: {:?}",
-            ops[at],
-            completions[at],
-            world.engines[0].counters(),
-            world.engines[1].counters()
-        );
-    }
-
-    // The expected memory: successful requests applied in order.
-    let mut counter = INITIAL;
-    let mut recv_slot = 20u64;
-    let mut recvs_expected = Vec::new();
-    let mut uncertain_b: Vec<(u64, u64)> = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        let slot = i as u64 * SLOT;
-        let done = i < succeeded;
-        let local = positions(a.addr, &sgls[i]);
-        match *op {
-            Op::Send { len, imm } => {
-                let dst = recv_slot * SLOT;
-                recv_slot += 1;
-                recvs_expected.push((recv_slot - 1, len, imm, WcOpcode::Recv));
-                if done {
-                    let src: Vec<u8> = local.iter().map(|&k| expect_a[k]).collect();
-                    expect_b[dst as usize..][..len as usize].copy_from_slice(&src);
-                } else {
-                    uncertain_b.push((dst, u64::from(len)));
-                }
-            }
-            Op::Write { len, imm } => {
-                if done {
-                    let src: Vec<u8> = local.iter().map(|&k| expect_a[k]).collect();
-                    expect_b[slot as usize..][..len as usize].copy_from_slice(&src);
-                } else {
-                    uncertain_b.push((slot, u64::from(len)));
-                }
-                if imm.is_some() {
-                    recvs_expected.push((recv_slot, len, imm, WcOpcode::RecvRdmaWithImm));
-                    recv_slot += 1;
-                }
-            }
-            Op::Read { len } => {
-                let src = read_source(slot);
-                let data = &expect_b[src as usize..][..len as usize];
-                if done {
-                    for (k, &at) in local.iter().enumerate() {
-                        expect_a[at] = data[k];
-                    }
-                } else {
-                    // The destination may hold part of the data.
-                    let got = world.engines[0].mr_bytes(a.lkey).unwrap();
-                    for (k, &at) in local.iter().enumerate() {
-                        assert!(
-                            got[at] == data[k] || got[at] == expect_a[at],
-                            "seed {seed}: READ {i} wrote a foreign byte"
-                        );
-                        expect_a[at] = got[at];
-                    }
-                }
-            }
-            Op::FetchAdd { add } => {
-                if done {
-                    expect_a[slot as usize..][..8].copy_from_slice(&counter.to_le_bytes());
-                    counter += add;
-                } else {
-                    uncertain_b.push((COUNTER_AT, 8));
-                }
-            }
-            Op::CompareSwapMiss => {
-                if done {
-                    expect_a[slot as usize..][..8].copy_from_slice(&counter.to_le_bytes());
-                }
-            }
-        }
-    }
-    // Successful fetch-and-adds applied once each; one that failed or was flushed may or may
-    // not have reached the responder, which leaves the counter uncertain.
-    expect_b[COUNTER_AT as usize..][..8].copy_from_slice(&counter.to_le_bytes());
-
-    let got_a = world.engines[0].mr_bytes(a.lkey).unwrap();
-    if let (Some(k), Ok(_)) = (
-        got_a.iter().zip(&expect_a).position(|(x, y)| x != y),
-        std::env::var("SLUICE_DEBUG"),
-    ) {
-        let slot = k / SLOT as usize;
-        eprintln!(
-            "A differs at {k} (slot {slot}, op {:?}): got {:?} want {:?}",
-            ops.get(slot),
-            &got_a[k..k + 8],
-            &expect_a[k..k + 8]
-        );
-        let end = got_a[k..]
-            .iter()
-            .zip(&expect_a[k..])
-            .rposition(|(x, y)| x != y)
-            .unwrap_or(0);
-        eprintln!("  differing span {k}..{}", k + end + 1);
-    }
-    assert!(
-        got_a == &expect_a[..],
-        "seed {seed}: A's memory differs at byte {:?}",
-        got_a.iter().zip(&expect_a).position(|(x, y)| x != y)
-    );
-    let got_b = world.engines[1].mr_bytes(b.lkey).unwrap().to_vec();
-    for (k, (x, y)) in got_b.iter().zip(&expect_b).enumerate() {
-        let k = k as u64;
-        if x != y
-            && !uncertain_b
-                .iter()
-                .any(|&(at, len)| (at..at + len).contains(&k))
-        {
-            panic!("seed {seed}: B's memory differs at byte {k}");
-        }
-    }
-
-    // The responder's receive completions: exactly the successful SENDs (and WRITEs with
-    // immediate), in order.
-    let recvs = Pair::completions(&mut world, 1, p.recv_cq[1]);
-    let got: Vec<(u64, u32, Option<u32>, WcOpcode)> = recvs
-        .iter()
-        .filter(|c| c.status == WcStatus::Success)
-        .map(|c| (c.wr_id, c.byte_len, c.imm, c.opcode))
-        .collect();
-    // The responder may have received requests whose acknowledgement the failed requester
-    // never saw: its completions are a prefix of all the receives, in order.
-    assert_eq!(
-        got[..],
-        recvs_expected[..got.len()],
-        "seed {seed}: receive completions, in order"
-    );
-    if failed_at.is_none() {
-        assert_eq!(
-            got.len(),
-            recvs_expected.len(),
-            "seed {seed}: every receive completes"
-        );
-    }
-    if failed_at.is_none() {
-        // Nothing is left behind once everything completed and the link drained.
-        for (h, qp) in p.qp.iter().enumerate() {
-            let d = world.engines[h].qp_queues(*qp).unwrap();
-            assert_eq!(
-                (d.send, d.owed_responses, d.held_packets, d.resends),
-                (0, 0, 0, 0),
-                "seed {seed}: host {h}"
-            );
-        }
-    }
-    Outcome {
-        all_succeeded: failed_at.is_none(),
-        drains,
+    match result {
+        Ok(()) => Ok(OUTCOME
+            .with(|o| o.borrow_mut().take())
+            .expect("a finished case")),
+        Err(TestError::Fail(why, (plan, steps, _))) => Err(format!(
+            "{why}\nsmallest failing case: {:#?}\nsteps: {steps:#?}",
+            plan.setup
+        )),
+        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
     }
 }
 
@@ -483,28 +899,46 @@ fn every_request_completes_once_with_its_bytes_in_place() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
-    let seeds = seeds(count);
-    let (mut succeeded, mut drained) = (0, 0);
-    for &seed in &seeds {
-        let outcome = std::panic::catch_unwind(|| run_seed(seed)).unwrap_or_else(|e| {
-            eprintln!("failing seed: {seed} (replay with SLUICE_SEED={seed})");
-            std::panic::resume_unwind(e)
-        });
-        succeeded += usize::from(outcome.all_succeeded);
-        drained += usize::from(outcome.drains > 0);
+    let cases = seeds(count);
+    let (mut succeeded, mut drained, mut requests) = (0, 0, 0);
+    // Cases per loss rate and recovery (go-back-N, selective repeat).
+    let mut links = [[0usize; 2]; LOSS.len()];
+    for &case in &cases {
+        // Shrinking runs the case many times: only the smallest failure is worth printing.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let result = run_case(case);
+        std::panic::set_hook(hook);
+        match result {
+            Ok(outcome) => {
+                succeeded += usize::from(outcome.all_succeeded);
+                drained += usize::from(outcome.drained);
+                requests += outcome.requests;
+                links[outcome.link.0][usize::from(outcome.link.1)] += 1;
+            }
+            Err(why) => panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}"),
+        }
     }
     eprintln!(
-        "{succeeded} of {} seeds completed everything; {drained} drained and resumed",
-        seeds.len()
+        "{succeeded} of {} cases completed everything ({requests} requests); {drained} drained \
+         and resumed",
+        cases.len()
     );
+    eprintln!("cases by loss rate {LOSS:?}, go-back-N and selective repeat: {links:?}");
+    if cases.len() >= 100 {
+        assert!(
+            links.iter().flatten().all(|&n| n >= 5),
+            "every loss rate with either recovery: {links:?}"
+        );
+    }
     assert!(
-        drained * 4 >= seeds.len(),
-        "only {drained} seeds drained the send queue"
+        drained * 4 >= cases.len(),
+        "only {drained} cases drained the send queue"
     );
     // Retries exhaust only when a request fails 8 times running: rare even at 20% loss.
     assert!(
-        succeeded * 100 >= seeds.len() * 95,
-        "only {succeeded} of {} seeds completed everything",
-        seeds.len()
+        succeeded * 100 >= cases.len() * 95,
+        "only {succeeded} of {} cases completed everything",
+        cases.len()
     );
 }

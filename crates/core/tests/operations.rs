@@ -1,11 +1,9 @@
 //! Each operation on a clean link: the bytes land where they should, completions say so.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use sluice_core::*;
+use sluice_testkit::*;
 
 fn fill(world: &mut World, host: usize, lkey: u32, at: usize, data: &[u8]) {
     world.engines[host].mr_bytes_mut(lkey).unwrap()[at..at + data.len()].copy_from_slice(data);

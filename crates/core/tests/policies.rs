@@ -1,16 +1,14 @@
 //! Each policy seam with a second implementation swapped in: the engine takes it, and what
 //! it decides shows on the wire or in memory.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use sluice_core::policy::{
     ByteCount, Direction, OffsetLists, PerMessage, Policies, RoundRobin, Service, ServicePacket,
     Spray, Verdict, XorPayload,
 };
 use sluice_core::*;
+use sluice_testkit::*;
 
 /// A world whose host `h` has an engine built with `policies(h)`.
 fn world_with(link: Impairments, mut policies: impl FnMut(usize) -> Policies) -> World {

@@ -2,12 +2,10 @@
 //! follows, PSN wrap-around, zero-length messages, every path MTU, CQ overrun, the state
 //! machine, and 16,384 queue pairs at once.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use sluice_core::*;
+use sluice_testkit::*;
 
 fn sge(mr: MrInfo, offset: u64, len: u32) -> Sge {
     Sge {

@@ -191,9 +191,10 @@ pub fn assert_refused<P: sluice_control::Params>(
     );
 }
 
-/// Bytes on the wire for a packet of `payload` bytes (as the engine paces them).
+/// Bytes on the link for a WRITE MIDDLE packet of `payload` bytes (BTH, payload, ICRC),
+/// as the engine's pacer counts them.
 pub fn wire_bytes(payload: u32) -> u64 {
-    u64::from(payload) + 105
+    sluice_wire::roce_link_len(false, 12 + payload as usize + 4) as u64
 }
 
 /// The benign flow's pending happenings, in time order (ties in insertion order), with at

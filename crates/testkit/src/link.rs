@@ -1,35 +1,45 @@
-//! A test world: engines joined by an in-memory link that drops, duplicates, reorders,
-//! corrupts and delays packets from a seeded generator. Packets cross it as real bytes,
-//! encoded and decoded (ICRC included) with `sluice-wire`, so a corrupted packet is caught
-//! exactly where a real receiver would catch it.
-
-#![allow(dead_code, unreachable_pub)]
+//! Engines joined by an in-memory link that drops, duplicates, reorders, corrupts and
+//! delays packets from a seeded generator. Packets cross it as real bytes, encoded and
+//! decoded (ICRC included) with `sluice-wire`, so a corrupted packet is caught exactly where
+//! a real receiver would catch it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use sluice_core::*;
 use sluice_wire::{IpHeader, IpUdp, Ipv4Header, ROCE_V2_PORT, UdpHeader, emit_datagram};
+
+use crate::pair::{Hosts, host_addr};
 
 /// What the link does to packets. The link serialises packets at `gbps` and delivers them
 /// after `delay`, in order, except that a packet is lost, duplicated or corrupted with the
 /// given probabilities, and held back by up to `jitter` with probability `reorder`.
 #[derive(Debug, Clone, Copy)]
 pub struct Impairments {
+    /// Chance that a packet is lost.
     pub loss: f64,
+    /// Chance that a packet arrives twice.
     pub duplicate: f64,
+    /// Chance that one bit of a packet is flipped.
     pub corrupt: f64,
+    /// Chance that a packet is held back by up to `jitter` (and so may overtake or be
+    /// overtaken).
     pub reorder: f64,
+    /// The longest a reordered packet is held back.
     pub jitter: Duration,
+    /// Propagation delay.
     pub delay: Duration,
+    /// The rate each host's outgoing link serialises packets at.
     pub gbps: u64,
     /// Chance that a packet arrives marked Congestion Experienced.
     pub ce_mark: f64,
 }
 
 impl Impairments {
+    /// A 25 Gbit/s link with a 5 us delay that loses, duplicates, corrupts and reorders
+    /// nothing.
     pub const CLEAN: Impairments = Impairments {
         loss: 0.0,
         duplicate: 0.0,
@@ -47,8 +57,11 @@ impl Impairments {
 /// `kmax` (DCQCN's switch). `kmin == kmax` with `pmax` 1 is DCTCP's step at K.
 #[derive(Debug, Clone, Copy)]
 pub struct RedMarking {
+    /// Queued bytes up to which nothing is marked.
     pub kmin: u64,
+    /// Queued bytes above which everything is marked.
     pub kmax: u64,
+    /// The chance of a mark at `kmax`.
     pub pmax: f64,
 }
 
@@ -64,30 +77,49 @@ impl RedMarking {
     }
 }
 
-/// The seed of a test run: `SLUICE_SEED` replays one.
-pub fn seeds(count: u64) -> Vec<u64> {
-    match std::env::var("SLUICE_SEED") {
-        Ok(s) => vec![s.parse().expect("SLUICE_SEED is a number")],
-        Err(_) => (1..=count).collect(),
-    }
-}
-
 /// A packet on the link: when it arrives, a tie-breaking sequence number, to which host.
 type InFlight = (Instant, u64, usize, Vec<u8>);
 
+/// Something the link does on purpose to one packet (see [`World::impair_next`]), on top
+/// of what [`Impairments`] does by chance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The packet is lost.
+    Drop,
+    /// The packet arrives twice.
+    Duplicate,
+    /// This bit of the packet (modulo its length in bits) is flipped.
+    Corrupt {
+        /// Which bit, counted from the first of the IP header.
+        bit: u32,
+    },
+    /// The packet is held back this long (and may be overtaken).
+    Delay(Duration),
+}
+
+/// Engines joined by a simulated link (see the module's documentation): the clock, the
+/// packets in flight, the switch ports' behaviour and what the link counted.
+#[derive(Debug)]
 pub struct World {
+    /// The engines, host 0 first.
     pub engines: Vec<Engine>,
     seed: u64,
+    /// Each host's address.
     pub addrs: Vec<IpAddr>,
+    /// The simulated time.
     pub now: Instant,
+    /// What the link does to packets by chance.
     pub link: Impairments,
     rng: Rng,
     in_flight: BinaryHeap<Reverse<InFlight>>,
     /// When each host's outgoing link is free again.
     link_free: Vec<Instant>,
     sequence: u64,
+    /// Packets handed to an engine.
     pub delivered: u64,
+    /// Packets the link lost.
     pub dropped_by_link: u64,
+    /// Packets the wire decoder refused (corrupted ones).
     pub rejected_by_wire: u64,
     /// Hosts whose outgoing link acts as an INT switch port: it writes a hop record into
     /// every packet carrying an INT CC extension header, in place, as a switch would.
@@ -114,18 +146,20 @@ pub struct World {
     pub answer_delay: Vec<Duration>,
     /// When each host is awake again to send.
     awake_at: Vec<Instant>,
+    /// What the link does on purpose to each host's next packets, in order.
+    faults: Vec<VecDeque<Fault>>,
 }
 
 impl World {
+    /// `hosts` engines, each configured from `seed` (see [`World::engine_config`]), joined
+    /// by a link that does what `link` says, its chances drawn from `seed`.
     pub fn new(hosts: usize, seed: u64, link: Impairments) -> World {
         World {
             engines: (0..hosts)
                 .map(|h| Engine::new(Self::engine_config(seed, h)))
                 .collect(),
             seed,
-            addrs: (0..hosts)
-                .map(|h| IpAddr::V4(Ipv4Addr::new(10, 0, 0, h as u8 + 1)))
-                .collect(),
+            addrs: (0..hosts).map(host_addr).collect(),
             now: Instant::ZERO,
             link,
             rng: Rng::new(seed),
@@ -145,10 +179,13 @@ impl World {
             queue_log: Vec::new(),
             answer_delay: vec![Duration::ZERO; hosts],
             awake_at: vec![Instant::ZERO; hosts],
+            faults: vec![VecDeque::new(); hosts],
         }
     }
 
-    fn engine_config(seed: u64, host: usize) -> EngineConfig {
+    /// The configuration of `host`'s engine in a world seeded with `seed`: the default,
+    /// with a seed of its own.
+    pub fn engine_config(seed: u64, host: usize) -> EngineConfig {
         EngineConfig {
             seed: seed ^ ((host as u64 + 1) * 0x1234_5678),
             ..EngineConfig::default()
@@ -245,11 +282,14 @@ impl World {
     }
 
     fn send(&mut self, from: usize, to: usize, mut bytes: Vec<u8>) {
-        // Serialisation: the packet leaves when the link is free and takes its length.
+        // Serialisation: the packet leaves when the link is free and takes its length on an
+        // Ethernet link (framing, preamble and gap included: as the engine's pacer and the
+        // simulator's links count it).
         let start = self.link_free[from].max(self.now);
-        let on_wire = Duration::from_nanos((bytes.len() as u64 * 8).div_ceil(self.link.gbps));
+        let link_bytes = sluice_wire::link_len(bytes.len());
+        let on_wire = Duration::from_nanos((link_bytes as u64 * 8).div_ceil(self.link.gbps));
         self.link_free[from] = start + on_wire;
-        self.port_tx_bytes[from] = self.port_tx_bytes[from].wrapping_add(bytes.len() as u32);
+        self.port_tx_bytes[from] = self.port_tx_bytes[from].wrapping_add(link_bytes as u32);
         // The queue ahead of this packet: what the link still has to send.
         let queued = (start - self.now).as_nanos() as u64 * self.link.gbps / 8;
         if self.watched_ports[from] || self.int_ports[from] || self.ecn_ports[from].is_some() {
@@ -272,11 +312,17 @@ impl World {
         let arrives = start + on_wire + self.link.delay;
         let number = self.sends[from];
         self.sends[from] += 1;
-        if self.lost_sends[from].iter().any(|r| r.contains(&number))
+        let fault = self.faults[from].pop_front();
+        if fault == Some(Fault::Drop)
+            || self.lost_sends[from].iter().any(|r| r.contains(&number))
             || self.rng.chance(self.link.loss)
         {
             self.dropped_by_link += 1;
             return;
+        }
+        if let Some(Fault::Corrupt { bit }) = fault {
+            let bit = bit as usize % (bytes.len() * 8);
+            bytes[bit / 8] ^= 1 << (bit % 8);
         }
         if self.rng.chance(self.link.corrupt) {
             let bit = self.rng.below(bytes.len() as u64 * 8) as usize;
@@ -286,6 +332,10 @@ impl World {
             2
         } else {
             1
+        } + usize::from(fault == Some(Fault::Duplicate));
+        let arrives = match fault {
+            Some(Fault::Delay(d)) => arrives + d,
+            _ => arrives,
         };
         for _ in 0..copies {
             let held = if self.rng.chance(self.link.reorder) {
@@ -328,6 +378,12 @@ impl World {
                 Payload::Bytes(packet.payload),
             );
         }
+    }
+
+    /// Makes the link do `fault` to the next packet `from` sends that has no fault yet
+    /// (faults apply to its packets in the order they were asked for).
+    pub fn impair_next(&mut self, from: usize, fault: Fault) {
+        self.faults[from].push_back(fault);
     }
 
     /// No packet is on the links.
@@ -415,219 +471,15 @@ fn stamp_int(bytes: &mut [u8], qlen: u32, tx_bytes: u32, at: Instant, gbps: u64)
     bytes[CCX + 2] += 1;
 }
 
-/// A connected pair of RC queue pairs between hosts 0 and 1, with a PD, CQs and one memory
-/// region of `mr_len` bytes on each side.
-pub struct Pair {
-    pub qp: [QpNum; 2],
-    pub send_cq: [CqId; 2],
-    pub recv_cq: [CqId; 2],
-    pub pd: [PdId; 2],
-    pub mr: [MrInfo; 2],
-}
-
-pub struct PairOptions {
-    pub mtu: Mtu,
-    pub mr_len: usize,
-    pub sq_psn: [u32; 2],
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub min_rnr_timer: u8,
-    pub access: Access,
-    pub caps: QpCaps,
-    pub cq_entries: u32,
-    pub recovery: Recovery,
-    /// The CC extension header each side sends and accepts.
-    pub ccx: [Option<sluice_wire::CcxLayout>; 2],
-}
-
-impl Default for PairOptions {
-    fn default() -> Self {
-        PairOptions {
-            mtu: Mtu::M1024,
-            mr_len: 1 << 20,
-            sq_psn: [100, 0xFF_FFF0],
-            timeout: 8, // 4.096 us x 2^8 = 1 ms
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 1, // 10 us
-            access: Access::ALL,
-            caps: QpCaps::default(),
-            cq_entries: 4096,
-            recovery: Recovery::GoBackN,
-            ccx: [None; 2],
-        }
-    }
-}
-
 /// The bytes a length-only payload is sent as (an MTU's worth).
 static ZEROS: [u8; 4096] = [0; 4096];
 
-/// The byte pattern memory regions are filled with, to see any byte written where it should
-/// not be.
-pub const CANARY: u8 = 0xC5;
-
-impl Pair {
-    pub fn connect(world: &mut World, o: &PairOptions) -> Pair {
-        let mut qp = [QpNum(0); 2];
-        let mut send_cq = [CqId(0); 2];
-        let mut recv_cq = [CqId(0); 2];
-        let mut pd = [PdId(0); 2];
-        let mut mr = [MrInfo {
-            lkey: 0,
-            rkey: 0,
-            addr: 0,
-            len: 0,
-        }; 2];
-        for h in 0..2 {
-            let e = &mut world.engines[h];
-            pd[h] = e.alloc_pd();
-            send_cq[h] = e.create_cq(o.cq_entries).unwrap();
-            recv_cq[h] = e.create_cq(o.cq_entries).unwrap();
-            let memory = Memory::Bytes(vec![CANARY; o.mr_len].into_boxed_slice());
-            mr[h] = e
-                .register_mr(pd[h], 0x10_0000 * (h as u64 + 1), memory, Access::ALL)
-                .unwrap();
-            qp[h] = e
-                .create_qp(QpConfig {
-                    pd: pd[h],
-                    send_cq: send_cq[h],
-                    recv_cq: recv_cq[h],
-                    caps: o.caps,
-                })
-                .unwrap();
-        }
-        for h in 0..2 {
-            let peer = 1 - h;
-            let psn = |p: u32| sluice_wire::Psn::new(p);
-            let c = Connection {
-                access: o.access,
-                timeout: o.timeout,
-                retry_cnt: o.retry_cnt,
-                rnr_retry: o.rnr_retry,
-                min_rnr_timer: o.min_rnr_timer,
-                recovery: o.recovery,
-                ccx: o.ccx[h],
-                ..Connection::new(
-                    world.addrs[peer],
-                    qp[peer].0,
-                    o.mtu,
-                    psn(o.sq_psn[peer]),
-                    psn(o.sq_psn[h]),
-                )
-            };
-            world.engines[h].connect(qp[h], &c).unwrap();
-        }
-        Pair {
-            qp,
-            send_cq,
-            recv_cq,
-            pd,
-            mr,
-        }
+impl Hosts for World {
+    fn engines_mut(&mut self) -> &mut [Engine] {
+        &mut self.engines
     }
 
-    /// Drains a CQ.
-    pub fn completions(world: &mut World, host: usize, cq: CqId) -> Vec<Completion> {
-        let mut out = Vec::new();
-        while let Ok(Some(c)) = world.engines[host].poll_cq(cq) {
-            out.push(c);
-        }
-        out
-    }
-
-    /// Posts WRITE `wr_id` of `len` bytes from host 0's region at `offset` to host 1's
-    /// region at the same offset.
-    pub fn post_write(&self, world: &mut World, wr_id: u64, offset: u64, len: u32) {
-        let op = SendOp::Write {
-            remote_addr: self.mr[1].addr + offset,
-            rkey: self.mr[1].rkey,
-        };
-        let sgl = [Sge {
-            lkey: self.mr[0].lkey,
-            addr: self.mr[0].addr + offset,
-            len,
-        }];
-        world.engines[0]
-            .post_send(self.qp[0], &SendWr::new(wr_id, op, &sgl))
-            .unwrap();
-    }
-
-    /// Posts one WRITE of `len` bytes from host 0 and runs until it completes (at most 1 s
-    /// of simulated time) with success; returns the time it took.
-    pub fn write_and_wait(&self, world: &mut World, len: u32) -> Duration {
-        let start = world.now;
-        self.post_write(world, 1, 0, len);
-        let cq = self.send_cq[0];
-        assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
-        assert_eq!(Pair::completions(world, 0, cq)[0].status, WcStatus::Success);
-        world.now - start
-    }
-
-    /// A RoCE v2 CNP to host 0's queue pair.
-    pub fn cnp(&self) -> sluice_wire::RoceHeaders {
-        sluice_wire::RoceHeaders {
-            bth: sluice_wire::Bth::new(
-                sluice_wire::Opcode::CNP,
-                self.qp[0].0,
-                sluice_wire::Psn::new(0),
-            ),
-            ccx: None,
-            ext: sluice_wire::ExtHeaders::default(),
-        }
-    }
-}
-
-/// The ACK events among `events`, and the RTT samples they carried.
-pub fn rtt_samples(events: &[sluice_core::control::Event]) -> (usize, Vec<Duration>) {
-    use sluice_core::control::Event;
-    let acks = events
-        .iter()
-        .filter(|e| matches!(e, Event::Ack { .. }))
-        .count();
-    let rtts = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Ack { rtt, .. } => *rtt,
-            _ => None,
-        })
-        .collect();
-    (acks, rtts)
-}
-
-/// A control law that records every event, and sets a fixed rate and window (if given) on
-/// every queue pair at each one.
-#[derive(Debug, Clone, Default)]
-pub struct Recorder {
-    pub events: std::rc::Rc<std::cell::RefCell<Vec<sluice_core::control::Event>>>,
-    pub rate_bps: Option<u64>,
-    pub window_bytes: Option<u64>,
-}
-
-impl sluice_core::control::Law for Recorder {
-    type Context = ();
-
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-
-    fn interest(&self) -> sluice_core::control::EventMask {
-        sluice_core::control::EventMask::ALL
-    }
-
-    fn on_event(
-        &mut self,
-        _: Instant,
-        _: &mut (),
-        event: &sluice_core::control::Event,
-        act: &mut sluice_core::control::Actions,
-    ) {
-        self.events.borrow_mut().push(*event);
-        if let Some(r) = self.rate_bps {
-            act.set_rate(r);
-        }
-        if let Some(w) = self.window_bytes {
-            act.set_window(w);
-        }
+    fn addrs(&self) -> &[IpAddr] {
+        &self.addrs
     }
 }
