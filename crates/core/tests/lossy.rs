@@ -449,8 +449,6 @@ struct Rig {
     models: Vec<PairModel>,
     /// Names the case in every message.
     case: String,
-    /// The path MTU in bytes.
-    mtu: u32,
     setup: Setup,
 }
 
@@ -524,7 +522,6 @@ impl Rig {
             world,
             models,
             case,
-            mtu: options.mtu.bytes(),
             setup: s.clone(),
         }
     }
