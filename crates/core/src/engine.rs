@@ -43,16 +43,8 @@ pub struct EngineConfig {
     /// Request packets a queue pair may have unacknowledged (its window), at most 2^23.
     /// 384 by default: 1.5 MiB at path MTU 4096, more than twice the bandwidth-delay
     /// product of a 100 Gbit/s path with a 50 us round trip. More only adds data waiting in
-    /// queues: on loopback, where every byte in flight waits in the receiver's socket,
-    /// write-bw 64 KiB ran at a median 49.76 Gbit/s with 1,024 against 50.78 with 512 and
-    /// 50.98 with 384 (5 rounds of alternated 2 s runs; in two earlier sets of 3 and 4
-    /// rounds, 256: 49.40 and 48.54 against 49.25 and 48.82 with 1,024), and between two
-    /// namespaces 48.23-49.22 with 1,024 against 48.42-50.06 with 512 (4 alternated rounds).
-    /// Once the sender's per-packet work shrank (2026-11-24), 384 led 512 in every one of
-    /// 11 alternated 3 s rounds on loopback (medians 52.75 against 51.90 and 52.69 against
-    /// 52.11 Gbit/s; 256: 51.05, 320: 52.29, 448: 52.49, 768: 51.97), and between two
-    /// namespaces was level (4 alternated rounds: 50.96-51.65 against 50.93-51.28; 6 more:
-    /// medians 48.87 against 49.33, ahead in 2).
+    /// queues: on loopback every byte in flight waits in the receiver's socket, and larger
+    /// windows were slower there (the measurements are in CHANGELOG.md).
     pub max_outstanding_packets: u32,
     /// The requester asks for an ACK on the last packet of every message and on every
     /// this many packets in between.

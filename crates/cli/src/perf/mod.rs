@@ -79,11 +79,11 @@ pub struct Options {
     pub policies: PolicyOptions,
 }
 
-/// How long an idle side spins before sleeping, by default. Measured on a 2-core VM
-/// (loopback, alternating runs): write-lat 8 B median 21.2-21.7 us sleeping at once, 8.9-9.3
-/// us after a 20 us spin (50 us: no better); write-bw of one 4 KiB message in flight 0.7-1.1
-/// -> 1.4-2.3 Gbit/s; 64 KiB and 64 B x 8 QPs unchanged within the noise. The price: CPU
-/// while waiting, and a write-lat p99 of 52-56 us instead of 40.
+/// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
+/// answer usually arrives while spinning (waking from sleep costs more than a round trip on
+/// loopback), short enough to spare the core otherwise; a longer spin did no better. The
+/// price is CPU while waiting and a longer write-lat tail. The measurements are in
+/// CHANGELOG.md.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
 
 /// `--cc` and friends: which control law, its parameters, how it runs.
