@@ -170,7 +170,8 @@ impl Engine {
         }
     }
 
-    /// Checks and carries out a new request (its PSN is the expected one).
+    /// Checks and carries out a new request (its PSN is the expected one): whether it may
+    /// come now, then what its operation does.
     fn execute(
         &mut self,
         index: u32,
@@ -178,17 +179,40 @@ impl Engine {
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) -> Result<(), Refusal> {
-        let bth = &headers.bth;
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let pd = qp.pd;
-        let len = payload.len();
         let starts = info.position.starts_message();
         let ends = info.position.ends_message();
+        self.check_request(index, info, payload.len(), starts, ends)?;
+        match info.operation {
+            Operation::Send | Operation::SendWithImmediate => {
+                self.execute_send(index, headers, payload, starts, ends)
+            }
+            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
+                self.execute_write(index, headers, payload, starts, ends)
+            }
+            Operation::RdmaReadRequest => self.execute_read(index, headers),
+            Operation::CompareSwap | Operation::FetchAdd => {
+                self.execute_atomic(index, headers, info.operation)
+            }
+            _ => Err(Refusal::InvalidRequest),
+        }
+    }
+
+    /// Whether a request may come now: it continues the message in progress (or starts
+    /// one), every packet but a message's last is one MTU, and the queue pair grants the
+    /// remote access it needs.
+    #[inline(always)]
+    fn check_request(
+        &self,
+        index: u32,
+        info: &OpcodeInfo,
+        len: u32,
+        starts: bool,
+        ends: bool,
+    ) -> Result<(), Refusal> {
+        let qp = self.qp_at(index);
         if !qp.resp.continues_message(info.operation, starts) {
             return Err(Refusal::InvalidRequest);
         }
-        // Every packet but the last of a message is exactly one MTU.
         let carries_data = matches!(
             info.operation,
             Operation::Send
@@ -196,189 +220,238 @@ impl Engine {
                 | Operation::RdmaWrite
                 | Operation::RdmaWriteWithImmediate
         );
-        if carries_data && (len > mtu || (!ends && len != mtu)) {
+        if carries_data && (len > qp.attrs.mtu || (!ends && len != qp.attrs.mtu)) {
             return Err(Refusal::InvalidRequest);
         }
-        let access = qp.attrs.access;
         let needs = match info.operation {
             Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => Access::REMOTE_WRITE,
             Operation::RdmaReadRequest => Access::REMOTE_READ,
             Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
             _ => Access::NONE,
         };
-        if !access.contains(needs) {
+        if !qp.attrs.access.contains(needs) {
             return Err(Refusal::InvalidRequest);
         }
+        Ok(())
+    }
+
+    /// A SEND packet: the first takes a receive (or is answered RNR), each is placed where
+    /// the receive's buffers say, the last completes the receive.
+    #[inline(always)]
+    fn execute_send(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+        starts: bool,
+        ends: bool,
+    ) -> Result<(), Refusal> {
+        let bth = &headers.bth;
         let imm = headers.ext.imm_dt;
-        match info.operation {
-            Operation::Send | Operation::SendWithImmediate => {
-                if starts {
-                    let Some(wqe) = qp.resp.rq.pop_front() else {
-                        return self.rnr(index, bth.psn);
-                    };
-                    qp.resp.in_progress = Some(InProgress::Send { wqe, received: 0 });
-                }
-                let Some(InProgress::Send { wqe, received }) = qp.resp.in_progress else {
-                    unreachable!("checked by the opcode sequence")
-                };
-                if received + len > wqe.len {
-                    self.finish_recv(index, wqe, 0, None, WcStatus::LocalLengthError);
-                    return Err(Refusal::InvalidRequest);
-                }
-                if self.place(pd, &wqe, received, payload).is_err() {
-                    self.finish_recv(index, wqe, 0, None, WcStatus::LocalProtectionError);
-                    return Err(Refusal::RemoteOperational);
-                }
-                let received = received + len;
-                let qp = self.qp_mut(index);
-                qp.resp.in_progress = Some(InProgress::Send { wqe, received });
-                if ends {
-                    qp.resp.in_progress = None;
-                    self.finish_recv(index, wqe, received, imm, WcStatus::Success);
-                    self.message_done(index);
-                }
-            }
-            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
-                if starts {
-                    let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-                    self.remote(
-                        pd,
-                        reth.rkey,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                        Access::REMOTE_WRITE,
-                    )?;
-                    let qp = self.qp_mut(index);
-                    qp.resp.in_progress = Some(InProgress::Write {
-                        rkey: reth.rkey,
-                        va: reth.va,
-                        remaining: reth.dma_len,
-                        total: reth.dma_len,
-                    });
-                }
-                let qp = self.qp_mut(index);
-                let Some(InProgress::Write {
-                    rkey,
-                    va,
-                    remaining,
-                    total,
-                }) = qp.resp.in_progress
-                else {
-                    unreachable!("checked by the opcode sequence")
-                };
-                if len > remaining || (ends && len != remaining) {
-                    return Err(Refusal::InvalidRequest);
-                }
-                // WRITE with immediate consumes a receive: make sure one is there first.
-                let imm_wqe = if ends && imm.is_some() {
-                    match qp.resp.rq.front() {
-                        Some(_) => qp.resp.rq.pop_front(),
-                        None => {
-                            // Not taken: a WRITE ONLY begins nothing, so that its retry
-                            // starts the message afresh.
-                            if starts {
-                                qp.resp.in_progress = None;
-                            }
-                            return self.rnr(index, bth.psn);
-                        }
-                    }
-                } else {
-                    None
-                };
-                if let Payload::Bytes(bytes) = payload {
-                    self.mrs.write(rkey, va, bytes);
-                }
-                let qp = self.qp_mut(index);
-                qp.resp.in_progress = Some(InProgress::Write {
-                    rkey,
-                    va: va + u64::from(len),
-                    remaining: remaining - len,
-                    total,
-                });
-                if ends {
-                    qp.resp.in_progress = None;
-                    if let Some(wqe) = imm_wqe {
-                        self.finish_recv_with(
-                            index,
-                            wqe,
-                            total,
-                            imm,
-                            WcStatus::Success,
-                            WcOpcode::RecvRdmaWithImm,
-                        );
-                    }
-                    self.message_done(index);
-                }
-            }
-            Operation::RdmaReadRequest => {
-                let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-                self.remote(
-                    pd,
-                    reth.rkey,
-                    reth.va,
-                    u64::from(reth.dma_len),
-                    Access::REMOTE_READ,
-                )?;
-                if !room_for_new_request(self.qp_mut(index)) {
-                    return Err(Refusal::InvalidRequest);
-                }
-                let span = read_span(reth.dma_len, mtu);
-                let response = Response::Read {
-                    psn: bth.psn,
-                    rkey: reth.rkey,
-                    va: reth.va,
-                    remaining: reth.dma_len,
-                    first: true,
-                    replay: false,
-                };
-                self.accept_rd_atomic(
-                    index,
-                    response,
-                    ResponderResource {
-                        first_psn: bth.psn,
-                        span,
-                        atomic_original: None,
-                    },
-                );
-                return Ok(());
-            }
-            Operation::CompareSwap | Operation::FetchAdd => {
-                let a = headers.ext.atomic_eth.ok_or(Refusal::InvalidRequest)?;
-                if a.va % 8 != 0 {
-                    return Err(Refusal::InvalidRequest);
-                }
-                self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
-                if !room_for_new_request(self.qp_mut(index)) {
-                    return Err(Refusal::InvalidRequest);
-                }
-                let mut old = [0u8; 8];
-                self.mrs.read(a.rkey, a.va, &mut old);
-                let original = u64::from_le_bytes(old);
-                let new = if info.operation == Operation::FetchAdd {
-                    Some(original.wrapping_add(a.swap_add))
-                } else {
-                    (original == a.compare).then_some(a.swap_add)
-                };
-                if let Some(new) = new {
-                    self.mrs.write(a.rkey, a.va, &new.to_le_bytes());
-                }
-                let response = Response::AtomicAck {
-                    psn: bth.psn,
-                    original,
-                    replay: false,
-                };
-                let resource = ResponderResource {
-                    first_psn: bth.psn,
-                    span: 1,
-                    atomic_original: Some(original),
-                };
-                self.accept_rd_atomic(index, response, resource);
-                return Ok(());
-            }
-            _ => return Err(Refusal::InvalidRequest),
+        let len = payload.len();
+        let qp = self.qp_mut(index);
+        let pd = qp.pd;
+        if starts {
+            let Some(wqe) = qp.resp.rq.pop_front() else {
+                return self.rnr(index, bth.psn);
+            };
+            qp.resp.in_progress = Some(InProgress::Send { wqe, received: 0 });
+        }
+        let Some(InProgress::Send { wqe, received }) = qp.resp.in_progress else {
+            unreachable!("checked by the opcode sequence")
+        };
+        if received + len > wqe.len {
+            self.finish_recv(index, wqe, 0, None, WcStatus::LocalLengthError);
+            return Err(Refusal::InvalidRequest);
+        }
+        if self.place(pd, &wqe, received, payload).is_err() {
+            self.finish_recv(index, wqe, 0, None, WcStatus::LocalProtectionError);
+            return Err(Refusal::RemoteOperational);
+        }
+        let received = received + len;
+        let qp = self.qp_mut(index);
+        qp.resp.in_progress = Some(InProgress::Send { wqe, received });
+        if ends {
+            qp.resp.in_progress = None;
+            self.finish_recv(index, wqe, received, imm, WcStatus::Success);
+            self.message_done(index);
         }
         let ack_every = self.config.ack_every_packets;
-        self.qp_mut(index).resp.took_request(bth.ack_req, ack_every);
+        self.qp_mut(index)
+            .resp
+            .took_request(headers.bth.ack_req, ack_every);
+        Ok(())
+    }
+
+    /// A WRITE packet: the first checks the RETH's region, each is written in place, the
+    /// last with immediate data takes a receive (or is answered RNR) and completes it.
+    #[inline(always)]
+    fn execute_write(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+        starts: bool,
+        ends: bool,
+    ) -> Result<(), Refusal> {
+        let bth = &headers.bth;
+        let imm = headers.ext.imm_dt;
+        let len = payload.len();
+        let pd = self.qp_at(index).pd;
+        if starts {
+            let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+            self.remote(
+                pd,
+                reth.rkey,
+                reth.va,
+                u64::from(reth.dma_len),
+                Access::REMOTE_WRITE,
+            )?;
+            let qp = self.qp_mut(index);
+            qp.resp.in_progress = Some(InProgress::Write {
+                rkey: reth.rkey,
+                va: reth.va,
+                remaining: reth.dma_len,
+                total: reth.dma_len,
+            });
+        }
+        let qp = self.qp_mut(index);
+        let Some(InProgress::Write {
+            rkey,
+            va,
+            remaining,
+            total,
+        }) = qp.resp.in_progress
+        else {
+            unreachable!("checked by the opcode sequence")
+        };
+        if len > remaining || (ends && len != remaining) {
+            return Err(Refusal::InvalidRequest);
+        }
+        // WRITE with immediate consumes a receive: make sure one is there first.
+        let imm_wqe = if ends && imm.is_some() {
+            match qp.resp.rq.front() {
+                Some(_) => qp.resp.rq.pop_front(),
+                None => {
+                    // Not taken: a WRITE ONLY begins nothing, so that its retry
+                    // starts the message afresh.
+                    if starts {
+                        qp.resp.in_progress = None;
+                    }
+                    return self.rnr(index, bth.psn);
+                }
+            }
+        } else {
+            None
+        };
+        if let Payload::Bytes(bytes) = payload {
+            self.mrs.write(rkey, va, bytes);
+        }
+        let qp = self.qp_mut(index);
+        qp.resp.in_progress = Some(InProgress::Write {
+            rkey,
+            va: va + u64::from(len),
+            remaining: remaining - len,
+            total,
+        });
+        if ends {
+            qp.resp.in_progress = None;
+            if let Some(wqe) = imm_wqe {
+                self.finish_recv_with(
+                    index,
+                    wqe,
+                    total,
+                    imm,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                );
+            }
+            self.message_done(index);
+        }
+        let ack_every = self.config.ack_every_packets;
+        self.qp_mut(index)
+            .resp
+            .took_request(headers.bth.ack_req, ack_every);
+        Ok(())
+    }
+
+    /// A READ request: checked and queued; its responses go out in turn.
+    fn execute_read(&mut self, index: u32, headers: &RoceHeaders) -> Result<(), Refusal> {
+        let bth = &headers.bth;
+        let qp = self.qp_at(index);
+        let (pd, mtu) = (qp.pd, qp.attrs.mtu);
+        let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+        self.remote(
+            pd,
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            Access::REMOTE_READ,
+        )?;
+        if !room_for_new_request(self.qp_mut(index)) {
+            return Err(Refusal::InvalidRequest);
+        }
+        let span = read_span(reth.dma_len, mtu);
+        let response = Response::Read {
+            psn: bth.psn,
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: reth.dma_len,
+            first: true,
+            replay: false,
+        };
+        self.accept_rd_atomic(
+            index,
+            response,
+            ResponderResource {
+                first_psn: bth.psn,
+                span,
+                atomic_original: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// An atomic: checked, carried out once on the 8 bytes it names, its original value
+    /// kept to answer a duplicate.
+    fn execute_atomic(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        operation: Operation,
+    ) -> Result<(), Refusal> {
+        let bth = &headers.bth;
+        let pd = self.qp_at(index).pd;
+        let a = headers.ext.atomic_eth.ok_or(Refusal::InvalidRequest)?;
+        if a.va % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
+        if !room_for_new_request(self.qp_mut(index)) {
+            return Err(Refusal::InvalidRequest);
+        }
+        let mut old = [0u8; 8];
+        self.mrs.read(a.rkey, a.va, &mut old);
+        let original = u64::from_le_bytes(old);
+        let new = if operation == Operation::FetchAdd {
+            Some(original.wrapping_add(a.swap_add))
+        } else {
+            (original == a.compare).then_some(a.swap_add)
+        };
+        if let Some(new) = new {
+            self.mrs.write(a.rkey, a.va, &new.to_le_bytes());
+        }
+        let response = Response::AtomicAck {
+            psn: bth.psn,
+            original,
+            replay: false,
+        };
+        let resource = ResponderResource {
+            first_psn: bth.psn,
+            span: 1,
+            atomic_original: Some(original),
+        };
+        self.accept_rd_atomic(index, response, resource);
         Ok(())
     }
 
@@ -599,29 +672,16 @@ impl Engine {
         }
     }
 
-    /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
-    /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
-    /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
-    pub(crate) fn next_response_packet(
+    /// A CNP the control law asked for (before anything else), or a grant it made, for
+    /// queue pair `index`: not sequenced, no payload, never a CC extension header. A grant
+    /// that rides the credit CCX instead makes an ACK due to carry it.
+    #[inline(always)]
+    fn control_packet(
         &mut self,
         index: u32,
-        now: crate::Instant,
-        payload: &mut [u8],
+        dst: std::net::IpAddr,
+        dest_qp: u32,
     ) -> Option<Transmit> {
-        let qp = self.qp_mut(index);
-        // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
-        // before reading the fields a response is built from (other cache lines).
-        if !qp.owes_peer() {
-            return None;
-        }
-        let dst = qp.attrs.peer?;
-        let dest_qp = qp.attrs.dest_qpn;
-        let mtu = qp.attrs.mtu;
-        let msn = qp.resp.msn;
-        let pd = qp.pd;
-        let ack = |syndrome| Aeth { syndrome, msn };
-        let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
-        // CNPs and control packets: not sequenced, no payload, never a CC extension header.
         let unsequenced = |src_port, bth, ext| Transmit {
             dst,
             src_port,
@@ -633,6 +693,7 @@ impl Engine {
             payload_len: 0,
             payload_at: PayloadAt::Buffer,
         };
+        let qp = self.qp_mut(index);
         if qp.cnp_due {
             // The control law's congestion notification goes before anything else.
             qp.cnp_due = false;
@@ -672,6 +733,36 @@ impl Engine {
                     return Some(unsequenced(port, bth, ext));
                 }
             }
+        }
+        None
+    }
+
+    /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
+    /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
+    /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
+    pub(crate) fn next_response_packet(
+        &mut self,
+        index: u32,
+        now: crate::Instant,
+        payload: &mut [u8],
+    ) -> Option<Transmit> {
+        let qp = self.qp_mut(index);
+        // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
+        // before reading the fields a response is built from (other cache lines).
+        if !qp.owes_peer() {
+            return None;
+        }
+        let dst = qp.attrs.peer?;
+        let dest_qp = qp.attrs.dest_qpn;
+        let mtu = qp.attrs.mtu;
+        let msn = qp.resp.msn;
+        let pd = qp.pd;
+        let ack = |syndrome| Aeth { syndrome, msn };
+        let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
+        if (qp.cnp_due || qp.resp.grant_due > 0)
+            && let Some(t) = self.control_packet(index, dst, dest_qp)
+        {
+            return Some(t);
         }
         let qp = self.qp_mut(index);
         if qp.state == QpState::Error
