@@ -1331,7 +1331,7 @@ impl Engine {
     // ---- time ----------------------------------------------------------------------------
 
     /// When [`Engine::handle_timeout`] should next be called: a time when there is
-    /// something to do (see [`Timers::settle`]), so that a driver that sleeps until it does
+    /// something to do (see `Timers::settle`), so that a driver that sleeps until it does
     /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon.
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (qps, live) = (&self.qps, &self.live);
