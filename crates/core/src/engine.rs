@@ -926,8 +926,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Posts a receive work request (INIT, RTR or RTS; in ERROR it completes at once with a
-    /// flush error).
+    /// Posts a receive work request (INIT, RTR, RTS or SQD; in ERROR it completes at once
+    /// with a flush error).
     pub fn post_recv(&mut self, qpn: QpNum, wr: &RecvWr<'_>) -> Result<(), Error> {
         let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, Access::LOCAL_WRITE)?;
         let qp = self.qp_mut(index);
