@@ -29,18 +29,25 @@ pub enum ProblemKind {
     Truncated,
 }
 
+/// One frame with a problem.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
     /// 1-based frame number, as tshark and Wireshark count.
     pub frame: u64,
+    /// What is wrong.
     pub kind: ProblemKind,
+    /// The decoder's message (or, for a truncated frame, the captured and original lengths).
     pub detail: String,
 }
 
+/// How many RoCE packets of one opcode the capture holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct OpcodeCount {
+    /// The BTH opcode.
     pub opcode: u8,
+    /// The opcode's name.
     pub name: &'static str,
+    /// Packets with this opcode (including ones with a wrong ICRC).
     pub packets: u64,
 }
 
@@ -48,13 +55,21 @@ pub struct OpcodeCount {
 /// (responses are ACKs and READ responses; coalesced ACKs skip PSNs by design).
 #[derive(Debug, Clone, Serialize)]
 pub struct QpStream {
+    /// The destination IP address.
     pub dst: IpAddr,
+    /// The destination queue pair number (BTH DestQP).
     pub dest_qp: u32,
+    /// `"requests"` or `"responses"`.
     pub kind: &'static str,
+    /// Packets in the stream, duplicates included.
     pub packets: u64,
+    /// The lowest PSN, in sequence order (wrap-around undone).
     pub first_psn: u32,
+    /// The highest PSN, in sequence order.
     pub last_psn: u32,
+    /// Packets whose PSN had been seen before on this stream.
     pub duplicates: u64,
+    /// PSNs between `first_psn` and `last_psn` never seen.
     pub missing: u64,
     /// The first holes, as inclusive `[from, to]` PSN ranges.
     pub gaps: Vec<[u32; 2]>,
@@ -63,19 +78,31 @@ pub struct QpStream {
 /// The result of checking one capture.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// The name the capture was checked under.
     pub file: String,
+    /// The UDP destination port taken as RoCE v2.
     pub port: u16,
+    /// Frames in the capture.
     pub frames: u64,
+    /// Frames sent to the RoCE v2 port (well formed or not).
     pub roce_packets: u64,
+    /// Frames that are not IP, not UDP to the RoCE v2 port, or of an unsupported link type.
     pub other_frames: u64,
+    /// RoCE frames that are not well-formed RoCE v2 packets.
     pub malformed: u64,
+    /// Well-formed RoCE packets with a wrong ICRC.
     pub icrc_failures: u64,
+    /// RoCE frames cut short by the snap length (not checked).
     pub truncated: u64,
     /// Frames whose link type this checker does not decode (counted in `other_frames`).
     pub unsupported_link_type: u64,
+    /// The problems, in frame order, at most 10,000.
     pub problems: Vec<Problem>,
+    /// Problems counted but left out of `problems`.
     pub problems_not_listed: u64,
+    /// Packets by opcode, in opcode order.
     pub by_opcode: Vec<OpcodeCount>,
+    /// The PSN streams, by destination address, queue pair and kind.
     pub queue_pairs: Vec<QpStream>,
     /// Set when the file could not be read to its end.
     pub capture_error: Option<String>,

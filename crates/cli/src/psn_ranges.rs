@@ -49,6 +49,7 @@ impl PsnRanges {
         true
     }
 
+    /// Packets recorded, duplicates included.
     pub fn packets(&self) -> u64 {
         self.packets
     }

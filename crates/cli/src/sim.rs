@@ -15,6 +15,8 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Progress of one run per label, toward `limit_us` microseconds of simulated time; shown
+    /// only if `wanted` and stderr is a terminal.
     pub fn new(labels: &[String], limit_us: f64, wanted: bool) -> Progress {
         Progress {
             labels: labels.to_vec(),

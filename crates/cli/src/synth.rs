@@ -14,9 +14,13 @@ use sluice_wire::*;
 pub struct SynthPacket {
     /// 1-based frame number in the capture.
     pub frame: u64,
+    /// The IP header (IPv4 or IPv6).
     pub ip: IpHeader,
+    /// The UDP header.
     pub udp: UdpHeader,
+    /// The RoCE headers, from the BTH on.
     pub roce: RoceHeaders,
+    /// The payload length in bytes.
     pub payload_len: usize,
     /// True when a bit of this frame was flipped after the ICRC was computed.
     pub corrupted: bool,
@@ -30,11 +34,13 @@ pub const DEFAULT_PER_OPCODE: usize = 2;
 /// Options for [`synthesize`].
 #[derive(Debug, Clone, Copy)]
 pub struct SynthOptions {
+    /// Seeds every random choice; default [`DEFAULT_SEED`].
     pub seed: u64,
     /// Packets per opcode and IP version.
     pub per_opcode: usize,
     /// How many frames get one bit flipped in their RoCE part after the ICRC is computed.
     pub corrupt: usize,
+    /// The UDP destination port; default 4791.
     pub port: u16,
 }
 

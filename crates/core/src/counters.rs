@@ -4,23 +4,39 @@
 /// Counters of one engine. Every field only grows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// Packets sent (requests, responses and control packets; each [`crate::Transmit`] returned
+    /// by `poll_transmit`).
     pub tx_packets: u64,
+    /// Payload bytes sent, headers not included.
     pub tx_bytes: u64,
+    /// Packets received (every packet given to `handle_packet`, including those then dropped).
     pub rx_packets: u64,
+    /// Payload bytes received, headers not included.
     pub rx_bytes: u64,
     /// Request packets sent again (go-back-N or a READ re-request).
     pub retransmitted_packets: u64,
+    /// Retransmit timer expiries that found requests outstanding.
     pub retransmit_timeouts: u64,
+    /// PSN sequence error NAKs sent (a request arrived past a gap).
     pub naks_sent_sequence: u64,
+    /// RNR NAKs sent (a SEND or WRITE with immediate found no posted receive).
     pub naks_sent_rnr: u64,
+    /// Invalid request NAKs sent.
     pub naks_sent_invalid_request: u64,
+    /// Remote access error NAKs sent (R_Key, bounds or permission).
     pub naks_sent_remote_access: u64,
+    /// Remote operational error NAKs sent.
     pub naks_sent_remote_operational: u64,
     /// NAKs not sent because the queue of owed responses was full.
     pub naks_dropped: u64,
+    /// PSN sequence error NAKs received.
     pub naks_received_sequence: u64,
+    /// RNR NAKs received.
     pub naks_received_rnr: u64,
+    /// NAKs received with a fatal code (invalid request, remote access or remote
+    /// operational error).
     pub naks_received_error: u64,
+    /// Congestion notification packets (CNPs) received for a known queue pair.
     pub cnps_received: u64,
     /// CNPs a control law had sent (the DCQCN notification point).
     pub cnps_sent: u64,
@@ -28,6 +44,7 @@ pub struct Counters {
     /// total the next packet's credit CCX carries), and received (totals that were news,
     /// from either).
     pub grants_sent: u64,
+    /// Credit totals received that were news, from either a control packet or a credit CCX.
     pub grants_received: u64,
     /// Grants a law made that could not be sent: the queue pair negotiated neither control
     /// packets nor the credit CCX, or it is in the error state.
@@ -38,14 +55,25 @@ pub struct Counters {
     pub duplicate_requests: u64,
     /// Responses that matched nothing outstanding (late duplicates).
     pub stale_responses: u64,
+    /// Received packets dropped because their destination queue pair does not exist.
     pub drops_unknown_qp: u64,
+    /// Received packets dropped because they came from an address other than the queue
+    /// pair's peer.
     pub drops_wrong_peer: u64,
+    /// Received packets dropped because the queue pair's state does not accept them
+    /// (a response while not sending, a request while not receiving).
     pub drops_bad_state: u64,
+    /// Received packets dropped because their P_Key is not the default partition (0x7FFF,
+    /// membership bit ignored).
     pub drops_bad_pkey: u64,
+    /// Received packets dropped for their opcode: unknown, not RC or CNP, or not valid
+    /// where it arrived.
     pub drops_unexpected_opcode: u64,
     /// Packets with a CC extension header the queue pair did not agree on.
     pub drops_unnegotiated_ccx: u64,
     /// Received packets an in-line payload service dropped (e.g. failed authentication).
     pub drops_service: u64,
+    /// Completions lost because their completion queue was full (the queue pair then goes
+    /// to the error state).
     pub cq_overruns: u64,
 }

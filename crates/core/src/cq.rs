@@ -7,6 +7,7 @@ use crate::QpNum;
 /// The status of a completed work request (the verbs `ibv_wc_status` that RC can produce).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcStatus {
+    /// The request completed without error.
     Success,
     /// A receive buffer too small for the SEND, or a gather/scatter list longer than allowed.
     LocalLengthError,
@@ -31,10 +32,15 @@ pub enum WcStatus {
 /// What a completion completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
+    /// A SEND (with or without immediate).
     Send,
+    /// An RDMA WRITE (with or without immediate), on the requester.
     RdmaWrite,
+    /// An RDMA READ.
     RdmaRead,
+    /// An atomic Compare and Swap.
     CompareSwap,
+    /// An atomic Fetch and Add.
     FetchAdd,
     /// A receive consumed by a SEND.
     Recv,
@@ -45,12 +51,18 @@ pub enum WcOpcode {
 /// One work completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
+    /// The `wr_id` of the work request, as posted.
     pub wr_id: u64,
+    /// How the request ended.
     pub status: WcStatus,
+    /// What kind of request it was.
     pub opcode: WcOpcode,
+    /// The queue pair the request was posted on.
     pub qp: QpNum,
     /// Bytes received (receives) or transferred (READ).
     pub byte_len: u32,
+    /// The immediate data of a receive consumed by a SEND or WRITE with immediate; `None`
+    /// otherwise.
     pub imm: Option<u32>,
 }
 

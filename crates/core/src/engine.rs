@@ -36,9 +36,14 @@ const FIRST_QPN: u32 = 0x11;
 pub struct EngineConfig {
     /// Seeds the memory keys (and nothing else random).
     pub seed: u64,
+    /// Queue pairs that may exist at once (also bounded by the 24-bit QPN space); default
+    /// 2^16.
     pub max_qps: u32,
+    /// Memory regions that may be registered at once; default 2^16.
     pub max_mrs: u32,
+    /// Completion queues that may be created; default 2^16.
     pub max_cqs: u32,
+    /// The largest capacity of one completion queue, in completions; default 2^20.
     pub max_cq_entries: u32,
     /// Request packets a queue pair may have unacknowledged (its window), at most 2^23.
     /// 384 by default: 1.5 MiB at path MTU 4096, more than twice the bandwidth-delay
@@ -82,18 +87,30 @@ impl Default for EngineConfig {
 pub struct Connection {
     /// Remote operations the queue pair accepts.
     pub access: Access,
+    /// The IP address of the peer (see [`Transition::Rtr`](crate::Transition::Rtr)).
     pub peer: IpAddr,
+    /// The peer's queue pair number (24 bits).
     pub dest_qpn: u32,
+    /// The path MTU.
     pub path_mtu: crate::Mtu,
     /// The PSN of the peer's first request (its `sq_psn`).
     pub rq_psn: Psn,
+    /// The PSN of this queue pair's first request.
     pub sq_psn: Psn,
+    /// Retransmit timeout 4.096 us x 2^timeout (0..=31, 0: wait forever); default 14.
     pub timeout: u8,
+    /// Transport retries after a timeout or sequence-error NAK (0..=7); default 7.
     pub retry_cnt: u8,
+    /// Retries after an RNR NAK (0..=6; 7, the default, retries forever).
     pub rnr_retry: u8,
+    /// The RNR NAK timer code (0..=31) the peer is asked to wait; default 12.
     pub min_rnr_timer: u8,
+    /// READ and atomic requests this queue pair may have outstanding at the peer; default
+    /// 16.
     pub max_rd_atomic: u8,
+    /// READ and atomic requests the peer may have outstanding here; default 16.
     pub max_dest_rd_atomic: u8,
+    /// How lost packets are recovered; default go-back-N.
     pub recovery: crate::Recovery,
     /// Exchange Sluice's control packets (credit grants, opcode 0x18) with the peer. Only
     /// when both ends agreed: a standard RoCE peer drops them.
@@ -138,11 +155,14 @@ impl Connection {
 /// The payload of a received packet: bytes, or a length only (the simulator).
 #[derive(Debug, Clone, Copy)]
 pub enum Payload<'a> {
+    /// The payload bytes.
     Bytes(&'a [u8]),
+    /// A payload of this many bytes, not carried.
     Len(u32),
 }
 
 impl Payload<'_> {
+    /// The payload length in bytes.
     pub fn len(&self) -> u32 {
         match self {
             Payload::Bytes(b) => b.len() as u32,
@@ -150,6 +170,7 @@ impl Payload<'_> {
         }
     }
 
+    /// Whether the payload is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -158,11 +179,15 @@ impl Payload<'_> {
 /// A packet to put on the wire. Its payload is read with [`Engine::payload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
+    /// The destination: the queue pair's peer.
     pub dst: IpAddr,
     /// The UDP source port (the ECMP entropy of the queue pair).
     pub src_port: u16,
+    /// The headers from the BTH on (the UDP/IP headers are the driver's).
     pub headers: RoceHeaders,
+    /// The payload length in bytes.
     pub payload_len: u32,
+    /// Where the payload is.
     pub payload_at: PayloadAt,
 }
 
@@ -178,7 +203,12 @@ pub enum PayloadAt {
     Buffer,
     /// In place: `payload_len` bytes from `addr` of the region whose key is `key` (checked
     /// when the packet was built).
-    Region { key: u32, addr: u64 },
+    Region {
+        /// The local key of the region.
+        key: u32,
+        /// The virtual address of the first payload byte.
+        addr: u64,
+    },
 }
 
 /// A completion queue overran: completions were lost and the queue pairs that produced them
@@ -341,12 +371,14 @@ impl Engine {
         }
     }
 
+    /// What the engine has counted.
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
 
     // ---- objects -------------------------------------------------------------------------
 
+    /// Allocates a protection domain (never fails; domains are never freed).
     pub fn alloc_pd(&mut self) -> PdId {
         self.pds += 1;
         PdId(self.pds)
@@ -377,10 +409,13 @@ impl Engine {
         self.mrs.bytes(lkey)
     }
 
+    /// The bytes of a region, writable (`None` for a length-only region or an unknown key).
     pub fn mr_bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
         self.mrs.bytes_mut(lkey)
     }
 
+    /// Creates a completion queue with room for `capacity` completions
+    /// (1..=[`EngineConfig::max_cq_entries`]).
     pub fn create_cq(&mut self, capacity: u32) -> Result<CqId, Error> {
         if capacity == 0 || capacity > self.config.max_cq_entries {
             return Err(Error::InvalidArgument(
@@ -415,6 +450,7 @@ impl Engine {
             .map_or(0, |c| c.len())
     }
 
+    /// Creates a queue pair in RESET and returns its number.
     pub fn create_qp(&mut self, config: QpConfig) -> Result<QpNum, Error> {
         if config.pd.0 == 0 || config.pd.0 > self.pds {
             return Err(Error::NoSuchObject("protection domain"));
@@ -492,6 +528,7 @@ impl Engine {
         self.qp(qpn).map(|q| q.psns())
     }
 
+    /// The state of queue pair `qpn` (`None` if it does not exist).
     pub fn qp_state(&self, qpn: QpNum) -> Option<QpState> {
         self.qp(qpn).map(|q| q.state)
     }
@@ -889,8 +926,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Posts a receive work request (INIT, RTR or RTS; in ERROR it completes at once with a
-    /// flush error).
+    /// Posts a receive work request (INIT, RTR, RTS or SQD; in ERROR it completes at once
+    /// with a flush error).
     pub fn post_recv(&mut self, qpn: QpNum, wr: &RecvWr<'_>) -> Result<(), Error> {
         let (index, sgl, len) = self.checked_sgl(qpn, wr.sgl, Access::LOCAL_WRITE)?;
         let qp = self.qp_mut(index);
@@ -1294,7 +1331,7 @@ impl Engine {
     // ---- time ----------------------------------------------------------------------------
 
     /// When [`Engine::handle_timeout`] should next be called: a time when there is
-    /// something to do (see [`Timers::settle`]), so that a driver that sleeps until it does
+    /// something to do (see `Timers::settle`), so that a driver that sleeps until it does
     /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon.
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (qps, live) = (&self.qps, &self.live);

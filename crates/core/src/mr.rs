@@ -14,17 +14,26 @@ use crate::{Error, Payload, PayloadAt, PdId};
 pub struct Access(u8);
 
 impl Access {
+    /// No right.
     pub const NONE: Access = Access(0);
+    /// The engine may write the region for local work requests: receive buffers and the
+    /// result buffers of READs and atomics. Required by the remote write and atomic rights.
     pub const LOCAL_WRITE: Access = Access(1);
+    /// A peer may RDMA WRITE into the region (or the queue pair).
     pub const REMOTE_WRITE: Access = Access(2);
+    /// A peer may RDMA READ the region (or the queue pair).
     pub const REMOTE_READ: Access = Access(4);
+    /// A peer may perform atomics on the region (or the queue pair).
     pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Every right.
     pub const ALL: Access = Access(15);
 
+    /// Whether every right in `other` is in `self`.
     pub const fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// The rights of both.
     pub const fn union(self, other: Access) -> Access {
         Access(self.0 | other.0)
     }
@@ -66,6 +75,7 @@ pub struct MrInfo {
     pub rkey: u32,
     /// The virtual address of the first byte.
     pub addr: u64,
+    /// The length in bytes.
     pub len: u64,
 }
 

@@ -16,7 +16,10 @@ pub struct QpNum(pub u32);
 /// anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpState {
+    /// New or reset: no packet is sent or accepted, and no work request may be posted.
     Reset,
+    /// Initialized: receive requests may be posted, send requests are refused; no packet is
+    /// sent or accepted.
     Init,
     /// Ready to receive: the responder works, the requester does not.
     Rtr,
@@ -54,14 +57,20 @@ pub enum AsyncEvent {
 /// Path MTU: the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mtu {
+    /// 256 bytes.
     M256,
+    /// 512 bytes.
     M512,
+    /// 1024 bytes.
     M1024,
+    /// 2048 bytes.
     M2048,
+    /// 4096 bytes.
     M4096,
 }
 
 impl Mtu {
+    /// The MTU in bytes.
     pub const fn bytes(self) -> u32 {
         match self {
             Mtu::M256 => 256,
@@ -72,6 +81,7 @@ impl Mtu {
         }
     }
 
+    /// Every MTU, smallest first.
     pub const ALL: [Mtu; 5] = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096];
 
     /// The MTU of `bytes` bytes, if it is one of the five.
@@ -97,7 +107,10 @@ pub enum Recovery {
 /// Sizes fixed when a queue pair is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
+    /// Send requests that may be outstanding (posted, not yet completed); at least 1,
+    /// default 256.
     pub max_send_wr: u32,
+    /// Receive requests that may be posted and not yet consumed; at least 1, default 256.
     pub max_recv_wr: u32,
     /// Scatter/gather entries per work request, at most [`MAX_SGE`].
     pub max_sge: u32,
@@ -122,9 +135,13 @@ pub const MAX_SGE: usize = 4;
 /// What a queue pair is created with.
 #[derive(Debug, Clone, Copy)]
 pub struct QpConfig {
+    /// The protection domain: the queue pair reaches only memory regions of this domain.
     pub pd: PdId,
+    /// The completion queue of send requests.
     pub send_cq: CqId,
+    /// The completion queue of receive requests.
     pub recv_cq: CqId,
+    /// Queue sizes.
     pub caps: QpCaps,
 }
 
@@ -132,11 +149,17 @@ pub struct QpConfig {
 #[derive(Debug, Clone, Copy)]
 pub enum Transition {
     /// RESET -> INIT: which remote operations the queue pair accepts.
-    Init { access: Access },
+    Init {
+        /// Remote operations (WRITE, READ, atomics) the peer may perform at this queue pair.
+        access: Access,
+    },
     /// INIT -> RTR: the peer and the receive side.
     Rtr {
+        /// The IP address of the peer; packets from any other address are dropped.
         peer: IpAddr,
+        /// The peer's queue pair number (24 bits).
         dest_qpn: u32,
+        /// The largest payload of one packet, both ways.
         path_mtu: Mtu,
         /// The PSN the first request from the peer carries.
         rq_psn: Psn,
@@ -144,10 +167,12 @@ pub enum Transition {
         max_dest_rd_atomic: u8,
         /// The RNR NAK timer code (0..=31) we ask the peer to wait.
         min_rnr_timer: u8,
+        /// How lost packets are recovered.
         recovery: Recovery,
     },
     /// RTR -> RTS: the send side.
     Rts {
+        /// The PSN of the first request this queue pair sends.
         sq_psn: Psn,
         /// Retransmit timeout 4.096 us x 2^timeout (1..=31; 0 means wait forever).
         timeout: u8,
@@ -172,38 +197,67 @@ pub enum Transition {
 /// One scatter/gather entry: `len` bytes at `addr` in the region of `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
+    /// The local key of the memory region.
     pub lkey: u32,
+    /// The virtual address of the first byte, inside the region.
     pub addr: u64,
+    /// Bytes.
     pub len: u32,
 }
 
 /// The operation of a send work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOp {
+    /// SEND: the message goes into the peer's next posted receive.
     Send,
+    /// SEND with immediate: a SEND that also delivers this 32-bit value in the receive
+    /// completion.
     SendWithImm(u32),
+    /// RDMA WRITE: the message is written at `remote_addr` in the peer's region of `rkey`;
+    /// no receive is consumed.
     Write {
+        /// The virtual address at the peer, in the region of `rkey`.
         remote_addr: u64,
+        /// The remote key of the peer's memory region.
         rkey: u32,
     },
+    /// RDMA WRITE with immediate: a WRITE that also consumes a receive at the peer and
+    /// delivers `imm` in its completion.
     WriteWithImm {
+        /// The virtual address at the peer, in the region of `rkey`.
         remote_addr: u64,
+        /// The remote key of the peer's memory region.
         rkey: u32,
+        /// The immediate data.
         imm: u32,
     },
+    /// RDMA READ: the peer's memory at `remote_addr` is read into the local buffers.
     Read {
+        /// The virtual address at the peer, in the region of `rkey`.
         remote_addr: u64,
+        /// The remote key of the peer's memory region.
         rkey: u32,
     },
+    /// Atomic Compare and Swap on the 8 bytes at `remote_addr`: if they equal `compare`
+    /// they become `swap`; the original value is written into the local 8-byte buffer.
     CompareSwap {
+        /// The virtual address at the peer, in the region of `rkey`.
         remote_addr: u64,
+        /// The remote key of the peer's memory region.
         rkey: u32,
+        /// The value expected at `remote_addr`.
         compare: u64,
+        /// The value stored if the expected one is there.
         swap: u64,
     },
+    /// Atomic Fetch and Add on the 8 bytes at `remote_addr`: `add` is added to them; the
+    /// original value is written into the local 8-byte buffer.
     FetchAdd {
+        /// The virtual address at the peer, in the region of `rkey`.
         remote_addr: u64,
+        /// The remote key of the peer's memory region.
         rkey: u32,
+        /// The value added (wrapping).
         add: u64,
     },
 }
@@ -224,7 +278,9 @@ impl SendOp {
 /// A send work request.
 #[derive(Debug, Clone, Copy)]
 pub struct SendWr<'a> {
+    /// The caller's identifier, returned in the completion.
     pub wr_id: u64,
+    /// The operation.
     pub op: SendOp,
     /// Where the data comes from (SEND, WRITE) or goes to (READ; 8 bytes for atomics).
     pub sgl: &'a [Sge],
@@ -256,7 +312,9 @@ impl<'a> SendWr<'a> {
 /// A receive work request.
 #[derive(Debug, Clone, Copy)]
 pub struct RecvWr<'a> {
+    /// The caller's identifier, returned in the completion.
     pub wr_id: u64,
+    /// Where the received message is written (at most `max_sge` entries).
     pub sgl: &'a [Sge],
 }
 

@@ -1,14 +1,17 @@
 //! A small seeded generator (SplitMix64): deterministic for the simulator and for tests, and
 //! good enough to make memory keys unpredictable to a peer that does not know the seed.
 
+/// A SplitMix64 generator; the same seed always gives the same sequence.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator started from `seed`.
     pub const fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -17,6 +20,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
+    /// The next 32 random bits (the high half of [`Rng::next_u64`]).
     pub fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32
     }

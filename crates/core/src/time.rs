@@ -11,12 +11,15 @@ use core::time::Duration;
 pub struct Instant(u64);
 
 impl Instant {
+    /// The caller's epoch (0 ns).
     pub const ZERO: Instant = Instant(0);
 
+    /// The instant `nanos` nanoseconds after the epoch.
     pub const fn from_nanos(nanos: u64) -> Instant {
         Instant(nanos)
     }
 
+    /// Nanoseconds since the epoch.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }

@@ -21,6 +21,7 @@ pub fn short_name(test: Test) -> &'static str {
 /// Everything a run is configured with (perftest's options where it has them).
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The perftest test to run.
     pub test: Test,
     /// `None`: serve (wait for a client); `Some(host)`: connect to it.
     pub connect: Option<String>,
@@ -34,6 +35,7 @@ pub struct Options {
     pub iterations: Option<u64>,
     /// Run for this long instead of a number of iterations.
     pub duration: Option<Duration>,
+    /// Queue pairs the test runs over (perftest `-q`); default 1.
     pub qps: u32,
     /// Messages in flight per QP (bandwidth tests).
     pub tx_depth: u32,
@@ -50,7 +52,9 @@ pub struct Options {
     pub cq_mod: u32,
     /// Atomics: compare-and-swap instead of fetch-and-add.
     pub compare_swap: bool,
+    /// Report bandwidth in Gb/s instead of MB/s (perftest `--report_gbits`).
     pub report_gbits: bool,
+    /// Print one JSON object per result line instead of perftest's table.
     pub json: bool,
     /// Print nothing (the server end of a loopback run).
     pub quiet: bool,
@@ -68,6 +72,7 @@ pub struct Options {
     pub roce_port: u16,
     /// The local address for RoCE and the TCP exchange (default: what the exchange picks).
     pub bind: Option<IpAddr>,
+    /// Write the run's RoCE packets to a pcap file.
     pub capture: Option<CaptureOptions>,
     /// Give up when no message completes for this long.
     pub stall_timeout: Duration,
@@ -89,8 +94,11 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
 /// `--cc` and friends: which control law, its parameters, how it runs.
 #[derive(Debug, Clone)]
 pub struct CcOptions {
+    /// The control law's registry name; default `"none"`.
     pub name: String,
+    /// Parameters over the law's defaults, as `(name, value)`.
     pub params: Vec<(String, String)>,
+    /// How the law runs: inline or decoupled; default inline.
     pub mode: sluice_control::registry::Mode,
     /// The CC extension header both ends carry (the user's word that the peer agrees).
     pub ccx: Option<sluice_wire::CcxLayout>,
@@ -109,6 +117,7 @@ impl Default for CcOptions {
 }
 
 impl CcOptions {
+    /// The controller that runs the law.
     pub fn build(
         &self,
     ) -> Result<Box<dyn sluice_core::control::Controller>, sluice_control::registry::BuildError>
@@ -125,7 +134,9 @@ impl CcOptions {
 /// A policy by its registry name, with parameters over its defaults.
 #[derive(Debug, Clone)]
 pub struct NamedPolicy {
+    /// The policy's registry name.
     pub name: String,
+    /// Parameters over the policy's defaults, as `(name, value)`.
     pub params: Vec<(String, String)>,
 }
 
@@ -142,11 +153,15 @@ impl NamedPolicy {
 /// `--recovery`.
 #[derive(Debug, Clone)]
 pub struct PolicyOptions {
+    /// The scheduler (`--sched`).
     pub scheduler: NamedPolicy,
+    /// The path selector (`--path`).
     pub path: NamedPolicy,
+    /// The selective-repeat receive tracker (`--tracker`).
     pub tracker: NamedPolicy,
     /// Each queue pair's payload services, in send order.
     pub services: Vec<NamedPolicy>,
+    /// How queue pairs recover lost packets (`--recovery`); default go-back-N.
     pub recovery: sluice_core::Recovery,
 }
 
@@ -204,8 +219,11 @@ impl PolicyOptions {
 /// `--pcap` and friends.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
+    /// The pcap file to write.
     pub path: PathBuf,
+    /// Which packets to keep.
     pub filter: sluice_net::CaptureFilter,
+    /// Bytes kept of each packet, from the IP header on.
     pub snaplen: u32,
 }
 
@@ -270,6 +288,7 @@ impl Options {
         }
     }
 
+    /// Messages per QP: `iterations`, or the test's default.
     pub fn iterations(&self) -> u64 {
         self.iterations.unwrap_or(self.test.default_iters())
     }
@@ -278,18 +297,31 @@ impl Options {
 /// Why a run failed, said so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
+    /// The options or arguments cannot be used.
     #[error("{0}")]
     Usage(String),
+    /// The TCP connection exchange with the peer failed.
     #[error("connection exchange: {0}")]
     Exchange(String),
+    /// The datapath (sockets, AF_XDP) failed.
     #[error(transparent)]
     Net(#[from] sluice_net::NetError),
+    /// A verbs call on the engine failed.
     #[error("verbs: {0}")]
     Verbs(#[from] sluice_core::Error),
+    /// The transport failed (an error completion, a stall), with the counters that explain
+    /// it.
     #[error("{message}\n{counters}")]
-    Transport { message: String, counters: String },
+    Transport {
+        /// What failed.
+        message: String,
+        /// The engine's and datapath's counters, as text.
+        counters: String,
+    },
+    /// Writing the pcap capture failed.
     #[error("capture: {0}")]
     Capture(std::io::Error),
+    /// The server thread of a loopback run could not start or panicked.
     #[error("loopback: {0}")]
     Loopback(String),
 }

@@ -8,33 +8,49 @@ use super::{Options, Test};
 /// One result line: a test at one message size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The test's short name (`write_bw`).
     pub test: &'static str,
     /// `client` or `server`.
     pub role: &'static str,
+    /// Message size in bytes.
     pub bytes: u32,
     /// Messages completed (per side, all QPs together).
     pub iterations: u64,
+    /// Queue pairs the test ran over.
     pub qps: u32,
+    /// The path MTU used, in bytes.
     pub mtu: u32,
+    /// Time the measured part took, in seconds.
     pub duration_s: f64,
+    /// Average bandwidth of message payload, in Gbit/s (10^9 bits per second).
     pub bw_avg_gbps: f64,
+    /// Messages completed per second, in millions.
     pub msg_rate_mpps: f64,
+    /// Latency tests: the smallest latency sample, in microseconds; `None` for bandwidth
+    /// tests (and left out of the JSON), as for every `t_` field.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_min_us: Option<f64>,
+    /// The median latency sample, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_typical_us: Option<f64>,
+    /// The mean latency, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_avg_us: Option<f64>,
+    /// The standard deviation of the latency samples, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_stdev_us: Option<f64>,
+    /// The 99th percentile latency, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_p99_us: Option<f64>,
+    /// The 99.9th percentile latency, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_p999_us: Option<f64>,
+    /// The largest latency sample, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub t_max_us: Option<f64>,
     /// Packets the engine resent (a loss or reordering signal).
     pub retransmitted_packets: u64,
+    /// Retransmit timer expiries of the engine.
     pub retransmit_timeouts: u64,
     /// Each payload service's counters, summed over the queue pairs, since the run began.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]

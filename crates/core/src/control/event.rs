@@ -13,27 +13,50 @@ use sluice_wire::Psn;
 pub enum Event {
     /// The queue pair is about to send its first request packet: set the initial rate and
     /// window. `mtu` is its path MTU and `line_rate_bps` the engine's line rate.
-    Start { mtu: u32, line_rate_bps: u64 },
+    Start {
+        /// The path MTU, in bytes.
+        mtu: u32,
+        /// The engine's line rate, in bits per second.
+        line_rate_bps: u64,
+    },
     /// Request packets left: `bytes` of payload (several packets if coalesced). `psn` is the
     /// last one; `retransmission` if any of them was resent.
     Tx {
+        /// The PSN of the last packet.
         psn: Psn,
+        /// Payload bytes, headers not included.
         bytes: u32,
+        /// Whether any of the packets was a retransmission.
         retransmission: bool,
     },
     /// Request packets arrived at the responder; `ce` if any was marked Congestion
     /// Experienced in its IP header.
-    Rx { psn: Psn, bytes: u32, ce: bool },
+    Rx {
+        /// The PSN of the last packet.
+        psn: Psn,
+        /// Payload bytes, headers not included.
+        bytes: u32,
+        /// Whether any of the packets was marked CE.
+        ce: bool,
+    },
     /// The responder confirmed `packets` more request packets: every PSN before
     /// `confirmed`. `rtt` is a sample from a packet that was sent once and asked for this
     /// acknowledgement (Karn's rule: never from a retransmission).
     Ack {
+        /// Every request PSN before this one is confirmed.
         confirmed: Psn,
+        /// Request packets newly confirmed.
         packets: u32,
+        /// A round-trip time sample, if this acknowledgement gives one.
         rtt: Option<Duration>,
     },
     /// A NAK arrived.
-    Nak { psn: Psn, kind: NakKind },
+    Nak {
+        /// The PSN the NAK names.
+        psn: Psn,
+        /// What kind of NAK it is.
+        kind: NakKind,
+    },
     /// A congestion notification packet (RoCE v2 CNP) arrived for this queue pair.
     Cnp,
     /// The retransmit timer fired.
@@ -43,17 +66,31 @@ pub enum Event {
     /// In-band network telemetry echoed back with an acknowledgement (`confirmed` as in
     /// [`Event::Ack`]): one
     /// record per switch hop, as HPCC uses it.
-    Telemetry { confirmed: Psn, path: IntPath },
+    Telemetry {
+        /// Every request PSN before this one is confirmed.
+        confirmed: Psn,
+        /// The per-hop records.
+        path: IntPath,
+    },
     /// The peer granted `bytes` more credit (a receiver-driven control packet).
-    Credit { bytes: u64 },
+    Credit {
+        /// Bytes of credit newly granted.
+        bytes: u64,
+    },
     /// A hint from the application (its meaning is the law's).
     Hint(u64),
 }
 
+/// The kind of a NAK, as a control law needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NakKind {
+    /// PSN sequence error: the responder saw a gap; the requester resends.
     Sequence,
+    /// Receiver not ready (RNR NAK): no receive was posted; the requester waits and
+    /// retries.
     ReceiverNotReady,
+    /// Invalid request, remote access or remote operational error: the request fails and
+    /// the queue pair goes to the error state.
     Fatal,
 }
 
@@ -64,16 +101,27 @@ pub use sluice_wire::{IntHop, IntPath, MAX_INT_HOPS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum EventKind {
+    /// [`Event::Start`].
     Start,
+    /// [`Event::Tx`].
     Tx,
+    /// [`Event::Rx`].
     Rx,
+    /// [`Event::Ack`].
     Ack,
+    /// [`Event::Nak`].
     Nak,
+    /// [`Event::Cnp`].
     Cnp,
+    /// [`Event::Timeout`].
     Timeout,
+    /// [`Event::Timer`].
     Timer,
+    /// [`Event::Telemetry`].
     Telemetry,
+    /// [`Event::Credit`].
     Credit,
+    /// [`Event::Hint`].
     Hint,
 }
 
@@ -92,10 +140,12 @@ impl EventKind {
         EventKind::Credit,
         EventKind::Hint,
     ];
+    /// The number of kinds (11).
     pub const COUNT: usize = Self::ALL.len();
 }
 
 impl Event {
+    /// The kind of this event.
     pub fn kind(&self) -> EventKind {
         match self {
             Event::Start { .. } => EventKind::Start,
@@ -119,11 +169,14 @@ impl Event {
 pub struct EventMask(u32);
 
 impl EventMask {
+    /// No kind and no gate.
     pub const NONE: EventMask = EventMask(0);
+    /// Every kind, without the gate.
     pub const ALL: EventMask = EventMask((1 << EventKind::COUNT) - 1);
     /// Ask the law before every request packet.
     pub const GATE: EventMask = EventMask(1 << 31);
 
+    /// The set of `kinds`.
     pub const fn of(kinds: &[EventKind]) -> EventMask {
         let mut bits = 0;
         let mut i = 0;
@@ -134,10 +187,12 @@ impl EventMask {
         EventMask(bits)
     }
 
+    /// The kinds (and gate) of both.
     pub const fn union(self, other: EventMask) -> EventMask {
         EventMask(self.0 | other.0)
     }
 
+    /// Whether `kind` is in the set.
     #[inline]
     pub const fn contains(self, kind: EventKind) -> bool {
         self.0 & (1 << kind as u32) != 0
@@ -148,6 +203,7 @@ impl EventMask {
         self.0 == 0
     }
 
+    /// Whether [`EventMask::GATE`] is set.
     #[inline]
     pub const fn gates(self) -> bool {
         self.0 & Self::GATE.0 != 0

@@ -15,6 +15,7 @@ pub struct Inline<L: Law> {
 }
 
 impl<L: Law> Inline<L> {
+    /// Runs `law`; every queue pair's context starts as `Default`.
     pub fn new(law: L) -> Self {
         Inline {
             law,
@@ -22,6 +23,7 @@ impl<L: Law> Inline<L> {
         }
     }
 
+    /// The law.
     pub fn law(&self) -> &L {
         &self.law
     }

@@ -24,6 +24,7 @@ pub trait Law: std::fmt::Debug {
     /// `Default`.
     type Context: Copy + Default + std::fmt::Debug;
 
+    /// A short name for the law, for reports and logs.
     fn name(&self) -> &'static str;
 
     /// The events this law reacts to (and [`EventMask::GATE`] if it gates packets). The
@@ -53,7 +54,9 @@ pub trait Law: std::fmt::Debug {
 /// The answer of [`Law::gate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
+    /// The packet goes now.
     Send,
+    /// The packet waits until the law calls [`Actions::wake`].
     Hold,
 }
 
@@ -97,6 +100,7 @@ impl Actions {
         self.timer = Some(Some(at));
     }
 
+    /// Cancel the timer requested with [`Actions::arm_timer`].
     pub fn cancel_timer(&mut self) {
         self.timer = Some(None);
     }
@@ -122,34 +126,46 @@ impl Actions {
         self.wake = true;
     }
 
+    /// The rate decision: `None` if untouched, `Some(None)` for no pacing ([`Actions::unpace`]),
+    /// `Some(Some(bps))` for a rate in bits per second ([`Actions::set_rate`]).
     pub fn rate(&self) -> Option<Option<u64>> {
         self.rate
     }
 
+    /// The window decision: `None` if untouched, `Some(None)` for the configured window
+    /// ([`Actions::clear_window`]), `Some(Some(bytes))` for a window in bytes
+    /// ([`Actions::set_window`]).
     pub fn window(&self) -> Option<Option<u64>> {
         self.window
     }
 
+    /// The timer decision: `None` if untouched, `Some(None)` to cancel, `Some(Some(at))` to
+    /// arm.
     pub fn timer(&self) -> Option<Option<Instant>> {
         self.timer
     }
 
+    /// Bytes of credit granted ([`Actions::grant`]), summed; 0 if none.
     pub fn granted(&self) -> u64 {
         self.grant
     }
 
+    /// Whether a CNP is to be sent ([`Actions::send_cnp`]).
     pub fn cnp(&self) -> bool {
         self.cnp
     }
 
+    /// The UDP source port requested ([`Actions::set_path`]), if any.
     pub fn path(&self) -> Option<u16> {
         self.path
     }
 
+    /// Whether [`Actions::wake`] was called.
     pub fn woken(&self) -> bool {
         self.wake
     }
 
+    /// Whether nothing was decided.
     pub fn is_empty(&self) -> bool {
         *self == Actions::default()
     }

@@ -141,6 +141,7 @@ pub struct ScrStats {
     pub runs: u64,
     /// Runs on a TX event, and the payload bytes they covered.
     pub tx_runs: u64,
+    /// Payload bytes covered by the runs on a TX event.
     pub tx_bytes: u64,
 }
 
@@ -192,6 +193,7 @@ pub struct Decoupled<L: Law> {
 }
 
 impl<L: Law> Decoupled<L> {
+    /// Runs `law` as `config` says (at least one processor).
     pub fn new(law: L, config: ScrConfig) -> Self {
         let n = config.processors.max(1) as usize;
         Decoupled {
@@ -206,10 +208,12 @@ impl<L: Law> Decoupled<L> {
         }
     }
 
+    /// The law.
     pub fn law(&self) -> &L {
         &self.law
     }
 
+    /// What the loop has done so far.
     pub fn stats(&self) -> ScrStats {
         self.stats
     }

@@ -40,8 +40,11 @@ use crate::control::{Controller, NoControl};
 /// agreed: [`crate::Engine::set_services`]).
 #[derive(Debug)]
 pub struct Policies {
+    /// Runs the control law of every queue pair; default [`NoControl`].
     pub controller: Box<dyn Controller>,
+    /// Chooses which queue pair sends next; default [`RoundRobin`].
     pub scheduler: Box<dyn Scheduler>,
+    /// Chooses each packet's UDP source port; default [`QpnHash`].
     pub path: Box<dyn PathSelector>,
     /// Makes each selective-repeat queue pair's receive tracker.
     pub tracker: Box<dyn TrackerFactory>,

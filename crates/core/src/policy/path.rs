@@ -7,8 +7,11 @@ use crate::QpNum;
 /// What a path selector may look at of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathPacket {
+    /// The sending queue pair.
     pub qpn: QpNum,
+    /// The packet's PSN.
     pub psn: Psn,
+    /// The packet's opcode.
     pub opcode: Opcode,
 }
 
@@ -50,6 +53,7 @@ impl PathSelector for QpnHash {
 /// (and arrive out of order when paths differ).
 #[derive(Debug, Clone, Copy)]
 pub struct Spray {
+    /// The number of ports per queue pair (0 acts as 1).
     pub paths: u16,
 }
 

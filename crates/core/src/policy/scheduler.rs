@@ -10,6 +10,7 @@ use crate::Instant;
 /// by `id` and weigh the groups by `weight`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tenant {
+    /// The tenant's identifier; default 0.
     pub id: u32,
     /// Relative share, at least 1.
     pub weight: u32,
@@ -25,6 +26,7 @@ impl Default for Tenant {
 /// only by a scheduler that needs to know).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Served {
+    /// The opcode of the packet sent.
     pub opcode: Opcode,
     /// Payload bytes of the packet.
     pub payload_len: u32,

@@ -15,7 +15,9 @@ use crate::QpNum;
 /// Which way a packet goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
+    /// Leaving: on the send path, after the packet is built.
     Send,
+    /// Arriving: on the receive path, before the packet is taken.
     Receive,
 }
 
@@ -24,8 +26,11 @@ pub enum Direction {
 pub struct ServicePacket {
     /// The local queue pair.
     pub qpn: QpNum,
+    /// The packet's PSN.
     pub psn: Psn,
+    /// The packet's opcode.
     pub opcode: Opcode,
+    /// Which way the packet goes.
     pub direction: Direction,
 }
 
@@ -34,7 +39,7 @@ pub struct ServicePacket {
 pub enum Verdict {
     /// Go on (with the payload as the stage left it).
     Pass,
-    /// Drop the packet, counted (`Counters::service_drops`); on the receive path the
+    /// Drop the packet, counted ([`crate::Counters::drops_service`]); on the receive path the
     /// transport recovers it as a loss. A send-side drop is not allowed: the packet would
     /// be lost for good, so it is treated as `Pass`.
     Drop,
@@ -69,9 +74,13 @@ pub trait Service: std::fmt::Debug {
 /// Beside the path: counts the packets and payload bytes it sees each way.
 #[derive(Debug, Clone, Default)]
 pub struct ByteCount {
+    /// Packets sent with payload.
     pub sent_packets: u64,
+    /// Payload bytes sent.
     pub sent_bytes: u64,
+    /// Packets received with payload.
     pub received_packets: u64,
+    /// Payload bytes received.
     pub received_bytes: u64,
 }
 
@@ -107,6 +116,7 @@ impl Service for ByteCount {
 /// the wire and restores them at the peer, to exercise the in-line slot; no protection.
 #[derive(Debug, Clone, Copy)]
 pub struct XorPayload {
+    /// The byte every payload byte is XORed with.
     pub key: u8,
 }
 

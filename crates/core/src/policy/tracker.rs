@@ -162,6 +162,7 @@ impl ReceiveTracker for OffsetList {
 /// An [`OffsetList`] of `capacity` per queue pair.
 #[derive(Debug, Clone, Copy)]
 pub struct OffsetLists {
+    /// The capacity of each list (see [`OffsetList::new`]).
     pub capacity: u32,
 }
 
