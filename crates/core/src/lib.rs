@@ -8,6 +8,8 @@
 //! never reads a clock, opens a socket or spawns a thread, so the same code runs over real
 //! UDP sockets and inside the simulator.
 
+#![warn(missing_docs)]
+
 pub mod control;
 mod counters;
 mod cq;
