@@ -1129,7 +1129,8 @@ impl Engine {
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
     /// so that stages that undo each other nest), on a copy of a received payload: the copy
-    /// (`None` when there are no bytes to show), or `Err` when an in-line stage drops it.
+    /// (`None` when there are no bytes: a length-only payload shows its length to the
+    /// stages beside the path), or `Err` when an in-line stage drops it.
     #[inline(never)]
     fn serve_incoming(
         &mut self,
@@ -1137,21 +1138,28 @@ impl Engine {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) -> Result<Option<Vec<u8>>, ()> {
-        let Payload::Bytes(bytes) = payload else {
-            return Ok(None);
-        };
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        let mut copy = std::mem::take(&mut self.service_scratch);
-        copy.clear();
-        copy.extend_from_slice(bytes);
         let packet = ServicePacket {
             qpn: self.qps[index as usize].num,
             psn: headers.bth.psn,
             opcode: headers.bth.opcode,
             direction: Direction::Receive,
+            len: payload.len(),
         };
+        let bytes = match payload {
+            _ if payload.is_empty() => return Ok(None),
+            Payload::Bytes(bytes) => bytes,
+            Payload::Len(_) => {
+                for service in self.services[index as usize].iter_mut().rev() {
+                    if !service.in_line() {
+                        service.observe(&packet, &[]);
+                    }
+                }
+                return Ok(None);
+            }
+        };
+        let mut copy = std::mem::take(&mut self.service_scratch);
+        copy.clear();
+        copy.extend_from_slice(bytes);
         for service in self.services[index as usize].iter_mut().rev() {
             if !service.in_line() {
                 service.observe(&packet, &copy);
@@ -1255,13 +1263,12 @@ impl Engine {
                 payload_len: t.payload_len,
             };
             // The builders put a payload services must see in the buffer (see `Qp::services`).
-            if self.any_services
-                && qp.attrs.services
-                && t.payload_len > 0
-                && t.payload_at == PayloadAt::Buffer
-            {
+            if self.any_services && qp.attrs.services && t.payload_len > 0 {
                 let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
-                self.serve_outgoing(index, psn, served.opcode, &mut payload[..len]);
+                // The builders put a payload with bytes in the buffer; one left in its
+                // region is length-only memory (the simulator's): only its length shows.
+                let bytes = (t.payload_at == PayloadAt::Buffer).then(|| &mut payload[..len]);
+                self.serve_outgoing(index, psn, served.opcode, len as u32, bytes);
             }
             self.scheduler.served(index, now, Some(served), more);
             self.counters.tx_packets += 1;
@@ -1273,21 +1280,32 @@ impl Engine {
 
     /// Runs queue pair `index`'s services on the payload of its packet `psn`, in the
     /// buffer it leaves from (never the region it came from: an in-line stage changes the
-    /// bytes that go, not the application's memory).
+    /// bytes that go, not the application's memory). Without bytes (length-only memory),
+    /// the stages beside the path see its length and the in-line ones have nothing to change.
     #[inline(never)]
-    fn serve_outgoing(&mut self, index: u32, psn: Psn, opcode: Opcode, payload: &mut [u8]) {
+    fn serve_outgoing(
+        &mut self,
+        index: u32,
+        psn: Psn,
+        opcode: Opcode,
+        len: u32,
+        mut payload: Option<&mut [u8]>,
+    ) {
         let packet = ServicePacket {
             qpn: self.qps[index as usize].num,
             psn,
             opcode,
             direction: Direction::Send,
+            len,
         };
         for service in &mut self.services[index as usize] {
-            if service.in_line() {
+            match (service.in_line(), payload.as_deref_mut()) {
                 // A send-side drop would lose the packet for good: it goes on (see Verdict).
-                let _ = service.transform(&packet, payload);
-            } else {
-                service.observe(&packet, payload);
+                (true, Some(bytes)) => {
+                    let _ = service.transform(&packet, bytes);
+                }
+                (true, None) => {}
+                (false, bytes) => service.observe(&packet, bytes.map_or(&[], |b| &*b)),
             }
         }
     }

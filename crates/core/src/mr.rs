@@ -198,6 +198,12 @@ impl MrTable {
         }
     }
 
+    /// Whether region `key` holds real bytes (not a length only).
+    fn has_bytes(&self, key: u32) -> bool {
+        self.get(key)
+            .is_some_and(|r| matches!(r.memory, Memory::Bytes(_)))
+    }
+
     fn get(&self, key: u32) -> Option<&Region> {
         self.slots
             .get((key >> 8) as usize)?
@@ -291,6 +297,8 @@ impl MrTable {
         let mut at = 0usize;
         for (lkey, addr, n) in sgl.pieces(offset, len) {
             self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
+            // Length-only memory has no bytes to copy: its payload stays a length.
+            let in_place = in_place || !self.has_bytes(lkey);
             if in_place && n == len && len > COPY_AT_MOST {
                 return Ok(PayloadAt::Region { key: lkey, addr });
             }

@@ -489,6 +489,15 @@ impl<'a> Network<'a> {
     }
 
     fn finish(mut self, end: Ps, wall_s: f64) -> RunResult {
+        // The services of flows still open (closed ones were counted when they closed).
+        for f in &self.flows {
+            if let Some((a, b)) = f.qps {
+                self.counters
+                    .add_services(self.hosts[f.spec.src as usize].engine.services(a));
+                self.counters
+                    .add_services(self.hosts[f.spec.dst as usize].engine.services(b));
+            }
+        }
         for host in &self.hosts {
             let c = host.engine.counters();
             self.counters.cnps += c.cnps_sent;
@@ -620,6 +629,16 @@ impl<'a> Network<'a> {
                 )
             };
             self.hosts[me as usize].engine.connect(qp[i], &c)?;
+            if !self.scenario.policies.services.is_empty() {
+                let services = self
+                    .scenario
+                    .policies
+                    .build_services()
+                    .expect("checked when the scenario was loaded");
+                self.hosts[me as usize]
+                    .engine
+                    .set_services(qp[i], services)?;
+            }
         }
         let (src_mr, dst_mr) = (self.hosts[f.src as usize].mr, self.hosts[f.dst as usize].mr);
         let mut left = f.bytes;
@@ -672,6 +691,10 @@ impl<'a> Network<'a> {
         let flow = &mut self.flows[id as usize];
         let spec = flow.spec;
         if let Some((a, b)) = flow.qps.take() {
+            self.counters
+                .add_services(self.hosts[spec.src as usize].engine.services(a));
+            self.counters
+                .add_services(self.hosts[spec.dst as usize].engine.services(b));
             let _ = self.hosts[spec.src as usize].engine.destroy_qp(a);
             let _ = self.hosts[spec.dst as usize].engine.destroy_qp(b);
             self.flow_of_qp.retain(|&(k, _)| k != (spec.dst, b.0));

@@ -191,7 +191,7 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                 .map(|(label, v)| (label.to_string(), v.map_or(json!(null), |v| v.json())))
                 .collect();
             let c = &r.counters;
-            json!({
+            let mut run = json!({
                 "name": r.algorithm,
                 "simulated_ns": r.simulated_ns,
                 "events": r.events,
@@ -215,7 +215,12 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                 "max_queue_bytes": s.max_queue_bytes,
                 "peak_packets": r.peak_packets,
                 "top_ports": r.peaks.iter().map(|p| json!({"port": p.port.name, "max_queue_bytes": p.max_queue_bytes})).collect::<Vec<_>>(),
-            })
+            });
+            // Only when the scenario has services: other summaries stay as they were.
+            if !c.services.is_empty() {
+                run["services"] = json!(c.services);
+            }
+            run
         })
         .collect();
     json!({

@@ -56,6 +56,23 @@ pub struct FabricCounters {
     pub timeouts: u64,
     /// Packets switches forwarded (one per packet per switch).
     pub switch_packets: u64,
+    /// The payload services' counters (`policies.services`), summed over every queue pair,
+    /// by "service.counter".
+    pub services: std::collections::BTreeMap<String, u64>,
+}
+
+impl FabricCounters {
+    /// Adds a queue pair's services' counters.
+    pub fn add_services(&mut self, services: &[Box<dyn sluice_core::policy::Service>]) {
+        for service in services {
+            for (name, value) in service.counters() {
+                *self
+                    .services
+                    .entry(format!("{}.{name}", service.name()))
+                    .or_default() += value;
+            }
+        }
+    }
 }
 
 /// A port's identity in reports.

@@ -246,6 +246,9 @@ pub struct PoliciesConfig {
     pub path: Option<PolicyConfig>,
     /// How selective-repeat queue pairs track packets past a gap (default `bitmap`).
     pub tracker: Option<PolicyConfig>,
+    /// Payload services on every queue pair, in send order (default none). Payloads are
+    /// lengths here: the stages beside the path see lengths, in-line ones are passed over.
+    pub services: Vec<PolicyConfig>,
 }
 
 /// One policy by name, with parameters over its defaults.
@@ -285,6 +288,21 @@ impl PoliciesConfig {
             path: one(&PATH_SELECTORS, "path", &self.path)?,
             tracker: one(&TRACKERS, "tracker", &self.tracker)?,
         })
+    }
+
+    /// One queue pair's services.
+    pub fn build_services(
+        &self,
+    ) -> Result<Vec<Box<dyn sluice_core::policy::Service>>, ScenarioError> {
+        self.services
+            .iter()
+            .map(|c| {
+                let pairs = param_pairs(&c.params, "policies.services")?;
+                sluice_control::policies::SERVICES
+                    .build(&c.name, &pairs)
+                    .map_err(|e| ScenarioError::Invalid(format!("policies.services: {e}")))
+            })
+            .collect()
     }
 }
 
@@ -481,6 +499,7 @@ impl Scenario {
         // Builds the policies once now, so that a bad name or parameter fails before any run.
         self.policies
             .build(Box::new(sluice_core::control::NoControl))?;
+        self.policies.build_services()?;
         let mut labels = Vec::new();
         for cc in &self.cc {
             // Builds each law once now so that a bad name or parameter fails before any run.

@@ -433,6 +433,24 @@ fn a_scenario_names_its_path_selector_and_receive_tracker() {
     assert_eq!(sprayed.len(), 2, "{sprayed:?}");
 }
 
+/// Services named in a scenario run on every queue pair; payloads are lengths here, which
+/// a service beside the path sees: `count` reports every byte of the flow each way, in the
+/// summary's counters.
+#[test]
+fn a_scenario_names_its_services() {
+    let r = flows_with("one-across.txt", r#"services = [{ name = "count" }]"#);
+    assert_eq!(completed(&r), 1);
+    let s = &r.counters.services;
+    assert_eq!(s.get("count.sent_bytes"), Some(&1_000_000), "{s:?}");
+    assert_eq!(s.get("count.received_bytes"), Some(&1_000_000), "{s:?}");
+    let plain = flows_with("one-across.txt", "");
+    assert!(plain.counters.services.is_empty());
+    assert_eq!(
+        plain.flows[0].finish_ns, r.flows[0].finish_ns,
+        "a length-only service costs nothing"
+    );
+}
+
 #[test]
 fn bad_policies_in_a_scenario_are_refused_naming_the_field() {
     for (policies, says) in [
@@ -448,7 +466,11 @@ fn bad_policies_in_a_scenario_are_refused_naming_the_field() {
             r#"tracker = { name = "bitmap", params = { size = 1 } }"#,
             "unknown parameter `size`",
         ),
-        (r#"services = ["count"]"#, "unknown field `services`"),
+        (
+            r#"services = [{ name = "zip" }]"#,
+            "policies.services: unknown service `zip`",
+        ),
+        (r#"queue = { name = "fifo" }"#, "unknown field `queue`"),
     ] {
         let text = format!(
             "{LEAF_SPINE}\n[policies]\n{policies}\n[workload]\nkind = \"file\"\npath = \"crates/sim/tests/data/one-across.txt\"\n"

@@ -3,8 +3,9 @@
 //! nothing (inspection, telemetry).
 //!
 //! Services run per queue pair, on the send path after a packet is built and on the receive
-//! path before the packet is taken, on every packet that carries payload bytes (a
-//! length-only payload, the simulator's, has none to show). An in-line stage keeps the
+//! path before the packet is taken, on every packet that carries payload. A length-only
+//! payload (the simulator's) has no bytes: the stages beside the path see its length, the
+//! in-line ones are passed over. An in-line stage keeps the
 //! payload's length. A stage that changes what goes on the wire must be run by both ends:
 //! set it only on a queue pair whose peer agreed.
 
@@ -32,6 +33,9 @@ pub struct ServicePacket {
     pub opcode: Opcode,
     /// Which way the packet goes.
     pub direction: Direction,
+    /// Its payload's length: the bytes a stage is shown, or, for a length-only payload (the
+    /// simulator's), the only thing there is to see.
+    pub len: u32,
 }
 
 /// What an in-line stage decides about a packet.
@@ -93,13 +97,13 @@ impl Service for ByteCount {
         false
     }
 
-    fn observe(&mut self, packet: &ServicePacket, payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket, _payload: &[u8]) {
         let (packets, bytes) = match packet.direction {
             Direction::Send => (&mut self.sent_packets, &mut self.sent_bytes),
             Direction::Receive => (&mut self.received_packets, &mut self.received_bytes),
         };
         *packets += 1;
-        *bytes += payload.len() as u64;
+        *bytes += u64::from(packet.len);
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -141,12 +145,13 @@ impl Service for XorPayload {
 mod tests {
     use super::*;
 
-    fn packet(direction: Direction) -> ServicePacket {
+    fn packet(direction: Direction, len: u32) -> ServicePacket {
         ServicePacket {
             qpn: QpNum(0x11),
             psn: Psn::new(0),
             opcode: Opcode::RC_SEND_ONLY,
             direction,
+            len,
         }
     }
 
@@ -154,18 +159,18 @@ mod tests {
     fn xor_on_both_ends_restores_the_payload() {
         let mut s = XorPayload { key: 0x5A };
         let mut bytes = *b"payload";
-        s.transform(&packet(Direction::Send), &mut bytes);
+        s.transform(&packet(Direction::Send, 7), &mut bytes);
         assert_ne!(&bytes, b"payload");
-        s.transform(&packet(Direction::Receive), &mut bytes);
+        s.transform(&packet(Direction::Receive, 7), &mut bytes);
         assert_eq!(&bytes, b"payload");
     }
 
     #[test]
     fn count_tells_the_directions_apart() {
         let mut s = ByteCount::default();
-        s.observe(&packet(Direction::Send), &[0; 10]);
-        s.observe(&packet(Direction::Receive), &[0; 3]);
-        s.observe(&packet(Direction::Receive), &[0; 4]);
+        s.observe(&packet(Direction::Send, 10), &[0; 10]);
+        s.observe(&packet(Direction::Receive, 3), &[0; 3]);
+        s.observe(&packet(Direction::Receive, 4), &[]);
         assert_eq!(
             s.counters(),
             [
