@@ -15,33 +15,6 @@ use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
 use crate::rules::Arrival;
 
-/// Whether a queue pair may owe one more READ response or atomic ACK: a requester with more
-/// READs and atomics outstanding than our `max_dest_rd_atomic` breaks the protocol.
-fn room_for_new_request(qp: &crate::qp::Qp) -> bool {
-    let new = qp
-        .resp
-        .responses
-        .iter()
-        .filter(|r| r.answers_new_request())
-        .count();
-    new < usize::from(qp.attrs.max_dest_rd_atomic)
-}
-
-/// Whether a NAK or a replayed response (for a duplicate request) may still be queued.
-fn room_for_extra(qp: &crate::qp::Qp) -> bool {
-    let extra = qp
-        .resp
-        .responses
-        .iter()
-        .filter(|r| !r.answers_new_request())
-        .count();
-    extra < EXTRA_SLOTS
-}
-
-/// Room in a queue pair's queue of owed responses, beyond the answers to new READs and
-/// atomics, for NAKs and for responses replayed to duplicate requests.
-const EXTRA_SLOTS: usize = 8;
-
 /// Why a request is refused, and the NAK that says so.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
@@ -388,7 +361,11 @@ impl Engine {
             u64::from(reth.dma_len),
             Access::REMOTE_READ,
         )?;
-        if !room_for_new_request(self.qp_mut(index)) {
+        if !self
+            .qp_at(index)
+            .resp
+            .room_for_new_request(self.qp_at(index).attrs.max_dest_rd_atomic)
+        {
             return Err(Refusal::InvalidRequest);
         }
         let span = read_span(reth.dma_len, mtu);
@@ -427,7 +404,11 @@ impl Engine {
             return Err(Refusal::InvalidRequest);
         }
         self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
-        if !room_for_new_request(self.qp_mut(index)) {
+        if !self
+            .qp_at(index)
+            .resp
+            .room_for_new_request(self.qp_at(index).attrs.max_dest_rd_atomic)
+        {
             return Err(Refusal::InvalidRequest);
         }
         let mut old = [0u8; 8];
@@ -506,7 +487,7 @@ impl Engine {
     /// recovers. False if dropped.
     fn owe(&mut self, index: u32, nak: Response) -> bool {
         let qp = self.qp_mut(index);
-        if !room_for_extra(qp) {
+        if !qp.resp.room_for_extra() {
             self.counters.naks_dropped += 1;
             return false;
         }
@@ -623,11 +604,7 @@ impl Engine {
         match info.operation {
             Operation::RdmaReadRequest => {
                 let Some(reth) = headers.ext.reth else { return };
-                let known = qp.resp.resources.iter().any(|r| {
-                    let d = r.first_psn.distance_to(psn);
-                    r.atomic_original.is_none() && d >= 0 && (d as u32) < r.span
-                });
-                if !known || !room_for_extra(qp) {
+                if !qp.resp.read_was_taken(psn) || !qp.resp.room_for_extra() {
                     return;
                 }
                 if self
@@ -654,13 +631,8 @@ impl Engine {
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
-                let saved = qp
-                    .resp
-                    .resources
-                    .iter()
-                    .find(|r| r.first_psn == psn)
-                    .and_then(|r| r.atomic_original);
-                if let Some(original) = saved.filter(|_| room_for_extra(qp)) {
+                let saved = qp.resp.atomic_result(psn);
+                if let Some(original) = saved.filter(|_| qp.resp.room_for_extra()) {
                     qp.resp.responses.push_back(Response::AtomicAck {
                         psn,
                         original,

@@ -21,6 +21,10 @@ pub(crate) enum Arrival {
 /// NAK'd PSNs a selective-repeat requester queues for resending.
 pub(crate) const RESEND_LIMIT: usize = 64;
 
+/// Room in a responder's queue of owed responses, beyond the answers to new READs and
+/// atomics, for NAKs and for responses replayed to duplicate requests.
+pub(crate) const EXTRA_SLOTS: usize = 8;
+
 impl Responder {
     /// Where request `psn` stands (PSN arithmetic modulo 2^24: half the space ahead, half
     /// behind).
@@ -57,6 +61,45 @@ impl Responder {
     pub(crate) fn ack_sent(&mut self) {
         self.ack_due = false;
         self.unacked = 0;
+    }
+
+    /// Whether one more READ response or atomic ACK may be owed: a requester with more
+    /// READs and atomics outstanding than `max_dest_rd_atomic` breaks the protocol.
+    pub(crate) fn room_for_new_request(&self, max_dest_rd_atomic: u8) -> bool {
+        let new = self
+            .responses
+            .iter()
+            .filter(|r| r.answers_new_request())
+            .count();
+        new < usize::from(max_dest_rd_atomic)
+    }
+
+    /// Whether a NAK or a replayed response (for a duplicate request) may still be queued.
+    pub(crate) fn room_for_extra(&self) -> bool {
+        let extra = self
+            .responses
+            .iter()
+            .filter(|r| !r.answers_new_request())
+            .count();
+        extra < EXTRA_SLOTS
+    }
+
+    /// Duplicate handling: whether `psn` falls in a READ this responder took and still
+    /// keeps (it may then serve the READ again; one it no longer keeps is not answered).
+    pub(crate) fn read_was_taken(&self, psn: Psn) -> bool {
+        self.resources.iter().any(|r| {
+            let d = r.first_psn.distance_to(psn);
+            r.atomic_original.is_none() && d >= 0 && (d as u32) < r.span
+        })
+    }
+
+    /// Duplicate handling: the original value an atomic at `psn` returned, if it is still
+    /// kept, to answer the duplicate with (an atomic is never executed twice).
+    pub(crate) fn atomic_result(&self, psn: Psn) -> Option<u64> {
+        self.resources
+            .iter()
+            .find(|r| r.first_psn == psn)
+            .and_then(|r| r.atomic_original)
     }
 
     /// Whether a packet of `operation` may come now: a SEND or WRITE continues the message
@@ -223,6 +266,57 @@ mod tests {
         });
         assert!(in_send.continues_message(O::SendWithImmediate, false));
         assert!(!in_send.continues_message(O::RdmaWrite, false));
+    }
+
+    #[test]
+    fn duplicates_are_answered_from_what_was_kept() {
+        use crate::qp::ResponderResource;
+        let mut r = responder(100);
+        r.resources.push_back(ResponderResource {
+            first_psn: Psn::new(90),
+            span: 4,
+            atomic_original: None,
+        });
+        r.resources.push_back(ResponderResource {
+            first_psn: Psn::new(95),
+            span: 1,
+            atomic_original: Some(7),
+        });
+        // A READ's PSNs, first to last; not the atomic's, not past the READ's span.
+        assert!(r.read_was_taken(Psn::new(90)) && r.read_was_taken(Psn::new(93)));
+        assert!(!r.read_was_taken(Psn::new(94)) && !r.read_was_taken(Psn::new(89)));
+        assert!(!r.read_was_taken(Psn::new(95)), "an atomic is not a READ");
+        assert_eq!(r.atomic_result(Psn::new(95)), Some(7));
+        assert_eq!(r.atomic_result(Psn::new(90)), None, "a READ has no result");
+        assert_eq!(r.atomic_result(Psn::new(96)), None);
+    }
+
+    #[test]
+    fn owed_responses_are_bounded_apart_for_new_requests_and_extras() {
+        use crate::qp::Response;
+        let read = |replay| Response::Read {
+            psn: Psn::new(0),
+            rkey: 0,
+            va: 0,
+            remaining: 0,
+            first: true,
+            replay,
+        };
+        let mut r = responder(0);
+        for _ in 0..2 {
+            r.responses.push_back(read(false));
+        }
+        assert!(r.room_for_new_request(3) && !r.room_for_new_request(2));
+        for _ in 0..EXTRA_SLOTS - 1 {
+            r.responses.push_back(read(true));
+        }
+        assert!(r.room_for_extra(), "replays count apart from new requests");
+        r.responses.push_back(read(true));
+        assert!(!r.room_for_extra());
+        assert!(
+            r.room_for_new_request(3),
+            "and do not take a new request's room"
+        );
     }
 
     fn wqe(op: SendOp, first_psn: u32, span: u32, len: u32) -> SendWqe {
