@@ -791,13 +791,7 @@ impl Engine {
             return;
         };
         let first_held = repair.held.first().map(|(offset, _)| expected.add(offset));
-        // Still coming: asked for, and nothing past it from the same asking has arrived.
-        let on_its_way = |(from, until): (Psn, Psn)| {
-            from.distance_to(expected) >= 0
-                && expected.precedes(until)
-                && first_held.is_none_or(|held| !held.precedes(until))
-        };
-        if repair.asked.is_some_and(on_its_way) {
+        if repair.gap_on_its_way(expected, first_held) {
             return;
         }
         let until = match first_held {

@@ -5,7 +5,7 @@
 
 use sluice_wire::{Operation, Psn};
 
-use crate::qp::{InProgress, Requester, Responder, SendOp};
+use crate::qp::{InProgress, ReadRepair, Requester, Responder, SendOp};
 
 /// Where a request's PSN stands against the PSN the responder expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +120,20 @@ impl Responder {
             | Operation::FetchAdd => !in_send && !in_write,
             _ => false,
         }
+    }
+}
+
+impl ReadRepair {
+    /// READ-response repair: whether the gap at `expected` (the first missing response) is
+    /// still coming: it lies in the range last asked for again, and no response past it
+    /// from that asking has arrived (`first_held`, the first PSN held past the gap, is not
+    /// inside the range). Then nothing is asked again.
+    pub(crate) fn gap_on_its_way(&self, expected: Psn, first_held: Option<Psn>) -> bool {
+        self.asked.is_some_and(|(from, until)| {
+            from.distance_to(expected) >= 0
+                && expected.precedes(until)
+                && first_held.is_none_or(|held| !held.precedes(until))
+        })
     }
 }
 
@@ -317,6 +331,28 @@ mod tests {
             r.room_for_new_request(3),
             "and do not take a new request's room"
         );
+    }
+
+    #[test]
+    fn a_read_gap_asked_for_again_is_not_asked_while_on_its_way() {
+        let p = Psn::new;
+        let mut repair = ReadRepair::default();
+        assert!(!repair.gap_on_its_way(p(10), None), "never asked");
+        repair.asked = Some((p(10), p(14)));
+        assert!(repair.gap_on_its_way(p(10), None));
+        assert!(
+            repair.gap_on_its_way(p(12), Some(p(14))),
+            "part arrived, the rest coming"
+        );
+        assert!(
+            !repair.gap_on_its_way(p(12), Some(p(13))),
+            "a later one of it arrived first"
+        );
+        assert!(
+            !repair.gap_on_its_way(p(14), None),
+            "past the range asked for"
+        );
+        assert!(!repair.gap_on_its_way(p(9), None), "before it");
     }
 
     fn wqe(op: SendOp, first_psn: u32, span: u32, len: u32) -> SendWqe {
