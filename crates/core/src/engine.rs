@@ -692,6 +692,10 @@ impl Engine {
                 *qp = Qp::new(num, config);
                 qp.scheduled = scheduled;
                 self.controller.reset(index);
+                // Its services go with the rest: a reset queue pair agrees to nothing yet.
+                if let Some(services) = self.services.get_mut(index as usize) {
+                    services.clear();
+                }
             }
         }
         Ok(())

@@ -221,3 +221,17 @@ fn a_tenant_needs_a_weight() {
     assert!(world.engines[0].set_tenant(p.qp[0], tenant(0)).is_err());
     world.engines[0].set_tenant(p.qp[0], tenant(3)).unwrap();
 }
+
+#[test]
+fn a_reset_queue_pair_has_no_services() {
+    let mut world = world_with(Impairments::CLEAN, |_| Policies::default());
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    world.engines[0]
+        .set_services(p.qp[0], vec![Box::new(ByteCount::default())])
+        .unwrap();
+    assert_eq!(world.engines[0].services(p.qp[0]).len(), 1);
+    world.engines[0]
+        .modify_qp(p.qp[0], Transition::Reset)
+        .unwrap();
+    assert!(world.engines[0].services(p.qp[0]).is_empty());
+}
