@@ -1,0 +1,518 @@
+//! The engine: its objects and configuration, and what the parts share (the control law's
+//! events and actions, the scheduler, completions and errors). The verbs are in `verbs`,
+//! packets in and out in `packets`, time in `time`; the requester and responder halves of a
+//! queue pair in their own modules.
+
+mod packets;
+mod time;
+mod verbs;
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use sluice_wire::{Opcode, Psn, RoceHeaders};
+
+use crate::control::{Actions, Controller, Deferred, Event, EventMask, Gate};
+use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
+use crate::mr::{Access, MrTable};
+use crate::policy::{EnginePathSelector, EngineScheduler, Policies, Service, TrackerFactory};
+use crate::qp::{Qp, QpNum, QpState, RecvWqe, SendOp, SendWqe};
+use crate::timers::Timers;
+use crate::{Counters, Error, Instant, Rng};
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PdId(pub u32);
+
+/// A completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqId(pub u32);
+
+/// The first QPN handed out (QPs 0 and 1 are special in InfiniBand; Soft-RoCE starts at 17).
+const FIRST_QPN: u32 = 0x11;
+
+/// Limits and policies of one engine.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Seeds the memory keys (and nothing else random).
+    pub seed: u64,
+    /// Queue pairs that may exist at once (also bounded by the 24-bit QPN space); default
+    /// 2^16.
+    pub max_qps: u32,
+    /// Memory regions that may be registered at once; default 2^16.
+    pub max_mrs: u32,
+    /// Completion queues that may be created; default 2^16.
+    pub max_cqs: u32,
+    /// The largest capacity of one completion queue, in completions; default 2^20.
+    pub max_cq_entries: u32,
+    /// Request packets a queue pair may have unacknowledged (its window), at most 2^23.
+    /// 384 by default: 1.5 MiB at path MTU 4096, more than twice the bandwidth-delay
+    /// product of a 100 Gbit/s path with a 50 us round trip. More only adds data waiting in
+    /// queues: on loopback every byte in flight waits in the receiver's socket, and larger
+    /// windows were slower there (the measurements are in CHANGELOG.md).
+    pub max_outstanding_packets: u32,
+    /// The requester asks for an ACK on the last packet of every message and on every
+    /// this many packets in between.
+    pub ack_request_every: u32,
+    /// The responder acknowledges at least every this many new request packets, whether
+    /// they ask (AckReq) or not; 0: only when asked. Either way ACKs are coalesced: one
+    /// covers everything received before it leaves. `ack_request_every` makes a Sluice
+    /// requester ask more often; this knob sets the ACK rate whatever the requester asks
+    /// (a standard RoCE requester asks at the end of a message and every so many packets),
+    /// e.g. 1 for the per-packet ACKs that HPCC's INT echo and Swift's delay sample best.
+    pub ack_every_packets: u32,
+    /// The line rate control laws start from ([`Event::Start`]), in bits per second.
+    pub line_rate_bps: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            seed: 0,
+            max_qps: 1 << 16,
+            max_mrs: 1 << 16,
+            max_cqs: 1 << 16,
+            max_cq_entries: 1 << 20,
+            max_outstanding_packets: 384,
+            ack_request_every: 64,
+            ack_every_packets: 0,
+            line_rate_bps: 100_000_000_000,
+        }
+    }
+}
+
+/// Everything it takes to bring a new queue pair from RESET to RTS against one peer: the
+/// attributes of the INIT, RTR and RTS transitions, as a connection exchange yields them.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection {
+    /// Remote operations the queue pair accepts.
+    pub access: Access,
+    /// The IP address of the peer (see [`Transition::Rtr`](crate::Transition::Rtr)).
+    pub peer: IpAddr,
+    /// The peer's queue pair number (24 bits).
+    pub dest_qpn: u32,
+    /// The path MTU.
+    pub path_mtu: crate::Mtu,
+    /// The PSN of the peer's first request (its `sq_psn`).
+    pub rq_psn: Psn,
+    /// The PSN of this queue pair's first request.
+    pub sq_psn: Psn,
+    /// Retransmit timeout 4.096 us x 2^timeout (0..=31, 0: wait forever); default 14.
+    pub timeout: u8,
+    /// Transport retries after a timeout or sequence-error NAK (0..=7); default 7.
+    pub retry_cnt: u8,
+    /// Retries after an RNR NAK (0..=6; 7, the default, retries forever).
+    pub rnr_retry: u8,
+    /// The RNR NAK timer code (0..=31) the peer is asked to wait; default 12.
+    pub min_rnr_timer: u8,
+    /// READ and atomic requests this queue pair may have outstanding at the peer; default
+    /// 16.
+    pub max_rd_atomic: u8,
+    /// READ and atomic requests the peer may have outstanding here; default 16.
+    pub max_dest_rd_atomic: u8,
+    /// How lost packets are recovered; default go-back-N.
+    pub recovery: crate::Recovery,
+    /// Exchange Sluice's control packets (credit grants, opcode 0x18) with the peer. Only
+    /// when both ends agreed: a standard RoCE peer drops them.
+    pub cc_control: bool,
+    /// Carry Sluice's CC extension header (after the BTH, TVer 1) in this layout: send
+    /// timestamps echoed by the peer (an RTT sample per ACK), INT records switches fill in
+    /// (HPCC) or credit totals (grants then ride the peer's packets instead of control
+    /// packets). Only when both ends agreed: a standard RoCE peer drops such packets.
+    pub ccx: Option<sluice_wire::CcxLayout>,
+}
+
+impl Connection {
+    /// A connection with every remote access, perftest's timers (timeout 14 = 67 ms, seven
+    /// retries, RNR retry forever, 0.64 ms RNR wait), 16 READs/atomics each way, go-back-N.
+    pub fn new(
+        peer: IpAddr,
+        dest_qpn: u32,
+        path_mtu: crate::Mtu,
+        rq_psn: Psn,
+        sq_psn: Psn,
+    ) -> Connection {
+        Connection {
+            access: Access::ALL,
+            peer,
+            dest_qpn,
+            path_mtu,
+            rq_psn,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            recovery: crate::Recovery::GoBackN,
+            cc_control: false,
+            ccx: None,
+        }
+    }
+}
+
+/// The payload of a received packet: bytes, or a length only (the simulator).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// The payload bytes.
+    Bytes(&'a [u8]),
+    /// A payload of this many bytes, not carried.
+    Len(u32),
+}
+
+impl Payload<'_> {
+    /// The payload length in bytes.
+    pub fn len(&self) -> u32 {
+        match self {
+            Payload::Bytes(b) => b.len() as u32,
+            Payload::Len(n) => *n,
+        }
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A packet to put on the wire. Its payload is read with [`Engine::payload`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The destination: the queue pair's peer.
+    pub dst: IpAddr,
+    /// The UDP source port (the ECMP entropy of the queue pair).
+    pub src_port: u16,
+    /// The headers from the BTH on (the UDP/IP headers are the driver's).
+    pub headers: RoceHeaders,
+    /// The payload length in bytes.
+    pub payload_len: u32,
+    /// Where the payload is.
+    pub payload_at: PayloadAt,
+}
+
+/// Where the payload of a [`Transmit`] is.
+///
+/// Data that lies in one piece of a registered region is not copied: a driver hands the
+/// region's bytes to the kernel itself, and the kernel's copy is the only one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadAt {
+    /// In the buffer given to [`Engine::poll_transmit`], from its start: no payload, inline
+    /// data, or data gathered from several pieces of memory (unless that memory is
+    /// length-only: then the buffer holds nothing of it).
+    Buffer,
+    /// In place: `payload_len` bytes from `addr` of the region whose key is `key` (checked
+    /// when the packet was built).
+    Region {
+        /// The local key of the region.
+        key: u32,
+        /// The virtual address of the first payload byte.
+        addr: u64,
+    },
+}
+
+/// A completion queue overran: completions were lost and the queue pairs that produced them
+/// moved to the error state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqOverrun;
+
+/// One RDMA NIC's worth of transport state.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) config: EngineConfig,
+    rng: Rng,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Vec<Option<CompletionQueue>>,
+    pds: u32,
+    /// In line, not boxed: a round over many queue pairs walks one array in index order,
+    /// seven to a 4 KiB page, instead of boxes scattered among their send queues (fewer
+    /// TLB misses at 16,384 queue pairs). A free slot holds an empty queue pair in RESET
+    /// (`live` says which slots are in use).
+    pub(crate) qps: Vec<Qp>,
+    /// Whether slot `i` of `qps` holds a live queue pair. Kept apart, not as `Option<Qp>`:
+    /// that option's tag was a niche in the requester's timers, on a line a visit to the
+    /// responder's side does not otherwise read, and every access to a queue pair tested it
+    /// (cachegrind, 2 MiB cache, 16,384 queue pairs: 13.5 -> 12.0 read misses per message).
+    live: Vec<bool>,
+    free_qps: Vec<u32>,
+    /// Orders the queue pairs that may have something to send (those with `scheduled`).
+    scheduler: EngineScheduler,
+    /// Gives each packet its source port (unless the control law set the queue pair's path).
+    path: EnginePathSelector,
+    /// Makes the receive trackers of selective-repeat queue pairs.
+    trackers: Box<dyn TrackerFactory>,
+    /// Each queue pair's payload services, by index (empty for most: see `Qp::services`).
+    services: Vec<Vec<Box<dyn Service>>>,
+    /// Where a received payload is copied for in-line services to change it (reused).
+    service_scratch: Vec<u8>,
+    /// Some queue pair has had services: received packets take the services' way.
+    any_services: bool,
+    /// One timer per queue pair: retransmission, RNR waits, pacing.
+    timers: Timers,
+    pub(crate) counters: Counters,
+    controller: Box<dyn Controller>,
+    /// The events the controller wants (asked once).
+    interest: EventMask,
+    /// Actions the controller returned from its timers, applied at once (reused buffer).
+    deferred: Deferred,
+    /// While a response is handled: the round trip its echoed send time measures, for the
+    /// ACK event it causes.
+    pub(crate) echoed_rtt: Option<std::time::Duration>,
+    /// The buffers of completed inline requests, for the next ones to copy into: once
+    /// inline requests have completed, posting inline data allocates nothing.
+    pub(crate) inline_spare: Vec<Box<[u8]>>,
+    /// Asynchronous events not yet polled: QP indexes, at most one each (`async_pending`).
+    async_events: VecDeque<u32>,
+}
+
+impl Engine {
+    /// An engine with the default policies: no congestion control (line rate, the
+    /// configured window), per-packet round robin, one source port per queue pair.
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine::with_policies(config, Policies::default())
+    }
+
+    /// An engine whose queue pairs a control law drives (other policies the defaults).
+    pub fn with_controller(config: EngineConfig, controller: Box<dyn Controller>) -> Engine {
+        Engine::with_policies(
+            config,
+            Policies {
+                controller,
+                ..Policies::default()
+            },
+        )
+    }
+
+    /// An engine with these policies.
+    pub fn with_policies(config: EngineConfig, policies: Policies) -> Engine {
+        let Policies {
+            controller,
+            scheduler,
+            path,
+            tracker,
+        } = policies;
+        Engine {
+            config,
+            rng: Rng::new(config.seed),
+            mrs: MrTable::new(config.max_mrs as usize),
+            cqs: Vec::new(),
+            pds: 0,
+            qps: Vec::new(),
+            live: Vec::new(),
+            free_qps: Vec::new(),
+            scheduler: EngineScheduler::new(scheduler),
+            path: EnginePathSelector::new(path),
+            trackers: tracker,
+            services: Vec::new(),
+            service_scratch: Vec::new(),
+            any_services: false,
+            timers: Timers::default(),
+            counters: Counters::default(),
+            interest: controller.interest(),
+            controller,
+            deferred: Vec::new(),
+            echoed_rtt: None,
+            inline_spare: Vec::new(),
+            async_events: VecDeque::new(),
+        }
+    }
+
+    /// Tells the controller about `event` on queue pair `index` (if it asked for that kind)
+    /// and applies what it decides.
+    #[inline]
+    pub(crate) fn emit(&mut self, index: u32, now: Instant, event: Event) {
+        if !self.interest.contains(event.kind()) {
+            return;
+        }
+        let mut act = Actions::default();
+        self.controller.on_event(now, index, &event, &mut act);
+        if !act.is_empty() {
+            self.apply(index, act);
+        }
+    }
+
+    /// True if the controller decides packet by packet whether a request may go.
+    #[inline]
+    pub(crate) fn gates(&self) -> bool {
+        self.interest.gates()
+    }
+
+    /// Asks the controller whether a request packet of `bytes` may go now.
+    pub(crate) fn gate(&mut self, index: u32, now: Instant, bytes: u32) -> Gate {
+        self.controller.gate(now, index, bytes)
+    }
+
+    /// Carries out a control law's decisions for queue pair `index` (gone already: ignored).
+    fn apply(&mut self, index: u32, act: Actions) {
+        if !self.is_live(index) {
+            return;
+        }
+        let qp = self.qp_mut(index);
+        if let Some(rate) = act.rate() {
+            qp.knobs.rate_bps = rate;
+        }
+        if let Some(window) = act.window() {
+            qp.knobs.window_bytes = window;
+        }
+        if let Some(port) = act.path() {
+            qp.path = Some(port);
+        }
+        let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
+        if act.cnp() {
+            qp.cnp_due = true;
+            wake = true;
+        }
+        if act.granted() > 0 {
+            qp.resp.grant_due = qp.resp.grant_due.saturating_add(act.granted());
+            wake = true;
+        }
+        if wake && qp.state.receiving() {
+            self.schedule(index);
+        }
+    }
+
+    /// What the engine has counted.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// In SQD, once no begun request is left: queues the drained event. Called on entering
+    /// SQD and when requests complete; once drained nothing can complete (nothing new
+    /// begins), so it reports once per drain.
+    pub(crate) fn check_drained(&mut self, index: u32) {
+        let qp = self.qp_mut(index);
+        if qp.state != QpState::Sqd || qp.req.sq.front().is_some_and(|w| w.started) {
+            return;
+        }
+        if !std::mem::replace(&mut qp.async_pending, true) {
+            self.async_events.push_back(index);
+        }
+    }
+
+    fn index(qpn: QpNum) -> Option<u32> {
+        qpn.0.checked_sub(FIRST_QPN)
+    }
+
+    /// The index of live queue pair `qpn`.
+    fn live(&self, qpn: QpNum) -> Result<u32, Error> {
+        Self::index(qpn)
+            .filter(|&i| self.is_live(i))
+            .ok_or(Error::NoSuchObject("queue pair"))
+    }
+
+    /// Whether slot `index` holds a live queue pair (any index may be asked).
+    fn is_live(&self, index: u32) -> bool {
+        self.live.get(index as usize).copied().unwrap_or(false)
+    }
+
+    fn qp(&self, qpn: QpNum) -> Option<&Qp> {
+        let index = self.live(qpn).ok()?;
+        Some(&self.qps[index as usize])
+    }
+
+    /// Live queue pair `index`, read only: borrows the queue pairs alone, so that other
+    /// fields of the engine (the memory regions) can be used beside it.
+    pub(crate) fn qp_at(&self, index: u32) -> &Qp {
+        debug_assert!(self.is_live(index), "a live queue pair index");
+        &self.qps[index as usize]
+    }
+
+    pub(crate) fn qp_mut(&mut self, index: u32) -> &mut Qp {
+        debug_assert!(self.is_live(index), "a live queue pair index");
+        &mut self.qps[index as usize]
+    }
+
+    /// The UDP source port of a packet of queue pair `index`: the control law's path if it
+    /// set one, else the path selector's.
+    #[inline]
+    pub(crate) fn source_port(&mut self, index: u32, psn: Psn, opcode: Opcode) -> u16 {
+        let qp = &self.qps[index as usize];
+        match qp.path {
+            Some(port) => port,
+            None => self.path.source_port(index, qp.num, psn, opcode),
+        }
+    }
+
+    /// Hands a queue pair to the scheduler (if it does not hold it already).
+    pub(crate) fn schedule(&mut self, index: u32) {
+        let qp = &mut self.qps[index as usize];
+        if !qp.scheduled {
+            qp.scheduled = true;
+            self.scheduler.wake(index);
+        }
+    }
+
+    /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
+    pub(crate) fn retransmit_timeout(timeout: u8) -> Option<Duration> {
+        (timeout != 0).then(|| Duration::from_nanos(4096 << timeout.min(31)))
+    }
+
+    /// Adds a completion; on a CQ overrun the queue pair goes to the error state.
+    pub(crate) fn complete(&mut self, index: u32, cq: crate::CqId, c: Completion) {
+        let pushed = self.cqs[cq.0 as usize]
+            .as_mut()
+            .expect("a queue pair's CQ outlives it")
+            .push(c);
+        if !pushed {
+            self.counters.cq_overruns += 1;
+            if self.qp_mut(index).state != QpState::Error {
+                self.enter_error(index);
+            }
+        }
+    }
+
+    /// Moves a queue pair to ERROR: every outstanding request completes with a flush error;
+    /// NAKs already owed to the peer are still sent.
+    pub(crate) fn enter_error(&mut self, index: u32) {
+        self.enter_error_failing(index, None);
+    }
+
+    /// [`Engine::enter_error`], with send request `failed.0` completing with status `failed.1`.
+    pub(crate) fn enter_error_failing(&mut self, index: u32, failed: Option<(usize, WcStatus)>) {
+        let qp = self.qp_mut(index);
+        qp.state = QpState::Error;
+        let num = qp.num;
+        let (send_cq, recv_cq) = (qp.send_cq, qp.recv_cq);
+        let sends: Vec<SendWqe> = qp.req.sq.drain(..).collect();
+        qp.req.cursor = 0;
+        qp.req.deadline = None;
+        qp.req.rnr_wait_until = None;
+        let mut recvs: Vec<RecvWqe> = Vec::new();
+        if let Some(crate::qp::InProgress::Send { wqe, .. }) = qp.resp.in_progress.take() {
+            recvs.push(wqe);
+        }
+        recvs.extend(qp.resp.rq.drain(..));
+        qp.resp
+            .responses
+            .retain(|r| matches!(r, crate::qp::Response::Nak { .. }));
+        qp.resp.ack_due = false;
+        if let Some(reorder) = &mut qp.resp.reorder {
+            reorder.clear();
+        }
+        qp.req.resend.clear();
+        for (i, w) in sends.into_iter().enumerate() {
+            let status = match failed {
+                Some((pos, status)) if pos == i => status,
+                _ => WcStatus::WrFlushError,
+            };
+            let c = Completion::unfinished(w.wr_id, status, send_opcode(w.op), num);
+            self.complete(index, send_cq, c);
+        }
+        for w in recvs {
+            let c = Completion::unfinished(w.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, num);
+            self.complete(index, recv_cq, c);
+        }
+    }
+}
+
+/// The completion opcode of a send operation.
+pub(crate) fn send_opcode(op: SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm(_) => WcOpcode::Send,
+        SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
+        SendOp::Read { .. } => WcOpcode::RdmaRead,
+        SendOp::CompareSwap { .. } => WcOpcode::CompareSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    }
+}

@@ -1,0 +1,68 @@
+//! Time: when the engine next has something to do, and the timers that fire.
+
+use super::Engine;
+use crate::Instant;
+
+impl Engine {
+    /// When [`Engine::handle_timeout`] should next be called: a time when there is
+    /// something to do (see `Timers::settle`), so that a driver that sleeps until it does
+    /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon.
+    pub fn next_timeout(&mut self) -> Option<Instant> {
+        let (qps, live) = (&self.qps, &self.live);
+        let need = |index: u32| {
+            live.get(index as usize)
+                .copied()
+                .unwrap_or(false)
+                .then(|| qps[index as usize].timer_need())
+                .flatten()
+        };
+        [
+            self.controller.next_timeout(),
+            self.scheduler.get_ref().next_timeout(),
+            self.timers.settle(need),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether [`Engine::handle_timeout`] may have something to do at `now`: a check for a
+    /// driver that polls, cheaper than [`Engine::next_timeout`] (a look at the earliest entry,
+    /// which is never later than what it stands for). It may say yes for an entry whose
+    /// wait has since moved later or ended; `handle_timeout` then drops or re-arms it, so
+    /// that happens once per such entry, not once per poll. `next_timeout` instead checks
+    /// and moves the entry, for a driver deciding how long to sleep.
+    pub fn timeout_due(&mut self, now: Instant) -> bool {
+        [
+            self.controller.next_timeout(),
+            self.scheduler.get_ref().next_timeout(),
+            self.timers.earliest(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|at| at <= now)
+    }
+
+    /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
+    /// the control plane's own (law timers, decoupled processing).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.controller.next_timeout().is_some_and(|at| at <= now) {
+            let mut deferred = std::mem::take(&mut self.deferred);
+            self.controller.on_timeout(now, &mut deferred);
+            for (index, act) in deferred.drain(..) {
+                self.apply(index, act);
+            }
+            self.deferred = deferred;
+        }
+        while let Some(index) = self.timers.pop_due(now) {
+            if self.is_live(index) {
+                self.on_timer(index, now);
+            }
+        }
+    }
+
+    /// Makes sure a timer fires for queue pair `index` no later than `at`.
+    pub(crate) fn arm(&mut self, index: u32, at: Instant) {
+        self.timers.arm(index, at);
+    }
+}
