@@ -49,7 +49,7 @@ impl Engine {
     }
 
     /// Creates a completion queue with room for `capacity` completions
-    /// (1..=[`EngineConfig::max_cq_entries`]).
+    /// (1..=[`EngineConfig::max_cq_entries`](crate::EngineConfig::max_cq_entries)).
     pub fn create_cq(&mut self, capacity: u32) -> Result<CqId, Error> {
         if capacity == 0 || capacity > self.config.max_cq_entries {
             return Err(Error::InvalidArgument(
