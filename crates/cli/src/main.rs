@@ -233,6 +233,10 @@ struct PerfArgs {
     /// (IRN-like; interoperates with a go-back-N peer).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
     recovery: String,
+    /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
+    /// goes to the error state).
+    #[arg(long, hide = true)]
+    test_bad_rkey: bool,
 }
 
 /// `--ccx`'s values: `auto`, `none` and every layout's name.
@@ -435,6 +439,9 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
         cc: cc_options(a)?,
         policies: policy_options(a)?,
+        faults: perf::TestFaults {
+            bad_rkey: a.test_bad_rkey,
+        },
         ..perf::Options::new(test)
     })
 }

@@ -538,3 +538,67 @@ fn trackers_and_bad_policy_options() {
         refused(args, says);
     }
 }
+
+/// Runs a `sluice perf` server on 127.0.0.2 (TCP and RoCE port `port`) with `server_args`,
+/// then a client with `client_args`; returns each one's exit code and standard error.
+fn server_and_client(
+    server_args: &[&str],
+    client_args: &[&str],
+    port: u16,
+) -> ((Option<i32>, String), (Option<i32>, String)) {
+    let port = port.to_string();
+    let ports = ["-p", port.as_str(), "--roce-port", port.as_str()];
+    let server = Command::new(SLUICE)
+        .arg("perf")
+        .args(server_args)
+        .args(["--bind", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new(SLUICE)
+        .arg("perf")
+        .args(client_args)
+        .args(["--connect", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (
+        (server.status.code(), text(&server.stderr)),
+        (client.status.code(), text(&client.stderr)),
+    )
+}
+
+/// A client with a wrong R_Key: the server NAKs its first WRITE and its queue pair goes to
+/// the error state. The server then says why it failed, with the same block the client
+/// prints: its queue pairs' states, the last error completion, the engine's counters
+/// (before, it said only "the peer closed the connection").
+#[test]
+fn a_server_whose_queue_pair_failed_says_why() {
+    let ((server_code, server), (client_code, client)) = server_and_client(
+        &["write-bw", "-n", "50"],
+        &["write-bw", "-n", "50", "--test-bad-rkey"],
+        24_590,
+    );
+    assert_eq!(client_code, Some(1), "{client}");
+    assert!(client.contains("RemoteAccessError"), "{client}");
+    assert_eq!(server_code, Some(1), "{server}");
+    for says in [
+        "the peer closed the connection",
+        "queue pairs: Error 1 (first not ready: QP",
+        "last error completion: none",
+        "NAKs sent (seq/rnr/invalid/access/operational) 0/0/0/1/0",
+        "engine: tx",
+        "datapath: rx datagrams",
+    ] {
+        assert!(
+            server.contains(says),
+            "the server does not say {says:?}: {server}"
+        );
+    }
+}

@@ -82,6 +82,17 @@ pub struct Options {
     pub cc: CcOptions,
     /// The engine's other policies, and how queue pairs recover losses.
     pub policies: PolicyOptions,
+    /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
+    pub faults: TestFaults,
+}
+
+/// Faults a test injects to see that a run notices them: never set in normal use (the
+/// flags that set them are hidden from `--help`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TestFaults {
+    /// The client targets a wrong R_Key, so that the server NAKs its first request and its
+    /// queue pair goes to the error state (`--test-bad-rkey`).
+    pub bad_rkey: bool,
 }
 
 /// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
@@ -260,6 +271,7 @@ impl Options {
             connect_timeout: Duration::from_secs(5),
             cc: CcOptions::default(),
             policies: PolicyOptions::default(),
+            faults: TestFaults::default(),
         }
     }
 

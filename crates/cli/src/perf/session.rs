@@ -45,6 +45,8 @@ pub(crate) struct Session {
     pub(crate) idle_since: Option<sluice_core::Instant>,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
+    /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
+    pub(crate) last_error_completion: Option<String>,
     /// For peeking: has the peer started the end-of-test exchange?
     stream: TcpStream,
     exchange: Exchange,
@@ -71,10 +73,7 @@ impl Session {
         let mut byte = [0u8; 1];
         let ready = match self.stream.peek(&mut byte) {
             Ok(0) => {
-                return Err(PerfError::Exchange(format!(
-                    "the peer closed the connection{}",
-                    self.datapath_hint()
-                )));
+                return Err(self.transport_error("the peer closed the connection".into()));
             }
             Ok(_) => true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
@@ -98,33 +97,83 @@ impl Session {
         )
     }
 
-    /// A transport error, with the counters that explain it.
+    /// A transport error, with what explains it (see [`Session::diagnosis`]).
     pub(crate) fn transport_error(&mut self, message: String) -> PerfError {
-        let c = *self.dev.engine().counters();
-        let n = *self.dev.counters();
-        let hint = self.datapath_hint();
         PerfError::Transport {
             message,
-            counters: format!(
-                "engine: tx {} pkts, rx {} pkts, retransmitted {}, timeouts {}, NAKs received \
-                 (seq/rnr/error) {}/{}/{}, drops (unknown QP/wrong peer/state) {}/{}/{}\n\
-                 datapath: rx datagrams {}, ICRC errors {}, malformed {}, tx datagrams {}",
-                c.tx_packets,
-                c.rx_packets,
-                c.retransmitted_packets,
-                c.retransmit_timeouts,
-                c.naks_received_sequence,
-                c.naks_received_rnr,
-                c.naks_received_error,
-                c.drops_unknown_qp,
-                c.drops_wrong_peer,
-                c.drops_bad_state,
-                n.rx_datagrams,
-                n.rx_icrc_errors,
-                n.rx_malformed,
-                n.tx_datagrams
-            ) + &hint,
+            counters: self.diagnosis(),
         }
+    }
+
+    /// `e` with what explains it, unless it carries that already: once the queue pairs
+    /// exist, any failure (the peer gone, the exchange broken) may come from the transport,
+    /// and an end that only says "the peer closed the connection" hides why.
+    pub(crate) fn explain(&mut self, e: PerfError) -> PerfError {
+        match e {
+            PerfError::Transport { .. } | PerfError::Usage(_) => e,
+            other => self.transport_error(other.to_string()),
+        }
+    }
+
+    /// What either end prints when it fails: its queue pairs' states, the last error
+    /// completion it polled, the engine's and the datapath's counters (and what the
+    /// datapath saw that the user can act on).
+    pub(crate) fn diagnosis(&self) -> String {
+        let c = *self.dev.engine_ref().counters();
+        let n = *self.dev.counters();
+        format!(
+            "queue pairs: {}\n\
+             last error completion: {}\n\
+             engine: tx {} pkts, rx {} pkts, retransmitted {}, timeouts {}, NAKs received \
+             (seq/rnr/error) {}/{}/{}, NAKs sent (seq/rnr/invalid/access/operational) \
+             {}/{}/{}/{}/{}, drops (unknown QP/wrong peer/state) {}/{}/{}\n\
+             datapath: rx datagrams {}, ICRC errors {}, malformed {}, tx datagrams {}",
+            self.qp_states(),
+            self.last_error_completion.as_deref().unwrap_or("none"),
+            c.tx_packets,
+            c.rx_packets,
+            c.retransmitted_packets,
+            c.retransmit_timeouts,
+            c.naks_received_sequence,
+            c.naks_received_rnr,
+            c.naks_received_error,
+            c.naks_sent_sequence,
+            c.naks_sent_rnr,
+            c.naks_sent_invalid_request,
+            c.naks_sent_remote_access,
+            c.naks_sent_remote_operational,
+            c.drops_unknown_qp,
+            c.drops_wrong_peer,
+            c.drops_bad_state,
+            n.rx_datagrams,
+            n.rx_icrc_errors,
+            n.rx_malformed,
+            n.tx_datagrams
+        ) + &self.datapath_hint()
+    }
+
+    /// How many queue pairs are in each state, and the first that is not ready to send
+    /// (`Rts 3, Error 1 (first not ready: QP 0x12 in Error)`).
+    fn qp_states(&self) -> String {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut first_not_ready = None;
+        for end in &self.qps {
+            let state = self.dev.engine_ref().qp_state(end.qpn);
+            let name = state.map_or("gone".to_string(), |st| format!("{st:?}"));
+            if first_not_ready.is_none() && state != Some(sluice_core::QpState::Rts) {
+                first_not_ready = Some(format!("QP {:#x} in {name}", end.qpn.0));
+            }
+            *counts.entry(name).or_default() += 1;
+        }
+        let mut text = counts
+            .iter()
+            .map(|(state, n)| format!("{state} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Some(first) = first_not_ready {
+            text += &format!(" (first not ready: {first})");
+        }
+        text
     }
 
     /// The end of the test (perftest's barriers, and the client's report to the server in
@@ -325,6 +374,12 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
     let sizes = o.sizes();
     let max_size = *sizes.iter().max().expect("at least one size");
     let mut s = open(o, stream, role, local_ip, peer_ip, max_size)?;
+    run_sizes(&mut s, o, &sizes).map_err(|e| s.explain(e))
+}
+
+/// Runs every size over an open session and prints each result.
+fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>, PerfError> {
+    let role = s.role;
     let mut reports = Vec::new();
     if !o.json && !o.quiet {
         eprintln!(
@@ -350,11 +405,11 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
         let last = i + 1 == sizes.len() || passive_server;
         let before = *s.dev.engine().counters();
         let mut m: Measured = if passive_server {
-            traffic::bw_responder(&mut s)?
+            traffic::bw_responder(s)?
         } else if o.test.is_latency() {
-            traffic::latency(&mut s, o, size)?
+            traffic::latency(s, o, size)?
         } else {
-            traffic::bw_requester(&mut s, o, size)?
+            traffic::bw_requester(s, o, size)?
         };
         let after = *s.dev.engine().counters();
         let mut report = Report::new(
@@ -370,7 +425,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             after.retransmitted_packets - before.retransmitted_packets,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
-        report.services = service_counters(&s);
+        report.services = service_counters(s);
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
@@ -541,7 +596,12 @@ fn open(
         ends.push(QpEnd {
             qpn: *qpn,
             remote_addr: r.vaddr,
-            remote_rkey: r.rkey,
+            // A wrong key (a test's fault) makes the server NAK the first request.
+            remote_rkey: if o.faults.bad_rkey {
+                r.rkey ^ 0x00ff_ff00
+            } else {
+                r.rkey
+            },
         });
     }
     exchange.connected().map_err(exchange_err)?;
@@ -561,6 +621,7 @@ fn open(
         spin: o.spin,
         idle_since: None,
         recv_size: max_size,
+        last_error_completion: None,
         stream,
         exchange,
         index,

@@ -58,10 +58,14 @@ fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
     let cq = s.cq;
     match s.dev.engine().poll_cq(cq) {
         Ok(Some(c)) if c.status == WcStatus::Success => Ok(Some(c)),
-        Ok(Some(c)) => Err(s.transport_error(format!(
-            "QP {:#x}: work request {} completed with {:?}",
-            c.qp.0, c.wr_id, c.status
-        ))),
+        Ok(Some(c)) => {
+            let what = format!(
+                "QP {:#x}: work request {} completed with {:?}",
+                c.qp.0, c.wr_id, c.status
+            );
+            s.last_error_completion = Some(what.clone());
+            Err(s.transport_error(what))
+        }
         Ok(None) => Ok(None),
         Err(_) => Err(s.transport_error("completion queue overrun".into())),
     }
