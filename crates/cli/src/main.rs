@@ -233,6 +233,15 @@ struct PerfArgs {
     /// (IRN-like; interoperates with a go-back-N peer).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
     recovery: String,
+    /// Fill every message with a pattern of (QP, message number, offset) and check it where
+    /// it lands; mismatches fail the run. Both ends must be Sluice run with --verify
+    /// (perftest fills no pattern and its exchange cannot agree on it). What each test
+    /// checks: see the README.
+    #[arg(long)]
+    verify: bool,
+    /// Test only: with --verify, the sender flips one byte of message K of its first QP.
+    #[arg(long, hide = true, value_name = "K", requires = "verify")]
+    test_corrupt_message: Option<u64>,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
     /// goes to the error state).
     #[arg(long, hide = true)]
@@ -398,6 +407,12 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         "CMP_AND_SWAP" => true,
         other => return Err(format!("-A {other}: FETCH_AND_ADD or CMP_AND_SWAP")),
     };
+    if a.verify && !a.loopback {
+        eprintln!(
+            "sluice perf: note: --verify checks a pattern only Sluice fills: the peer must be \
+             Sluice run with --verify too (never perftest)"
+        );
+    }
     let capture = match &a.pcap {
         None => None,
         Some(path) => Some(perf::CaptureOptions {
@@ -439,8 +454,10 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
         cc: cc_options(a)?,
         policies: policy_options(a)?,
+        verify: a.verify,
         faults: perf::TestFaults {
             bad_rkey: a.test_bad_rkey,
+            corrupt_message: a.test_corrupt_message,
         },
         ..perf::Options::new(test)
     })

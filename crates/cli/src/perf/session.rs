@@ -15,6 +15,7 @@ use sluice_wire::Psn;
 
 use super::report::Report;
 use super::traffic::{self, Measured};
+use super::verify::{self, Slots, Verifier};
 use super::{Options, PerfError, Role, Test, Verb};
 
 /// The exchange with the peer, on its own handle of the TCP connection.
@@ -45,6 +46,8 @@ pub(crate) struct Session {
     pub(crate) idle_since: Option<sluice_core::Instant>,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
+    /// `--verify`'s buffers and findings.
+    pub(crate) verify: Option<Verifier>,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
     /// For peeking: has the peer started the end-of-test exchange?
@@ -110,7 +113,7 @@ impl Session {
     /// and an end that only says "the peer closed the connection" hides why.
     pub(crate) fn explain(&mut self, e: PerfError) -> PerfError {
         match e {
-            PerfError::Transport { .. } | PerfError::Usage(_) => e,
+            PerfError::Transport { .. } | PerfError::Usage(_) | PerfError::Verify(_) => e,
             other => self.transport_error(other.to_string()),
         }
     }
@@ -395,7 +398,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             s.mtu,
             s.dev.offloads()
         );
-        println!("{}", Report::heading(o.test, o.report_gbits));
+        println!("{}", Report::heading(o.test, o.report_gbits, o.verify));
     }
     // A server of a test where only the client sends serves every size in one go (the
     // client's sizes need no barrier) and measures nothing itself.
@@ -431,7 +434,15 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
+                if passive_server && o.test.verb() == Verb::Write {
+                    let exact = sizes.len() == 1 && o.duration.is_none();
+                    check_landed_write(s, *sizes.last().expect("a size"), theirs.iters, exact);
+                }
             }
+        }
+        if let Some(v) = &s.verify {
+            report.verified_messages = Some(v.checked);
+            report.verify_errors = Some(v.errors);
         }
         // A passive server reports what it received (SEND) or the client's numbers.
         let measured = !passive_server || o.test == Test::SendBw || report.iterations > 0;
@@ -446,6 +457,14 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             }
         }
         reports.push(report);
+        if let Some(failure) = s.verify.as_ref().and_then(Verifier::failure) {
+            let end = if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            };
+            return Err(PerfError::Verify(format!("the {end}: {failure}")));
+        }
         if passive_server {
             break;
         }
@@ -461,6 +480,32 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
         }
     }
     Ok(reports)
+}
+
+/// `--verify` at a WRITE-bandwidth server, which sees no completion for plain WRITEs and
+/// where every message lands at one address: at the end of the run, with one QP, what is
+/// there must be the client's last message, the `iterations`-th of the last size. Where
+/// the server cannot count the messages before (`-a`, `-D`: `exact` is false), the message
+/// may name itself (its first word is its tag) as QP 0's and numbered no lower. With more
+/// QPs, their packets write over each other's, so nothing is checked.
+fn check_landed_write(s: &mut Session, size: u32, iterations: u64, exact: bool) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    if s.qps.len() != 1 || iterations == 0 {
+        return;
+    }
+    let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
+    if let Some(b) = s.dev.engine_ref().mr_bytes(lkey) {
+        let landed = &b[from..from + size as usize];
+        let last = verify::tag(0, iterations - 1);
+        let named = landed
+            .first_chunk::<8>()
+            .map(|w| u64::from_le_bytes(*w))
+            .filter(|&t| !exact && verify::untag(t).0 == 0 && t >= last);
+        let tag = named.unwrap_or(last);
+        v.check(landed, tag, s.qps[0].qpn.0, verify::untag(tag).1);
+    }
 }
 
 /// The largest path MTU whose packets (with IP, UDP, the largest RoCE headers and the ICRC)
@@ -604,6 +649,13 @@ fn open(
             },
         });
     }
+    let verify = if o.verify {
+        let mut v = Verifier::new(ends.len(), o.faults.corrupt_message);
+        v.slots = verify_slots(o, role, &mut dev, pd, max_size)?;
+        Some(v)
+    } else {
+        None
+    };
     exchange.connected().map_err(exchange_err)?;
     if let Some(cap) = &o.capture {
         let now = dev.now();
@@ -621,6 +673,7 @@ fn open(
         spin: o.spin,
         idle_since: None,
         recv_size: max_size,
+        verify,
         last_error_completion: None,
         stream,
         exchange,
@@ -630,8 +683,46 @@ fn open(
         mtu: path_mtu.bytes(),
     };
     traffic::post_initial_receives(&mut s, o)?;
+    if s.verify.is_some() && o.test.verb() == Verb::Read && role == Role::Server {
+        let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
+        if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
+            verify::fill(&mut b[from..from + max_size as usize], verify::READ_SOURCE);
+        }
+    }
     s.exchange.start_traffic().map_err(exchange_err)?;
     Ok(s)
+}
+
+/// `--verify`'s buffers, one per message that may be in flight, where a bandwidth test has
+/// many: a requester's sources (WRITE, SEND) or destinations (READ), a SEND server's
+/// receives. In a region of their own: the run's region holds one message each way.
+fn verify_slots(
+    o: &Options,
+    role: Role,
+    dev: &mut Device,
+    pd: sluice_core::PdId,
+    max_size: u32,
+) -> Result<Option<Slots>, PerfError> {
+    let per_qp = match (o.test.is_latency(), role, o.test.verb()) {
+        (true, _, _) | (_, _, Verb::Atomic) => return Ok(None),
+        (false, Role::Client, _) => o.tx_depth,
+        (false, Role::Server, Verb::Send) => o.rx_depth,
+        (false, Role::Server, _) => return Ok(None),
+    };
+    let bytes = u64::from(o.qps) * u64::from(per_qp) * u64::from(max_size);
+    // Far from the run's region (which starts at 0x1000_0000).
+    let addr = 0x100_0000_0000u64;
+    let mr = dev.engine().register_mr(
+        pd,
+        addr,
+        Memory::Bytes(vec![0u8; bytes as usize].into_boxed_slice()),
+        Access::ALL | Access::LOCAL_WRITE,
+    )?;
+    Ok(Some(Slots {
+        mr,
+        per_qp,
+        size: max_size,
+    }))
 }
 
 /// READs and atomics we accept outstanding (and announce as out_reads).
