@@ -711,3 +711,51 @@ fn verify_fails_a_run_with_a_message_that_differs() {
         "--verify",
     );
 }
+
+/// `--serve 2`: a client whose run fails (a wrong R_Key puts the server's queue pair in the
+/// error state) does not end the server: the next client is served. The server reports
+/// the failure, why, and exits 1 once both were served.
+#[test]
+fn a_server_serves_the_next_client_after_one_that_failed() {
+    let port = "24591";
+    let ports = ["-p", port, "--roce-port", port];
+    let server = Command::new(SLUICE)
+        .args(["perf", "write-bw", "-n", "50", "--serve", "2", "--json"])
+        .args(["--bind", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = |extra: &[&str]| {
+        Command::new(SLUICE)
+            .args(["perf", "write-bw", "-n", "50", "--connect", "127.0.0.2"])
+            .args(ports)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let bad = client(&["--test-bad-rkey"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let good = client(&[]);
+    let good_err = String::from_utf8_lossy(&good.stderr);
+    assert!(good.status.success(), "the second client: {good_err}");
+    let server = server.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&server.stdout);
+    let err = String::from_utf8_lossy(&server.stderr);
+    assert_eq!(server.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("client 1: the peer closed the connection"),
+        "{err}"
+    );
+    assert!(err.contains("queue pairs: Error 1"), "{err}");
+    let results: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 1, "{out}");
+    assert_eq!(results[0]["iterations"].as_u64(), Some(50), "{out}");
+    // perftest's one-shot server stays the default; a client cannot serve.
+    refused(&["write-bw", "--serve", "0"], "--serve");
+    refused(&["write-bw", "--loopback", "--serve", "2"], "--serve");
+}

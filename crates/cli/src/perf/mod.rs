@@ -83,6 +83,9 @@ pub struct Options {
     pub cc: CcOptions,
     /// The engine's other policies, and how queue pairs recover losses.
     pub policies: PolicyOptions,
+    /// How many clients a server serves, one after another; `None`: until stopped. A client
+    /// whose run fails does not end the server (perftest's one-shot server is `Some(1)`).
+    pub serve: Option<u32>,
     /// Fill every message with a pattern and check it where it lands (`--verify`; see
     /// [`VERIFY_COVERAGE`]). The user's word that the peer runs with `--verify` too.
     pub verify: bool,
@@ -300,6 +303,7 @@ impl Options {
             connect_timeout: Duration::from_secs(5),
             cc: CcOptions::default(),
             policies: PolicyOptions::default(),
+            serve: Some(1),
             verify: false,
             faults: TestFaults::default(),
         }
@@ -433,7 +437,7 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     };
     let server = std::thread::Builder::new()
         .name("sluice-perf-server".into())
-        .spawn(move || session::serve(&server_options, listener))
+        .spawn(move || session::serve(&server_options, &listener))
         .map_err(|e| PerfError::Loopback(format!("cannot start the server thread: {e}")))?;
     let client_options = Options {
         connect: Some(server_ip.to_string()),
@@ -480,6 +484,9 @@ fn validate(o: &Options) -> Result<(), PerfError> {
     }
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());
+    }
+    if o.serve == Some(0) {
+        return usage("--serve 0: at least one client (or `forever`)".into());
     }
     if o.verify {
         if o.test.verb() == Verb::Atomic {

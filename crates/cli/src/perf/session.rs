@@ -318,7 +318,7 @@ pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
         None => {
             let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
             let listener = listen(SocketAddr::new(ip, o.port))?;
-            serve(o, listener)
+            serve_clients(o, &listener)
         }
         Some(host) => {
             let addrs: Vec<SocketAddr> = (host.as_str(), o.port)
@@ -355,9 +355,35 @@ fn connect(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
     }
 }
 
+/// Serves `--serve` clients on `listener`, one after another. A client whose run fails is
+/// reported and the next one served: one bad client does not end a server that others are
+/// waiting to use. Fails with the last client's failure, once every client was served.
+fn serve_clients(o: &Options, listener: &TcpListener) -> Result<Vec<Report>, PerfError> {
+    if o.serve == Some(1) {
+        return serve(o, listener);
+    }
+    let mut reports = Vec::new();
+    let mut failed = None;
+    let mut served = 0u32;
+    while o.serve.is_none_or(|n| served < n) {
+        served += 1;
+        match serve(o, listener) {
+            Ok(r) => reports.extend(r),
+            Err(e) => {
+                eprintln!("sluice perf: client {served}: {e}");
+                failed = Some(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(reports),
+    }
+}
+
 /// Serves one client on `listener` (a loopback run serves exactly one; a standalone server
-/// too, as perftest does).
-pub(crate) fn serve(o: &Options, listener: TcpListener) -> Result<Vec<Report>, PerfError> {
+/// too by default, as perftest does).
+pub(crate) fn serve(o: &Options, listener: &TcpListener) -> Result<Vec<Report>, PerfError> {
     if !o.json && !o.quiet {
         eprintln!(
             "waiting for a client on TCP {} ({})",
