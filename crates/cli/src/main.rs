@@ -429,7 +429,8 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
     if a.verify && !a.loopback {
         eprintln!(
             "sluice perf: note: --verify checks a pattern only Sluice fills: the peer must be \
-             Sluice run with --verify too (never perftest)"
+             Sluice run with --verify too (never perftest). It checks {}",
+            perf::VERIFY_COVERAGE
         );
     }
     let capture = match &a.pcap {

@@ -125,7 +125,9 @@ pub struct TestFaults {
 ///   over each other and nothing is checked. The client checks nothing.
 /// - atomics are refused: an atomic's 8 bytes are the responder's counter, whose values
 ///   depend on how the QPs interleave.
-pub const VERIFY_COVERAGE: &str = "send-bw: every message, at the server; send-lat,     write-lat: every message, at both ends; read-bw, read-lat: every READ response, at the     client; write-bw: the last message at the server, with one QP only";
+pub const VERIFY_COVERAGE: &str = "send-bw: every message, at the server; send-lat, \
+    write-lat: every message, at both ends; read-bw, read-lat: every READ response, at the \
+    client; write-bw: the last message, at the server, with one QP only";
 
 /// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
 /// answer usually arrives while spinning (waking from sleep costs more than a round trip on
