@@ -233,6 +233,38 @@ struct PerfArgs {
     /// (IRN-like; interoperates with a go-back-N peer).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
     recovery: String,
+    /// A server: serve N clients one after another, or `forever`; a client whose run fails
+    /// does not end the server (default 1, as perftest). Exit status 1 if any run failed.
+    #[arg(long, value_name = "N|forever", default_value = "1", value_parser = parse_serve,
+          conflicts_with_all = ["host", "connect", "loopback"])]
+    serve: ServeCount,
+    /// Fill every message with a pattern of (QP, message number, offset) and check it where
+    /// it lands; mismatches fail the run. Both ends must be Sluice run with --verify
+    /// (perftest fills no pattern and its exchange cannot agree on it). What each test
+    /// checks: see the README.
+    #[arg(long)]
+    verify: bool,
+    /// Test only: with --verify, the sender flips one byte of message K of its first QP.
+    #[arg(long, hide = true, value_name = "K", requires = "verify")]
+    test_corrupt_message: Option<u64>,
+    /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
+    /// goes to the error state).
+    #[arg(long, hide = true)]
+    test_bad_rkey: bool,
+}
+
+/// `--serve`'s value: a number of clients, or `None` for `forever`.
+#[derive(Clone, Copy)]
+struct ServeCount(Option<u32>);
+
+fn parse_serve(s: &str) -> Result<ServeCount, String> {
+    if s == "forever" {
+        return Ok(ServeCount(None));
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(ServeCount(Some(n))),
+        _ => Err(format!("{s}: a number of clients (1 or more) or `forever`")),
+    }
 }
 
 /// `--ccx`'s values: `auto`, `none` and every layout's name.
@@ -394,6 +426,13 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         "CMP_AND_SWAP" => true,
         other => return Err(format!("-A {other}: FETCH_AND_ADD or CMP_AND_SWAP")),
     };
+    if a.verify && !a.loopback {
+        eprintln!(
+            "sluice perf: note: --verify checks a pattern only Sluice fills: the peer must be \
+             Sluice run with --verify too (never perftest). It checks {}",
+            perf::VERIFY_COVERAGE
+        );
+    }
     let capture = match &a.pcap {
         None => None,
         Some(path) => Some(perf::CaptureOptions {
@@ -435,6 +474,12 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         connect_timeout: seconds("--connect-timeout", a.connect_timeout)?,
         cc: cc_options(a)?,
         policies: policy_options(a)?,
+        serve: a.serve.0,
+        verify: a.verify,
+        faults: perf::TestFaults {
+            bad_rkey: a.test_bad_rkey,
+            corrupt_message: a.test_corrupt_message,
+        },
         ..perf::Options::new(test)
     })
 }

@@ -538,3 +538,224 @@ fn trackers_and_bad_policy_options() {
         refused(args, says);
     }
 }
+
+/// Runs a `sluice perf` server on 127.0.0.2 (TCP and RoCE port `port`) with `server_args`,
+/// then a client with `client_args`; returns each one's exit code and standard error.
+fn server_and_client(
+    server_args: &[&str],
+    client_args: &[&str],
+    port: u16,
+) -> ((Option<i32>, String), (Option<i32>, String)) {
+    let port = port.to_string();
+    let ports = ["-p", port.as_str(), "--roce-port", port.as_str()];
+    let server = Command::new(SLUICE)
+        .arg("perf")
+        .args(server_args)
+        .args(["--bind", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new(SLUICE)
+        .arg("perf")
+        .args(client_args)
+        .args(["--connect", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (
+        (server.status.code(), text(&server.stderr)),
+        (client.status.code(), text(&client.stderr)),
+    )
+}
+
+/// A client with a wrong R_Key: the server NAKs its first WRITE and its queue pair goes to
+/// the error state. The server then says why it failed, with the same block the client
+/// prints: its queue pairs' states, the last error completion, the engine's counters
+/// (before, it said only "the peer closed the connection").
+#[test]
+fn a_server_whose_queue_pair_failed_says_why() {
+    let ((server_code, server), (client_code, client)) = server_and_client(
+        &["write-bw", "-n", "50"],
+        &["write-bw", "-n", "50", "--test-bad-rkey"],
+        24_590,
+    );
+    assert_eq!(client_code, Some(1), "{client}");
+    assert!(client.contains("RemoteAccessError"), "{client}");
+    assert_eq!(server_code, Some(1), "{server}");
+    for says in [
+        "the peer closed the connection",
+        "queue pairs: Error 1 (first not ready: QP",
+        "last error completion: none",
+        "NAKs sent (seq/rnr/invalid/access/operational) 0/0/0/1/0",
+        "engine: tx",
+        "datapath: rx datagrams",
+    ] {
+        assert!(
+            server.contains(says),
+            "the server does not say {says:?}: {server}"
+        );
+    }
+}
+
+/// `--verify` on every test it covers: a clean loopback run passes, with every message
+/// checked where the client checks (READ responses, the latency tests' ping-pongs); the
+/// servers' checks (SEND and WRITE bandwidth) fail the run if they find anything.
+#[test]
+fn verify_passes_a_clean_run_of_every_test_it_covers() {
+    let tests = [
+        ("write-bw", "65536", 0),
+        ("read-bw", "65536", 300),
+        ("send-bw", "5000", 0),
+        ("write-lat", "100", 300),
+        ("read-lat", "4096", 300),
+        ("send-lat", "100", 300),
+    ];
+    for (i, (sub, size, checked)) in tests.into_iter().enumerate() {
+        let r = &loopback(
+            &[sub, "-s", size, "-n", "300", "--verify"],
+            24_500 + i as u16,
+        )[0];
+        assert_eq!(r["iterations"].as_u64(), Some(300), "{sub}: {r}");
+        assert_eq!(r["verify_errors"].as_u64(), Some(0), "{sub}: {r}");
+        assert_eq!(r["verified_messages"].as_u64(), Some(checked), "{sub}: {r}");
+    }
+    // Without --verify, the JSON has no such fields.
+    let r = &loopback(&["send-lat", "-n", "10"], 24_510)[0];
+    assert!(r.get("verify_errors").is_none(), "{r}");
+}
+
+/// A message spoiled by its sender (a test-only hook standing in for a forged or corrupted
+/// message, which loopback cannot produce in flight) fails the run, naming the QP, the
+/// message and its first bad byte; where it is checked depends on the test.
+#[test]
+fn verify_fails_a_run_with_a_message_that_differs() {
+    for (i, (args, says)) in [
+        // The server checks every SEND.
+        (
+            &["send-bw", "-n", "300", "--test-corrupt-message", "5"][..],
+            "the server: 1 of the 300 messages",
+        ),
+        // A WRITE-bandwidth server checks the last message only.
+        (
+            &["write-bw", "-n", "300", "--test-corrupt-message", "299"][..],
+            "the server: 1 of the 1 messages",
+        ),
+        // Each side of a ping-pong checks the peer's messages (the server finds the
+        // client's seventh: 64 bytes but the mark, spoiled in the middle).
+        (
+            &[
+                "write-lat",
+                "-s",
+                "64",
+                "-n",
+                "300",
+                "--test-corrupt-message",
+                "7",
+            ][..],
+            "message 7, first bad byte at offset 31",
+        ),
+        (
+            &[
+                "send-lat",
+                "-s",
+                "64",
+                "-n",
+                "300",
+                "--test-corrupt-message",
+                "7",
+            ][..],
+            "message 7, first bad byte at offset 32",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (24_520 + i).to_string();
+        let o = Command::new(SLUICE)
+            .arg("perf")
+            .args(args)
+            .args(["--verify", "--loopback", "-p", "0", "--roce-port", &port])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("--verify: the "), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // An earlier WRITE of a bandwidth run is not checked (the coverage the docs state).
+    let r = &loopback(
+        &[
+            "write-bw",
+            "-n",
+            "300",
+            "--verify",
+            "--test-corrupt-message",
+            "298",
+        ],
+        24_530,
+    )[0];
+    assert_eq!(r["iterations"].as_u64(), Some(300), "{r}");
+    // Atomics are refused; the hook needs --verify.
+    refused(
+        &["atomic-bw", "--loopback", "--verify"],
+        "atomics are not checked",
+    );
+    refused(
+        &["send-bw", "--loopback", "--test-corrupt-message", "1"],
+        "--verify",
+    );
+}
+
+/// `--serve 2`: a client whose run fails (a wrong R_Key puts the server's queue pair in the
+/// error state) does not end the server: the next client is served. The server reports
+/// the failure, why, and exits 1 once both were served.
+#[test]
+fn a_server_serves_the_next_client_after_one_that_failed() {
+    let port = "24591";
+    let ports = ["-p", port, "--roce-port", port];
+    let server = Command::new(SLUICE)
+        .args(["perf", "write-bw", "-n", "50", "--serve", "2", "--json"])
+        .args(["--bind", "127.0.0.2"])
+        .args(ports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = |extra: &[&str]| {
+        Command::new(SLUICE)
+            .args(["perf", "write-bw", "-n", "50", "--connect", "127.0.0.2"])
+            .args(ports)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let bad = client(&["--test-bad-rkey"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let good = client(&[]);
+    let good_err = String::from_utf8_lossy(&good.stderr);
+    assert!(good.status.success(), "the second client: {good_err}");
+    let server = server.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&server.stdout);
+    let err = String::from_utf8_lossy(&server.stderr);
+    assert_eq!(server.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("client 1: the peer closed the connection"),
+        "{err}"
+    );
+    assert!(err.contains("queue pairs: Error 1"), "{err}");
+    let results: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 1, "{out}");
+    assert_eq!(results[0]["iterations"].as_u64(), Some(50), "{out}");
+    // perftest's one-shot server stays the default; a client cannot serve.
+    refused(&["write-bw", "--serve", "0"], "--serve");
+    refused(&["write-bw", "--loopback", "--serve", "2"], "--serve");
+}

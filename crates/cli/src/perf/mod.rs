@@ -4,6 +4,7 @@
 mod report;
 mod session;
 mod traffic;
+mod verify;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -82,7 +83,51 @@ pub struct Options {
     pub cc: CcOptions,
     /// The engine's other policies, and how queue pairs recover losses.
     pub policies: PolicyOptions,
+    /// How many clients a server serves, one after another; `None`: until stopped. A client
+    /// whose run fails does not end the server (perftest's one-shot server is `Some(1)`).
+    pub serve: Option<u32>,
+    /// Fill every message with a pattern and check it where it lands (`--verify`; see
+    /// [`VERIFY_COVERAGE`]). The user's word that the peer runs with `--verify` too.
+    pub verify: bool,
+    /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
+    pub faults: TestFaults,
 }
+
+/// Faults a test injects to see that a run notices them: never set in normal use (the
+/// flags that set them are hidden from `--help`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TestFaults {
+    /// The client targets a wrong R_Key, so that the server NAKs its first request and its
+    /// queue pair goes to the error state (`--test-bad-rkey`).
+    pub bad_rkey: bool,
+    /// With `--verify`, the sender flips one byte of this message (numbered from 0 over
+    /// every size of the run) of its first queue pair after filling it
+    /// (`--test-corrupt-message K`).
+    pub corrupt_message: Option<u64>,
+}
+
+/// What `--verify` checks, test by test (the same words are in the README).
+///
+/// Message `m` of queue pair `q` is filled with a pattern of `(q, m, offset)` (see the
+/// `verify` module); each in-flight message of a bandwidth test has a buffer of its own
+/// (`tx_depth` per QP at the requester, `rx_depth` per QP at a SEND server) so that none is
+/// overwritten before it is sent or checked.
+///
+/// - `send-bw`: the server checks every message received, at its completion.
+/// - `send-lat`, `write-lat`: each side checks every message of the peer as it lands (a
+///   WRITE's last byte is the ping-pong's mark and is not part of the pattern).
+/// - `read-bw`, `read-lat`: the server fills the memory it serves once; the client checks
+///   every READ response (its buffer cleared before the READ is posted).
+/// - `write-bw`: the server gets no completion for a plain WRITE and every message lands at
+///   one address, so it checks what is there at the end of the run: with one QP, the last
+///   message, which must be the client's last (with `-a` or `-D`, which the server cannot
+///   count, one whose tag names QP 0 and a number no lower); with more, QPs' packets write
+///   over each other and nothing is checked. The client checks nothing.
+/// - atomics are refused: an atomic's 8 bytes are the responder's counter, whose values
+///   depend on how the QPs interleave.
+pub const VERIFY_COVERAGE: &str = "send-bw: every message, at the server; send-lat, \
+    write-lat: every message, at both ends; read-bw, read-lat: every READ response, at the \
+    client; write-bw: the last message, at the server, with one QP only";
 
 /// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
 /// answer usually arrives while spinning (waking from sleep costs more than a round trip on
@@ -260,6 +305,9 @@ impl Options {
             connect_timeout: Duration::from_secs(5),
             cc: CcOptions::default(),
             policies: PolicyOptions::default(),
+            serve: Some(1),
+            verify: false,
+            faults: TestFaults::default(),
         }
     }
 
@@ -321,6 +369,9 @@ pub enum PerfError {
     /// Writing the pcap capture failed.
     #[error("capture: {0}")]
     Capture(std::io::Error),
+    /// `--verify` found messages that differ from what was sent.
+    #[error("--verify: {0}")]
+    Verify(String),
     /// The server thread of a loopback run could not start or panicked.
     #[error("loopback: {0}")]
     Loopback(String),
@@ -388,7 +439,7 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
     };
     let server = std::thread::Builder::new()
         .name("sluice-perf-server".into())
-        .spawn(move || session::serve(&server_options, listener))
+        .spawn(move || session::serve(&server_options, &listener))
         .map_err(|e| PerfError::Loopback(format!("cannot start the server thread: {e}")))?;
     let client_options = Options {
         connect: Some(server_ip.to_string()),
@@ -435,6 +486,28 @@ fn validate(o: &Options) -> Result<(), PerfError> {
     }
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());
+    }
+    if o.serve == Some(0) {
+        return usage("--serve 0: at least one client (or `forever`)".into());
+    }
+    if o.verify {
+        if o.test.verb() == Verb::Atomic {
+            return usage(
+                "--verify: atomics are not checked (an atomic's 8 bytes are the responder's \
+                 counter, whose values depend on how the QPs interleave)"
+                    .into(),
+            );
+        }
+        let max_size = u64::from(o.sizes().into_iter().max().unwrap_or(0));
+        let slots = u64::from(o.qps) * u64::from(o.tx_depth.max(o.rx_depth)) * max_size.max(1);
+        if slots > verify::MAX_SLOT_BYTES {
+            return usage(format!(
+                "--verify gives each message in flight a buffer of its own: {} MiB here, more \
+                 than {} MiB; lower -q, -t, -r or -s",
+                slots >> 20,
+                verify::MAX_SLOT_BYTES >> 20
+            ));
+        }
     }
     Ok(())
 }

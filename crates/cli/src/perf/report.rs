@@ -52,6 +52,13 @@ pub struct Report {
     pub retransmitted_packets: u64,
     /// Retransmit timer expiries of the engine.
     pub retransmit_timeouts: u64,
+    /// `--verify`: messages checked on this side since the run began (`None` without
+    /// `--verify`, and left out of the JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified_messages: Option<u64>,
+    /// `--verify`: of those, the messages that differed from what was sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_errors: Option<u64>,
     /// Each payload service's counters, summed over the queue pairs, since the run began.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub services: ServiceCounters,
@@ -96,6 +103,8 @@ impl Report {
             t_max_us: None,
             retransmitted_packets,
             retransmit_timeouts,
+            verified_messages: None,
+            verify_errors: None,
             services: Default::default(),
         };
         if !m.samples.is_empty() {
@@ -146,8 +155,17 @@ impl Report {
         }
     }
 
-    /// The table heading for `test`.
-    pub fn heading(test: Test, report_gbits: bool) -> String {
+    /// The table heading for `test` (with `--verify`'s columns when `verify`).
+    pub fn heading(test: Test, report_gbits: bool, verify: bool) -> String {
+        let mut heading = Self::perftest_heading(test, report_gbits);
+        if verify {
+            heading += &format!(" {:>14} {:>14}", "Checked[msgs]", "Bad[msgs]");
+        }
+        heading
+    }
+
+    /// perftest's heading for `test`.
+    fn perftest_heading(test: Test, report_gbits: bool) -> String {
         if test.is_latency() {
             format!(
                 " {:<10} {:<12} {:>12} {:>12} {:>16} {:>12} {:>14} {:>20} {:>22}",
@@ -174,8 +192,17 @@ impl Report {
         }
     }
 
-    /// The table row.
+    /// The table row (with `--verify`'s columns when it ran).
     pub fn row(&self, report_gbits: bool) -> String {
+        let mut row = self.perftest_row(report_gbits);
+        if let (Some(checked), Some(bad)) = (self.verified_messages, self.verify_errors) {
+            row += &format!(" {checked:>14} {bad:>14}");
+        }
+        row
+    }
+
+    /// perftest's columns of the row.
+    fn perftest_row(&self, report_gbits: bool) -> String {
         match (self.t_min_us, self.t_typical_us) {
             (Some(min), Some(typical)) => format!(
                 " {:<10} {:<12} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>20.2} {:>22.2}",

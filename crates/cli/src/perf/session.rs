@@ -15,6 +15,7 @@ use sluice_wire::Psn;
 
 use super::report::Report;
 use super::traffic::{self, Measured};
+use super::verify::{self, Slots, Verifier};
 use super::{Options, PerfError, Role, Test, Verb};
 
 /// The exchange with the peer, on its own handle of the TCP connection.
@@ -45,6 +46,10 @@ pub(crate) struct Session {
     pub(crate) idle_since: Option<sluice_core::Instant>,
     /// The size of every receive posted (the largest message of the run).
     pub(crate) recv_size: u32,
+    /// `--verify`'s buffers and findings.
+    pub(crate) verify: Option<Verifier>,
+    /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
+    pub(crate) last_error_completion: Option<String>,
     /// For peeking: has the peer started the end-of-test exchange?
     stream: TcpStream,
     exchange: Exchange,
@@ -71,10 +76,7 @@ impl Session {
         let mut byte = [0u8; 1];
         let ready = match self.stream.peek(&mut byte) {
             Ok(0) => {
-                return Err(PerfError::Exchange(format!(
-                    "the peer closed the connection{}",
-                    self.datapath_hint()
-                )));
+                return Err(self.transport_error("the peer closed the connection".into()));
             }
             Ok(_) => true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
@@ -98,33 +100,83 @@ impl Session {
         )
     }
 
-    /// A transport error, with the counters that explain it.
+    /// A transport error, with what explains it (see [`Session::diagnosis`]).
     pub(crate) fn transport_error(&mut self, message: String) -> PerfError {
-        let c = *self.dev.engine().counters();
-        let n = *self.dev.counters();
-        let hint = self.datapath_hint();
         PerfError::Transport {
             message,
-            counters: format!(
-                "engine: tx {} pkts, rx {} pkts, retransmitted {}, timeouts {}, NAKs received \
-                 (seq/rnr/error) {}/{}/{}, drops (unknown QP/wrong peer/state) {}/{}/{}\n\
-                 datapath: rx datagrams {}, ICRC errors {}, malformed {}, tx datagrams {}",
-                c.tx_packets,
-                c.rx_packets,
-                c.retransmitted_packets,
-                c.retransmit_timeouts,
-                c.naks_received_sequence,
-                c.naks_received_rnr,
-                c.naks_received_error,
-                c.drops_unknown_qp,
-                c.drops_wrong_peer,
-                c.drops_bad_state,
-                n.rx_datagrams,
-                n.rx_icrc_errors,
-                n.rx_malformed,
-                n.tx_datagrams
-            ) + &hint,
+            counters: self.diagnosis(),
         }
+    }
+
+    /// `e` with what explains it, unless it carries that already: once the queue pairs
+    /// exist, any failure (the peer gone, the exchange broken) may come from the transport,
+    /// and an end that only says "the peer closed the connection" hides why.
+    pub(crate) fn explain(&mut self, e: PerfError) -> PerfError {
+        match e {
+            PerfError::Transport { .. } | PerfError::Usage(_) | PerfError::Verify(_) => e,
+            other => self.transport_error(other.to_string()),
+        }
+    }
+
+    /// What either end prints when it fails: its queue pairs' states, the last error
+    /// completion it polled, the engine's and the datapath's counters (and what the
+    /// datapath saw that the user can act on).
+    pub(crate) fn diagnosis(&self) -> String {
+        let c = *self.dev.engine_ref().counters();
+        let n = *self.dev.counters();
+        format!(
+            "queue pairs: {}\n\
+             last error completion: {}\n\
+             engine: tx {} pkts, rx {} pkts, retransmitted {}, timeouts {}, NAKs received \
+             (seq/rnr/error) {}/{}/{}, NAKs sent (seq/rnr/invalid/access/operational) \
+             {}/{}/{}/{}/{}, drops (unknown QP/wrong peer/state) {}/{}/{}\n\
+             datapath: rx datagrams {}, ICRC errors {}, malformed {}, tx datagrams {}",
+            self.qp_states(),
+            self.last_error_completion.as_deref().unwrap_or("none"),
+            c.tx_packets,
+            c.rx_packets,
+            c.retransmitted_packets,
+            c.retransmit_timeouts,
+            c.naks_received_sequence,
+            c.naks_received_rnr,
+            c.naks_received_error,
+            c.naks_sent_sequence,
+            c.naks_sent_rnr,
+            c.naks_sent_invalid_request,
+            c.naks_sent_remote_access,
+            c.naks_sent_remote_operational,
+            c.drops_unknown_qp,
+            c.drops_wrong_peer,
+            c.drops_bad_state,
+            n.rx_datagrams,
+            n.rx_icrc_errors,
+            n.rx_malformed,
+            n.tx_datagrams
+        ) + &self.datapath_hint()
+    }
+
+    /// How many queue pairs are in each state, and the first that is not ready to send
+    /// (`Rts 3, Error 1 (first not ready: QP 0x12 in Error)`).
+    fn qp_states(&self) -> String {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut first_not_ready = None;
+        for end in &self.qps {
+            let state = self.dev.engine_ref().qp_state(end.qpn);
+            let name = state.map_or("gone".to_string(), |st| format!("{st:?}"));
+            if first_not_ready.is_none() && state != Some(sluice_core::QpState::Rts) {
+                first_not_ready = Some(format!("QP {:#x} in {name}", end.qpn.0));
+            }
+            *counts.entry(name).or_default() += 1;
+        }
+        let mut text = counts
+            .iter()
+            .map(|(state, n)| format!("{state} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Some(first) = first_not_ready {
+            text += &format!(" (first not ready: {first})");
+        }
+        text
     }
 
     /// The end of the test (perftest's barriers, and the client's report to the server in
@@ -266,7 +318,7 @@ pub(crate) fn run(o: &Options) -> Result<Vec<Report>, PerfError> {
         None => {
             let ip = o.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
             let listener = listen(SocketAddr::new(ip, o.port))?;
-            serve(o, listener)
+            serve_clients(o, &listener)
         }
         Some(host) => {
             let addrs: Vec<SocketAddr> = (host.as_str(), o.port)
@@ -303,9 +355,35 @@ fn connect(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
     }
 }
 
+/// Serves `--serve` clients on `listener`, one after another. A client whose run fails is
+/// reported and the next one served: one bad client does not end a server that others are
+/// waiting to use. Fails with the last client's failure, once every client was served.
+fn serve_clients(o: &Options, listener: &TcpListener) -> Result<Vec<Report>, PerfError> {
+    if o.serve == Some(1) {
+        return serve(o, listener);
+    }
+    let mut reports = Vec::new();
+    let mut failed = None;
+    let mut served = 0u32;
+    while o.serve.is_none_or(|n| served < n) {
+        served += 1;
+        match serve(o, listener) {
+            Ok(r) => reports.extend(r),
+            Err(e) => {
+                eprintln!("sluice perf: client {served}: {e}");
+                failed = Some(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(reports),
+    }
+}
+
 /// Serves one client on `listener` (a loopback run serves exactly one; a standalone server
-/// too, as perftest does).
-pub(crate) fn serve(o: &Options, listener: TcpListener) -> Result<Vec<Report>, PerfError> {
+/// too by default, as perftest does).
+pub(crate) fn serve(o: &Options, listener: &TcpListener) -> Result<Vec<Report>, PerfError> {
     if !o.json && !o.quiet {
         eprintln!(
             "waiting for a client on TCP {} ({})",
@@ -325,6 +403,12 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
     let sizes = o.sizes();
     let max_size = *sizes.iter().max().expect("at least one size");
     let mut s = open(o, stream, role, local_ip, peer_ip, max_size)?;
+    run_sizes(&mut s, o, &sizes).map_err(|e| s.explain(e))
+}
+
+/// Runs every size over an open session and prints each result.
+fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>, PerfError> {
+    let role = s.role;
     let mut reports = Vec::new();
     if !o.json && !o.quiet {
         eprintln!(
@@ -340,7 +424,7 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             s.mtu,
             s.dev.offloads()
         );
-        println!("{}", Report::heading(o.test, o.report_gbits));
+        println!("{}", Report::heading(o.test, o.report_gbits, o.verify));
     }
     // A server of a test where only the client sends serves every size in one go (the
     // client's sizes need no barrier) and measures nothing itself.
@@ -350,11 +434,11 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
         let last = i + 1 == sizes.len() || passive_server;
         let before = *s.dev.engine().counters();
         let mut m: Measured = if passive_server {
-            traffic::bw_responder(&mut s)?
+            traffic::bw_responder(s)?
         } else if o.test.is_latency() {
-            traffic::latency(&mut s, o, size)?
+            traffic::latency(s, o, size)?
         } else {
-            traffic::bw_requester(&mut s, o, size)?
+            traffic::bw_requester(s, o, size)?
         };
         let after = *s.dev.engine().counters();
         let mut report = Report::new(
@@ -370,13 +454,21 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             after.retransmitted_packets - before.retransmitted_packets,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
-        report.services = service_counters(&s);
+        report.services = service_counters(s);
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
+                if passive_server && o.test.verb() == Verb::Write {
+                    let exact = sizes.len() == 1 && o.duration.is_none();
+                    check_landed_write(s, *sizes.last().expect("a size"), theirs.iters, exact);
+                }
             }
+        }
+        if let Some(v) = &s.verify {
+            report.verified_messages = Some(v.checked);
+            report.verify_errors = Some(v.errors);
         }
         // A passive server reports what it received (SEND) or the client's numbers.
         let measured = !passive_server || o.test == Test::SendBw || report.iterations > 0;
@@ -391,6 +483,14 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
             }
         }
         reports.push(report);
+        if let Some(failure) = s.verify.as_ref().and_then(Verifier::failure) {
+            let end = if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            };
+            return Err(PerfError::Verify(format!("the {end}: {failure}")));
+        }
         if passive_server {
             break;
         }
@@ -406,6 +506,32 @@ fn session(o: &Options, stream: TcpStream, role: Role) -> Result<Vec<Report>, Pe
         }
     }
     Ok(reports)
+}
+
+/// `--verify` at a WRITE-bandwidth server, which sees no completion for plain WRITEs and
+/// where every message lands at one address: at the end of the run, with one QP, what is
+/// there must be the client's last message, the `iterations`-th of the last size. Where
+/// the server cannot count the messages before (`-a`, `-D`: `exact` is false), the message
+/// may name itself (its first word is its tag) as QP 0's and numbered no lower. With more
+/// QPs, their packets write over each other's, so nothing is checked.
+fn check_landed_write(s: &mut Session, size: u32, iterations: u64, exact: bool) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    if s.qps.len() != 1 || iterations == 0 {
+        return;
+    }
+    let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
+    if let Some(b) = s.dev.engine_ref().mr_bytes(lkey) {
+        let landed = &b[from..from + size as usize];
+        let last = verify::tag(0, iterations - 1);
+        let named = landed
+            .first_chunk::<8>()
+            .map(|w| u64::from_le_bytes(*w))
+            .filter(|&t| !exact && verify::untag(t).0 == 0 && t >= last);
+        let tag = named.unwrap_or(last);
+        v.check(landed, tag, s.qps[0].qpn.0, verify::untag(tag).1);
+    }
 }
 
 /// The largest path MTU whose packets (with IP, UDP, the largest RoCE headers and the ICRC)
@@ -541,9 +667,21 @@ fn open(
         ends.push(QpEnd {
             qpn: *qpn,
             remote_addr: r.vaddr,
-            remote_rkey: r.rkey,
+            // A wrong key (a test's fault) makes the server NAK the first request.
+            remote_rkey: if o.faults.bad_rkey {
+                r.rkey ^ 0x00ff_ff00
+            } else {
+                r.rkey
+            },
         });
     }
+    let verify = if o.verify {
+        let mut v = Verifier::new(ends.len(), o.faults.corrupt_message);
+        v.slots = verify_slots(o, role, &mut dev, pd, max_size)?;
+        Some(v)
+    } else {
+        None
+    };
     exchange.connected().map_err(exchange_err)?;
     if let Some(cap) = &o.capture {
         let now = dev.now();
@@ -561,6 +699,8 @@ fn open(
         spin: o.spin,
         idle_since: None,
         recv_size: max_size,
+        verify,
+        last_error_completion: None,
         stream,
         exchange,
         index,
@@ -569,8 +709,46 @@ fn open(
         mtu: path_mtu.bytes(),
     };
     traffic::post_initial_receives(&mut s, o)?;
+    if s.verify.is_some() && o.test.verb() == Verb::Read && role == Role::Server {
+        let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
+        if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
+            verify::fill(&mut b[from..from + max_size as usize], verify::READ_SOURCE);
+        }
+    }
     s.exchange.start_traffic().map_err(exchange_err)?;
     Ok(s)
+}
+
+/// `--verify`'s buffers, one per message that may be in flight, where a bandwidth test has
+/// many: a requester's sources (WRITE, SEND) or destinations (READ), a SEND server's
+/// receives. In a region of their own: the run's region holds one message each way.
+fn verify_slots(
+    o: &Options,
+    role: Role,
+    dev: &mut Device,
+    pd: sluice_core::PdId,
+    max_size: u32,
+) -> Result<Option<Slots>, PerfError> {
+    let per_qp = match (o.test.is_latency(), role, o.test.verb()) {
+        (true, _, _) | (_, _, Verb::Atomic) => return Ok(None),
+        (false, Role::Client, _) => o.tx_depth,
+        (false, Role::Server, Verb::Send) => o.rx_depth,
+        (false, Role::Server, _) => return Ok(None),
+    };
+    let bytes = u64::from(o.qps) * u64::from(per_qp) * u64::from(max_size);
+    // Far from the run's region (which starts at 0x1000_0000).
+    let addr = 0x100_0000_0000u64;
+    let mr = dev.engine().register_mr(
+        pd,
+        addr,
+        Memory::Bytes(vec![0u8; bytes as usize].into_boxed_slice()),
+        Access::ALL | Access::LOCAL_WRITE,
+    )?;
+    Ok(Some(Slots {
+        mr,
+        per_qp,
+        size: max_size,
+    }))
 }
 
 /// READs and atomics we accept outstanding (and announce as out_reads).

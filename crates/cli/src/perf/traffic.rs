@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use sluice_core::{Completion, SendOp, SendWr, Sge, WcStatus};
 
 use super::session::{QpEnd, Session};
+use super::verify;
 use super::{Options, PerfError, Role, Verb};
 
 /// What one run of a test measured on this side.
@@ -58,10 +59,14 @@ fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
     let cq = s.cq;
     match s.dev.engine().poll_cq(cq) {
         Ok(Some(c)) if c.status == WcStatus::Success => Ok(Some(c)),
-        Ok(Some(c)) => Err(s.transport_error(format!(
-            "QP {:#x}: work request {} completed with {:?}",
-            c.qp.0, c.wr_id, c.status
-        ))),
+        Ok(Some(c)) => {
+            let what = format!(
+                "QP {:#x}: work request {} completed with {:?}",
+                c.qp.0, c.wr_id, c.status
+            );
+            s.last_error_completion = Some(what.clone());
+            Err(s.transport_error(what))
+        }
         Ok(None) => Ok(None),
         Err(_) => Err(s.transport_error("completion queue overrun".into())),
     }
@@ -93,10 +98,15 @@ fn send_op(verb: Verb, qp: &QpEnd, compare_swap: bool, n: u64) -> SendOp {
     }
 }
 
+/// A local buffer: a region's key and an address in it.
+type Buffer = (u32, u64);
+
+#[allow(clippy::too_many_arguments)]
 fn post(
     s: &mut Session,
     q: usize,
     op: SendOp,
+    (lkey, addr): Buffer,
     size: u32,
     wr_id: u64,
     signaled: bool,
@@ -104,8 +114,8 @@ fn post(
 ) -> Result<(), PerfError> {
     let qp = &s.qps[q];
     let sge = [Sge {
-        lkey: s.mr.lkey,
-        addr: s.mr.addr,
+        lkey,
+        addr,
         len: size,
     }];
     let inline = size <= inline_size && matches!(op, SendOp::Send | SendOp::Write { .. });
@@ -119,12 +129,73 @@ fn post(
     Ok(())
 }
 
+/// Where message `seq` (of this size) of the QP at `q` is sent from (WRITE, SEND) or lands
+/// (READ): the start of the run's region, as in perftest; with `--verify`, the message's
+/// own slot (or that start, where one message at a time is in flight), filled with the
+/// pattern of the QP's next message (numbered over every size of the run, as its receiver
+/// counts them), or cleared for a READ (so that a READ that brought nothing fails).
+fn message_buffer(s: &mut Session, verb: Verb, q: usize, seq: u64, size: u32) -> Buffer {
+    let Some(v) = s.verify.as_mut() else {
+        return (s.mr.lkey, s.mr.addr);
+    };
+    let (lkey, addr, offset) = match v.slots {
+        Some(slots) => (slots.mr.lkey, slots.mr.addr, slots.offset(q, seq)),
+        None => (s.mr.lkey, s.mr.addr, 0),
+    };
+    if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
+        let buf = &mut b[offset..offset + size as usize];
+        match verb {
+            Verb::Read => buf.fill(0),
+            _ => v.fill_next(buf, q),
+        }
+    }
+    (lkey, addr + offset as u64)
+}
+
+/// `--verify`: checks what READ `seq` of the QP at `q` brought (into the buffer
+/// `message_buffer` gave it) against the memory the responder serves.
+fn check_read(s: &mut Session, q: usize, seq: u64, size: u32) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    let (lkey, offset) = match v.slots {
+        Some(slots) => (slots.mr.lkey, slots.offset(q, seq)),
+        None => (s.mr.lkey, 0),
+    };
+    if let Some(b) = s.dev.engine_ref().mr_bytes(lkey) {
+        let got = &b[offset..offset + size as usize];
+        v.check(got, verify::READ_SOURCE, s.qps[q].qpn.0, seq);
+    }
+}
+
+/// `--verify`: checks the `len` bytes the peer's next message on the QP at `q` left in
+/// receive `wr_id`'s buffer (or in the receive area, where one message at a time lands).
+fn check_received(s: &mut Session, q: usize, wr_id: u64, len: u32) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    let msg = v.received[q];
+    v.received[q] += 1;
+    let (lkey, offset) = match v.slots {
+        Some(slots) => (slots.mr.lkey, slots.offset(q, wr_id)),
+        None => (s.mr.lkey, s.recv_offset as usize),
+    };
+    if let Some(b) = s.dev.engine_ref().mr_bytes(lkey) {
+        let got = &b[offset..offset + len as usize];
+        v.check(got, verify::tag(q, msg), s.qps[q].qpn.0, msg);
+    }
+}
+
 fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
     let qp = &s.qps[q];
     // Every receive can hold the largest message of the run.
+    let (lkey, addr) = match s.verify.as_ref().and_then(|v| v.slots) {
+        Some(slots) => (slots.mr.lkey, slots.mr.addr + slots.offset(q, wr_id) as u64),
+        None => (s.mr.lkey, s.mr.addr + s.recv_offset),
+    };
     let sge = [Sge {
-        lkey: s.mr.lkey,
-        addr: s.mr.addr + s.recv_offset,
+        lkey,
+        addr,
         len: s.recv_size,
     }];
     let qpn = qp.qpn;
@@ -148,6 +219,9 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
     let mut posted = vec![0u64; n];
     let mut completed = vec![0u64; n];
     let mut last_signaled = vec![0u64; n];
+    // READs checked (`--verify`): those up to the last completion, which RC's ordering
+    // says have all completed.
+    let mut checked = vec![0u64; n];
     // The QPs that may have room for more (every one at first, then those with a new
     // completion; one may be listed twice), and how many posted their last message: a round
     // costs what completed, not a pass over every QP (16,384 of them take tens of us, and
@@ -172,7 +246,8 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
                 let seq = posted[q];
                 let signaled = (seq + 1) % cq_mod == 0 || seq + 1 == iterations;
                 let op = send_op(verb, &s.qps[q], o.compare_swap, seq);
-                post(s, q, op, size, seq, signaled, o.inline_size)?;
+                let buffer = message_buffer(s, verb, q, seq, size);
+                post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
                 posted[q] += 1;
                 if signaled {
                     last_signaled[q] = seq + 1;
@@ -186,6 +261,12 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         while let Some(c) = next_completion(s)? {
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
+            if verb == Verb::Read {
+                while checked[q] < completed[q] {
+                    check_read(s, q, checked[q], size);
+                    checked[q] += 1;
+                }
+            }
             room.push(q);
             last_progress = Instant::now();
         }
@@ -241,6 +322,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
             received += 1;
             start.get_or_insert_with(Instant::now);
             last = Instant::now();
+            check_received(s, q, c.wr_id, c.byte_len);
             post_recv(s, q, c.wr_id)?;
         }
         if s.peer_finished()? {
@@ -274,9 +356,13 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
     while i < iterations && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
         let op = send_op(o.test.verb(), &s.qps[0], o.compare_swap, i);
-        post(s, 0, op, size, i, true, o.inline_size)?;
+        let buffer = message_buffer(s, o.test.verb(), 0, i, size);
+        post(s, 0, op, buffer, size, i, true, o.inline_size)?;
         wait_for_send(s, o, i, &mut 0)?;
         samples.push(t0.elapsed().as_nanos() as u64);
+        if o.test.verb() == Verb::Read {
+            check_read(s, 0, i, size);
+        }
         i += 1;
     }
     Ok(Measured {
@@ -307,15 +393,18 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         if received < iterations && !(server && sent == 0) {
             received += 1;
             wait_for_mark(s, o, size, received)?;
+            // The mark (the last byte) is not part of the pattern.
+            check_received(s, 0, 0, size - 1);
         }
         if sent < iterations {
             sent += 1;
+            let buffer = message_buffer(s, Verb::Write, 0, sent, size - 1);
             let (lkey, at) = (s.mr.lkey, (size - 1) as usize);
             if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
                 b[at] = sent as u8;
             }
             let op = send_op(Verb::Write, &s.qps[0], false, sent);
-            post(s, 0, op, size, sent, true, o.inline_size)?;
+            post(s, 0, op, buffer, size, sent, true, o.inline_size)?;
             // The poll that sends the WRITE reads the clock as it begins: that reading is
             // the WRITE's stamp (perftest's is read just before `ibv_post_send`). A clock
             // reading of its own would cost the turn 25-40 ns more in a VM.
@@ -350,7 +439,8 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         if !client {
             wait_for_receive(s, o, i, &mut received)?;
         }
-        post(s, 0, SendOp::Send, size, i + 1, true, o.inline_size)?;
+        let buffer = message_buffer(s, Verb::Send, 0, i, size);
+        post(s, 0, SendOp::Send, buffer, size, i + 1, true, o.inline_size)?;
         wait_for_send(s, o, i + 1, &mut received)?;
         if client {
             wait_for_receive(s, o, i, &mut received)?;
@@ -445,6 +535,7 @@ fn next_send_completion(
         if c.opcode != sluice_core::WcOpcode::Recv {
             return Ok(Some(c));
         }
+        check_received(s, 0, c.wr_id, c.byte_len);
         post_recv(s, 0, c.wr_id)?;
         *received += 1;
     }
