@@ -32,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scapy_build import RETH, padded  # noqa: E402  (also loads scapy's RoCE contrib)
 
-from scapy.all import IP, UDP, AsyncSniffer, Ether, Raw  # noqa: E402
+from scapy.all import IP, UDP, AsyncSniffer, Ether, Raw, bind_layers  # noqa: E402
 from scapy.contrib.roce import AETH, BTH  # noqa: E402
 
 ROCE_PORT = 4791
@@ -206,6 +206,10 @@ def flood(wire: Wire, frames: list, count: int, seconds: float) -> None:
 
 
 def roce(args) -> None:
+    global ROCE_PORT
+    ROCE_PORT = args.roce_port
+    # scapy dissects a BTH after UDP port 4791 only: teach it the run's port.
+    bind_layers(UDP, BTH, dport=ROCE_PORT)
     check_allowed(args.target, args.allow)
     kinds = [k for k in args.attacks.split(",") if k]
     # Only the sprays need the live R_Key: the others fall back to made-up values (the
@@ -293,6 +297,7 @@ def main() -> None:
     r.add_argument("--flood-seconds", type=float, default=3.0)
     r.add_argument("--learn-seconds", type=float, default=10.0)
     r.add_argument("--spray", type=int, default=2000)
+    r.add_argument("--roce-port", type=int, default=ROCE_PORT, help="the run's RoCE UDP port")
     r.add_argument("--pause-pid", type=int, default=0,
                    help="stop this process (the live sender) from learning to the end of the attack")
     t = sub.add_parser("tcp")

@@ -347,7 +347,9 @@ fn finish_or_kill(mut child: Child) -> Option<ExitStatus> {
 }
 
 /// Abuses the exchange answers today: garbage and a message cut by a close each end the
-/// server at once with an error naming the stage.
+/// server at once with an error naming the stage. Huge announced sizes (taken today: see
+/// the ignored test below) do not crash it or grow it past the bound before the attacker
+/// hangs up.
 #[test]
 fn exchange_garbage_and_cut_messages_end_with_the_stage_named() {
     let Some((_guard, py)) = begin() else {
@@ -357,6 +359,8 @@ fn exchange_garbage_and_cut_messages_end_with_the_stage_named() {
     for (kind, says) in [
         ("garbage", "the version exchange"),
         ("half_close", "the version exchange"),
+        ("huge_page", "connection exchange"),
+        ("huge_cache_line", "connection exchange"),
     ] {
         let (status, out) = abuse_exchange(&pair, &py, kind, Duration::from_secs(20));
         assert!(
