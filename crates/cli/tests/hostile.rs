@@ -420,6 +420,11 @@ fn verify_catches_a_replaced_message() {
     let Some((_guard, py)) = begin() else {
         return;
     };
+    let help = sh(&[SLUICE, "perf", "write-bw", "--help"]);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("--verify"),
+        "sluice perf has no --verify yet"
+    );
     let pair = Pair::new("v");
     let (server, client) = start_write(&pair, &["-s", "64", "-D", "6", "--verify"]);
     std::thread::sleep(Duration::from_millis(1500));
