@@ -16,10 +16,13 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sluice_core::Mtu;
-use sluice_perftest::{BwReport, Dest, LocalParams, PerftestError, Role, Session, Test};
+use sluice_perftest::{
+    BwReport, Dest, LocalParams, PerftestError, Role, SelfLimiting, Session, Test, TimeoutStream,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct End {
@@ -69,8 +72,14 @@ fn dests(end: End) -> Vec<Dest> {
 }
 
 /// One end's whole exchange, as `sluice perf` walks it.
-fn run<S: Read + Write>(stream: S, end: End) -> Result<(), PerftestError> {
-    let mut session = Session::start(stream, end.role, end.test, LocalParams::new(end.mtu))?;
+fn run<S: TimeoutStream>(stream: S, end: End) -> Result<(), PerftestError> {
+    let mut session = Session::start(
+        stream,
+        end.role,
+        end.test,
+        LocalParams::new(end.mtu),
+        STEP_TIMEOUT,
+    )?;
     let peer = session.exchange_dests(&dests(end))?;
     assert_eq!(
         peer.len(),
@@ -89,6 +98,10 @@ fn run<S: Read + Write>(stream: S, end: End) -> Result<(), PerftestError> {
     session.finish((end.role == Role::Client).then_some(report))?;
     Ok(())
 }
+
+/// Each step's deadline: the scripted peer never blocks, and the recorded one answers at
+/// once, so this only bounds a bug.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A stream that keeps what is written to it.
 struct Recorded<S> {
@@ -110,6 +123,12 @@ impl<S: Write> Write for Recorded<S> {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+impl<S: TimeoutStream> TimeoutStream for Recorded<S> {
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.inner.limit_blocking(limit)
     }
 }
 
@@ -173,7 +192,7 @@ fuzz_target!(|data: &[u8]| {
     }
     input.extend_from_slice(rest);
     let untouched = cut == whole && *with == 0;
-    let result = run(Script { input, at: 0 }, end);
+    let result = run(SelfLimiting(Script { input, at: 0 }), end);
     if untouched {
         assert!(
             result.is_ok(),

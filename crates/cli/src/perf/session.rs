@@ -433,8 +433,16 @@ fn open(
     let path_mtu =
         Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
     let handle = stream.try_clone().map_err(exchange_io)?;
-    let mut exchange =
-        Exchange::start(handle, role, o.test, LocalParams::new(path_mtu)).map_err(exchange_err)?;
+    // Every step of the exchange, on either side, ends within the stall timeout: a peer that
+    // goes silent or trickles its messages cannot hold this end.
+    let mut exchange = Exchange::start(
+        handle,
+        role,
+        o.test,
+        LocalParams::new(path_mtu),
+        o.stall_timeout,
+    )
+    .map_err(exchange_err)?;
     let negotiated = exchange.negotiated().clone();
 
     let mut config = DeviceConfig::new(local_ip);
@@ -462,10 +470,12 @@ fn open(
     let pd = engine.alloc_pd();
     // One region for every QP: data is sent from its first half and lands in its second. A
     // perftest peer spreads small messages over a page from our address: keep a page at least.
+    // The page and cache line are the peer's word, bounded by the exchange (1 MiB, 4 KiB);
+    // the allocation is still fallible, so that a large -s on a small machine is an error.
     let half = u64::from(max_size)
         .max(u64::from(negotiated.cycle_buffer))
         .next_multiple_of(u64::from(negotiated.cache_line_size));
-    let buf = vec![0u8; (2 * half) as usize].into_boxed_slice();
+    let buf = zeroed_region(2 * half)?;
     let addr = 0x1000_0000u64;
     let mr = engine.register_mr(
         pd,
@@ -571,6 +581,22 @@ fn open(
     traffic::post_initial_receives(&mut s, o)?;
     s.exchange.start_traffic().map_err(exchange_err)?;
     Ok(s)
+}
+
+/// `len` zero bytes for the memory region, or an error if they cannot be had.
+fn zeroed_region(len: u64) -> Result<Box<[u8]>, PerfError> {
+    let cannot = |why: String| {
+        PerfError::Exchange(format!(
+            "cannot allocate the {len}-byte memory region (twice the larger of -s and the \
+             negotiated page size): {why}"
+        ))
+    };
+    let len_usize = usize::try_from(len).map_err(|e| cannot(e.to_string()))?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len_usize)
+        .map_err(|e| cannot(e.to_string()))?;
+    buf.resize(len_usize, 0);
+    Ok(buf.into_boxed_slice())
 }
 
 /// READs and atomics we accept outstanding (and announce as out_reads).
