@@ -548,6 +548,19 @@ pub struct Negotiated {
     pub mtu: Mtu,
 }
 
+impl Negotiated {
+    /// The bytes from its announced address that a perftest peer may reach in each QP's
+    /// target region, for messages of up to `max_size` bytes: `max(size, page)` rounded up to
+    /// the cache line (`alloc_ctx`). The bounds on what a peer announces keep it below
+    /// `max(max_size, MAX_CYCLE_BUFFER) + MAX_CACHE_LINE_SIZE` (a cache line need not be a
+    /// power of two, so rounding may add up to one less than a line).
+    pub fn target_span(&self, max_size: u32) -> u64 {
+        u64::from(max_size)
+            .max(u64::from(self.cycle_buffer))
+            .next_multiple_of(u64::from(self.cache_line_size))
+    }
+}
+
 /// A bandwidth result as perftest exchanges it (`struct bw_report_data`, the fields it sends).
 /// The bandwidths are in MB/s (2^20 bytes per second) unless perftest runs with
 /// `--report_gbits` (Gb/s); the message rate is in millions per second.
@@ -2273,6 +2286,8 @@ mod tests {
         let n = server_negotiating(MAX_CYCLE_BUFFER, MAX_CACHE_LINE_SIZE).unwrap();
         assert_eq!(n.cycle_buffer, MAX_CYCLE_BUFFER);
         assert_eq!(n.cache_line_size, MAX_CACHE_LINE_SIZE);
+        assert_eq!(n.target_span(2), u64::from(MAX_CYCLE_BUFFER));
+        assert_eq!(n.target_span(MAX_CYCLE_BUFFER + 1), 1 << 20 | 4096);
         let n = server_negotiating(1, 1).unwrap();
         // The larger of the two: ours.
         assert_eq!(n.cycle_buffer, DEFAULT_CYCLE_BUFFER);

@@ -472,9 +472,7 @@ fn open(
     // perftest peer spreads small messages over a page from our address: keep a page at least.
     // The page and cache line are the peer's word, bounded by the exchange (1 MiB, 4 KiB);
     // the allocation is still fallible, so that a large -s on a small machine is an error.
-    let half = u64::from(max_size)
-        .max(u64::from(negotiated.cycle_buffer))
-        .next_multiple_of(u64::from(negotiated.cache_line_size));
+    let half = negotiated.target_span(max_size);
     let buf = zeroed_region(2 * half)?;
     let addr = 0x1000_0000u64;
     let mr = engine.register_mr(
