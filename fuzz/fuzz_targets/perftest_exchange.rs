@@ -6,20 +6,109 @@
 //! peer sends is then a real peer's transcript for that choice (recorded once per choice by
 //! running both ends over a socket pair), cut where the next two bytes say, with one byte
 //! replaced as the two after say, and followed by the rest of the input: so the fuzzer
-//! reaches every stage of the exchange, not only the version message. Checked besides
-//! "no panic": the untouched transcript is accepted whole, and an accepted exchange has the
-//! peer's data for every QP.
+//! reaches every stage of the exchange, not only the version message. The byte after those
+//! may replace the page and cache-line sizes the peer announces with values at their bounds
+//! and beyond (see `ANNOUNCED`). Checked besides "no panic": the untouched transcript is
+//! accepted whole whatever in-bounds sizes it announces, and refused with the field named when
+//! one is out of bounds; an accepted exchange has the peer's data for every QP; and no
+//! allocation on the way, nor the memory region `sluice perf` then sizes from the negotiated
+//! values, exceeds `PEAK_ALLOCATION`.
 #![no_main]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sluice_core::Mtu;
-use sluice_perftest::{BwReport, Dest, LocalParams, PerftestError, Role, Session, Test};
+use sluice_perftest::{
+    BwReport, Dest, LocalParams, MAX_CACHE_LINE_SIZE, MAX_CYCLE_BUFFER, PerftestError, Role,
+    SelfLimiting, Session, Test, TimeoutStream,
+};
+
+/// The system allocator, noting the largest single request since the last `reset`: the
+/// exchange must never be talked into a large allocation.
+struct Tracking;
+
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+impl Tracking {
+    fn reset() {
+        LARGEST.store(0, Ordering::Relaxed);
+    }
+
+    fn largest() -> usize {
+        LARGEST.load(Ordering::Relaxed)
+    }
+
+    fn note(size: usize) {
+        LARGEST.fetch_max(size, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is passed on to `System` unchanged; only sizes are noted.
+unsafe impl GlobalAlloc for Tracking {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Tracking::note(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        Tracking::note(layout.size());
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        Tracking::note(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Tracking = Tracking;
+
+/// The largest message size of any test here (the bandwidth tests' default).
+const MAX_MESSAGE: u32 = 65_536;
+
+/// The most one input may allocate at once: `sluice perf`'s region for the largest
+/// negotiated values, twice the target span, which is under `MAX_CYCLE_BUFFER` plus a cache
+/// line (a line that is no power of two rounds 1 MiB up by up to a line: the fuzzer found
+/// 1 MiB + 64). Everything else the exchange allocates is a few hundred bytes.
+const PEAK_ALLOCATION: usize = 2 * (MAX_CYCLE_BUFFER + MAX_CACHE_LINE_SIZE) as usize;
+
+/// Page and cache-line sizes a peer may announce instead of its own, as the input chooses:
+/// at the bounds, just beyond, far beyond (the 8 GiB finding), zero and negative.
+const ANNOUNCED: [Option<u32>; 16] = [
+    None,
+    None,
+    Some(1),
+    Some(64),
+    Some(4096),
+    Some(65_536),
+    Some(MAX_CACHE_LINE_SIZE),
+    Some(MAX_CACHE_LINE_SIZE + 1),
+    Some(MAX_CYCLE_BUFFER),
+    Some(MAX_CYCLE_BUFFER + 1),
+    Some(0x7fff_fffe),
+    Some(0x7fff_ffff),
+    Some(0),
+    Some(0x8000_0000),
+    Some(0xffff_f000),
+    Some(u32::MAX),
+];
+
+/// Where the peer's page size is in its transcript (after the 16-byte version); the cache
+/// line follows it.
+const PAGE_AT: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct End {
@@ -68,9 +157,23 @@ fn dests(end: End) -> Vec<Dest> {
         .collect()
 }
 
-/// One end's whole exchange, as `sluice perf` walks it.
-fn run<S: Read + Write>(stream: S, end: End) -> Result<(), PerftestError> {
-    let mut session = Session::start(stream, end.role, end.test, LocalParams::new(end.mtu))?;
+/// One end's whole exchange, as `sluice perf` walks it, with the memory region it sizes
+/// from the negotiated values.
+fn run<S: TimeoutStream>(stream: S, end: End) -> Result<(), PerftestError> {
+    let mut session = Session::start(
+        stream,
+        end.role,
+        end.test,
+        LocalParams::new(end.mtu),
+        STEP_TIMEOUT,
+    )?;
+    let half = session.negotiated().target_span(MAX_MESSAGE);
+    let mut region: Vec<u8> = Vec::new();
+    // Fallible as in `sluice perf`: a size past the peak check below must not abort first.
+    if region.try_reserve_exact(2 * half as usize).is_ok() {
+        region.resize(2 * half as usize, 0);
+    }
+    drop(region);
     let peer = session.exchange_dests(&dests(end))?;
     assert_eq!(
         peer.len(),
@@ -89,6 +192,10 @@ fn run<S: Read + Write>(stream: S, end: End) -> Result<(), PerftestError> {
     session.finish((end.role == Role::Client).then_some(report))?;
     Ok(())
 }
+
+/// Each step's deadline: the scripted peer never blocks, and the recorded one answers at
+/// once, so this only bounds a bug.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A stream that keeps what is written to it.
 struct Recorded<S> {
@@ -110,6 +217,12 @@ impl<S: Write> Write for Recorded<S> {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+impl<S: TimeoutStream> TimeoutStream for Recorded<S> {
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.inner.limit_blocking(limit)
     }
 }
 
@@ -159,13 +272,33 @@ impl Write for Script {
     }
 }
 
+/// Which field a peer's page and cache-line sizes put out of bounds, if any (the page is
+/// checked first).
+fn out_of_bounds(page: u32, line: u32) -> Option<&'static str> {
+    let within = |v: u32, max: u32| (1..=max).contains(&v);
+    if !within(page, MAX_CYCLE_BUFFER) {
+        Some("page size")
+    } else if !within(line, MAX_CACHE_LINE_SIZE) {
+        Some("cache-line size")
+    } else {
+        None
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    let [a, b, cut_hi, cut_lo, at, with, rest @ ..] = data else {
+    let [a, b, cut_hi, cut_lo, at, with, sizes, rest @ ..] = data else {
         return;
     };
     let end = End::from_bytes(*a, *b);
     let mut input = transcript(end);
     let whole = input.len();
+    for (at, choice) in [(PAGE_AT, sizes & 15), (PAGE_AT + 4, sizes >> 4)] {
+        if let Some(value) = ANNOUNCED[usize::from(choice)] {
+            input[at..at + 4].copy_from_slice(&value.to_be_bytes());
+        }
+    }
+    let be = |at: usize| u32::from_be_bytes(input[at..at + 4].try_into().unwrap());
+    let refused_field = out_of_bounds(be(PAGE_AT), be(PAGE_AT + 4));
     let cut = usize::from(u16::from_be_bytes([*cut_hi, *cut_lo])) % (whole + 1);
     input.truncate(cut);
     if let Some(byte) = input.get_mut(usize::from(*at) * whole / 256) {
@@ -173,11 +306,23 @@ fuzz_target!(|data: &[u8]| {
     }
     input.extend_from_slice(rest);
     let untouched = cut == whole && *with == 0;
-    let result = run(Script { input, at: 0 }, end);
-    if untouched {
-        assert!(
+
+    Tracking::reset();
+    let result = run(SelfLimiting(Script { input, at: 0 }), end);
+    let largest = Tracking::largest();
+    assert!(
+        largest <= PEAK_ALLOCATION,
+        "{largest} bytes allocated at once (at most {PEAK_ALLOCATION}): {result:?}"
+    );
+    match (untouched, refused_field) {
+        (true, None) => assert!(
             result.is_ok(),
             "a real peer's transcript was refused: {result:?}"
-        );
+        ),
+        (true, Some(field)) => assert!(
+            matches!(&result, Err(PerftestError::OutOfBounds { field: f, .. }) if *f == field),
+            "{field} out of bounds, yet: {result:?}"
+        ),
+        (false, _) => {}
     }
 });

@@ -175,7 +175,9 @@ struct PerfArgs {
     /// Bytes of each packet (from the IP header) to keep in the capture.
     #[arg(long, default_value_t = 65535, requires = "pcap")]
     pcap_snaplen: u32,
-    /// Give up when no message completes for this many seconds.
+    /// Give up when no message completes for this many seconds, or when a step of the TCP
+    /// connection exchange (versions, sizes, queue-pair details, barriers, the report) does
+    /// not finish within it.
     #[arg(long, default_value_t = 10.0)]
     stall_timeout: f64,
     /// Keep trying to reach a server that refuses the connection for this many seconds.

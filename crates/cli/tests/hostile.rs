@@ -6,10 +6,6 @@
 //!
 //! Needs root, iproute2 and the Python with scapy that `SLUICE_PYTHON` names (scripts/test
 //! sets both); skips (passing, with a note) without them, unless `SLUICE_REQUIRE_NETNS=1`.
-//!
-//! The tests marked `#[ignore]` wait for work not merged yet, named in each reason: the
-//! exchange's deadlines and bounds, and `sluice perf --verify`. Run them with
-//! `cargo test -p sluice-cli --test hostile -- --ignored` once it is in.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -348,7 +344,7 @@ fn finish_or_kill(mut child: Child) -> Option<ExitStatus> {
 
 /// Abuses the exchange answers today: garbage and a message cut by a close each end the
 /// server at once with an error naming the stage. Huge announced sizes (taken today: see
-/// the ignored test below) do not crash it or grow it past the bound before the attacker
+/// the test below) do not crash it or grow it past the bound before the attacker
 /// hangs up.
 #[test]
 fn exchange_garbage_and_cut_messages_end_with_the_stage_named() {
@@ -374,11 +370,10 @@ fn exchange_garbage_and_cut_messages_end_with_the_stage_named() {
     }
 }
 
-/// NEEDS the exchange deadlines (every read and write of the exchange bounded in time):
-/// today a peer that sends half a message and goes silent, or connections that say
-/// nothing, hold the server forever.
+/// The exchange's deadlines (every step of the exchange bounded in time): a peer that sends
+/// half a message and goes silent, or connections that say nothing, do not hold the server
+/// past its stall timeout; the error names the stage.
 #[test]
-#[ignore = "needs the TCP exchange's deadlines (hardening of crates/perftest, not merged)"]
 fn exchange_silence_ends_within_the_deadline_with_the_stage_named() {
     let Some((_guard, py)) = begin() else {
         return;
@@ -394,10 +389,9 @@ fn exchange_silence_ends_within_the_deadline_with_the_stage_named() {
     }
 }
 
-/// NEEDS the bounds on announced sizes: today a page size (or cache-line size) of nearly
-/// 2 GiB is taken (the larger of the two ends' is used).
+/// The bounds on announced sizes: a page size (or cache-line size) of nearly 2 GiB (the
+/// larger of the two ends' would size the memory region) is refused naming the field.
 #[test]
-#[ignore = "needs bounds on the exchange's announced sizes (hardening of crates/perftest, not merged)"]
 fn a_huge_announced_page_size_is_refused_naming_the_field() {
     let Some((_guard, py)) = begin() else {
         return;

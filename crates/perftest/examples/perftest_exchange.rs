@@ -10,8 +10,8 @@
 //! One connection per test, in the order given. As a client it sends a made-up bandwidth
 //! report (perftest's server prints it); as a server it waits for the end of the test, which
 //! a perftest client only reaches if its traffic succeeded (here it has no responder, so it
-//! fails and leaves). Reads time out after `--timeout` seconds so that a perftest stuck
-//! waiting for traffic does not stop the run.
+//! fails and leaves). Each step of the exchange times out after `--timeout` seconds so that a
+//! perftest stuck waiting for traffic does not stop the run.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -121,7 +121,13 @@ fn local_dests(args: &Args, test: Test) -> Vec<Dest> {
 }
 
 fn run(stream: TcpStream, args: &Args, test: Test) -> Result<(), PerftestError> {
-    let mut s = Session::start(stream, args.role, test, LocalParams::new(args.mtu))?;
+    let mut s = Session::start(
+        stream,
+        args.role,
+        test,
+        LocalParams::new(args.mtu),
+        args.timeout,
+    )?;
     let n = s.negotiated().clone();
     println!(
         "negotiated: peer version {:?}, page {} B, cache line {} B, MTU ours {} / peer {} -> {}",
@@ -181,7 +187,7 @@ fn main() -> ExitCode {
             Some(l) => l.accept().map(|(s, _)| s),
             None => connect(addr, Duration::from_secs(60)),
         };
-        let result = match stream.and_then(|s| s.set_read_timeout(Some(args.timeout)).map(|()| s)) {
+        let result = match stream {
             Ok(s) => run(s, &args, test).map_err(|e| e.to_string()),
             Err(e) => Err(format!("no connection: {e}")),
         };

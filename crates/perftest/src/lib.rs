@@ -23,8 +23,15 @@
 //!    `ib_send_lat`, after its own traffic) and it returns when the client is done, so keep
 //!    the datapath running on another thread meanwhile.
 //!
-//! Nothing here times out by itself: set a read timeout on the stream (a perftest that waits
-//! for traffic waits forever), and it is reported as [`PerftestError::TimedOut`].
+//! Every step ends within the session's step timeout, however the peer behaves: all reads and
+//! writes of one step share one deadline (see [`TimeoutStream`]), so a peer that goes silent,
+//! or trickles its message a byte at a time, gets [`PerftestError::TimedOut`] naming the stage
+//! and how much of the message came. perftest itself waits forever.
+//!
+//! Every value the peer announces is checked against a documented bound before anything uses
+//! it ([`MAX_CYCLE_BUFFER`], [`MAX_CACHE_LINE_SIZE`], [`MIN_PEER_QPN`], [`MAX_REPORT_SIZE`]),
+//! so that a peer cannot make its user allocate or compute something absurd; a value out of
+//! bounds is [`PerftestError::OutOfBounds`], naming the field, the value and the bound.
 //!
 //! Every read waits for the whole message; messages are written with one `write` each because
 //! perftest reads each with a single `read(2)` and fails if it comes up short.
@@ -33,9 +40,12 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
 use std::ops::Range;
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use sluice_core::Mtu;
 
@@ -66,6 +76,84 @@ pub const DEFAULT_CYCLE_BUFFER: u32 = 4096;
 
 /// perftest's cache-line default; consecutive remote addresses are this far apart at least.
 pub const DEFAULT_CACHE_LINE_SIZE: u32 = 64;
+
+/// The largest page size (`cycle_buffer`) accepted from a peer: 1 MiB. perftest sends its
+/// `sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64, 16 or 64 KiB on some arm64 and ppc64 kernels; no
+/// Linux architecture has base pages above 256 KiB. The negotiated size sets how much memory
+/// each end registers, so an unbounded one would let a peer make us reserve gigabytes.
+pub const MAX_CYCLE_BUFFER: u32 = 1 << 20;
+
+/// The largest cache line accepted from a peer: 4 KiB. perftest reads the CPU's
+/// `coherency_line_size` (64 bytes on x86-64, 128 on POWER and some arm64, 256 on s390x) and
+/// falls back to 64. Buffers are rounded up to it, so it is bounded like the page size.
+pub const MAX_CACHE_LINE_SIZE: u32 = 4096;
+
+/// The smallest QPN accepted from a peer: QPs 0 and 1 are InfiniBand's management QPs (SMI
+/// and GSI) and never an RC QP's number; the largest is 0xff_ffff, all 24 bits (the format's
+/// six hex digits cannot carry more).
+pub const MIN_PEER_QPN: u32 = 2;
+
+/// The largest message size accepted in a client's bandwidth report: 2^31 bytes, the largest
+/// RDMA message (InfiniBand's limit; perftest's `-s` stays far below it).
+pub const MAX_REPORT_SIZE: u64 = 1 << 31;
+
+/// A stream whose blocking reads and writes can be bounded in time, so that each step of the
+/// exchange ends by its deadline: before every read and write the session lets it block only
+/// for what is left of the step.
+pub trait TimeoutStream: Read + Write {
+    /// Lets each following read and write block for at most `limit` (never zero) and then
+    /// fail with `WouldBlock` or `TimedOut`; `None` lets them block as long as they need.
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()>;
+}
+
+impl TimeoutStream for TcpStream {
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(limit)?;
+        self.set_write_timeout(limit)
+    }
+}
+
+#[cfg(unix)]
+impl TimeoutStream for UnixStream {
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(limit)?;
+        self.set_write_timeout(limit)
+    }
+}
+
+impl<T: TimeoutStream + ?Sized> TimeoutStream for &mut T {
+    fn limit_blocking(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        (**self).limit_blocking(limit)
+    }
+}
+
+/// A stream that never blocks for long by itself: an in-memory script, or a non-blocking
+/// handle whose reads give up on their own. There is no timeout to set; the step's deadline
+/// is still checked before every read and write.
+#[derive(Debug)]
+pub struct SelfLimiting<S>(pub S);
+
+impl<S: Read> Read for SelfLimiting<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<S: Write> Write for SelfLimiting<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<S: Read + Write> TimeoutStream for SelfLimiting<S> {
+    fn limit_blocking(&mut self, _limit: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+}
 
 /// QP attributes perftest sets on every RC queue pair (`ctx_modify_qp_to_rtr`/`_rts`), so
 /// that a Sluice end behaves the same: timeout 14 (4.096 us x 2^14 = 67 ms, `-u` changes it),
@@ -460,6 +548,19 @@ pub struct Negotiated {
     pub mtu: Mtu,
 }
 
+impl Negotiated {
+    /// The bytes from its announced address that a perftest peer may reach in each QP's
+    /// target region, for messages of up to `max_size` bytes: `max(size, page)` rounded up to
+    /// the cache line (`alloc_ctx`). The bounds on what a peer announces keep it below
+    /// `max(max_size, MAX_CYCLE_BUFFER) + MAX_CACHE_LINE_SIZE` (a cache line need not be a
+    /// power of two, so rounding may add up to one less than a line).
+    pub fn target_span(&self, max_size: u32) -> u64 {
+        u64::from(max_size)
+            .max(u64::from(self.cycle_buffer))
+            .next_multiple_of(u64::from(self.cache_line_size))
+    }
+}
+
 /// A bandwidth result as perftest exchanges it (`struct bw_report_data`, the fields it sends).
 /// The bandwidths are in MB/s (2^20 bytes per second) unless perftest runs with
 /// `--report_gbits` (Gb/s); the message rate is in millions per second.
@@ -543,10 +644,11 @@ pub enum PerftestError {
         /// Bytes the message has.
         want: usize,
     },
-    /// The stream's read timeout expired (`got` and `want` as for `PeerClosed`).
+    /// The step did not finish within the step timeout (`got` and `want` as for
+    /// `PeerClosed`).
     #[error(
-        "timed out waiting for the peer during {stage}{}: is it still running its traffic, or \
-         waiting for ours? (the stream's read timeout expired)",
+        "timed out waiting for the peer during {stage}{}: the step did not finish within \
+         {limit:?}; is the peer still running its traffic, waiting for ours, or not perftest?",
         progress(*.got, *.want)
     )]
     TimedOut {
@@ -556,6 +658,23 @@ pub enum PerftestError {
         got: usize,
         /// Bytes the message has.
         want: usize,
+        /// The step timeout.
+        limit: Duration,
+    },
+    /// The peer announced a value outside what Sluice accepts there.
+    #[error(
+        "the peer announced {field} {value} in {stage}; Sluice accepts {bound} (see \
+         docs/perftest.md, \"Bounds and deadlines\")"
+    )]
+    OutOfBounds {
+        /// Where in the exchange.
+        stage: Stage,
+        /// The field, as perftest names it.
+        field: &'static str,
+        /// What the peer announced.
+        value: String,
+        /// What is accepted.
+        bound: &'static str,
     },
     /// The peer's perftest is older than the exchange this speaks.
     #[error(
@@ -669,46 +788,57 @@ pub struct Session<S> {
     local: Vec<[u8; DEST_MSG_LEN]>,
     peer: Vec<Dest>,
     phase: Phase,
+    /// How long each step may take in all.
+    step_timeout: Duration,
 }
 
-impl<S: Read + Write> Session<S> {
+impl<S: TimeoutStream> Session<S> {
     /// Versions, page and cache-line sizes, and the MTU (perftest's `exchange_versions`,
-    /// `check_sys_data`, `check_mtu`), as soon as the connection is up.
+    /// `check_sys_data`, `check_mtu`), as soon as the connection is up. This and every later
+    /// step must be over within `step_timeout` (reads and writes together), or it fails with
+    /// [`PerftestError::TimedOut`]; the peer's page and cache-line sizes must be within
+    /// [`MAX_CYCLE_BUFFER`] and [`MAX_CACHE_LINE_SIZE`].
     pub fn start(
         mut stream: S,
         role: Role,
         test: Test,
         params: LocalParams,
+        step_timeout: Duration,
     ) -> Result<Session<S>, PerftestError> {
         if params.cycle_buffer == 0 || params.cache_line_size == 0 {
             return Err(PerftestError::Usage(
                 "page and cache-line sizes must be positive",
             ));
         }
+        if step_timeout.is_zero() {
+            return Err(PerftestError::Usage("the step timeout must be positive"));
+        }
+        let io = &mut Step::new(&mut stream, step_timeout);
         let mut ours = [0u8; VERSION_LEN];
         ours[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
-        let theirs = exchange(&mut stream, role, &ours, Stage::Version)?;
+        let theirs = exchange(io, role, &ours, Stage::Version)?;
         let peer_version = parse_version(&theirs)?;
 
-        // Peers from 5.32 on send these; we only talk to 5.70 and newer.
+        // Peers from 5.32 on send these; we only talk to 5.70 and newer. Each is checked as
+        // soon as it comes, before anything is sized from it.
         let cycle = exchange(
-            &mut stream,
+            io,
             role,
             &params.cycle_buffer.to_be_bytes(),
             Stage::SystemData,
         )?;
+        let peer_cycle = bounded_be(cycle, PAGE_SIZE_BOUND)?;
         let cache = exchange(
-            &mut stream,
+            io,
             role,
             &params.cache_line_size.to_be_bytes(),
             Stage::SystemData,
         )?;
-        let peer_cycle = positive_be(cycle, "page size")?;
-        let peer_cache = positive_be(cache, "cache-line size")?;
+        let peer_cache = bounded_be(cache, CACHE_LINE_BOUND)?;
 
         // From 5.31 on: the ibv_mtu enum value as one decimal digit and a NUL.
         let mtu_msg = [b'0' + mtu_code(params.mtu), 0];
-        let peer_mtu = parse_mtu(exchange(&mut stream, role, &mtu_msg, Stage::Mtu)?)?;
+        let peer_mtu = parse_mtu(exchange(io, role, &mtu_msg, Stage::Mtu)?)?;
         let mtu = if peer_mtu.bytes() < params.mtu.bytes() {
             peer_mtu
         } else {
@@ -729,7 +859,18 @@ impl<S: Read + Write> Session<S> {
             local: Vec::new(),
             peer: Vec::new(),
             phase: Phase::Started,
+            step_timeout,
         })
+    }
+
+    /// Changes the step timeout for the steps that follow, e.g. for a server that calls
+    /// [`Session::finish`] while the client's traffic runs: that step lasts the traffic.
+    pub fn set_step_timeout(&mut self, step_timeout: Duration) -> Result<(), PerftestError> {
+        if step_timeout.is_zero() {
+            return Err(PerftestError::Usage("the step timeout must be positive"));
+        }
+        self.step_timeout = step_timeout;
+        Ok(())
     }
 
     /// Which end this is.
@@ -773,14 +914,15 @@ impl<S: Read + Write> Session<S> {
             .collect::<Result<_, _>>()?;
 
         self.phase = Phase::Failed; // until this step succeeds
+        let io = &mut Step::new(&mut self.stream, self.step_timeout);
         let early = if self.test.is_latency() && self.test.verb() != Verb::Send {
-            Some(self.hand_shake(0, Stage::QpData(0))?)
+            Some(hand_shake(io, self.role, &self.local[0], Stage::QpData(0))?)
         } else {
             None
         };
         self.peer = Vec::with_capacity(local.len());
         for qp in 0..local.len() {
-            let dest = self.hand_shake(qp, Stage::QpData(qp))?;
+            let dest = hand_shake(io, self.role, &self.local[qp], Stage::QpData(qp))?;
             self.peer.push(dest);
         }
         if let Some(first) = early {
@@ -813,14 +955,16 @@ impl<S: Read + Write> Session<S> {
         )?;
         self.phase = Phase::Failed;
         let send = self.test.verb() == Verb::Send;
+        let (role, local, peer) = (self.role, &self.local, &self.peer);
+        let io = &mut Step::new(&mut self.stream, self.step_timeout);
         if send {
-            self.sync(0, Stage::ConnectSync)?;
+            sync(io, role, local, peer, 0, Stage::ConnectSync)?;
         }
-        for qp in 0..self.local.len() {
-            self.sync(qp, Stage::ConnectSync)?;
+        for qp in 0..local.len() {
+            sync(io, role, local, peer, qp, Stage::ConnectSync)?;
         }
         if !send {
-            self.sync(0, Stage::ConnectSync)?;
+            sync(io, role, local, peer, 0, Stage::ConnectSync)?;
         }
         self.phase = Phase::Connected;
         Ok(())
@@ -833,7 +977,8 @@ impl<S: Read + Write> Session<S> {
         self.expect(Phase::Connected, "start_traffic must follow connected")?;
         self.phase = Phase::Failed;
         if self.test.verb() == Verb::Send {
-            self.sync(0, Stage::StartSync)?;
+            let io = &mut Step::new(&mut self.stream, self.step_timeout);
+            sync(io, self.role, &self.local, &self.peer, 0, Stage::StartSync)?;
         }
         self.phase = Phase::TrafficStarted;
         Ok(())
@@ -853,31 +998,33 @@ impl<S: Read + Write> Session<S> {
     ///
     /// perftest before 23.07 then writes "done" and closes; nobody reads it, so we neither
     /// write nor expect it. Drop the stream afterwards.
+    ///
+    /// Like every step, this one must be over within the step timeout: a server that calls it
+    /// while the traffic runs sets a timeout longer than the traffic first
+    /// ([`Session::set_step_timeout`]). The client's report is checked against
+    /// [`MAX_REPORT_SIZE`], and its rates must be finite and not negative.
     pub fn finish(&mut self, report: Option<BwReport>) -> Result<Option<BwReport>, PerftestError> {
         let (role, test) = (self.role, self.test);
         let (local, peer) = (&self.local, &self.peer);
-        finish_steps(
-            &mut self.stream,
-            role,
-            test,
-            &mut self.phase,
-            local,
-            peer,
-            report,
-        )
+        let io = &mut Step::new(&mut self.stream, self.step_timeout);
+        finish_steps(io, role, test, &mut self.phase, local, peer, report)
     }
 
     /// [`Session::finish`] over `stream`, another handle of the same connection: one whose
     /// reads can do something else while they wait (a driver answering the peer's resends,
-    /// which the peer may need before it can reach the barrier).
+    /// which the peer may need before it can reach the barrier). Such a handle bounds its own
+    /// waits (its reads return `WouldBlock` or `TimedOut` when it gives up); the step timeout
+    /// is checked between its reads and writes.
     pub fn finish_on<T: Read + Write>(
         &mut self,
         stream: &mut T,
         report: Option<BwReport>,
     ) -> Result<Option<BwReport>, PerftestError> {
         let (role, test) = (self.role, self.test);
+        let mut stream = SelfLimiting(stream);
+        let io = &mut Step::new(&mut stream, self.step_timeout);
         finish_steps(
-            stream,
+            io,
             role,
             test,
             &mut self.phase,
@@ -895,23 +1042,6 @@ impl<S: Read + Write> Session<S> {
     fn expect(&self, phase: Phase, what: &'static str) -> Result<(), PerftestError> {
         expect_phase(self.phase, phase, what)
     }
-
-    /// One `ctx_hand_shake`: our QP data for `qp` out, the peer's in.
-    fn hand_shake(&mut self, qp: usize, stage: Stage) -> Result<Dest, PerftestError> {
-        hand_shake(&mut self.stream, self.role, &self.local[qp], stage)
-    }
-
-    /// A `ctx_hand_shake` used as a barrier: the peer must repeat its QP data for `qp`.
-    fn sync(&mut self, qp: usize, stage: Stage) -> Result<(), PerftestError> {
-        sync(
-            &mut self.stream,
-            self.role,
-            &self.local,
-            &self.peer,
-            qp,
-            stage,
-        )
-    }
 }
 
 fn expect_phase(now: Phase, want: Phase, what: &'static str) -> Result<(), PerftestError> {
@@ -924,9 +1054,9 @@ fn expect_phase(now: Phase, want: Phase, what: &'static str) -> Result<(), Perft
     }
 }
 
-/// The steps of [`Session::finish`], over `stream`.
-fn finish_steps<T: Read + Write>(
-    stream: &mut T,
+/// The steps of [`Session::finish`], over `io`.
+fn finish_steps<T: TimeoutStream>(
+    io: &mut Step<'_, T>,
     role: Role,
     test: Test,
     phase: &mut Phase,
@@ -942,20 +1072,24 @@ fn finish_steps<T: Read + Write>(
     *phase = Phase::Failed;
     let peer_report = match test {
         Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
-            sync(stream, role, local, peer, 0, Stage::EndSync)?;
+            sync(io, role, local, peer, 0, Stage::EndSync)?;
             let ours = match role {
                 Role::Client => report.unwrap_or_default(),
                 Role::Server => BwReport::default(),
             };
-            let theirs = exchange_report(stream, role, &ours)?;
-            sync(stream, role, local, peer, 0, Stage::Close)?;
+            let theirs = exchange_report(io, role, &ours)?;
+            // Only a server uses the report (a perftest server's is uninitialised memory).
+            if role == Role::Server {
+                check_report(&theirs)?;
+            }
+            sync(io, role, local, peer, 0, Stage::Close)?;
             match role {
                 Role::Server => Some(theirs),
                 Role::Client => None,
             }
         }
         Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
-            sync(stream, role, local, peer, 0, Stage::Close)?;
+            sync(io, role, local, peer, 0, Stage::Close)?;
             None
         }
         Test::WriteLat => None,
@@ -965,35 +1099,35 @@ fn finish_steps<T: Read + Write>(
 }
 
 /// One `ctx_hand_shake`: `ours` (our QP data) out, the peer's in; the client writes first.
-fn hand_shake<S: Read + Write>(
-    stream: &mut S,
+fn hand_shake<S: TimeoutStream>(
+    io: &mut Step<'_, S>,
     role: Role,
     ours: &[u8; DEST_MSG_LEN],
     stage: Stage,
 ) -> Result<Dest, PerftestError> {
     match role {
         Role::Client => {
-            write_msg(stream, ours, stage)?;
-            read_dest(stream, stage)
+            io.write_msg(ours, stage)?;
+            read_dest(io, stage)
         }
         Role::Server => {
-            let theirs = read_dest(stream, stage)?;
-            write_msg(stream, ours, stage)?;
+            let theirs = read_dest(io, stage)?;
+            io.write_msg(ours, stage)?;
             Ok(theirs)
         }
     }
 }
 
 /// A `ctx_hand_shake` used as a barrier: the peer must repeat its QP data for `qp`.
-fn sync<S: Read + Write>(
-    stream: &mut S,
+fn sync<S: TimeoutStream>(
+    io: &mut Step<'_, S>,
     role: Role,
     local: &[[u8; DEST_MSG_LEN]],
     peer: &[Dest],
     qp: usize,
     stage: Stage,
 ) -> Result<(), PerftestError> {
-    let now = hand_shake(stream, role, &local[qp], stage)?;
+    let now = hand_shake(io, role, &local[qp], stage)?;
     check_same(peer, stage, qp, now)
 }
 
@@ -1014,8 +1148,8 @@ fn check_same(peer: &[Dest], stage: Stage, qp: usize, now: Dest) -> Result<(), P
 
 /// `xchg_bw_reports`: each field is its own exchange, 8 bytes big-endian (the doubles as
 /// their IEEE bits), in this order.
-fn exchange_report<S: Read + Write>(
-    stream: &mut S,
+fn exchange_report<S: TimeoutStream>(
+    io: &mut Step<'_, S>,
     role: Role,
     ours: &BwReport,
 ) -> Result<BwReport, PerftestError> {
@@ -1028,7 +1162,7 @@ fn exchange_report<S: Read + Write>(
     ];
     let mut theirs = [0u64; 5];
     for (mine, peer) in fields.iter().zip(theirs.iter_mut()) {
-        let got = exchange(stream, role, &mine.to_be_bytes(), Stage::Report)?;
+        let got = exchange(io, role, &mine.to_be_bytes(), Stage::Report)?;
         *peer = u64::from_be_bytes(got);
     }
     Ok(BwReport {
@@ -1041,8 +1175,8 @@ fn exchange_report<S: Read + Write>(
 }
 
 /// `ctx_xchg_data`: the client writes then reads, the server reads then writes.
-fn exchange<S: Read + Write, const N: usize>(
-    stream: &mut S,
+fn exchange<S: TimeoutStream, const N: usize>(
+    io: &mut Step<'_, S>,
     role: Role,
     ours: &[u8; N],
     stage: Stage,
@@ -1050,79 +1184,148 @@ fn exchange<S: Read + Write, const N: usize>(
     let mut theirs = [0u8; N];
     match role {
         Role::Client => {
-            write_msg(stream, ours, stage)?;
-            read_range(stream, &mut theirs, 0..N, stage)?;
+            io.write_msg(ours, stage)?;
+            io.read_range(&mut theirs, 0..N, stage)?;
         }
         Role::Server => {
-            read_range(stream, &mut theirs, 0..N, stage)?;
-            write_msg(stream, ours, stage)?;
+            io.read_range(&mut theirs, 0..N, stage)?;
+            io.write_msg(ours, stage)?;
         }
     }
     Ok(theirs)
 }
 
-/// One message in one `write` where the stream allows: perftest reads each message with a
-/// single `read(2)` and gives up if it returns less.
-fn write_msg<S: Write>(stream: &mut S, msg: &[u8], stage: Stage) -> Result<(), PerftestError> {
-    stream
-        .write_all(msg)
-        .and_then(|()| stream.flush())
-        .map_err(|source| io_error(stage, source, 0, 0))
+/// The stream during one step of the exchange, and when that step must be over. Each read
+/// and write may block only for what is left of the step: a timeout per read alone would
+/// start again with every byte, and a peer trickling its message could hold us forever.
+struct Step<'a, S> {
+    stream: &'a mut S,
+    /// `None` when the step timeout is too long to be an `Instant`: no deadline then.
+    deadline: Option<Instant>,
+    /// The step timeout, to say it in errors.
+    limit: Duration,
 }
 
-/// Fills `msg[range]`; errors count what of the whole message had come.
-fn read_range<S: Read>(
-    stream: &mut S,
-    msg: &mut [u8],
-    range: Range<usize>,
-    stage: Stage,
-) -> Result<(), PerftestError> {
-    let mut got = range.start;
-    while got < range.end {
-        match stream.read(&mut msg[got..range.end]) {
-            Ok(0) => {
-                return Err(PerftestError::PeerClosed {
-                    stage,
-                    got,
-                    want: msg.len(),
-                });
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(io_error(stage, source, got, msg.len())),
+impl<'a, S: TimeoutStream> Step<'a, S> {
+    fn new(stream: &'a mut S, limit: Duration) -> Self {
+        Step {
+            stream,
+            deadline: Instant::now().checked_add(limit),
+            limit,
         }
     }
-    Ok(())
-}
 
-/// A reset or broken pipe is the peer going away: say so the same way as a clean close. A
-/// read timeout set on the stream shows up as `WouldBlock` (Unix) or `TimedOut` (Windows).
-fn io_error(stage: Stage, source: io::Error, got: usize, want: usize) -> PerftestError {
-    match source.kind() {
-        io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => PerftestError::PeerClosed { stage, got, want },
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            PerftestError::TimedOut { stage, got, want }
+    /// Lets the next read or write block until the deadline at most; fails once it passed.
+    /// `got` of `want` bytes of the message being read have come, for the error.
+    fn arm(&mut self, stage: Stage, got: usize, want: usize) -> Result<(), PerftestError> {
+        let left = match self.deadline {
+            None => None,
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(self.timed_out(stage, got, want));
+                }
+                // A socket takes no zero timeout, and rounds below a microsecond.
+                Some(left.max(Duration::from_millis(1)))
+            }
+        };
+        self.stream
+            .limit_blocking(left)
+            .map_err(|source| PerftestError::Io { stage, source })
+    }
+
+    fn timed_out(&self, stage: Stage, got: usize, want: usize) -> PerftestError {
+        PerftestError::TimedOut {
+            stage,
+            got,
+            want,
+            limit: self.limit,
         }
-        _ => PerftestError::Io { stage, source },
+    }
+
+    /// One message in one `write` where the stream allows: perftest reads each message with
+    /// a single `read(2)` and gives up if it returns less.
+    fn write_msg(&mut self, msg: &[u8], stage: Stage) -> Result<(), PerftestError> {
+        let mut sent = 0;
+        while sent < msg.len() {
+            self.arm(stage, 0, 0)?;
+            match self.stream.write(&msg[sent..]) {
+                Ok(0) => {
+                    return Err(PerftestError::PeerClosed {
+                        stage,
+                        got: 0,
+                        want: 0,
+                    });
+                }
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(self.io_error(stage, source, 0, 0)),
+            }
+        }
+        self.stream
+            .flush()
+            .map_err(|source| self.io_error(stage, source, 0, 0))
+    }
+
+    /// Fills `msg[range]`; errors count what of the whole message had come.
+    fn read_range(
+        &mut self,
+        msg: &mut [u8],
+        range: Range<usize>,
+        stage: Stage,
+    ) -> Result<(), PerftestError> {
+        let want = msg.len();
+        let mut got = range.start;
+        while got < range.end {
+            self.arm(stage, got, want)?;
+            match self.stream.read(&mut msg[got..range.end]) {
+                Ok(0) => return Err(PerftestError::PeerClosed { stage, got, want }),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(self.io_error(stage, source, got, want)),
+            }
+        }
+        Ok(())
+    }
+
+    /// A reset or broken pipe is the peer going away: say so the same way as a clean close.
+    /// An expired timeout shows up as `WouldBlock` (Unix) or `TimedOut` (Windows).
+    fn io_error(&self, stage: Stage, source: io::Error, got: usize, want: usize) -> PerftestError {
+        match source.kind() {
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => PerftestError::PeerClosed { stage, got, want },
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.timed_out(stage, got, want),
+            _ => PerftestError::Io { stage, source },
+        }
     }
 }
 
 /// Reads one QP message. The InfiniBand format is 59 bytes with its NUL last, where the RoCE
 /// format always has a ':': look there before waiting for the rest, so that a peer without
 /// a GID gets an error instead of both ends waiting for each other.
-fn read_dest<S: Read>(stream: &mut S, stage: Stage) -> Result<Dest, PerftestError> {
+fn read_dest<S: TimeoutStream>(io: &mut Step<'_, S>, stage: Stage) -> Result<Dest, PerftestError> {
     let mut msg = [0u8; DEST_MSG_LEN];
-    read_range(stream, &mut msg, 0..DEST_MSG_LEN_NO_GID, stage)?;
+    io.read_range(&mut msg, 0..DEST_MSG_LEN_NO_GID, stage)?;
     if msg[DEST_MSG_LEN_NO_GID - 1] == 0 {
         return Err(PerftestError::NoGid {
             got: DEST_MSG_LEN_NO_GID,
             want: DEST_MSG_LEN,
         });
     }
-    read_range(stream, &mut msg, DEST_MSG_LEN_NO_GID..DEST_MSG_LEN, stage)?;
-    Dest::decode(&msg).map_err(|source| PerftestError::BadDest { stage, source })
+    io.read_range(&mut msg, DEST_MSG_LEN_NO_GID..DEST_MSG_LEN, stage)?;
+    let dest = Dest::decode(&msg).map_err(|source| PerftestError::BadDest { stage, source })?;
+    // The format's widths bound the rest (PSN 24 bits, LID and out_reads 16, rkey 32, vaddr
+    // 64); only the QPN has reserved values below its width.
+    if dest.qpn < MIN_PEER_QPN {
+        return Err(PerftestError::OutOfBounds {
+            stage,
+            field: "QPN",
+            value: format!("{:#x}", dest.qpn),
+            bound: "0x2 to 0xffffff (QPs 0 and 1 are management QPs, never RC)",
+        });
+    }
+    Ok(dest)
 }
 
 /// The version text up to its NUL; the number it starts with must be at least 5.70, read the
@@ -1147,15 +1350,69 @@ fn parse_version(msg: &[u8; VERSION_LEN]) -> Result<String, PerftestError> {
     }
 }
 
-fn positive_be(bytes: [u8; 4], what: &str) -> Result<u32, PerftestError> {
+/// A size a peer announces, and what Sluice accepts for it.
+struct SizeBound {
+    field: &'static str,
+    max: u32,
+    /// `max`, and why, for the error.
+    says: &'static str,
+}
+
+const PAGE_SIZE_BOUND: SizeBound = SizeBound {
+    field: "page size",
+    max: MAX_CYCLE_BUFFER,
+    says: "1 to 1048576 bytes (perftest sends the system page size, 4 KiB to 64 KiB)",
+};
+
+const CACHE_LINE_BOUND: SizeBound = SizeBound {
+    field: "cache-line size",
+    max: MAX_CACHE_LINE_SIZE,
+    says: "1 to 4096 bytes (perftest sends the CPU's, 64 to 256 bytes)",
+};
+
+/// perftest's `int32` (big-endian) within `bound`.
+fn bounded_be(bytes: [u8; 4], bound: SizeBound) -> Result<u32, PerftestError> {
     let value = i32::from_be_bytes(bytes);
     u32::try_from(value)
         .ok()
-        .filter(|&v| v > 0)
-        .ok_or_else(|| PerftestError::Malformed {
+        .filter(|v| (1..=bound.max).contains(v))
+        .ok_or_else(|| PerftestError::OutOfBounds {
             stage: Stage::SystemData,
-            detail: format!("{what} {value}"),
+            field: bound.field,
+            value: format!("{value} ({value:#x})"),
+            bound: bound.says,
         })
+}
+
+/// A client's bandwidth report, before a server prints or computes with it.
+fn check_report(report: &BwReport) -> Result<(), PerftestError> {
+    let out = |field, value: String, bound| PerftestError::OutOfBounds {
+        stage: Stage::Report,
+        field,
+        value,
+        bound,
+    };
+    if report.size > MAX_REPORT_SIZE {
+        return Err(out(
+            "message size",
+            report.size.to_string(),
+            "at most 2^31 bytes, the largest RDMA message",
+        ));
+    }
+    for (field, value) in [
+        ("peak bandwidth", report.bw_peak),
+        ("average bandwidth", report.bw_avg),
+        ("message rate", report.msg_rate),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(out(
+                field,
+                value.to_string(),
+                "a finite number, not negative",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `enum ibv_mtu`: 1 = 256 up to 5 = 4096.
@@ -1189,7 +1446,10 @@ mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
     use std::thread;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    /// The step timeout of the tests' sessions: long enough for a slow machine.
+    const STEP: Duration = Duration::from_secs(10);
 
     /// ::ffff:192.0.2.1
     const GID_HOST: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
@@ -1502,7 +1762,7 @@ mod tests {
 
     /// One side of a whole test, as the perf tool would drive it (minus the traffic).
     fn run(stream: TcpStream, test: Test, side: Side) -> Result<Outcome, PerftestError> {
-        let mut s = Session::start(stream, side.role, test, side.params)?;
+        let mut s = Session::start(stream, side.role, test, side.params, STEP)?;
         let peer = s.exchange_dests(&side.dests)?.to_vec();
         s.connected()?;
         s.start_traffic()?;
@@ -1608,7 +1868,10 @@ mod tests {
         let side = |role, gid| Side {
             role,
             params: LocalParams::new(Mtu::M1024),
-            dests: vec![Dest { gid, ..dest(1, 1) }],
+            dests: vec![Dest {
+                gid,
+                ..dest(0x11, 1)
+            }],
             report: None,
         };
         let v6 = Dest::gid_for("fe80::1".parse().unwrap());
@@ -1670,6 +1933,7 @@ mod tests {
             Role::Client,
             Test::WriteBw,
             LocalParams::new(Mtu::M4096),
+            STEP,
         )
         .unwrap();
         assert_eq!(s.negotiated().peer_version, "6.13");
@@ -1726,6 +1990,7 @@ mod tests {
             Role::Server,
             Test::ReadLat,
             LocalParams::new(Mtu::M2048),
+            STEP,
         )
         .unwrap();
         assert_eq!(s.negotiated().cycle_buffer, 65536);
@@ -1762,6 +2027,7 @@ mod tests {
             Role::Server,
             Test::WriteBw,
             LocalParams::new(Mtu::M1024),
+            STEP,
         )
         .unwrap();
         let e = s.exchange_dests(&[dest(1, 1)]).unwrap_err();
@@ -1802,6 +2068,7 @@ mod tests {
             Role::Server,
             Test::WriteBw,
             LocalParams::new(Mtu::M1024),
+            STEP,
         )
         .unwrap();
         let e = s.exchange_dests(&[dest(1, 1)]).unwrap_err();
@@ -1826,6 +2093,7 @@ mod tests {
             Role::Client,
             Test::SendBw,
             LocalParams::new(Mtu::M1024),
+            STEP,
         )
         .unwrap_err();
         peer.join().unwrap();
@@ -1843,20 +2111,22 @@ mod tests {
         assert!(e.to_string().contains("version exchange"), "{e}");
     }
 
+    /// Finding 1 of the hostile-peer review: a silent server kept a client waiting forever.
     #[test]
-    fn a_read_timeout_is_reported_as_such() {
+    fn a_silent_server_times_the_client_out() {
         let (client, mut server) = pair();
-        client
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let mut buf = [0u8; 16];
+        let limit = Duration::from_millis(200);
+        let began = Instant::now();
         let e = Session::start(
             client,
             Role::Client,
             Test::SendBw,
             LocalParams::new(Mtu::M1024),
+            limit,
         )
         .unwrap_err();
+        assert!(began.elapsed() < limit * 5, "{:?}", began.elapsed());
+        let mut buf = [0u8; 16];
         server.read_exact(&mut buf).unwrap();
         assert!(
             matches!(
@@ -1864,11 +2134,238 @@ mod tests {
                 PerftestError::TimedOut {
                     stage: Stage::Version,
                     got: 0,
-                    want: 16
+                    want: 16,
+                    limit: l,
+                } if l == limit
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("200ms"), "{e}");
+    }
+
+    /// A peer that sends part of a message and then holds the connection open.
+    fn holds_after(mut peer: TcpStream, sent: &'static [u8]) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            peer.write_all(sent).unwrap();
+            // Until our end gives up and closes.
+            let mut rest = Vec::new();
+            let _ = peer.read_to_end(&mut rest);
+        })
+    }
+
+    /// Finding 1: a client that sends 8 of the 16 version bytes held a server in `read`.
+    #[test]
+    fn a_server_times_out_a_client_that_sends_half_its_version() {
+        let (client, server) = pair();
+        let peer = holds_after(client, b"6.06\0\0\0\0");
+        let limit = Duration::from_millis(300);
+        let began = Instant::now();
+        let e = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+            limit,
+        )
+        .unwrap_err();
+        assert!(began.elapsed() < limit * 5, "{:?}", began.elapsed());
+        peer.join().unwrap();
+        assert!(
+            matches!(
+                e,
+                PerftestError::TimedOut {
+                    stage: Stage::Version,
+                    got: 8,
+                    want: 16,
+                    ..
                 }
             ),
             "{e}"
         );
+        let text = e.to_string();
+        assert!(text.contains("version exchange"), "{text}");
+        assert!(text.contains("(8 of 16 bytes"), "{text}");
+    }
+
+    /// The deadline is the step's, not each read's: a byte every 50 ms would renew a timeout
+    /// per read forever.
+    #[test]
+    fn a_trickling_peer_cannot_stretch_a_step() {
+        let (mut client, server) = pair();
+        let peer = thread::spawn(move || {
+            for &byte in b"6.06\0\0\0\0\0\0\0\0\0\0\0\0" {
+                if client.write_all(&[byte]).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let limit = Duration::from_millis(300);
+        let began = Instant::now();
+        let e = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+            limit,
+        )
+        .unwrap_err();
+        let took = began.elapsed();
+        peer.join().unwrap();
+        assert!(took < Duration::from_millis(700), "{took:?}");
+        assert!(
+            matches!(
+                e,
+                PerftestError::TimedOut {
+                    stage: Stage::Version,
+                    got: 1..=15,
+                    want: 16,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    /// A perftest client's first messages with the page and cache-line sizes given, then
+    /// whatever comes back until our end closes.
+    fn announces(client: TcpStream, page: u32, line: u32) -> thread::JoinHandle<()> {
+        let mut msg = b"6.06\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
+        msg.extend_from_slice(&page.to_be_bytes());
+        msg.extend_from_slice(&line.to_be_bytes());
+        msg.extend_from_slice(b"3\0");
+        let msg: &'static [u8] = msg.leak();
+        holds_after(client, msg)
+    }
+
+    fn server_negotiating(page: u32, line: u32) -> Result<Negotiated, PerftestError> {
+        let (client, server) = pair();
+        let peer = announces(client, page, line);
+        let result = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+            STEP,
+        )
+        .map(|s| s.negotiated().clone());
+        peer.join().unwrap();
+        result
+    }
+
+    /// Finding 2: a page size of 0x7fffffff and a cache line of 0x7ffffffe made `sluice perf`
+    /// reserve 8 GiB. Now each is refused, naming the field, the value and the bound.
+    #[test]
+    fn announced_sizes_beyond_their_bounds_are_refused() {
+        for (page, line, field, value) in [
+            (0x7fff_ffff, 0x7fff_fffe, "page size", "2147483647"),
+            (MAX_CYCLE_BUFFER + 1, 64, "page size", "1048577"),
+            (0, 64, "page size", "0"),
+            (0xffff_f000, 64, "page size", "-4096"),
+            (4096, 0x7fff_fffe, "cache-line size", "2147483646"),
+            (4096, MAX_CACHE_LINE_SIZE + 1, "cache-line size", "4097"),
+            (4096, 0, "cache-line size", "0"),
+        ] {
+            let e = server_negotiating(page, line).unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    PerftestError::OutOfBounds { stage: Stage::SystemData, field: f, .. }
+                        if *f == field
+                ),
+                "{page:#x}/{line:#x}: {e}"
+            );
+            let text = e.to_string();
+            assert!(text.contains(value), "{text}");
+            assert!(text.contains("Sluice accepts 1 to"), "{text}");
+        }
+    }
+
+    #[test]
+    fn announced_sizes_at_their_bounds_are_accepted() {
+        let n = server_negotiating(MAX_CYCLE_BUFFER, MAX_CACHE_LINE_SIZE).unwrap();
+        assert_eq!(n.cycle_buffer, MAX_CYCLE_BUFFER);
+        assert_eq!(n.cache_line_size, MAX_CACHE_LINE_SIZE);
+        assert_eq!(n.target_span(2), u64::from(MAX_CYCLE_BUFFER));
+        assert_eq!(n.target_span(MAX_CYCLE_BUFFER + 1), 1 << 20 | 4096);
+        let n = server_negotiating(1, 1).unwrap();
+        // The larger of the two: ours.
+        assert_eq!(n.cycle_buffer, DEFAULT_CYCLE_BUFFER);
+        assert_eq!(n.cache_line_size, DEFAULT_CACHE_LINE_SIZE);
+    }
+
+    #[test]
+    fn a_management_qpn_is_refused() {
+        let (mut client, server) = pair();
+        let peer = thread::spawn(move || {
+            perftest_client_preamble(&mut client);
+            client
+                .write_all(&dest_bytes(&DEST_TEXT.replacen("000011", "000001", 1)))
+                .unwrap();
+            let mut rest = Vec::new();
+            let _ = client.read_to_end(&mut rest);
+        });
+        let mut s = Session::start(
+            server,
+            Role::Server,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+            STEP,
+        )
+        .unwrap();
+        let e = s.exchange_dests(&[dest(0x11, 1)]).unwrap_err();
+        drop(s);
+        peer.join().unwrap();
+        assert!(
+            matches!(e, PerftestError::OutOfBounds { field: "QPN", .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("0x1"), "{e}");
+    }
+
+    #[test]
+    fn a_report_a_server_cannot_use_is_refused() {
+        for (bad, field) in [
+            (
+                BwReport {
+                    size: MAX_REPORT_SIZE + 1,
+                    ..BwReport::default()
+                },
+                "message size",
+            ),
+            (
+                BwReport {
+                    bw_avg: f64::NAN,
+                    ..BwReport::default()
+                },
+                "average bandwidth",
+            ),
+            (
+                BwReport {
+                    msg_rate: -1.0,
+                    ..BwReport::default()
+                },
+                "message rate",
+            ),
+        ] {
+            let side = |role, report| Side {
+                role,
+                params: LocalParams::new(Mtu::M1024),
+                dests: dests(1, 0x20),
+                report,
+            };
+            let (c, s) = both(
+                Test::WriteBw,
+                side(Role::Client, Some(bad)),
+                side(Role::Server, None),
+            );
+            let e = s.err().unwrap();
+            assert!(
+                matches!(e, PerftestError::OutOfBounds { stage: Stage::Report, field: f, .. } if f == field),
+                "{e}"
+            );
+            assert!(c.is_err());
+        }
     }
 
     #[test]
@@ -1889,6 +2386,7 @@ mod tests {
                 Role::Client,
                 Test::WriteBw,
                 LocalParams::new(Mtu::M1024),
+                STEP,
             )
             .unwrap_err();
             peer.join().unwrap();
@@ -1905,10 +2403,23 @@ mod tests {
     fn steps_out_of_order_are_refused() {
         let (c, s) = pair();
         let server = thread::spawn(move || {
-            Session::start(s, Role::Server, Test::WriteBw, LocalParams::new(Mtu::M1024)).unwrap()
+            Session::start(
+                s,
+                Role::Server,
+                Test::WriteBw,
+                LocalParams::new(Mtu::M1024),
+                STEP,
+            )
+            .unwrap()
         });
-        let mut client =
-            Session::start(c, Role::Client, Test::WriteBw, LocalParams::new(Mtu::M1024)).unwrap();
+        let mut client = Session::start(
+            c,
+            Role::Client,
+            Test::WriteBw,
+            LocalParams::new(Mtu::M1024),
+            STEP,
+        )
+        .unwrap();
         let _server = server.join().unwrap();
         assert!(matches!(client.connected(), Err(PerftestError::Usage(_))));
         assert!(matches!(client.finish(None), Err(PerftestError::Usage(_))));

@@ -559,8 +559,16 @@ fn open(
     let path_mtu =
         Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
     let handle = stream.try_clone().map_err(exchange_io)?;
-    let mut exchange =
-        Exchange::start(handle, role, o.test, LocalParams::new(path_mtu)).map_err(exchange_err)?;
+    // Every step of the exchange, on either side, ends within the stall timeout: a peer that
+    // goes silent or trickles its messages cannot hold this end.
+    let mut exchange = Exchange::start(
+        handle,
+        role,
+        o.test,
+        LocalParams::new(path_mtu),
+        o.stall_timeout,
+    )
+    .map_err(exchange_err)?;
     let negotiated = exchange.negotiated().clone();
 
     let mut config = DeviceConfig::new(local_ip);
@@ -588,10 +596,13 @@ fn open(
     let pd = engine.alloc_pd();
     // One region for every QP: data is sent from its first half and lands in its second. A
     // perftest peer spreads small messages over a page from our address: keep a page at least.
-    let half = u64::from(max_size)
-        .max(u64::from(negotiated.cycle_buffer))
-        .next_multiple_of(u64::from(negotiated.cache_line_size));
-    let buf = vec![0u8; (2 * half) as usize].into_boxed_slice();
+    // The page and cache line are the peer's word, bounded by the exchange (1 MiB, 4 KiB);
+    // the allocation is still fallible, so that a large -s on a small machine is an error.
+    let half = negotiated.target_span(max_size);
+    let buf = zeroed_region(
+        2 * half,
+        "twice the larger of -s and the negotiated page size",
+    )?;
     let addr = 0x1000_0000u64;
     let mr = engine.register_mr(
         pd,
@@ -741,7 +752,7 @@ fn verify_slots(
     let mr = dev.engine().register_mr(
         pd,
         addr,
-        Memory::Bytes(vec![0u8; bytes as usize].into_boxed_slice()),
+        Memory::Bytes(zeroed_region(bytes, "--verify's message slots")?),
         Access::ALL | Access::LOCAL_WRITE,
     )?;
     Ok(Some(Slots {
@@ -749,6 +760,22 @@ fn verify_slots(
         per_qp,
         size: max_size,
     }))
+}
+
+/// `len` zero bytes for a memory region (`what` it is for, for the error), or an error if
+/// they cannot be had.
+fn zeroed_region(len: u64, what: &str) -> Result<Box<[u8]>, PerfError> {
+    let cannot = |why: String| {
+        PerfError::Exchange(format!(
+            "cannot allocate the {len}-byte memory region ({what}): {why}"
+        ))
+    };
+    let len_usize = usize::try_from(len).map_err(|e| cannot(e.to_string()))?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len_usize)
+        .map_err(|e| cannot(e.to_string()))?;
+    buf.resize(len_usize, 0);
+    Ok(buf.into_boxed_slice())
 }
 
 /// READs and atomics we accept outstanding (and announce as out_reads).
