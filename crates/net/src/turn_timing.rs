@@ -163,7 +163,7 @@ mod tests {
         let summary = t.summary().expect("two turns");
         assert_eq!(summary.turns, 2);
         assert_eq!((t.recv.len(), t.user.len(), t.send.len()), (1, 2, 4));
-        // The median of two is the larger: the turn with the 2 ms of work.
+        // Of two turns the middle value is the larger: the turn with the 2 ms of work.
         assert!(
             (1.9e6..3e6).contains(&summary.user_ns),
             "2 ms of work read as {} ns",
