@@ -301,24 +301,38 @@ fn captured_law_run(law: &str, port: u16) -> Vec<(sluice_wire::Opcode, Option<sl
     // Far below any law's loopback rate (a debug build on a loaded 2-core machine ran
     // Swift at 0.4-0.9 Gbit/s), far above a law stuck at its floor.
     assert!(bw > 0.05, "{law}: {bw} Gbit/s");
+    let packets: Vec<_> = checked_capture(&pcap)
+        .iter()
+        .map(|d| {
+            let p = sluice_wire::IpUdp::parse(d).unwrap().roce().unwrap();
+            (p.bth.opcode, p.ccx)
+        })
+        .collect();
+    assert!(packets.len() > 3200, "{law}: {} packets", packets.len());
+    packets
+}
+
+/// The datagrams of capture `pcap`, once `sluice pcap check` has passed it (every RoCE
+/// packet well formed, every ICRC valid).
+fn checked_capture(pcap: &std::path::Path) -> Vec<Vec<u8>> {
     let check = Command::new(SLUICE)
-        .args(["pcap", "check", pcap_arg])
+        .args(["pcap", "check"])
+        .arg(pcap)
         .output()
         .unwrap();
     assert!(
         check.status.success(),
-        "{}",
+        "{}: {}",
+        pcap.display(),
         String::from_utf8_lossy(&check.stdout)
     );
     let mut reader =
-        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
-    let mut packets = Vec::new();
+        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(pcap).unwrap()).unwrap();
+    let mut datagrams = Vec::new();
     while let Some(r) = reader.next_record().unwrap() {
-        let p = sluice_wire::IpUdp::parse(r.data).unwrap().roce().unwrap();
-        packets.push((p.bth.opcode, p.ccx));
+        datagrams.push(r.data.to_vec());
     }
-    assert!(packets.len() > 3200, "{law}: {} packets", packets.len());
-    packets
+    datagrams
 }
 
 /// Swift over loopback: `--ccx auto` (the default) gives it the timestamp header it asks
@@ -368,20 +382,9 @@ fn captured_data(args: &[&str], port: u16, name: &str) -> Vec<(u16, u32, Vec<u8>
     let mut all = args.to_vec();
     all.extend(["--pcap", pcap_arg, "--pcap-filter", "tx"]);
     loopback(&all, port);
-    let check = Command::new(SLUICE)
-        .args(["pcap", "check", pcap_arg])
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-    let mut reader =
-        sluice_wire::pcap::CaptureReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
     let mut packets = Vec::new();
-    while let Some(r) = reader.next_record().unwrap() {
-        let datagram = sluice_wire::IpUdp::parse(r.data).unwrap();
+    for d in checked_capture(&pcap) {
+        let datagram = sluice_wire::IpUdp::parse(&d).unwrap();
         let src_port = datagram.udp.src_port;
         let p = datagram.roce().unwrap();
         if !p.payload.is_empty() {
