@@ -1,8 +1,7 @@
 //! What a device's RoCE packets go over: a [`Link`], either the kernel's UDP stack (a UDP
 //! socket, with send-only source sockets beside it) or an AF_XDP socket on one interface.
 //! Both send a batch of staged messages and receive a batch of packets; what each offers
-//! beyond that ([`Offers`]: segmentation, joined receives, the largest packet, loopback)
-//! differs. The device picks its link once, when it opens; the datapath matches on it once
+//! beyond that ([`Offers`]: segmentation and joined receives) differs. The device picks its link once, when it opens; the datapath matches on it once
 //! per batch, never per packet, and no call goes through a vtable.
 
 use std::io;
@@ -46,13 +45,6 @@ pub(crate) struct Offers {
     pub(crate) gso: bool,
     /// The kernel may join datagrams of one flow into one receive (GRO).
     pub(crate) gro: bool,
-    /// The largest RoCE packet (BTH to ICRC) it carries, where the link itself sets one
-    /// (an XDP link's frames); `None`: the route's MTU, which the kernel enforces.
-    pub(crate) max_packet: Option<usize>,
-    /// It can be opened on a loopback interface.
-    pub(crate) loopback: bool,
-    /// Received packets carry the kernel's arrival time.
-    pub(crate) rx_stamps: bool,
 }
 
 impl Link {
@@ -108,16 +100,10 @@ impl Link {
             Link::Udp(udp) => Offers {
                 gso: udp.socket.gso,
                 gro: udp.socket.gro,
-                max_packet: None,
-                loopback: true,
-                rx_stamps: true,
             },
-            Link::Xdp { link, .. } => Offers {
+            Link::Xdp { .. } => Offers {
                 gso: false,
                 gro: false,
-                max_packet: Some(link.max_roce_len()),
-                loopback: false,
-                rx_stamps: false,
             },
         }
     }
@@ -275,18 +261,13 @@ mod tests {
         config
     }
 
-    /// A UDP link works on loopback, sets no packet size of its own, stamps arrivals, and
-    /// offers segmentation as configured; its source sockets are on its address, and
+    /// A UDP link works on loopback and offers segmentation as configured; its source sockets are on its address, and
     /// queue pairs are spread over them by source port.
     #[test]
     fn a_udp_link_offers_what_its_socket_does() {
         let (link, local) = Link::open(&config(3, false)).unwrap();
         let offers = link.offers();
-        assert!(offers.loopback && offers.rx_stamps);
-        assert_eq!(
-            (offers.gso, offers.gro, offers.max_packet),
-            (false, false, None)
-        );
+        assert_eq!((offers.gso, offers.gro), (false, false));
         let sources = link.sources();
         let addrs: Vec<_> = sources.addrs().collect();
         assert_eq!(addrs.len(), 3);
