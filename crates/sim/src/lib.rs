@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod app;
 pub mod plot;
 pub mod topology;
 pub mod workload;

@@ -13,12 +13,15 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use std::collections::VecDeque;
+
 use sluice_core::{
     Access, Completion, Connection, CqId, Engine, EngineConfig, Memory, MrInfo, Mtu, Payload,
-    QpCaps, QpConfig, QpNum, Recovery, Rng, SendOp, SendWr, Sge, WcStatus,
+    QpCaps, QpConfig, QpNum, Recovery, RecvWr, Rng, SendOp, SendWr, Sge, WcStatus,
 };
 use sluice_wire::{Ccx, IntHop, Opcode, Psn, RoceHeaders};
 
+use crate::app::{AppOp, AppQpRecord, AppSpec};
 use crate::event::{
     EventQueue, PS_PER_NS, PS_PER_US, Ps, from_instant, serialisation_ps, to_instant,
 };
@@ -46,10 +49,16 @@ const _: () = assert!(crate::MAX_FLOW_BYTES.div_ceil(MAX_MESSAGE) <= SEND_QUEUE_
 /// The memory region every host writes from and into (length only: nothing is stored).
 const REGION_BYTES: u64 = 1 << 40;
 const REGION_ADDR: u64 = 0x1000;
+/// Work-request ids of apps have this bit (flows' ids are their index, below 2^32) ...
+const APP_WR: u64 = 1 << 63;
+/// ... and their receives this one too; the low 32 bits are the app queue pair's index.
+const APP_RECV_WR: u64 = 1 << 62;
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     FlowStart(u32),
+    /// App queue pair `n` opens and posts.
+    AppStart(u32),
     /// Packet `pkt` has fully arrived at `node` through `port`.
     Arrive {
         node: NodeId,
@@ -196,6 +205,23 @@ struct FlowState {
     rx_since_sample: u64,
 }
 
+/// One queue pair of an app.
+#[derive(Debug)]
+struct AppQp {
+    rec: AppQpRecord,
+    spec: usize,
+    qps: Option<(QpNum, QpNum)>,
+    /// Post time and size of each message in flight, oldest first (a queue pair completes
+    /// in order).
+    in_flight: VecDeque<(Ps, u64)>,
+    /// The measured window, and the end of posting.
+    from: Ps,
+    stop: Ps,
+    open: bool,
+    rng: Rng,
+    rx_since_sample: u64,
+}
+
 /// One simulation run of one algorithm.
 #[derive(Debug)]
 pub struct Network<'a> {
@@ -235,6 +261,11 @@ pub struct Network<'a> {
     rx_payload_since_sample: u64,
     /// Flows not yet completed, failed or given up (their predecessor failed).
     flows_open: usize,
+    apps: Vec<AppQp>,
+    /// (host, QPN) -> app queue pair, sorted, for the per-app series.
+    app_of_qp: Vec<((NodeId, u32), u32)>,
+    /// App queue pairs still posting or with messages in flight.
+    apps_open: usize,
     mtu: Mtu,
     ccx: Option<sluice_wire::CcxLayout>,
     cc_control: bool,
@@ -287,6 +318,9 @@ pub enum RunError {
     /// A `[policies]` entry could not be built.
     #[error("{0}")]
     Policy(String),
+    /// An `[[app]]` names a host the fabric does not have.
+    #[error("{0}")]
+    App(String),
     /// `transport.mtu` is not one RoCE allows.
     #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
     Mtu(u32),
@@ -310,12 +344,11 @@ impl<'a> Network<'a> {
         let mut ccx = None;
         let mut hosts = Vec::with_capacity(topo.hosts as usize);
         for h in 0..topo.hosts {
-            let controller = sluice_control::registry::build(
-                &cc.name,
-                &pairs,
-                &sluice_control::registry::Mode::Inline,
-            )
-            .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
+            let mode = cc
+                .mode()
+                .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
+            let controller = sluice_control::registry::build(&cc.name, &pairs, &mode)
+                .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
             ccx = controller.ccx();
             let config = EngineConfig {
                 seed: scenario.seed ^ hash(u64::from(h) + 1),
@@ -389,6 +422,46 @@ impl<'a> Network<'a> {
                 }
             }
         }
+        let mut apps = Vec::new();
+        for (i, spec) in scenario.apps.iter().enumerate() {
+            for (field, h) in [("src", spec.src), ("dst", spec.dst)] {
+                if h >= topo.hosts {
+                    return Err(RunError::App(format!(
+                        "app[{i}].{field}: {h} is not a host (the fabric has {})",
+                        topo.hosts
+                    )));
+                }
+            }
+            let limit_us = scenario.time_limit_us;
+            let from = ((spec.start_us + spec.warmup_us) * PS_PER_US as f64) as Ps;
+            let stop = (spec.stop_us(limit_us) * PS_PER_US as f64) as Ps;
+            for q in 0..spec.qps {
+                let index = apps.len() as u32;
+                events.push(
+                    (spec.start_us * PS_PER_US as f64) as Ps,
+                    Ev::AppStart(index),
+                );
+                apps.push(AppQp {
+                    rec: AppQpRecord {
+                        app: i as u32,
+                        label: spec.label.clone().unwrap_or_else(|| format!("app{i}")),
+                        tenant: spec.tenant,
+                        src: spec.src,
+                        dst: spec.dst,
+                        window_ns: (from / PS_PER_NS, stop / PS_PER_NS),
+                        ..AppQpRecord::default()
+                    },
+                    spec: i,
+                    qps: None,
+                    in_flight: VecDeque::new(),
+                    from,
+                    stop,
+                    open: true,
+                    rng: Rng::new(scenario.seed ^ hash((u64::from(index) << 20) ^ u64::from(q))),
+                    rx_since_sample: 0,
+                });
+            }
+        }
         let flow_series = flows.len() <= scenario.output.flow_series_max_flows as usize;
         if flow_series {
             series.flows = flows.iter().map(|f| f.id).collect();
@@ -434,6 +507,9 @@ impl<'a> Network<'a> {
             series,
             rx_payload_since_sample: 0,
             flows_open: flows.len(),
+            apps_open: apps.len(),
+            apps,
+            app_of_qp: Vec::new(),
             mtu,
             ccx,
             cc_control: law_info.is_some_and(|i| i.control_packets),
@@ -451,6 +527,7 @@ impl<'a> Network<'a> {
             self.now = at;
             match ev {
                 Ev::FlowStart(f) => self.start_flow(f),
+                Ev::AppStart(a) => self.start_app(a),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
                 Ev::TxDone { node, port } => {
                     if self.is_host(node) {
@@ -465,13 +542,13 @@ impl<'a> Network<'a> {
                 Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
                 Ev::Sample => {
                     self.sample();
-                    if self.flows_open > 0 {
+                    if self.flows_open > 0 || self.apps_open > 0 {
                         let next = self.now + self.series.interval_ns * PS_PER_NS;
                         self.events.push(next, Ev::Sample);
                     }
                 }
             }
-            if self.flows_open == 0 {
+            if self.flows_open == 0 && self.apps_open == 0 {
                 break;
             }
             tick = tick.wrapping_add(1);
@@ -480,7 +557,7 @@ impl<'a> Network<'a> {
             }
         }
         // Stopped by the time limit if flows are open and events remain.
-        let end = if self.flows_open > 0 && !self.events.is_empty() {
+        let end = if (self.flows_open > 0 || self.apps_open > 0) && !self.events.is_empty() {
             limit
         } else {
             self.now
@@ -530,6 +607,15 @@ impl<'a> Network<'a> {
             .collect();
         peaks.sort_by_key(|p| std::cmp::Reverse(p.max_queue_bytes));
         peaks.truncate(16);
+        let end_ns = end / PS_PER_NS;
+        let apps = std::mem::take(&mut self.apps)
+            .into_iter()
+            .map(|a| {
+                let mut rec = a.rec;
+                rec.window_ns.1 = rec.window_ns.1.min(end_ns);
+                rec
+            })
+            .collect();
         RunResult {
             algorithm: self.cc.label().to_string(),
             seed: self.scenario.seed,
@@ -541,6 +627,7 @@ impl<'a> Network<'a> {
             series: self.series,
             peaks,
             peak_packets: self.peak_packets,
+            apps,
         }
     }
 
@@ -609,8 +696,213 @@ impl<'a> Network<'a> {
             let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
             self.flow_of_qp.insert(at, (key, f.id));
         }
+        self.connect_pair(f.src, f.dst, qp)?;
+        self.write_flow(f, qp)
+    }
+
+    /// Creates the two queue pairs of a connection from `a` to `b`; `None` if either
+    /// engine refuses.
+    fn create_pair(&mut self, a: NodeId, b: NodeId, caps: QpCaps) -> Option<[QpNum; 2]> {
+        let mut qp = [QpNum(0); 2];
+        for (i, h) in [a, b].into_iter().enumerate() {
+            let host = &mut self.hosts[h as usize];
+            match host.engine.create_qp(QpConfig {
+                pd: host.pd,
+                send_cq: host.cq,
+                recv_cq: host.cq,
+                caps,
+            }) {
+                Ok(q) => qp[i] = q,
+                Err(_) => {
+                    if i == 1 {
+                        let _ = self.hosts[a as usize].engine.destroy_qp(qp[0]);
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(qp)
+    }
+
+    // ---- apps ----------------------------------------------------------------------------
+
+    fn start_app(&mut self, index: u32) {
+        let a = &self.apps[index as usize];
+        let spec: &AppSpec = &self.scenario.apps[a.spec];
+        let (src, dst) = (a.rec.src, a.rec.dst);
+        let caps = QpCaps {
+            max_send_wr: spec.depth,
+            max_recv_wr: spec.depth,
+            ..QpCaps::default()
+        };
+        let opened = self.create_pair(src, dst, caps).is_some_and(|qp| {
+            self.apps[index as usize].qps = Some((qp[0], qp[1]));
+            self.open_app(index, qp).is_ok()
+        });
+        if !opened {
+            self.apps[index as usize].rec.failed = true;
+            self.close_app(index);
+        }
+        self.after_engine(src);
+        self.after_engine(dst);
+    }
+
+    fn open_app(&mut self, index: u32, qp: [QpNum; 2]) -> Result<(), sluice_core::Error> {
+        let a = &self.apps[index as usize];
+        let spec: &'a AppSpec = &self.scenario.apps[a.spec];
+        let (src, dst) = (a.rec.src, a.rec.dst);
+        self.connect_pair(src, dst, qp)?;
+        let tenant = sluice_core::policy::Tenant {
+            id: spec.tenant,
+            weight: spec.weight,
+        };
+        self.hosts[src as usize].engine.set_tenant(qp[0], tenant)?;
+        self.hosts[dst as usize].engine.set_tenant(qp[1], tenant)?;
+        for key in [(src, qp[0].0), (dst, qp[1].0)] {
+            let at = self.app_of_qp.partition_point(|(k, _)| *k < key);
+            self.app_of_qp.insert(at, (key, index));
+        }
+        if spec.op == AppOp::Send {
+            for _ in 0..spec.depth {
+                self.post_app_recv(index)?;
+            }
+        }
+        for _ in 0..spec.depth {
+            self.post_app(index)?;
+        }
+        Ok(())
+    }
+
+    fn post_app(&mut self, index: u32) -> Result<(), sluice_core::Error> {
+        let a = &mut self.apps[index as usize];
+        let spec: &AppSpec = &self.scenario.apps[a.spec];
+        let Some((qp, _)) = a.qps else {
+            return Ok(());
+        };
+        let size = spec.draw_size(&mut a.rng);
+        let (src_mr, dst_mr) = (
+            self.hosts[a.rec.src as usize].mr,
+            self.hosts[a.rec.dst as usize].mr,
+        );
+        let sgl = [Sge {
+            lkey: src_mr.lkey,
+            addr: src_mr.addr,
+            len: size as u32,
+        }];
+        let op = match spec.op {
+            AppOp::Write => SendOp::Write {
+                remote_addr: dst_mr.addr,
+                rkey: dst_mr.rkey,
+            },
+            AppOp::Read => SendOp::Read {
+                remote_addr: dst_mr.addr,
+                rkey: dst_mr.rkey,
+            },
+            AppOp::Send => SendOp::Send,
+        };
+        let src = a.rec.src;
+        self.hosts[src as usize]
+            .engine
+            .post_send(qp, &SendWr::new(APP_WR | u64::from(index), op, &sgl))?;
+        let a = &mut self.apps[index as usize];
+        a.in_flight.push_back((self.now, size));
+        a.rec.posted += 1;
+        a.rec.max_outstanding = a.rec.max_outstanding.max(a.in_flight.len() as u32);
+        Ok(())
+    }
+
+    fn post_app_recv(&mut self, index: u32) -> Result<(), sluice_core::Error> {
+        let a = &self.apps[index as usize];
+        let spec: &AppSpec = &self.scenario.apps[a.spec];
+        let Some((_, qp)) = a.qps else {
+            return Ok(());
+        };
+        let dst = a.rec.dst;
+        let mr = self.hosts[dst as usize].mr;
+        let len = spec.size.or(spec.size_max).unwrap_or(1) as u32;
+        let sgl = [Sge {
+            lkey: mr.lkey,
+            addr: mr.addr,
+            len,
+        }];
+        self.hosts[dst as usize].engine.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: APP_WR | APP_RECV_WR | u64::from(index),
+                sgl: &sgl,
+            },
+        )
+    }
+
+    fn complete_app(&mut self, c: &Completion) {
+        let index = c.wr_id as u32;
+        let Some(a) = self.apps.get_mut(index as usize) else {
+            return;
+        };
+        if !a.open {
+            return;
+        }
+        if c.status != WcStatus::Success {
+            a.rec.failed = true;
+            self.close_app(index);
+            return;
+        }
+        if c.wr_id & APP_RECV_WR != 0 {
+            if self.post_app_recv(index).is_err() {
+                self.apps[index as usize].rec.failed = true;
+                self.close_app(index);
+            }
+            return;
+        }
+        let now = self.now;
+        let Some((posted, size)) = a.in_flight.pop_front() else {
+            return;
+        };
+        a.rec.completed += 1;
+        a.rec.completed_bytes += size;
+        if now >= a.from && now <= a.stop {
+            a.rec.measured_bytes += size;
+        }
+        if posted >= a.from && posted < a.stop {
+            a.rec.latencies_ns.push((now - posted) / PS_PER_NS);
+        }
+        if now < a.stop {
+            if self.post_app(index).is_err() {
+                self.apps[index as usize].rec.failed = true;
+                self.close_app(index);
+            }
+        } else if a.in_flight.is_empty() {
+            self.close_app(index);
+        }
+    }
+
+    /// Releases an app queue pair's connection; it no longer keeps the run going.
+    fn close_app(&mut self, index: u32) {
+        let a = &mut self.apps[index as usize];
+        if !a.open {
+            return;
+        }
+        a.open = false;
+        let (src, dst) = (a.rec.src, a.rec.dst);
+        if let Some((x, y)) = a.qps.take() {
+            let _ = self.hosts[src as usize].engine.destroy_qp(x);
+            let _ = self.hosts[dst as usize].engine.destroy_qp(y);
+            self.app_of_qp
+                .retain(|&(k, _)| k != (src, x.0) && k != (dst, y.0));
+        }
+        self.apps_open -= 1;
+    }
+
+    /// Connects queue pairs `qp` of hosts `a` and `b` to each other, with the scenario's
+    /// transport settings and services.
+    fn connect_pair(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        qp: [QpNum; 2],
+    ) -> Result<(), sluice_core::Error> {
         let t = &self.scenario.transport;
-        for (i, (me, peer)) in [(f.src, f.dst), (f.dst, f.src)].into_iter().enumerate() {
+        for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
             let c = Connection {
                 timeout: t.timeout,
                 retry_cnt: t.retry_cnt,
@@ -640,6 +932,11 @@ impl<'a> Network<'a> {
                     .set_services(qp[i], services)?;
             }
         }
+        Ok(())
+    }
+
+    /// Posts a flow's WRITEs (at most `MAX_MESSAGE` bytes each).
+    fn write_flow(&mut self, f: &Flow, qp: [QpNum; 2]) -> Result<(), sluice_core::Error> {
         let (src_mr, dst_mr) = (self.hosts[f.src as usize].mr, self.hosts[f.dst as usize].mr);
         let mut left = f.bytes;
         let mut offset = 0;
@@ -667,6 +964,10 @@ impl<'a> Network<'a> {
     }
 
     fn complete(&mut self, c: &Completion) {
+        if c.wr_id & APP_WR != 0 {
+            self.complete_app(c);
+            return;
+        }
         let id = c.wr_id as u32;
         let Some(flow) = self.flows.get_mut(id as usize) else {
             return;
@@ -810,6 +1111,17 @@ impl<'a> Network<'a> {
         if p.class == DATA as u8 {
             let dest_qp = self.headers[pkt as usize].bth.dest_qp;
             self.rx_payload_since_sample += u64::from(len);
+            if !self.app_of_qp.is_empty() {
+                let key = (host, dest_qp);
+                let at = self.app_of_qp.partition_point(|(k, _)| *k < key);
+                if let Some(&(k, a)) = self.app_of_qp.get(at) {
+                    if k == key {
+                        let a = &mut self.apps[a as usize];
+                        a.rx_since_sample += u64::from(len);
+                        a.rec.delivered_bytes += u64::from(len);
+                    }
+                }
+            }
             if self.flow_series() {
                 let key = (host, dest_qp);
                 let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
@@ -1152,6 +1464,10 @@ impl<'a> Network<'a> {
                 s.flow_bps.push(f.rx_since_sample as f64 * 8.0 / interval_s);
                 f.rx_since_sample = 0;
             }
+        }
+        for a in &mut self.apps {
+            s.app_bps.push(a.rx_since_sample as f64 * 8.0 / interval_s);
+            a.rx_since_sample = 0;
         }
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use crate::app::{tenant_series, tenant_stats};
 use crate::plot::{Chart, Series as Line};
 use crate::result::RunResult;
 
@@ -173,6 +174,46 @@ pub fn table(runs: &[RunResult]) -> String {
             s.jain.map_or("-".to_string(), |j| format!("{j:.3}")),
         );
     }
+    if runs.iter().any(|r| !r.apps.is_empty()) {
+        out.push_str(&tenant_table(runs));
+    }
+    out
+}
+
+/// Per algorithm and tenant: throughput, latency percentiles, and Jain's index over the
+/// tenants' throughputs.
+pub fn tenant_table(runs: &[RunResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<12} {:>6} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "algorithm", "tenant", "qps", "messages", "Gbit/s", "lat p50", "lat p99", "jain"
+    );
+    for r in runs {
+        let t = tenant_stats(r);
+        let jain = jain_index(&t.iter().map(|t| t.gbps).collect::<Vec<_>>());
+        for (i, t) in t.iter().enumerate() {
+            let lat = |f: fn(&(f64, f64, f64)) -> f64| {
+                t.latency_us
+                    .map_or("-".into(), |l| format!("{:.2}us", f(&l)))
+            };
+            let _ = writeln!(
+                out,
+                "{:<12} {:>6} {:>4} {:>10} {:>9.2} {:>9} {:>9} {:>9}",
+                r.algorithm,
+                t.tenant,
+                t.qps,
+                t.messages,
+                t.gbps,
+                lat(|l| l.0),
+                lat(|l| l.1),
+                match (i, jain) {
+                    (0, Some(j)) => format!("{j:.3}"),
+                    _ => String::new(),
+                }
+            );
+        }
+    }
     out
 }
 
@@ -219,6 +260,37 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             // Only when the scenario has services: other summaries stay as they were.
             if !c.services.is_empty() {
                 run["services"] = json!(c.services);
+            }
+            if !r.apps.is_empty() {
+                let tenants = tenant_stats(r);
+                let qp_rates: Vec<f64> = r.apps.iter().map(|q| q.bps()).collect();
+                let lat = |v: Option<f64>| v.map_or(json!(null), |v| json!(round4(v)));
+                run["tenants"] = json!(tenants.iter().map(|t| json!({
+                    "tenant": t.tenant,
+                    "qps": t.qps,
+                    "messages": t.messages,
+                    "gbps": round4(t.gbps),
+                    "latency_us_p50": lat(t.latency_us.map(|l| l.0)),
+                    "latency_us_p99": lat(t.latency_us.map(|l| l.1)),
+                    "latency_us_p999": lat(t.latency_us.map(|l| l.2)),
+                    "latency_us_mean": lat(t.mean_latency_us),
+                })).collect::<Vec<_>>());
+                run["tenant_jain_index"] = json!(
+                    jain_index(&tenants.iter().map(|t| t.gbps).collect::<Vec<_>>()).map(round4)
+                );
+                run["qp_jain_index"] = json!(jain_index(&qp_rates).map(round4));
+                run["app_qps"] = json!(r.apps.iter().map(|q| json!({
+                    "app": q.label,
+                    "tenant": q.tenant,
+                    "src": q.src,
+                    "dst": q.dst,
+                    "posted": q.posted,
+                    "completed": q.completed,
+                    "completed_bytes": q.completed_bytes,
+                    "delivered_bytes": q.delivered_bytes,
+                    "gbps": round4(q.bps() / 1e9),
+                    "failed": q.failed,
+                })).collect::<Vec<_>>());
             }
             run
         })
@@ -268,7 +340,47 @@ pub fn write_all(dir: &Path, scenario: &str, runs: &[RunResult]) -> std::io::Res
     )?;
     std::fs::write(dir.join("queue.svg"), queue_chart(runs).to_svg())?;
     std::fs::write(dir.join("throughput.svg"), throughput_chart(runs).to_svg())?;
+    if runs.iter().any(|r| !r.apps.is_empty()) {
+        std::fs::write(dir.join("tenants.csv"), tenant_csv(runs))?;
+        std::fs::write(dir.join("tenants.svg"), tenant_chart(runs).to_svg())?;
+    }
     Ok(())
+}
+
+/// Per algorithm, tenant and sample: the tenant's delivered payload.
+fn tenant_csv(runs: &[RunResult]) -> String {
+    let mut out = String::from("algorithm,tenant,time_ns,gbps\n");
+    for r in runs {
+        for (t, points) in tenant_series(r) {
+            for (us, gbps) in points {
+                let _ = writeln!(out, "{},{t},{},{gbps:.3}", r.algorithm, (us * 1e3).round());
+            }
+        }
+    }
+    out
+}
+
+/// Every tenant's throughput over time, one line per algorithm and tenant.
+pub fn tenant_chart(runs: &[RunResult]) -> Chart {
+    Chart {
+        title: "Throughput per tenant".to_string(),
+        x_label: "time (us)".to_string(),
+        y_label: "Gbit/s".to_string(),
+        series: runs
+            .iter()
+            .flat_map(|r| {
+                tenant_series(r).into_iter().map(move |(t, points)| Line {
+                    name: if runs.len() > 1 {
+                        format!("{} tenant {t}", r.algorithm)
+                    } else {
+                        format!("tenant {t}")
+                    },
+                    points,
+                })
+            })
+            .collect(),
+        ..Chart::default()
+    }
 }
 
 fn flows_csv(runs: &[RunResult]) -> String {

@@ -112,6 +112,9 @@ pub struct Series {
     pub flows: Vec<u32>,
     /// Per sample and flow (row-major), the payload bits per second delivered.
     pub flow_bps: Vec<f64>,
+    /// Per sample and app queue pair (row-major, in `RunResult::apps`' order), the payload
+    /// bits per second delivered.
+    pub app_bps: Vec<f64>,
 }
 
 /// The largest queue a port reached.
@@ -146,4 +149,6 @@ pub struct RunResult {
     pub peaks: Vec<PortPeak>,
     /// The most packets alive at once (in queues and on links): what memory follows.
     pub peak_packets: u64,
+    /// Every app queue pair's record, apps in the scenario's order, then queue pairs.
+    pub apps: Vec<crate::app::AppQpRecord>,
 }

@@ -38,8 +38,12 @@ pub struct Scenario {
     /// The congestion-control algorithms to compare: one run each, same seed and workload.
     #[serde(default = "default_cc")]
     pub cc: Vec<CcConfig>,
-    /// The flows to run.
+    /// The flows to run (default none).
+    #[serde(default)]
     pub workload: WorkloadSpec,
+    /// Closed-loop applications, perftest-like, each in a tenant (`[[app]]` tables).
+    #[serde(default, rename = "app")]
+    pub apps: Vec<crate::app::AppSpec>,
     /// What is sampled besides flow completion times.
     #[serde(default)]
     pub output: OutputConfig,
@@ -63,6 +67,7 @@ fn default_cc() -> Vec<CcConfig> {
         label: None,
         params: toml::Table::new(),
         ack_every_packets: None,
+        decoupled: None,
     }]
 }
 
@@ -220,12 +225,65 @@ pub struct CcConfig {
     pub params: toml::Table,
     /// Overrides `transport.ack_every_packets` for this algorithm.
     pub ack_every_packets: Option<u32>,
+    /// Runs the law behind SCR's decoupled control loop (coalescing queues, modelled
+    /// processors) instead of inline on each event.
+    pub decoupled: Option<DecoupledConfig>,
+}
+
+/// SCR's decoupled control loop (`sluice_core::control::Decoupled`): events reach their
+/// queue `loop_delay_us` after they happen, and each of `processors` takes `service_us`
+/// per run of the law. A field left out takes `ScrConfig`'s default.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DecoupledConfig {
+    /// Run-to-completion processors (1 ..= 1024).
+    pub processors: Option<u32>,
+    /// From an event to its arrival in the queue, in us (0 ..= 1 s).
+    pub loop_delay_us: Option<f64>,
+    /// A processor's time per run, in us (0 ..= 1 s).
+    pub service_us: Option<f64>,
+}
+
+impl DecoupledConfig {
+    /// The loop's configuration, or what is wrong (naming the field).
+    pub fn scr(&self) -> Result<sluice_core::control::ScrConfig, ScenarioError> {
+        let d = sluice_core::control::ScrConfig::default();
+        let us = |v: Option<f64>, field: &str, default: std::time::Duration| match v {
+            None => Ok(default),
+            Some(v) if (0.0..=1e6).contains(&v) => {
+                Ok(std::time::Duration::from_nanos((v * 1e3).round() as u64))
+            }
+            Some(v) => Err(ScenarioError::Invalid(format!(
+                "cc.decoupled.{field}: expected 0 ..= 1000000 us, got {v}"
+            ))),
+        };
+        let processors = self.processors.unwrap_or(d.processors);
+        if !(1..=1024).contains(&processors) {
+            return Err(ScenarioError::Invalid(format!(
+                "cc.decoupled.processors: expected 1 ..= 1024, got {processors}"
+            )));
+        }
+        Ok(sluice_core::control::ScrConfig {
+            processors,
+            loop_delay: us(self.loop_delay_us, "loop_delay_us", d.loop_delay)?,
+            service_time: us(self.service_us, "service_us", d.service_time)?,
+            ..d
+        })
+    }
 }
 
 impl CcConfig {
     /// What reports call it: `label`, else the law's name.
     pub fn label(&self) -> &str {
         self.label.as_deref().unwrap_or(&self.name)
+    }
+
+    /// How the law runs: inline, or behind the decoupled loop.
+    pub fn mode(&self) -> Result<sluice_control::registry::Mode, ScenarioError> {
+        Ok(match &self.decoupled {
+            None => sluice_control::registry::Mode::Inline,
+            Some(d) => sluice_control::registry::Mode::Decoupled(d.scr()?),
+        })
     }
 
     /// The parameters as the registry takes them: (name, value as text).
@@ -504,12 +562,8 @@ impl Scenario {
         for cc in &self.cc {
             // Builds each law once now so that a bad name or parameter fails before any run.
             let pairs = cc.param_pairs()?;
-            sluice_control::registry::build(
-                &cc.name,
-                &pairs,
-                &sluice_control::registry::Mode::Inline,
-            )
-            .map_err(|e| ScenarioError::Invalid(format!("cc: {e}")))?;
+            sluice_control::registry::build(&cc.name, &pairs, &cc.mode()?)
+                .map_err(|e| ScenarioError::Invalid(format!("cc: {e}")))?;
             // Labels name rows of the CSV files, unquoted.
             if cc.label().is_empty()
                 || cc
@@ -528,6 +582,13 @@ impl Scenario {
                 ));
             }
             labels.push(cc.label());
+        }
+        if matches!(self.workload, WorkloadSpec::None) && self.apps.is_empty() {
+            return bad("workload: expected a [workload] table or [[app]] tables".into());
+        }
+        for (i, app) in self.apps.iter().enumerate() {
+            app.check(self.time_limit_us)
+                .map_err(|e| ScenarioError::Invalid(format!("app[{i}].{e}")))?;
         }
         Ok(())
     }

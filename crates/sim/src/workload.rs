@@ -293,8 +293,9 @@ fn parse_number(text: &str, field: &str) -> Result<f64, String> {
 }
 
 /// A scenario's `[workload]` table: which flows to simulate. The `kind` key selects the
-/// variant (`poisson`, `incast`, `permutation`, `all-to-all`, `all-reduce`, `file`).
-#[derive(Debug, Clone, serde::Deserialize)]
+/// variant (`poisson`, `incast`, `permutation`, `all-to-all`, `all-reduce`, `file`,
+/// `none`). A scenario without the table has no flows (its `[[app]]`s are the traffic).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum WorkloadSpec {
     /// Poisson arrivals between random host pairs (src uniform, dst uniform among the
@@ -346,6 +347,9 @@ pub enum WorkloadSpec {
         /// The flow list, relative to the scenario's directory.
         path: String,
     },
+    /// No flows: the traffic is the scenario's applications (`[[app]]`).
+    #[default]
+    None,
 }
 
 impl WorkloadSpec {
@@ -358,6 +362,7 @@ impl WorkloadSpec {
             WorkloadSpec::AllToAll { .. } => "all-to-all",
             WorkloadSpec::AllReduce { .. } => "all-reduce",
             WorkloadSpec::File { .. } => "file",
+            WorkloadSpec::None => "none",
         }
     }
 
@@ -373,6 +378,9 @@ impl WorkloadSpec {
         base_dir: &Path,
     ) -> Result<Vec<Flow>, WorkloadError> {
         let kind = self.name();
+        if let WorkloadSpec::None = self {
+            return Ok(Vec::new());
+        }
         if hosts < 2 {
             return Err(invalid(
                 kind,
@@ -405,6 +413,7 @@ impl WorkloadSpec {
             WorkloadSpec::AllToAll { bytes } => all_to_all(bytes, hosts),
             WorkloadSpec::AllReduce { bytes } => all_reduce(bytes, hosts),
             WorkloadSpec::File { ref path } => from_file(&base_dir.join(path), hosts),
+            WorkloadSpec::None => Ok(Vec::new()),
         }
     }
 }

@@ -1,0 +1,158 @@
+//! Closed-loop applications (`[[app]]`): each queue pair keeps its depth posted and no more,
+//! every byte completed is accounted, tenants are measured apart, and runs repeat exactly.
+
+mod common;
+
+use common::{run, scenario};
+use proptest::prelude::*;
+use sluice_sim::app::{AppQpRecord, tenant_stats};
+
+/// Two hosts through one switch at 100 Gbit/s; `apps` are `[[app]]` tables.
+fn two_hosts(apps: &str, extra: &str) -> String {
+    format!(
+        r#"
+        time_limit_us = 400
+        [topology]
+        kind = "star"
+        hosts = 2
+        link_gbps = 100
+        link_delay_ns = 1000
+        [output]
+        sample_interval_us = 5
+        {extra}
+        {apps}
+        "#
+    )
+}
+
+fn app(tenant: u32, op: &str, size: u64, depth: u32, qps: u32, stop_us: f64) -> String {
+    format!(
+        "[[app]]\ntenant = {tenant}\nsrc = 0\ndst = 1\nop = \"{op}\"\nsize = {size}\n\
+         depth = {depth}\nqps = {qps}\nstop_us = {stop_us}\n"
+    )
+}
+
+/// What every app queue pair of a lossless run that stopped posting in time must show.
+fn check_closed_loop(q: &AppQpRecord, depth: u32) {
+    assert!(!q.failed, "{q:?}");
+    assert!(
+        q.max_outstanding <= depth,
+        "{} > depth {depth}",
+        q.max_outstanding
+    );
+    assert_eq!(q.max_outstanding, depth, "kept its depth posted");
+    assert_eq!(
+        q.posted, q.completed,
+        "everything posted completed after the stop"
+    );
+    assert_eq!(
+        q.delivered_bytes, q.completed_bytes,
+        "no loss: delivered = completed"
+    );
+    assert!(q.measured_bytes <= q.completed_bytes);
+}
+
+#[test]
+fn every_operation_runs_closed_loop() {
+    for op in ["write", "read", "send"] {
+        let s = scenario(&two_hosts(&app(3, op, 8192, 4, 2, 150.0), ""));
+        let runs = run(&s);
+        let r = &runs[0];
+        assert_eq!(r.apps.len(), 2, "{op}: one record per queue pair");
+        for q in &r.apps {
+            check_closed_loop(q, 4);
+            assert!(q.completed > 100, "{op}: {q:?}");
+        }
+        let t = tenant_stats(r);
+        assert_eq!((t.len(), t[0].tenant, t[0].qps), (1, 3, 2));
+        // One tenant alone near line rate (headers and the window's edges cost a little).
+        assert!(t[0].gbps > 80.0 && t[0].gbps < 100.0, "{op}: {}", t[0].gbps);
+        // The run ends once the last message in flight completes.
+        assert!(r.simulated_ns < 200_000, "{op}: ran to {}", r.simulated_ns);
+    }
+}
+
+#[test]
+fn tenants_are_measured_apart_and_runs_repeat() {
+    let text = two_hosts(
+        &format!(
+            "{}{}",
+            app(1, "write", 65536, 16, 1, 300.0),
+            app(2, "write", 256, 4, 1, 300.0)
+        ),
+        "",
+    );
+    let a = run(&scenario(&text));
+    let b = run(&scenario(&text));
+    assert_eq!(a[0].apps, b[0].apps);
+    assert_eq!(a[0].series, b[0].series);
+    let t = tenant_stats(&a[0]);
+    assert_eq!(t.len(), 2);
+    assert!(t[0].gbps > 10.0 * t[1].gbps, "{t:?}");
+    let (small, big) = (t[1].latency_us.unwrap(), t[0].latency_us.unwrap());
+    assert!(small.0 < big.0, "{t:?}");
+    // The per-tenant series carry the bytes: their sum over time is what was delivered.
+    let series = sluice_sim::app::tenant_series(&a[0]);
+    let interval_s = a[0].series.interval_ns as f64 * 1e-9;
+    for ((_, points), q) in series.iter().zip(&a[0].apps) {
+        let bytes: f64 = points.iter().map(|p| p.1 * 1e9 * interval_s / 8.0).sum();
+        assert!(
+            (bytes - q.delivered_bytes as f64).abs() < 1.0,
+            "{bytes} vs {q:?}"
+        );
+    }
+}
+
+#[test]
+fn decoupled_control_is_selectable_and_checked() {
+    let cc = "[[cc]]\nname = \"dcqcn\"\nlabel = \"slow\"\n\
+              decoupled = { processors = 2, loop_delay_us = 20, service_us = 1 }\n\
+              [[cc]]\nname = \"dcqcn\"\n";
+    let s = scenario(&two_hosts(&app(0, "write", 65536, 8, 1, 100.0), cc));
+    let runs = run(&s);
+    assert_eq!(runs.len(), 2);
+    for r in &runs {
+        check_closed_loop(&r.apps[0], 8);
+    }
+    let bad = two_hosts(
+        &app(0, "write", 1, 1, 1, 10.0),
+        "[[cc]]\nname = \"dcqcn\"\ndecoupled = { processors = 0 }\n",
+    );
+    let e = sluice_sim::Scenario::parse(&bad, std::path::Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cc.decoupled.processors"), "{e}");
+    let bad = two_hosts(&app(0, "write", 1, 1, 1, 10.0), "").replace("dst = 1", "dst = 7");
+    let e = sluice_sim::run_scenario(
+        &sluice_sim::Scenario::parse(&bad, std::path::Path::new(".")).unwrap(),
+        &|_, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("app[0].dst: 7 is not a host"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Any mix of depths, sizes and operations: no queue pair exceeds its depth, and what
+    /// completes is what was delivered.
+    #[test]
+    fn closed_loops_hold_their_depth(
+        apps in prop::collection::vec(
+            (0u32..3, prop::sample::select(vec!["write", "read", "send"]), 1u64..20_000, 1u32..9),
+            1..4,
+        )
+    ) {
+        let text: String = apps
+            .iter()
+            .map(|&(t, op, size, depth)| app(t, op, size, depth, 1, 40.0))
+            .collect();
+        let runs = run(&scenario(&two_hosts(&text, "")));
+        for (q, &(_, _, _, depth)) in runs[0].apps.iter().zip(&apps) {
+            prop_assert!(!q.failed);
+            prop_assert!(q.max_outstanding <= depth);
+            prop_assert_eq!(q.posted, q.completed);
+            prop_assert_eq!(q.delivered_bytes, q.completed_bytes);
+        }
+    }
+}
