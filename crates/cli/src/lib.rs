@@ -7,5 +7,6 @@ pub mod check;
 pub mod perf;
 pub mod preflight;
 pub mod psn_ranges;
+pub mod repro;
 pub mod sim;
 pub mod synth;

@@ -33,6 +33,20 @@ enum Command {
     /// The datacenter simulator: the real engine and control laws on simulated fabrics.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// The SCR and SwCC papers' experiments on the simulator, beside the papers' figures.
+    Repro(ReproArgs),
+}
+
+#[derive(Args)]
+struct ReproArgs {
+    /// An experiment (`list` names them all; `all` runs every one).
+    name: String,
+    /// Short runs (seconds; what the test suite runs).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the plots, the scenarios and report.md (default target/repro/NAME).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -336,6 +350,62 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Synth(args)) => run_synth(&args),
         Command::Perf(cmd) => run_perf(cmd),
         Command::Sim(SimCommand::Run(args)) => run_sim(&args),
+        Command::Repro(args) => run_repro(&args),
+    }
+}
+
+fn run_repro(a: &ReproArgs) -> ExitCode {
+    use sluice_cli::repro;
+    if a.name == "list" {
+        print!("{}", repro::listing());
+        return ExitCode::SUCCESS;
+    }
+    let entries: Vec<&repro::Entry> = if a.name == "all" {
+        repro::ENTRIES.iter().collect()
+    } else if let Some(e) = repro::find(&a.name) {
+        vec![e]
+    } else {
+        eprintln!(
+            "sluice repro: no experiment `{}` (`sluice repro list` names them)",
+            a.name
+        );
+        return ExitCode::from(2);
+    };
+    let scale = if a.quick {
+        repro::Scale::Quick
+    } else {
+        repro::Scale::Full
+    };
+    let mut failed = false;
+    for e in entries {
+        let out = match &a.out {
+            Some(dir) if a.name == "all" => dir.join(e.name),
+            Some(dir) => dir.clone(),
+            None => PathBuf::from("target/repro").join(e.name),
+        };
+        println!("== {} ({}): {}", e.name, e.source, e.summary);
+        let started = std::time::Instant::now();
+        match repro::run(e, scale, &out) {
+            Ok(report) => {
+                print!("{}", report.table.text());
+                print!("{}", report.checks_text());
+                println!(
+                    "plots, scenarios and report.md in {} ({:.1} s)",
+                    out.display(),
+                    started.elapsed().as_secs_f64()
+                );
+                failed |= !report.passed();
+            }
+            Err(e) => {
+                eprintln!("sluice repro: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

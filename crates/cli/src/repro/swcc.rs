@@ -1,0 +1,216 @@
+//! SwCC Fig 1: how long a switch queue takes to drain after a second flow joins, as the
+//! control loop's delay grows (SwCC's motivation for a NIC-class loop).
+
+use sluice_sim::RunResult;
+use sluice_sim::plot::{Chart, Series};
+
+use super::{Check, Entry, Report, Scale, Table, f, simulate};
+
+pub(super) const FIG1: Entry = Entry {
+    name: "swcc-fig1",
+    source: "SwCC Fig 1",
+    summary: "queue drain time after a flow joins vs the control loop's delay (DCQCN, decoupled loop)",
+    run: fig1,
+};
+
+/// The queue counts as drained at or below this many bytes (a tenth of Kmin).
+const DRAINED_BYTES: u64 = 10_000;
+/// The paper's loop delays: a NIC-class loop (ASIC NIC, SwCC) and a CPU-class one
+/// (Soft-RoCE), SwCC Table 1.
+const NIC_US: f64 = 3.1;
+const CPU_US: f64 = 23.0;
+/// The paper's drain-time ratio between the two (SwCC §3.2).
+const PAPER_RATIO: f64 = 7.8;
+
+fn scenario(join_us: f64, limit_us: f64, delays: &[f64]) -> String {
+    let mut text = format!(
+        r#"# SwCC Fig 1: flow 1 (host 0) runs alone at line rate; flow 2 (host 1) joins it
+# towards host 2 at {join_us} us. DCQCN behind SCR's decoupled loop, its loop delay swept.
+name = "swcc-fig1"
+time_limit_us = {limit_us}
+[topology]
+kind = "star"
+hosts = 3
+link_gbps = 100
+link_delay_ns = 1000
+[switch]
+ecn = {{ kmin_bytes = 100000, kmax_bytes = 400000, pmax = 0.2 }}
+[output]
+sample_interval_us = 1
+[[app]]
+label = "flow1"
+tenant = 1
+src = 0
+dst = 2
+size = 65536
+depth = 16
+[[app]]
+label = "flow2"
+tenant = 2
+src = 1
+dst = 2
+size = 65536
+depth = 16
+start_us = {join_us}
+"#
+    );
+    text.push_str("[[cc]]\nname = \"dcqcn\"\nlabel = \"inline\"\n");
+    for d in delays {
+        text.push_str(&format!(
+            "[[cc]]\nname = \"dcqcn\"\nlabel = \"loop-{d}us\"\n\
+             decoupled = {{ loop_delay_us = {d} }}\n"
+        ));
+    }
+    text
+}
+
+/// From the join to the first sample, after the queue's peak, at or below
+/// [`DRAINED_BYTES`]; `None` if it never drained. Also the peak.
+fn drain(r: &RunResult, join_ns: u64) -> (Option<f64>, u64) {
+    let s = &r.series;
+    let after: Vec<(u64, u64)> = s
+        .times_ns
+        .iter()
+        .zip(&s.max_queue_bytes)
+        .filter(|(t, _)| **t >= join_ns)
+        .map(|(t, q)| (*t, *q))
+        .collect();
+    let Some(peak_at) = after
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, (_, q))| (*q, std::cmp::Reverse(*i)))
+        .map(|(i, _)| i)
+    else {
+        return (None, 0);
+    };
+    let peak = after[peak_at].1;
+    let drained = after[peak_at..]
+        .iter()
+        .find(|(_, q)| *q <= DRAINED_BYTES)
+        .map(|(t, _)| (t - join_ns) as f64 / 1e3);
+    (drained, peak)
+}
+
+fn fig1(scale: Scale) -> Result<Report, String> {
+    let (join_us, limit_us, delays): (f64, f64, &[f64]) = match scale {
+        Scale::Quick => (100.0, 900.0, &[0.0, NIC_US, CPU_US, 100.0]),
+        Scale::Full => (
+            200.0,
+            1500.0,
+            &[0.0, 1.0, NIC_US, 6.0, 12.0, CPU_US, 50.0, 100.0],
+        ),
+    };
+    let mut report = Report::default();
+    let runs = simulate(
+        &mut report,
+        "swcc-fig1",
+        scenario(join_us, limit_us, delays),
+    )?;
+    let join_ns = (join_us * 1e3) as u64;
+    report.table = Table::new(&[
+        "control loop",
+        "added delay (us)",
+        "peak queue (KB)",
+        "drain time (us)",
+        "Gbit/s after join",
+        "paper",
+    ]);
+    let mut points = Vec::new();
+    let mut lines = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let (drained, peak) = drain(r, join_ns);
+        let delay = if i == 0 { None } else { Some(delays[i - 1]) };
+        // Delivered over the time after the join, both flows.
+        let s = &r.series;
+        let n = r.apps.len();
+        let (mut bits, mut count) = (0.0, 0usize);
+        for (k, t) in s.times_ns.iter().enumerate() {
+            if *t > join_ns {
+                bits += (0..n).map(|q| s.app_bps[k * n + q]).sum::<f64>();
+                count += 1;
+            }
+        }
+        let gbps = if count > 0 {
+            bits / count as f64 / 1e9
+        } else {
+            0.0
+        };
+        let paper = match delay {
+            Some(d) if d == NIC_US => "NIC-class loop: 1x",
+            Some(d) if d == CPU_US => "CPU-class loop: 7.8x the NIC's",
+            _ => "",
+        };
+        report.table.row(vec![
+            if i == 0 {
+                "inline".into()
+            } else {
+                "decoupled".into()
+            },
+            delay.map_or("-".into(), |d| f(d, 1)),
+            f(peak as f64 / 1e3, 0),
+            drained.map_or(format!("> {}", f(limit_us - join_us, 0)), |d| f(d, 0)),
+            f(gbps, 1),
+            paper.to_string(),
+        ]);
+        if let Some(d) = delay {
+            points.push((d, drained));
+        }
+        lines.push(Series {
+            name: r.algorithm.clone(),
+            points: s
+                .times_ns
+                .iter()
+                .zip(&s.max_queue_bytes)
+                .map(|(t, q)| (*t as f64 / 1e3, *q as f64 / 1e3))
+                .collect(),
+        });
+    }
+    let drains: Vec<f64> = points
+        .iter()
+        .map(|(_, d)| d.unwrap_or((limit_us - join_us) * 2.0))
+        .collect();
+    let rising = drains.windows(2).all(|w| w[1] >= 0.9 * w[0]);
+    let first = drains.first().copied().unwrap_or(0.0);
+    let last = drains.last().copied().unwrap_or(0.0);
+    report.checks.push(Check::shape(
+        "drain time rises with the loop delay",
+        rising && last >= 1.5 * first,
+        format!(
+            "drain {} us at {} us of delay ... {} us at {} us (never falling by more than 10% from one delay to the next, the last at least 1.5x the first)",
+            f(first, 0),
+            points.first().map_or(0.0, |p| p.0),
+            f(last, 0),
+            points.last().map_or(0.0, |p| p.0),
+        ),
+    ));
+    let at = |d: f64| points.iter().position(|p| p.0 == d).map(|i| drains[i]);
+    if let (Some(nic), Some(cpu)) = (at(NIC_US), at(CPU_US)) {
+        let ratio = cpu / nic.max(1e-9);
+        report.checks.push(Check::number(
+            "CPU-class over NIC-class drain time",
+            (PAPER_RATIO / 2.0..=PAPER_RATIO * 2.0).contains(&ratio),
+            format!(
+                "{}x at {CPU_US} us vs {NIC_US} us of delay; paper {PAPER_RATIO}x (the notes accept a factor of 2)",
+                f(ratio, 1)
+            ),
+        ));
+    }
+    report.plots.push((
+        "swcc-fig1".into(),
+        Chart {
+            title: "SwCC Fig 1: bottleneck queue after flow 2 joins, by control-loop delay".into(),
+            x_label: "time (us)".into(),
+            y_label: "queue (KB)".into(),
+            series: lines,
+            ..Chart::default()
+        },
+    ));
+    report.notes.push(
+        "The paper delays CNP processing on FPGA NICs; here every event of DCQCN reaches SCR's \
+         decoupled loop after the delay (CNPs included), one service time of 1 us per run. \
+         The paper gives no x-axis values: 3.1 us and 23 us are SwCC Table 1's NIC-class and \
+         CPU-class loop delays."
+            .into(),
+    );
+    Ok(report)
+}

@@ -1,0 +1,75 @@
+//! `sluice repro`: every experiment at its `--quick` scale, with the checks that say it
+//! reproduced (the command exits non-zero when one fails), and the files it writes.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("runs sluice")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-repro-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs `name --quick`, asserts it passed and wrote its files, and returns its output.
+fn quick(name: &str) -> String {
+    let dir = scratch(name);
+    let out = sluice(&["repro", name, "--quick", "--out", dir.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{name}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    assert!(stdout.contains("PASS"), "{stdout}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| paper |") || report.contains("paper"),
+        "{report}"
+    );
+    let svg = std::fs::read_to_string(dir.join(format!("{name}.svg"))).unwrap();
+    assert!(svg.starts_with("<svg"), "{name}.svg");
+    let scenarios = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "toml")
+        })
+        .count();
+    assert!(scenarios > 0, "{name}: the scenarios it ran are kept");
+    std::fs::remove_dir_all(&dir).unwrap();
+    stdout
+}
+
+#[test]
+fn list_names_every_experiment() {
+    let out = sluice(&["repro", "list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in sluice_cli::repro::ENTRIES.iter().map(|e| e.name) {
+        assert!(text.contains(name), "{text}");
+    }
+    assert!(text.contains("swcc-fig1"));
+    let bad = sluice(&["repro", "no-such-figure"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("sluice repro list"));
+}
+
+#[test]
+fn swcc_fig1_drain_time_rises_with_the_loop_delay() {
+    let out = quick("swcc-fig1");
+    assert!(
+        out.contains("drain time rises with the loop delay"),
+        "{out}"
+    );
+}
