@@ -361,7 +361,10 @@ fn run_repro(a: &ReproArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let entries: Vec<&repro::Entry> = if a.name == "all" {
-        repro::ENTRIES.iter().collect()
+        repro::ENTRIES
+            .iter()
+            .filter(|e| e.missing().is_empty())
+            .collect()
     } else if let Some(e) = repro::find(&a.name) {
         vec![e]
     } else {
@@ -383,6 +386,14 @@ fn run_repro(a: &ReproArgs) -> ExitCode {
             Some(dir) => dir.clone(),
             None => PathBuf::from("target/repro").join(e.name),
         };
+        if !e.missing().is_empty() {
+            eprintln!(
+                "sluice repro: {} needs schedulers this build does not register: {}",
+                e.name,
+                e.missing().join(", ")
+            );
+            return ExitCode::from(2);
+        }
         println!("== {} ({}): {}", e.name, e.source, e.summary);
         let started = std::time::Instant::now();
         match repro::run(e, scale, &out) {

@@ -193,7 +193,8 @@ pub struct AppQpRecord {
     pub completed: u64,
     /// Their bytes.
     pub completed_bytes: u64,
-    /// Bytes of messages completed within the measured window.
+    /// Payload bytes delivered within the measured window (per packet, so that a window
+    /// holding few large messages is measured as finely as one of many small ones).
     pub measured_bytes: u64,
     /// The window: from `start_us + warmup_us` to `stop_us` (or the run's end), in ns.
     pub window_ns: (u64, u64),

@@ -860,9 +860,6 @@ impl<'a> Network<'a> {
         };
         a.rec.completed += 1;
         a.rec.completed_bytes += size;
-        if now >= a.from && now <= a.stop {
-            a.rec.measured_bytes += size;
-        }
         if posted >= a.from && posted < a.stop {
             a.rec.latencies_ns.push((now - posted) / PS_PER_NS);
         }
@@ -1116,9 +1113,13 @@ impl<'a> Network<'a> {
                 let at = self.app_of_qp.partition_point(|(k, _)| *k < key);
                 if let Some(&(k, a)) = self.app_of_qp.get(at) {
                     if k == key {
+                        let now = self.now;
                         let a = &mut self.apps[a as usize];
                         a.rx_since_sample += u64::from(len);
                         a.rec.delivered_bytes += u64::from(len);
+                        if now >= a.from && now <= a.stop {
+                            a.rec.measured_bytes += u64::from(len);
+                        }
                     }
                 }
             }

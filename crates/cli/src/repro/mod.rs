@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod scr;
 mod swcc;
 
 use std::fmt::Write as _;
@@ -37,6 +38,19 @@ pub struct Entry {
     pub summary: &'static str,
     /// Runs it.
     pub run: fn(Scale) -> Result<Report, String>,
+    /// The schedulers it runs, by their names in `sluice_control::policies::SCHEDULERS`.
+    pub needs: &'static [&'static str],
+}
+
+impl Entry {
+    /// The schedulers it needs that this build does not register.
+    pub fn missing(&self) -> Vec<&'static str> {
+        self.needs
+            .iter()
+            .copied()
+            .filter(|n| sluice_control::policies::SCHEDULERS.info(n).is_none())
+            .collect()
+    }
 }
 
 /// A table: a header and rows of cells.
@@ -191,8 +205,9 @@ impl Report {
     }
 }
 
-/// Every entry, in the order `sluice repro list` prints them.
-pub const ENTRIES: &[Entry] = &[swcc::FIG1];
+/// Every entry, in the order `sluice repro list` prints them (those whose schedulers this
+/// build lacks are listed as such and do not run).
+pub const ENTRIES: &[Entry] = &[swcc::FIG1, scr::TABLE2, scr::FIG11, scr::FIG13];
 
 /// The entry called `name`.
 pub fn find(name: &str) -> Option<&'static Entry> {
@@ -204,13 +219,30 @@ pub fn listing() -> String {
     let mut out = String::new();
     let width = ENTRIES.iter().map(|e| e.name.len()).max().unwrap_or(0);
     for e in ENTRIES {
-        let _ = writeln!(out, "{:<width$}  {}: {}", e.name, e.source, e.summary);
+        let missing = e.missing();
+        let _ = write!(out, "{:<width$}  {}: {}", e.name, e.source, e.summary);
+        if !missing.is_empty() {
+            let _ = write!(
+                out,
+                " [needs schedulers not registered: {}]",
+                missing.join(", ")
+            );
+        }
+        out.push('\n');
     }
     out
 }
 
 /// Runs `entry` at `scale` and writes its plots, scenarios and `report.md` into `out`.
 pub fn run(entry: &Entry, scale: Scale, out: &Path) -> Result<Report, String> {
+    let missing = entry.missing();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} needs schedulers this build does not register: {}",
+            entry.name,
+            missing.join(", ")
+        ));
+    }
     let report = (entry.run)(scale)?;
     let io = |e: std::io::Error| format!("cannot write {}: {e}", out.display());
     std::fs::create_dir_all(out).map_err(io)?;
@@ -238,6 +270,47 @@ fn simulate(report: &mut Report, name: &str, text: String) -> Result<Vec<RunResu
         .map_err(|e| format!("scenario {name}: {e}"))?;
     report.scenarios.push((name.to_string(), text));
     Ok(runs)
+}
+
+/// Parses and runs several scenarios, in parallel (each run is deterministic, so this
+/// changes nothing in the results), keeping their texts for the report; results in order.
+fn simulate_all(
+    report: &mut Report,
+    scenarios: Vec<(String, String)>,
+) -> Result<Vec<Vec<RunResult>>, String> {
+    let parsed: Vec<Scenario> = scenarios
+        .iter()
+        .map(|(name, text)| {
+            Scenario::parse(text, Path::new(".")).map_err(|e| format!("scenario {name}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<Vec<RunResult>, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.min(parsed.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(sc) = parsed.get(i) else {
+                            return mine;
+                        };
+                        let run = sluice_sim::run_scenario(sc, &|_, _| {})
+                            .map_err(|e| format!("scenario {}: {e}", scenarios[i].0));
+                        mine.push((i, run));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    report.scenarios.extend(scenarios);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// `x` with `digits` decimals.

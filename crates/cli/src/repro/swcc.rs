@@ -11,6 +11,7 @@ pub(super) const FIG1: Entry = Entry {
     source: "SwCC Fig 1",
     summary: "queue drain time after a flow joins vs the control loop's delay (DCQCN, decoupled loop)",
     run: fig1,
+    needs: &[],
 };
 
 /// The queue counts as drained at or below this many bytes (a tenth of Kmin).
