@@ -82,6 +82,9 @@ pub struct AppSpec {
     /// Throughput and latency are measured from `start_us + warmup_us` (default 0).
     #[serde(default)]
     pub warmup_us: f64,
+    /// A control law of its own, `{ name = "...", params = { ... } }` (default: the run's
+    /// `[[cc]]` law), run the way the run's law is (inline or decoupled).
+    pub cc: Option<crate::scenario::PolicyConfig>,
 }
 
 fn one() -> u32 {

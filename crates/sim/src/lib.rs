@@ -55,6 +55,7 @@ pub mod report;
 pub mod result;
 pub mod run;
 pub mod scenario;
+mod tenant_laws;
 
 pub use result::{FlowRecord, RunResult};
 pub use run::{SimError, run_scenario};

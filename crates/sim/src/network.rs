@@ -28,6 +28,7 @@ use crate::event::{
 use crate::ideal::ideal_fct_ps;
 use crate::result::{FabricCounters, FlowRecord, PortId, PortPeak, RunResult, Series};
 use crate::scenario::{CcConfig, RecoveryMode, Routing, Scenario, SwitchConfig};
+use crate::tenant_laws::{NextLaw, TenantLaws};
 use crate::topology::{Port, Routes, Topology};
 use crate::{Flow, NodeId};
 
@@ -189,6 +190,8 @@ struct Host {
     /// When the `HostTimer` events pending for this host are due (a few at most: one is
     /// added only if it is earlier than all of them).
     timers: Vec<Ps>,
+    /// With apps of laws of their own: which law the next queue pair takes.
+    next_law: Option<NextLaw>,
 }
 
 #[derive(Debug)]
@@ -220,6 +223,12 @@ struct AppQp {
     open: bool,
     rng: Rng,
     rx_since_sample: u64,
+    /// Its control law: 0 the run's, else its app's (`TenantLaws`).
+    law: u8,
+    /// Its connections carry Sluice control packets (its law sends them).
+    cc_control: bool,
+    /// The CC header its connections carry (its law's).
+    ccx: Option<sluice_wire::CcxLayout>,
 }
 
 /// One simulation run of one algorithm.
@@ -342,14 +351,41 @@ impl<'a> Network<'a> {
             .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
         let law_info = sluice_control::registry::info(&cc.name);
         let mut ccx = None;
+        // Apps with laws of their own, in order: law k + 1 of every host is the k-th.
+        let own_laws: Vec<(usize, &crate::scenario::PolicyConfig)> = scenario
+            .apps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.cc.as_ref().map(|c| (i, c)))
+            .collect();
         let mut hosts = Vec::with_capacity(topo.hosts as usize);
+        // The CC header each app law's connections carry (the same on every host).
+        let mut own_ccx = Vec::new();
         for h in 0..topo.hosts {
             let mode = cc
                 .mode()
                 .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
-            let controller = sluice_control::registry::build(&cc.name, &pairs, &mode)
+            let mut controller = sluice_control::registry::build(&cc.name, &pairs, &mode)
                 .map_err(|e| RunError::Law(cc.name.clone(), e.to_string()))?;
             ccx = controller.ccx();
+            let mut next_law = None;
+            if !own_laws.is_empty() {
+                let mut laws = vec![controller];
+                for &(i, law) in &own_laws {
+                    let field = format!("app[{i}].cc");
+                    let pairs = crate::scenario::param_pairs(&law.params, &field)
+                        .map_err(|e| RunError::App(e.to_string()))?;
+                    let built = sluice_control::registry::build(&law.name, &pairs, &mode)
+                        .map_err(|e| RunError::App(format!("{field}: {e}")))?;
+                    if h == 0 {
+                        own_ccx.push(built.ccx());
+                    }
+                    laws.push(built);
+                }
+                let next: NextLaw = Default::default();
+                next_law = Some(next.clone());
+                controller = Box::new(TenantLaws::new(laws, next));
+            }
             let config = EngineConfig {
                 seed: scenario.seed ^ hash(u64::from(h) + 1),
                 max_outstanding_packets: t.window_packets,
@@ -381,6 +417,7 @@ impl<'a> Network<'a> {
                 pd,
                 mr,
                 timers: Vec::new(),
+                next_law,
             });
         }
         let mut port_base = Vec::with_capacity(topo.nodes.len());
@@ -457,6 +494,19 @@ impl<'a> Network<'a> {
                     from,
                     stop,
                     open: true,
+                    law: own_laws
+                        .iter()
+                        .position(|&(k, _)| k == i)
+                        .map_or(0, |k| k as u8 + 1),
+                    ccx: match own_laws.iter().position(|&(k, _)| k == i) {
+                        Some(k) => own_ccx[k],
+                        None => ccx,
+                    },
+                    cc_control: match &spec.cc {
+                        Some(law) => sluice_control::registry::info(&law.name)
+                            .is_some_and(|i| i.control_packets),
+                        None => law_info.is_some_and(|i| i.control_packets),
+                    },
                     rng: Rng::new(scenario.seed ^ hash((u64::from(index) << 20) ^ u64::from(q))),
                     rx_since_sample: 0,
                 });
@@ -696,7 +746,7 @@ impl<'a> Network<'a> {
             let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
             self.flow_of_qp.insert(at, (key, f.id));
         }
-        self.connect_pair(f.src, f.dst, qp)?;
+        self.connect_pair(f.src, f.dst, qp, self.ccx, self.cc_control)?;
         self.write_flow(f, qp)
     }
 
@@ -735,7 +785,19 @@ impl<'a> Network<'a> {
             max_recv_wr: spec.depth,
             ..QpCaps::default()
         };
-        let opened = self.create_pair(src, dst, caps).is_some_and(|qp| {
+        let law = a.law;
+        for h in [src, dst] {
+            if let Some(next) = &self.hosts[h as usize].next_law {
+                next.set(law);
+            }
+        }
+        let created = self.create_pair(src, dst, caps);
+        for h in [src, dst] {
+            if let Some(next) = &self.hosts[h as usize].next_law {
+                next.set(0);
+            }
+        }
+        let opened = created.is_some_and(|qp| {
             self.apps[index as usize].qps = Some((qp[0], qp[1]));
             self.open_app(index, qp).is_ok()
         });
@@ -750,8 +812,8 @@ impl<'a> Network<'a> {
     fn open_app(&mut self, index: u32, qp: [QpNum; 2]) -> Result<(), sluice_core::Error> {
         let a = &self.apps[index as usize];
         let spec: &'a AppSpec = &self.scenario.apps[a.spec];
-        let (src, dst) = (a.rec.src, a.rec.dst);
-        self.connect_pair(src, dst, qp)?;
+        let (src, dst, ccx, cc_control) = (a.rec.src, a.rec.dst, a.ccx, a.cc_control);
+        self.connect_pair(src, dst, qp, ccx, cc_control)?;
         let tenant = sluice_core::policy::Tenant {
             id: spec.tenant,
             weight: spec.weight,
@@ -891,12 +953,15 @@ impl<'a> Network<'a> {
     }
 
     /// Connects queue pairs `qp` of hosts `a` and `b` to each other, with the scenario's
-    /// transport settings and services.
+    /// transport settings and services, CC header `ccx` (and Sluice control packets if
+    /// `cc_control`).
     fn connect_pair(
         &mut self,
         a: NodeId,
         b: NodeId,
         qp: [QpNum; 2],
+        ccx: Option<sluice_wire::CcxLayout>,
+        cc_control: bool,
     ) -> Result<(), sluice_core::Error> {
         let t = &self.scenario.transport;
         for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
@@ -907,8 +972,8 @@ impl<'a> Network<'a> {
                     RecoveryMode::GoBackN => Recovery::GoBackN,
                     RecoveryMode::SelectiveRepeat => Recovery::SelectiveRepeat,
                 },
-                ccx: self.ccx,
-                cc_control: self.cc_control,
+                ccx,
+                cc_control,
                 ..Connection::new(
                     host_ip(peer),
                     qp[1 - i].0,

@@ -365,7 +365,10 @@ impl PoliciesConfig {
 }
 
 /// A table of parameters as a registry takes them: (name, value as text).
-fn param_pairs(params: &toml::Table, owner: &str) -> Result<Vec<(String, String)>, ScenarioError> {
+pub(crate) fn param_pairs(
+    params: &toml::Table,
+    owner: &str,
+) -> Result<Vec<(String, String)>, ScenarioError> {
     params
         .iter()
         .map(|(k, v)| {
@@ -589,6 +592,18 @@ impl Scenario {
         for (i, app) in self.apps.iter().enumerate() {
             app.check(self.time_limit_us)
                 .map_err(|e| ScenarioError::Invalid(format!("app[{i}].{e}")))?;
+            if let Some(law) = &app.cc {
+                let pairs = param_pairs(&law.params, &format!("app[{i}].cc"))?;
+                sluice_control::registry::build(
+                    &law.name,
+                    &pairs,
+                    &sluice_control::registry::Mode::Inline,
+                )
+                .map_err(|e| ScenarioError::Invalid(format!("app[{i}].cc: {e}")))?;
+            }
+        }
+        if self.apps.iter().filter(|a| a.cc.is_some()).count() > 254 {
+            return bad("app: at most 254 apps may have a `cc` of their own".into());
         }
         Ok(())
     }

@@ -132,6 +132,42 @@ fn decoupled_control_is_selectable_and_checked() {
     assert!(e.contains("app[0].dst: 7 is not a host"), "{e}");
 }
 
+#[test]
+fn an_app_may_run_a_law_of_its_own() {
+    // Two tenants on one host: one paced by a fixed-rate law at 20 Gbit/s, the other under
+    // the run's law (none), which takes the rest of the link.
+    let apps = format!(
+        "{}cc = {{ name = \"static\", params = {{ rate_gbps = 20 }} }}\n{}",
+        app(1, "write", 65536, 8, 1, 300.0),
+        app(2, "write", 65536, 8, 1, 300.0)
+    );
+    let runs = run(&scenario(&two_hosts(&apps, "")));
+    let t = tenant_stats(&runs[0]);
+    assert!(t[0].gbps > 15.0 && t[0].gbps <= 20.0, "{t:?}");
+    assert!(t[1].gbps > 70.0, "{t:?}");
+    // A law with a CC header of its own (swift's timestamps) beside one without.
+    let apps = format!(
+        "{}cc = {{ name = \"swift\" }}\n{}",
+        app(1, "write", 65536, 8, 1, 300.0),
+        app(2, "write", 65536, 8, 1, 300.0)
+    );
+    let runs = run(&scenario(&two_hosts(&apps, "")));
+    for q in &runs[0].apps {
+        check_closed_loop(q, 8);
+    }
+    let bad = two_hosts(
+        &format!(
+            "{}cc = {{ name = \"fastest\" }}\n",
+            app(1, "write", 1, 1, 1, 10.0)
+        ),
+        "",
+    );
+    let e = sluice_sim::Scenario::parse(&bad, std::path::Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("app[0].cc") && e.contains("fastest"), "{e}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
     /// Any mix of depths, sizes and operations: no queue pair exceeds its depth, and what
