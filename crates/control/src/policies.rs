@@ -3,12 +3,14 @@
 //! services (`--service`), each with its parameters (`--sched-param NAME=VALUE` and so on)
 //! and the same names in simulator scenarios.
 
+use std::time::Duration;
+
 use sluice_core::policy::{
-    Bitmaps, ByteCount, OffsetLists, PathSelector, PerMessage, QpnHash, RoundRobin, Scheduler,
-    Service, Spray, TrackerFactory, XorPayload,
+    Bitmaps, ByteCount, Drr, OffsetLists, Pacing, PathSelector, PerMessage, QpnHash, RoundRobin,
+    Scheduler, Service, Spray, StaticShare, TrackerFactory, XorPayload,
 };
 
-use crate::params::{ParamError, ParamInfo, Params, parse_u64_in, unknown};
+use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64_in, unknown};
 
 /// One policy a registry can build.
 #[derive(Debug)]
@@ -214,6 +216,151 @@ impl Params for XorParams {
     }
 }
 
+/// [`Drr`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct DrrParams {
+    /// Bytes per unit of weight per turn.
+    pub quantum: u32,
+}
+
+impl Default for DrrParams {
+    fn default() -> Self {
+        DrrParams { quantum: 4096 }
+    }
+}
+
+impl Params for DrrParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "quantum",
+        help: "bytes a tenant may send per turn per unit of its weight (headers and framing counted), 64..=16777216 (default 4096)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "quantum" => self.quantum = parse_u64_in(name, value, 64, 1 << 24)? as u32,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// A rate in Gbit/s to bit/s.
+fn gbps_to_bps(gbps: f64) -> u64 {
+    (gbps * 1e9).round() as u64
+}
+
+/// The pacing schedulers' common parameters ([`Pacing`]); rates in Gbit/s.
+#[derive(Debug, Clone, Copy)]
+pub struct PacingParams {
+    /// The link's capacity C, Gbit/s.
+    pub link: f64,
+    /// The lowest rate, Gbit/s; `None`: 1% of `link`.
+    pub floor: Option<f64>,
+    /// Share among tenants (by weight) rather than queue pairs.
+    pub by_tenant: bool,
+    /// A bucket's depth, bytes.
+    pub burst: u32,
+    /// How long an idle queue pair keeps its share, µs.
+    pub linger_us: f64,
+}
+
+impl Default for PacingParams {
+    fn default() -> Self {
+        PacingParams {
+            link: 100.0,
+            floor: None,
+            by_tenant: false,
+            burst: 16384,
+            linger_us: 1000.0,
+        }
+    }
+}
+
+/// The pacing parameters' help, shared by `static` and `water-filling`.
+const PACING_INFO: [ParamInfo; 5] = [
+    ParamInfo {
+        name: "link",
+        help: "the link capacity C the rates share, Gbit/s (the scheduler is not told the engine's line rate: set it to the port's or the virtual link's), 0.001..=10000 (default 100)",
+    },
+    ParamInfo {
+        name: "floor",
+        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most `link` (default 1% of link)",
+    },
+    ParamInfo {
+        name: "by",
+        help: "what shares the link: `qp` (each queue pair alike) or `tenant` (by weight) (default qp)",
+    },
+    ParamInfo {
+        name: "burst",
+        help: "a token bucket's depth, bytes sent back to back after a wait, 1024..=16777216 (default 16384)",
+    },
+    ParamInfo {
+        name: "linger",
+        help: "how long a queue pair with nothing to send keeps its share before it leaves, µs, 0..=10000000 (default 1000)",
+    },
+];
+
+impl PacingParams {
+    /// Sets `name` if it is a pacing parameter; `None` if it is not one.
+    fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
+        let r = match name {
+            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = v),
+            "floor" => parse_f64_in(name, value, 0.0, 10000.0).map(|v| self.floor = Some(v)),
+            "by" => match value.trim() {
+                "qp" | "tenant" => {
+                    self.by_tenant = value.trim() == "tenant";
+                    Ok(())
+                }
+                _ => Err(ParamError::Invalid {
+                    name: name.into(),
+                    value: value.into(),
+                    expected: "`qp` or `tenant`",
+                }),
+            },
+            "burst" => parse_u64_in(name, value, 1024, 1 << 24).map(|v| self.burst = v as u32),
+            "linger" => parse_f64_in(name, value, 0.0, 1e7).map(|v| self.linger_us = v),
+            _ => return None,
+        };
+        Some(r)
+    }
+
+    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`).
+    fn pacing(&self) -> Result<Pacing, ParamError> {
+        let floor = self.floor.unwrap_or(self.link / 100.0);
+        if floor > self.link {
+            return Err(ParamError::Invalid {
+                name: "floor".into(),
+                value: floor.to_string(),
+                expected: "at most `link`",
+            });
+        }
+        Ok(Pacing {
+            link: gbps_to_bps(self.link),
+            floor: gbps_to_bps(floor),
+            by_tenant: self.by_tenant,
+            burst: self.burst,
+            linger: Duration::from_nanos((self.linger_us * 1e3).round() as u64),
+        })
+    }
+}
+
+/// [`StaticShare`]'s parameters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StaticParams {
+    /// How it paces.
+    pub pacing: PacingParams,
+}
+
+impl Params for StaticParams {
+    const INFO: &'static [ParamInfo] = &PACING_INFO;
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        self.pacing
+            .set(name, value)
+            .unwrap_or_else(|| Err(unknown::<Self>(name)))
+    }
+}
+
 /// Which eligible queue pair sends next.
 pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
     kind: "scheduler",
@@ -231,6 +378,23 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             params: NoParams::INFO,
             both_ends: false,
             build: |p| params::<NoParams>(p).map(|_| Box::new(PerMessage::default()) as _),
+        },
+        PolicyInfo {
+            name: "drr",
+            summary: "weighted deficit round robin by bytes across tenants, round robin within each",
+            params: DrrParams::INFO,
+            both_ends: false,
+            build: |p| params::<DrrParams>(p).map(|d| Box::new(Drr::new(d.quantum)) as _),
+        },
+        PolicyInfo {
+            name: "static",
+            summary: "SCR's Static: each active queue pair (or tenant, by weight) paced at C/N, above a floor",
+            params: StaticParams::INFO,
+            both_ends: false,
+            build: |p| {
+                let s = params::<StaticParams>(p)?;
+                Ok(Box::new(StaticShare::new(s.pacing.pacing()?)) as _)
+            },
         },
     ],
 };
@@ -367,6 +531,37 @@ mod tests {
                 SERVICES.build("xor", &[("key".into(), "256".into())]).err(),
                 "key",
                 "256",
+            ),
+            (
+                SCHEDULERS
+                    .build("drr", &[("quantum".into(), "0".into())])
+                    .err(),
+                "quantum",
+                "0",
+            ),
+            (
+                SCHEDULERS
+                    .build("static", &[("link".into(), "-5".into())])
+                    .err(),
+                "link",
+                "-5",
+            ),
+            (
+                SCHEDULERS
+                    .build(
+                        "static",
+                        &[("link".into(), "10".into()), ("floor".into(), "20".into())],
+                    )
+                    .err(),
+                "floor",
+                "20",
+            ),
+            (
+                SCHEDULERS
+                    .build("static", &[("by".into(), "flow".into())])
+                    .err(),
+                "by",
+                "flow",
             ),
         ] {
             let e = registry_build.expect("refused").to_string();
