@@ -6,11 +6,14 @@
 use std::time::Duration;
 
 use sluice_core::policy::{
-    Bitmaps, ByteCount, Drr, OffsetLists, Pacing, PathSelector, PerMessage, QpnHash, RoundRobin,
-    Scheduler, Service, Spray, StaticShare, TrackerFactory, XorPayload,
+    Bitmaps, ByteCount, Drr, Filling, NicDefault, OffsetLists, Pacing, PathSelector, PerMessage,
+    QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory, WaterFilling,
+    XorPayload,
 };
 
-use crate::params::{ParamError, ParamInfo, Params, parse_f64_in, parse_u64_in, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64_in, unknown,
+};
 
 /// One policy a registry can build.
 #[derive(Debug)]
@@ -361,6 +364,171 @@ impl Params for StaticParams {
     }
 }
 
+/// [`WaterFilling`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct WaterParams {
+    /// How it paces.
+    pub pacing: PacingParams,
+    /// A step, Gbit/s.
+    pub step: f64,
+    /// Every rate starts again from `initial` on a join.
+    pub reset_on_join: bool,
+    /// The rate everyone starts again from on a join with `join=reset`, Gbit/s.
+    pub initial: f64,
+    /// The least time between two adjustments of a rate, µs.
+    pub interval_us: f64,
+    /// The estimate's gain.
+    pub gain: f64,
+}
+
+impl Default for WaterParams {
+    fn default() -> Self {
+        WaterParams {
+            pacing: PacingParams::default(),
+            step: 0.4,
+            reset_on_join: false,
+            initial: 0.5,
+            interval_us: 4.0,
+            gain: 0.125,
+        }
+    }
+}
+
+const WATER_INFO: [ParamInfo; 10] = [
+    PACING_INFO[0],
+    PACING_INFO[1],
+    PACING_INFO[2],
+    PACING_INFO[3],
+    PACING_INFO[4],
+    ParamInfo {
+        name: "step",
+        help: "what one step adds to a rate, Gbit/s (SCR: 0.16, 0.4 or 0.8, its 0.02/0.05/0.1 GB/s), above 0 and at most `link` (default 0.4)",
+    },
+    ParamInfo {
+        name: "join",
+        help: "on a join: `share` (the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
+    },
+    ParamInfo {
+        name: "initial",
+        help: "where rates start again with join=reset, Gbit/s, at most `link` (default 0.5)",
+    },
+    ParamInfo {
+        name: "interval",
+        help: "the least time between two adjustments of a rate, µs (SCR: about one processed TX event, 4), 0..=1000000 (default 4)",
+    },
+    ParamInfo {
+        name: "gain",
+        help: "the weight of a new sample in the bandwidth estimate, above 0 and at most 1 (default 0.125)",
+    },
+];
+
+impl Params for WaterParams {
+    const INFO: &'static [ParamInfo] = &WATER_INFO;
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        if let Some(r) = self.pacing.set(name, value) {
+            return r;
+        }
+        match name {
+            "step" => self.step = parse_positive(name, value)?,
+            "join" => match value.trim() {
+                "share" | "reset" => self.reset_on_join = value.trim() == "reset",
+                _ => {
+                    return Err(ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "`share` or `reset`",
+                    });
+                }
+            },
+            "initial" => self.initial = parse_f64(name, value)?,
+            "interval" => self.interval_us = parse_f64_in(name, value, 0.0, 1e6)?,
+            "gain" => {
+                self.gain = Some(parse_positive(name, value)?)
+                    .filter(|&g| g <= 1.0)
+                    .ok_or_else(|| ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "above 0 and at most 1",
+                    })?
+            }
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+impl WaterParams {
+    fn build(&self) -> Result<WaterFilling, ParamError> {
+        let pacing = self.pacing.pacing()?;
+        for (name, v) in [("step", self.step), ("initial", self.initial)] {
+            if v > self.pacing.link {
+                return Err(ParamError::Invalid {
+                    name: name.into(),
+                    value: v.to_string(),
+                    expected: "at most `link`",
+                });
+            }
+        }
+        let filling = Filling {
+            step: gbps_to_bps(self.step),
+            reset_on_join: self.reset_on_join,
+            initial: gbps_to_bps(self.initial),
+            interval: Duration::from_nanos((self.interval_us * 1e3).round() as u64),
+            gain: self.gain,
+        };
+        Ok(WaterFilling::new(pacing, filling))
+    }
+}
+
+/// [`NicDefault`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct NicParams {
+    /// Payload bytes per turn.
+    pub burst: u32,
+    /// Byte times per work request.
+    pub wqe: u32,
+    /// The link, Gbit/s.
+    pub link: f64,
+}
+
+impl Default for NicParams {
+    fn default() -> Self {
+        NicParams {
+            burst: 8192,
+            wqe: 256,
+            link: 100.0,
+        }
+    }
+}
+
+impl Params for NicParams {
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "burst",
+            help: "payload bytes a queue pair sends per turn unless its message ends first, 1..=16777216 (default 8192)",
+        },
+        ParamInfo {
+            name: "wqe",
+            help: "byte times on the link the arbiter spends per work request, 0..=1048576 (default 256)",
+        },
+        ParamInfo {
+            name: "link",
+            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default 100)",
+        },
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "burst" => self.burst = parse_u64_in(name, value, 1, 1 << 24)? as u32,
+            "wqe" => self.wqe = parse_u64_in(name, value, 0, 1 << 20)? as u32,
+            "link" => self.link = parse_f64_in(name, value, 0.001, 10000.0)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
 /// Which eligible queue pair sends next.
 pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
     kind: "scheduler",
@@ -394,6 +562,23 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             build: |p| {
                 let s = params::<StaticParams>(p)?;
                 Ok(Box::new(StaticShare::new(s.pacing.pacing()?)) as _)
+            },
+        },
+        PolicyInfo {
+            name: "water-filling",
+            summary: "SCR's Water Filling: progressive filling to max-min fair rates from bandwidth estimates, paced",
+            params: WaterParams::INFO,
+            both_ends: false,
+            build: |p| Ok(Box::new(params::<WaterParams>(p)?.build()?) as _),
+        },
+        PolicyInfo {
+            name: "nic-default",
+            summary: "a model of a hardware RNIC's greedy arbiter (per work request, DMA bursts): large messages win",
+            params: NicParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<NicParams>(p)
+                    .map(|n| Box::new(NicDefault::new(n.burst, n.wqe, gbps_to_bps(n.link))) as _)
             },
         },
     ],
@@ -562,6 +747,41 @@ mod tests {
                     .err(),
                 "by",
                 "flow",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("step".into(), "200".into())])
+                    .err(),
+                "step",
+                "200",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("step".into(), "0".into())])
+                    .err(),
+                "step",
+                "0",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("join".into(), "halve".into())])
+                    .err(),
+                "join",
+                "halve",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("gain".into(), "2".into())])
+                    .err(),
+                "gain",
+                "2",
+            ),
+            (
+                SCHEDULERS
+                    .build("nic-default", &[("burst".into(), "0".into())])
+                    .err(),
+                "burst",
+                "0",
             ),
         ] {
             let e = registry_build.expect("refused").to_string();

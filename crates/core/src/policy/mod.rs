@@ -29,7 +29,8 @@ pub(crate) use path::EnginePathSelector;
 pub use path::{PathPacket, PathSelector, QpnHash, Spray};
 pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
-    Drr, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served, StaticShare, Tenant,
+    Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
+    StaticShare, Tenant, WaterFilling,
 };
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{

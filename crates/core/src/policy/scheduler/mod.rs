@@ -1,9 +1,9 @@
 //! Which queue pair with something to send is served next.
 //!
 //! One file per scheduler beside this one (the trait, what a visit sent, and the two round
-//! robins): [`Drr`] shares the link among tenants by weight, [`StaticShare`] and (to come)
-//! `WaterFilling` are SCR's fairness schedulers (they pace queue pairs to the rates they
-//! allocate), and `NicDefault` models a hardware NIC's greedy arbiter.
+//! robins): [`Drr`] shares the link among tenants by weight, [`StaticShare`] and
+//! [`WaterFilling`] are SCR's fairness schedulers (they pace queue pairs to the rates they
+//! allocate), and [`NicDefault`] models a hardware NIC's greedy arbiter.
 
 use std::collections::VecDeque;
 
@@ -14,14 +14,18 @@ use crate::Instant;
 mod drr;
 mod estimate;
 mod lists;
+mod nic;
 mod paced;
 mod static_share;
+mod water;
 
 pub use drr::Drr;
 pub use estimate::RateEstimate;
+pub use nic::NicDefault;
 pub use static_share::StaticShare;
+pub use water::{Filling, WaterFilling};
 
-/// How the pacing schedulers ([`StaticShare`], `WaterFilling`) pace: each class (a queue
+/// How the pacing schedulers ([`StaticShare`], [`WaterFilling`]) pace: each class (a queue
 /// pair, or a tenant) has a token bucket filled at the rate it is allocated, and may send its
 /// next packet when the bucket holds the packet's bytes on the link ([`Served::link_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
