@@ -49,7 +49,7 @@ impl Default for Filling {
 ///   (below 80%) is degraded: its rate drops to 110% of what it uses, and the rest goes back
 ///   to the pool; otherwise it holds.
 /// - A class using its rate that finds the pool empty takes a step from another member
-///   (visited in turn) holding at least two steps more than it, so that rates equalize
+///   (visited in turn) holding more than a step more than it, so that rates equalize
 ///   after a degradation or an uneven start; SCR relies on joins alone for that.
 /// - Leave: its rate goes back to the pool, filled by the others' steps.
 /// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
@@ -134,7 +134,7 @@ impl Fill {
             } else if !self.members.is_empty() {
                 self.cursor = (self.cursor + 1) % self.members.len();
                 let other = self.members[self.cursor] as usize;
-                if self.rate[other] >= rate + 2.0 * self.step {
+                if self.rate[other] > rate + 1.05 * self.step {
                     self.rate[other] -= self.step;
                     self.rate[c] += self.step;
                 }
