@@ -3,12 +3,17 @@
 //! services (`--service`), each with its parameters (`--sched-param NAME=VALUE` and so on)
 //! and the same names in simulator scenarios.
 
+use std::time::Duration;
+
 use sluice_core::policy::{
-    Bitmaps, ByteCount, OffsetLists, PathSelector, PerMessage, QpnHash, RoundRobin, Scheduler,
-    Service, Spray, TrackerFactory, XorPayload,
+    Bitmaps, ByteCount, Drr, Filling, NicDefault, OffsetLists, Pacing, PathSelector, PerMessage,
+    QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory, WaterFilling,
+    XorPayload,
 };
 
-use crate::params::{ParamError, ParamInfo, Params, parse_u64_in, unknown};
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64_in, unknown,
+};
 
 /// One policy a registry can build.
 #[derive(Debug)]
@@ -214,6 +219,316 @@ impl Params for XorParams {
     }
 }
 
+/// [`Drr`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct DrrParams {
+    /// Bytes per unit of weight per turn.
+    pub quantum: u32,
+}
+
+impl Default for DrrParams {
+    fn default() -> Self {
+        DrrParams { quantum: 4096 }
+    }
+}
+
+impl Params for DrrParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "quantum",
+        help: "bytes a tenant may send per turn per unit of its weight (headers and framing counted), 64..=16777216 (default 4096)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "quantum" => self.quantum = parse_u64_in(name, value, 64, 1 << 24)? as u32,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// A rate in Gbit/s to bit/s.
+fn gbps_to_bps(gbps: f64) -> u64 {
+    (gbps * 1e9).round() as u64
+}
+
+/// The pacing schedulers' common parameters ([`Pacing`]); rates in Gbit/s.
+#[derive(Debug, Clone, Copy)]
+pub struct PacingParams {
+    /// The link's capacity C, Gbit/s.
+    pub link: f64,
+    /// The lowest rate, Gbit/s; `None`: 1% of `link`.
+    pub floor: Option<f64>,
+    /// Share among tenants (by weight) rather than queue pairs.
+    pub by_tenant: bool,
+    /// A bucket's depth, bytes.
+    pub burst: u32,
+    /// How long an idle queue pair keeps its share, µs.
+    pub linger_us: f64,
+}
+
+impl Default for PacingParams {
+    fn default() -> Self {
+        PacingParams {
+            link: 100.0,
+            floor: None,
+            by_tenant: false,
+            burst: 16384,
+            linger_us: 1000.0,
+        }
+    }
+}
+
+/// The pacing parameters' help, shared by `static` and `water-filling`.
+const PACING_INFO: [ParamInfo; 5] = [
+    ParamInfo {
+        name: "link",
+        help: "the link capacity C the rates share, Gbit/s (the scheduler is not told the engine's line rate: set it to the port's or the virtual link's), 0.001..=10000 (default 100)",
+    },
+    ParamInfo {
+        name: "floor",
+        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most `link` (default 1% of link)",
+    },
+    ParamInfo {
+        name: "by",
+        help: "what shares the link: `qp` (each queue pair alike) or `tenant` (by weight) (default qp)",
+    },
+    ParamInfo {
+        name: "burst",
+        help: "a token bucket's depth, bytes sent back to back after a wait, 1024..=16777216 (default 16384)",
+    },
+    ParamInfo {
+        name: "linger",
+        help: "how long a queue pair with nothing to send keeps its share before it leaves, µs, 0..=10000000 (default 1000)",
+    },
+];
+
+impl PacingParams {
+    /// Sets `name` if it is a pacing parameter; `None` if it is not one.
+    fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
+        let r = match name {
+            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = v),
+            "floor" => parse_f64_in(name, value, 0.0, 10000.0).map(|v| self.floor = Some(v)),
+            "by" => match value.trim() {
+                "qp" | "tenant" => {
+                    self.by_tenant = value.trim() == "tenant";
+                    Ok(())
+                }
+                _ => Err(ParamError::Invalid {
+                    name: name.into(),
+                    value: value.into(),
+                    expected: "`qp` or `tenant`",
+                }),
+            },
+            "burst" => parse_u64_in(name, value, 1024, 1 << 24).map(|v| self.burst = v as u32),
+            "linger" => parse_f64_in(name, value, 0.0, 1e7).map(|v| self.linger_us = v),
+            _ => return None,
+        };
+        Some(r)
+    }
+
+    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`).
+    fn pacing(&self) -> Result<Pacing, ParamError> {
+        let floor = self.floor.unwrap_or(self.link / 100.0);
+        if floor > self.link {
+            return Err(ParamError::Invalid {
+                name: "floor".into(),
+                value: floor.to_string(),
+                expected: "at most `link`",
+            });
+        }
+        Ok(Pacing {
+            link: gbps_to_bps(self.link),
+            floor: gbps_to_bps(floor),
+            by_tenant: self.by_tenant,
+            burst: self.burst,
+            linger: Duration::from_nanos((self.linger_us * 1e3).round() as u64),
+        })
+    }
+}
+
+/// [`StaticShare`]'s parameters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StaticParams {
+    /// How it paces.
+    pub pacing: PacingParams,
+}
+
+impl Params for StaticParams {
+    const INFO: &'static [ParamInfo] = &PACING_INFO;
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        self.pacing
+            .set(name, value)
+            .unwrap_or_else(|| Err(unknown::<Self>(name)))
+    }
+}
+
+/// [`WaterFilling`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct WaterParams {
+    /// How it paces.
+    pub pacing: PacingParams,
+    /// A step, Gbit/s.
+    pub step: f64,
+    /// Every rate starts again from `initial` on a join.
+    pub reset_on_join: bool,
+    /// The rate everyone starts again from on a join with `join=reset`, Gbit/s.
+    pub initial: f64,
+    /// The least time between two adjustments of a rate, µs.
+    pub interval_us: f64,
+    /// The estimate's gain.
+    pub gain: f64,
+}
+
+impl Default for WaterParams {
+    fn default() -> Self {
+        WaterParams {
+            pacing: PacingParams::default(),
+            step: 0.4,
+            reset_on_join: false,
+            initial: 0.5,
+            interval_us: 4.0,
+            gain: 0.125,
+        }
+    }
+}
+
+const WATER_INFO: [ParamInfo; 10] = [
+    PACING_INFO[0],
+    PACING_INFO[1],
+    PACING_INFO[2],
+    PACING_INFO[3],
+    PACING_INFO[4],
+    ParamInfo {
+        name: "step",
+        help: "what one step adds to a rate, Gbit/s (SCR: 0.16, 0.4 or 0.8, its 0.02/0.05/0.1 GB/s), above 0 and at most `link` (default 0.4)",
+    },
+    ParamInfo {
+        name: "join",
+        help: "on a join: `share` (the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
+    },
+    ParamInfo {
+        name: "initial",
+        help: "where rates start again with join=reset, Gbit/s, at most `link` (default 0.5)",
+    },
+    ParamInfo {
+        name: "interval",
+        help: "the least time between two adjustments of a rate, µs (SCR: about one processed TX event, 4), 0..=1000000 (default 4)",
+    },
+    ParamInfo {
+        name: "gain",
+        help: "the weight of a new sample in the bandwidth estimate, above 0 and at most 1 (default 0.125)",
+    },
+];
+
+impl Params for WaterParams {
+    const INFO: &'static [ParamInfo] = &WATER_INFO;
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        if let Some(r) = self.pacing.set(name, value) {
+            return r;
+        }
+        match name {
+            "step" => self.step = parse_positive(name, value)?,
+            "join" => match value.trim() {
+                "share" | "reset" => self.reset_on_join = value.trim() == "reset",
+                _ => {
+                    return Err(ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "`share` or `reset`",
+                    });
+                }
+            },
+            "initial" => self.initial = parse_f64(name, value)?,
+            "interval" => self.interval_us = parse_f64_in(name, value, 0.0, 1e6)?,
+            "gain" => {
+                self.gain = Some(parse_positive(name, value)?)
+                    .filter(|&g| g <= 1.0)
+                    .ok_or_else(|| ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "above 0 and at most 1",
+                    })?
+            }
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+impl WaterParams {
+    fn build(&self) -> Result<WaterFilling, ParamError> {
+        let pacing = self.pacing.pacing()?;
+        for (name, v) in [("step", self.step), ("initial", self.initial)] {
+            if v > self.pacing.link {
+                return Err(ParamError::Invalid {
+                    name: name.into(),
+                    value: v.to_string(),
+                    expected: "at most `link`",
+                });
+            }
+        }
+        let filling = Filling {
+            step: gbps_to_bps(self.step),
+            reset_on_join: self.reset_on_join,
+            initial: gbps_to_bps(self.initial),
+            interval: Duration::from_nanos((self.interval_us * 1e3).round() as u64),
+            gain: self.gain,
+        };
+        Ok(WaterFilling::new(pacing, filling))
+    }
+}
+
+/// [`NicDefault`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct NicParams {
+    /// Payload bytes per turn.
+    pub burst: u32,
+    /// Byte times per work request.
+    pub wqe: u32,
+    /// The link, Gbit/s.
+    pub link: f64,
+}
+
+impl Default for NicParams {
+    fn default() -> Self {
+        NicParams {
+            burst: 8192,
+            wqe: 256,
+            link: 100.0,
+        }
+    }
+}
+
+impl Params for NicParams {
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "burst",
+            help: "payload bytes a queue pair sends per turn unless its message ends first, 1..=16777216 (default 8192)",
+        },
+        ParamInfo {
+            name: "wqe",
+            help: "byte times on the link the arbiter spends per work request, 0..=1048576 (default 256)",
+        },
+        ParamInfo {
+            name: "link",
+            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default 100)",
+        },
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "burst" => self.burst = parse_u64_in(name, value, 1, 1 << 24)? as u32,
+            "wqe" => self.wqe = parse_u64_in(name, value, 0, 1 << 20)? as u32,
+            "link" => self.link = parse_f64_in(name, value, 0.001, 10000.0)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
 /// Which eligible queue pair sends next.
 pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
     kind: "scheduler",
@@ -231,6 +546,40 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             params: NoParams::INFO,
             both_ends: false,
             build: |p| params::<NoParams>(p).map(|_| Box::new(PerMessage::default()) as _),
+        },
+        PolicyInfo {
+            name: "drr",
+            summary: "weighted deficit round robin by bytes across tenants, round robin within each",
+            params: DrrParams::INFO,
+            both_ends: false,
+            build: |p| params::<DrrParams>(p).map(|d| Box::new(Drr::new(d.quantum)) as _),
+        },
+        PolicyInfo {
+            name: "static",
+            summary: "SCR's Static: each active queue pair (or tenant, by weight) paced at C/N, above a floor",
+            params: StaticParams::INFO,
+            both_ends: false,
+            build: |p| {
+                let s = params::<StaticParams>(p)?;
+                Ok(Box::new(StaticShare::new(s.pacing.pacing()?)) as _)
+            },
+        },
+        PolicyInfo {
+            name: "water-filling",
+            summary: "SCR's Water Filling: progressive filling to max-min fair rates from bandwidth estimates, paced",
+            params: WaterParams::INFO,
+            both_ends: false,
+            build: |p| Ok(Box::new(params::<WaterParams>(p)?.build()?) as _),
+        },
+        PolicyInfo {
+            name: "nic-default",
+            summary: "a model of a hardware RNIC's greedy arbiter (per work request, DMA bursts): large messages win",
+            params: NicParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<NicParams>(p)
+                    .map(|n| Box::new(NicDefault::new(n.burst, n.wqe, gbps_to_bps(n.link))) as _)
+            },
         },
     ],
 };
@@ -367,6 +716,72 @@ mod tests {
                 SERVICES.build("xor", &[("key".into(), "256".into())]).err(),
                 "key",
                 "256",
+            ),
+            (
+                SCHEDULERS
+                    .build("drr", &[("quantum".into(), "0".into())])
+                    .err(),
+                "quantum",
+                "0",
+            ),
+            (
+                SCHEDULERS
+                    .build("static", &[("link".into(), "-5".into())])
+                    .err(),
+                "link",
+                "-5",
+            ),
+            (
+                SCHEDULERS
+                    .build(
+                        "static",
+                        &[("link".into(), "10".into()), ("floor".into(), "20".into())],
+                    )
+                    .err(),
+                "floor",
+                "20",
+            ),
+            (
+                SCHEDULERS
+                    .build("static", &[("by".into(), "flow".into())])
+                    .err(),
+                "by",
+                "flow",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("step".into(), "200".into())])
+                    .err(),
+                "step",
+                "200",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("step".into(), "0".into())])
+                    .err(),
+                "step",
+                "0",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("join".into(), "halve".into())])
+                    .err(),
+                "join",
+                "halve",
+            ),
+            (
+                SCHEDULERS
+                    .build("water-filling", &[("gain".into(), "2".into())])
+                    .err(),
+                "gain",
+                "2",
+            ),
+            (
+                SCHEDULERS
+                    .build("nic-default", &[("burst".into(), "0".into())])
+                    .err(),
+                "burst",
+                "0",
             ),
         ] {
             let e = registry_build.expect("refused").to_string();

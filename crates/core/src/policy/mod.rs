@@ -28,7 +28,10 @@ mod tracker;
 pub(crate) use path::EnginePathSelector;
 pub use path::{PathPacket, PathSelector, QpnHash, Spray};
 pub(crate) use scheduler::EngineScheduler;
-pub use scheduler::{PerMessage, RoundRobin, Scheduler, Served, Tenant};
+pub use scheduler::{
+    Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
+    StaticShare, Tenant, WaterFilling,
+};
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
     Bitmap256, Bitmaps, OffsetList, OffsetLists, ReceiveTracker, TrackerFactory, TrackerMemory,

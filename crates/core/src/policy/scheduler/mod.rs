@@ -1,10 +1,74 @@
 //! Which queue pair with something to send is served next.
+//!
+//! One file per scheduler beside this one (the trait, what a visit sent, and the two round
+//! robins): [`Drr`] shares the link among tenants by weight, [`StaticShare`] and
+//! [`WaterFilling`] are SCR's fairness schedulers (they pace queue pairs to the rates they
+//! allocate), and [`NicDefault`] models a hardware NIC's greedy arbiter.
 
 use std::collections::VecDeque;
 
-use sluice_wire::{Opcode, Operation, Position};
+use sluice_wire::{BTH_LEN, ICRC_LEN, Opcode, Operation, Position, pad_for, roce_link_len};
 
 use crate::Instant;
+
+mod drr;
+mod estimate;
+mod lists;
+mod nic;
+mod paced;
+mod static_share;
+mod water;
+
+pub use drr::Drr;
+pub use estimate::RateEstimate;
+pub use nic::NicDefault;
+pub use static_share::StaticShare;
+pub use water::{Filling, WaterFilling};
+
+/// How the pacing schedulers ([`StaticShare`], [`WaterFilling`]) pace: each class (a queue
+/// pair, or a tenant) has a token bucket filled at the rate it is allocated, and may send its
+/// next packet when the bucket holds the packet's bytes on the link ([`Served::link_len`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    /// The link's capacity C, bit/s, which the rates share (the engine's line rate, or the
+    /// virtual link a scaled-down experiment paces to).
+    pub link: u64,
+    /// No class is paced below this, bit/s (SCR's 1 Gbit/s at 100 Gbit/s).
+    pub floor: u64,
+    /// Classes are tenants, weighed by their weights, rather than queue pairs.
+    pub by_tenant: bool,
+    /// A bucket's depth, bytes: what a class that waited may send back to back.
+    pub burst: u32,
+    /// How long a queue pair with nothing to send keeps its share before it leaves.
+    pub linger: std::time::Duration,
+}
+
+impl Default for Pacing {
+    /// 100 Gbit/s, a 1 Gbit/s floor, per queue pair, 16 KiB buckets, 1 ms linger.
+    fn default() -> Self {
+        Pacing {
+            link: 100_000_000_000,
+            floor: 1_000_000_000,
+            by_tenant: false,
+            burst: 16384,
+            linger: std::time::Duration::from_millis(1),
+        }
+    }
+}
+
+impl Pacing {
+    pub(crate) fn link_bytes_per_ns(&self) -> f64 {
+        self.link as f64 / 8e9
+    }
+
+    pub(crate) fn floor_bytes_per_ns(&self) -> f64 {
+        (self.floor as f64 / 8e9).max(1e-9)
+    }
+
+    pub(crate) fn linger_ns(&self) -> u64 {
+        u64::try_from(self.linger.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
 
 /// A queue pair's tenant: schedulers that share a link among tenants (SCR) group queue pairs
 /// by `id` and weigh the groups by `weight`.
@@ -54,6 +118,17 @@ impl Served {
         self.opcode
             .info()
             .is_none_or(|i| matches!(i.position, Position::Last | Position::Only))
+    }
+
+    /// Byte times the packet takes on an Ethernet link ([`roce_link_len`]: headers, padding,
+    /// ICRC and the frame's overhead included), over IPv4 and without a CCX, which is what
+    /// schedulers that count bytes charge a queue pair for it.
+    #[inline]
+    pub fn link_len(&self) -> u32 {
+        let ext = self.opcode.info().map_or(0, |i| i.ext_len);
+        let payload = self.payload_len as usize;
+        let roce = BTH_LEN + ext + payload + pad_for(payload) as usize + ICRC_LEN;
+        roce_link_len(false, roce) as u32
     }
 }
 
@@ -184,6 +259,9 @@ mod tests {
             payload_len: 8,
         };
         assert!(write_only.message_end() && !write_only.response());
+        // BTH 12 + RETH 16 + 8 + ICRC 4, IPv4 20 + UDP 8, Ethernet 14 + FCS 4, preamble 8
+        // and gap 12.
+        assert_eq!(write_only.link_len(), 106);
         let read_middle = Served {
             opcode: Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
             payload_len: 4096,

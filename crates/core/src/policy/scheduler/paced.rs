@@ -1,0 +1,340 @@
+//! The pacing that SCR's fairness schedulers share: each class (a queue pair, or a tenant's
+//! queue pairs together) has a dequeue rate set by an [`Allocator`], enforced by a token
+//! bucket, and eligible classes take turns.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::lists::{Lists, Tenants};
+use super::{Served, Tenant};
+use crate::Instant;
+
+/// Decides each class's dequeue rate as classes join and leave and send.
+pub(crate) trait Allocator: std::fmt::Debug + 'static {
+    /// Makes room for class `class`.
+    fn grow(&mut self, class: u32);
+    /// Class `class`, of weight `weight`, starts sending at `now` (ns).
+    fn join(&mut self, class: u32, weight: u32, now: u64);
+    /// Class `class` stopped sending (or is gone).
+    fn leave(&mut self, class: u32, now: u64);
+    /// The rate class `class` is paced at, bytes per nanosecond (above zero).
+    fn rate(&self, class: u32) -> f64;
+    /// Class `class` sent `bytes` on the link at `now`.
+    fn sent(&mut self, class: u32, bytes: u32, now: u64) {
+        let _ = (class, bytes, now);
+    }
+}
+
+/// What a class is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No queue pair of it is waiting (none held, or its one is being served).
+    Idle,
+    /// In `ready` or `waiting`.
+    Queued,
+    /// One of its queue pairs is out being served.
+    Serving,
+}
+
+/// Not dropped (held, or never woken).
+const HELD: u64 = u64::MAX;
+
+/// A pacing scheduler over allocator `A`.
+///
+/// A queue pair joins (and its class with it, if it is the class's first) when it is first
+/// woken, and leaves when it is removed, reset, or has been dropped (nothing more to send)
+/// for longer than `linger`: a queue pair that pauses between messages keeps its share.
+/// A class whose bucket allows its next packet is ready; ready classes take turns, one
+/// packet each; the others wait in a heap by the time their bucket allows it.
+#[derive(Debug)]
+pub(crate) struct Paced<A> {
+    pub(crate) alloc: A,
+    /// Classes are tenants (else queue pairs).
+    by_tenant: bool,
+    tenants: Tenants,
+    /// Each class's waiting queue pairs.
+    qps: Lists,
+    /// Each queue pair counts as a member of its class.
+    member: Vec<bool>,
+    /// When each queue pair was dropped, or [`HELD`].
+    dropped: Vec<u64>,
+    /// Drops in time order, for leaving after `linger`.
+    drops: VecDeque<(u64, u32)>,
+    linger: u64,
+    /// Each class's member queue pairs.
+    members: Vec<u32>,
+    /// When each class's bucket allows its next packet, ns.
+    ready_at: Vec<f64>,
+    state: Vec<State>,
+    ready: VecDeque<u32>,
+    waiting: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The bucket's depth, bytes: what a class that waited may send back to back.
+    burst: f64,
+    /// The latest time seen (wake is not told the time).
+    now: u64,
+}
+
+impl<A: Allocator> Paced<A> {
+    pub(crate) fn new(alloc: A, by_tenant: bool, burst: u32, linger: u64) -> Paced<A> {
+        Paced {
+            alloc,
+            by_tenant,
+            tenants: Tenants::default(),
+            qps: Lists::default(),
+            member: Vec::new(),
+            dropped: Vec::new(),
+            drops: VecDeque::new(),
+            linger,
+            members: Vec::new(),
+            ready_at: Vec::new(),
+            state: Vec::new(),
+            ready: VecDeque::new(),
+            waiting: BinaryHeap::new(),
+            burst: f64::from(burst),
+            now: 0,
+        }
+    }
+
+    #[inline]
+    fn class(&self, qp: u32) -> u32 {
+        if self.by_tenant {
+            self.tenants.of[qp as usize]
+        } else {
+            qp
+        }
+    }
+
+    fn grow_classes(&mut self, class: u32) {
+        let n = class as usize + 1;
+        if self.members.len() < n {
+            self.members.resize(n, 0);
+            self.ready_at.resize(n, 0.0);
+            self.state.resize(n, State::Idle);
+            self.qps.grow_lists(class);
+            self.alloc.grow(class);
+            self.ready.reserve(n.saturating_sub(self.ready.len()));
+            self.waiting.reserve(n.saturating_sub(self.waiting.len()));
+        }
+    }
+
+    fn weight(&self, qp: u32) -> u32 {
+        if self.by_tenant {
+            self.tenants.weight[self.tenants.of[qp as usize] as usize]
+        } else {
+            1
+        }
+    }
+
+    fn join(&mut self, qp: u32) {
+        if self.member[qp as usize] {
+            return;
+        }
+        self.member[qp as usize] = true;
+        let c = self.class(qp);
+        self.members[c as usize] += 1;
+        if self.members[c as usize] == 1 {
+            let weight = self.weight(qp);
+            self.alloc.join(c, weight, self.now);
+        }
+    }
+
+    fn leave(&mut self, qp: u32) {
+        if !std::mem::take(&mut self.member[qp as usize]) {
+            return;
+        }
+        let c = self.class(qp);
+        self.members[c as usize] -= 1;
+        if self.members[c as usize] == 0 {
+            self.alloc.leave(c, self.now);
+        }
+    }
+
+    /// Puts class `c`, with a queue pair waiting, where its bucket says.
+    #[inline]
+    fn enqueue(&mut self, c: u32) {
+        let ci = c as usize;
+        // A bucket fills up to `burst` while its class waits or idles.
+        let full = self.now as f64 - self.burst / self.alloc.rate(c);
+        if self.ready_at[ci] < full {
+            self.ready_at[ci] = full;
+        }
+        let at = self.ready_at[ci].ceil() as u64;
+        self.state[ci] = State::Queued;
+        if at <= self.now {
+            self.ready.push_back(c);
+        } else {
+            self.waiting.push(Reverse((at, c)));
+        }
+    }
+
+    fn expire_drops(&mut self) {
+        while let Some(&(at, qp)) = self.drops.front() {
+            if at.saturating_add(self.linger) > self.now {
+                break;
+            }
+            self.drops.pop_front();
+            if self.dropped[qp as usize] == at {
+                self.dropped[qp as usize] = HELD;
+                self.leave(qp);
+            }
+        }
+    }
+
+    pub(crate) fn reset(&mut self, qp: u32) {
+        if (qp as usize) < self.member.len() {
+            self.qps.unlink(qp);
+            self.leave(qp);
+        }
+        self.tenants.reset(qp);
+        self.qps.grow_items(qp);
+        let n = qp as usize + 1;
+        if self.member.len() < n {
+            self.member.resize(n, false);
+            self.dropped.resize(n, HELD);
+            self.drops.reserve(n.saturating_sub(self.drops.len()));
+        }
+        self.dropped[qp as usize] = HELD;
+        let c = self.class(qp);
+        self.grow_classes(c);
+    }
+
+    #[inline]
+    pub(crate) fn wake(&mut self, qp: u32) {
+        self.dropped[qp as usize] = HELD;
+        self.join(qp);
+        let c = self.class(qp);
+        self.qps.push_back(c, qp);
+        if self.state[c as usize] == State::Idle {
+            self.enqueue(c);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next(&mut self, now: Instant) -> Option<u32> {
+        self.now = self.now.max(now.as_nanos());
+        if !self.drops.is_empty() {
+            self.expire_drops();
+        }
+        while let Some(&Reverse((at, c))) = self.waiting.peek() {
+            if at > self.now {
+                break;
+            }
+            self.waiting.pop();
+            self.ready.push_back(c);
+        }
+        while let Some(c) = self.ready.pop_front() {
+            if let Some(qp) = self.qps.pop_front(c) {
+                self.state[c as usize] = State::Serving;
+                return Some(qp);
+            }
+            // Its queue pairs were removed while it waited.
+            self.state[c as usize] = State::Idle;
+        }
+        None
+    }
+
+    #[inline]
+    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
+        self.now = self.now.max(now.as_nanos());
+        let c = self.class(qp);
+        let ci = c as usize;
+        if let Some(s) = sent {
+            let bytes = s.link_len();
+            let rate = self.alloc.rate(c);
+            let full = self.now as f64 - self.burst / rate;
+            self.ready_at[ci] = self.ready_at[ci].max(full) + f64::from(bytes) / rate;
+            self.alloc.sent(c, bytes, self.now);
+        }
+        if more {
+            self.qps.push_back(c, qp);
+        } else {
+            self.dropped[qp as usize] = self.now;
+            self.drops.push_back((self.now, qp));
+        }
+        if self.state[ci] != State::Queued {
+            self.state[ci] = State::Idle;
+            if !self.qps.is_empty(c) {
+                self.enqueue(c);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, qp: u32) {
+        self.qps.unlink(qp);
+        self.dropped[qp as usize] = HELD;
+        self.leave(qp);
+    }
+
+    pub(crate) fn set_tenant(&mut self, qp: u32, tenant: Tenant) {
+        let slot = self.tenants.slot(tenant);
+        if !self.by_tenant {
+            self.tenants.of[qp as usize] = slot;
+            return;
+        }
+        self.grow_classes(slot);
+        let listed = self.qps.unlink(qp).is_some();
+        let was = self.member[qp as usize];
+        self.leave(qp);
+        self.tenants.of[qp as usize] = slot;
+        if was {
+            self.join(qp);
+        }
+        if listed {
+            self.wake(qp);
+        }
+    }
+
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        if !self.ready.is_empty() {
+            return Some(Instant::from_nanos(self.now));
+        }
+        self.waiting
+            .peek()
+            .map(|&Reverse((at, _))| Instant::from_nanos(at))
+    }
+
+    /// The members (classes) there are now, for tests.
+    #[cfg(test)]
+    pub(crate) fn classes(&self) -> usize {
+        self.members.iter().filter(|&&m| m > 0).count()
+    }
+}
+
+/// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`].
+macro_rules! paced_scheduler {
+    ($t:ty) => {
+        impl $crate::policy::Scheduler for $t {
+            fn reset(&mut self, qp: u32) {
+                self.paced.reset(qp)
+            }
+            #[inline]
+            fn wake(&mut self, qp: u32) {
+                self.paced.wake(qp)
+            }
+            #[inline]
+            fn next(&mut self, now: $crate::Instant) -> Option<u32> {
+                self.paced.next(now)
+            }
+            #[inline]
+            fn served(
+                &mut self,
+                qp: u32,
+                now: $crate::Instant,
+                sent: Option<$crate::policy::Served>,
+                more: bool,
+            ) {
+                self.paced.served(qp, now, sent, more)
+            }
+            fn remove(&mut self, qp: u32) {
+                self.paced.remove(qp)
+            }
+            fn set_tenant(&mut self, qp: u32, tenant: $crate::policy::Tenant) {
+                self.paced.set_tenant(qp, tenant)
+            }
+            fn next_timeout(&self) -> Option<$crate::Instant> {
+                self.paced.next_timeout()
+            }
+        }
+    };
+}
+pub(crate) use paced_scheduler;

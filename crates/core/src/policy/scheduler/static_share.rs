@@ -1,0 +1,134 @@
+//! SCR's static fairness scheduler: the link divided evenly among whoever sends.
+
+use super::Pacing;
+use super::paced::{Allocator, Paced, paced_scheduler};
+
+/// SCR's "Static" scheduler (§5.1): every active queue pair is paced at C/N, C the link's
+/// capacity and N the active queue pairs, recomputed as queue pairs join and leave; or, with
+/// `by_tenant`, every active tenant at C times its weight over the active tenants' total
+/// weight, its queue pairs taking turns within that. No rate falls below the floor (SCR's
+/// 1 Gbit/s: a rate limiter cannot pace finer), so past C/floor members the link is
+/// oversubscribed and the turns decide.
+///
+/// It models the simplest policy a programmable NIC can install: fair by construction
+/// between members, but a member that cannot use its share (small messages, a shallow
+/// queue) leaves it unused, and one that could use more is held at C/N.
+///
+/// Parameters ([`Pacing`]): `link` (C, bit/s), `floor` (bit/s), `by` (`qp` or `tenant`),
+/// `burst` (a bucket's depth, bytes) and `linger` (how long a queue pair with nothing to send
+/// keeps its share).
+#[derive(Debug)]
+pub struct StaticShare {
+    paced: Paced<Even>,
+}
+
+impl StaticShare {
+    /// The static scheduler over `pacing`.
+    pub fn new(pacing: Pacing) -> StaticShare {
+        let even = Even {
+            link: pacing.link_bytes_per_ns(),
+            floor: pacing.floor_bytes_per_ns(),
+            weight: Vec::new(),
+            total: 0,
+        };
+        StaticShare {
+            paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+        }
+    }
+
+    /// The rate member class `class` is paced at, bytes per nanosecond.
+    pub fn rate(&self, class: u32) -> f64 {
+        self.paced.alloc.rate(class)
+    }
+}
+
+paced_scheduler!(StaticShare);
+
+/// C times a member's weight over the members' total.
+#[derive(Debug)]
+struct Even {
+    link: f64,
+    floor: f64,
+    weight: Vec<u32>,
+    total: u64,
+}
+
+impl Allocator for Even {
+    fn grow(&mut self, class: u32) {
+        if self.weight.len() <= class as usize {
+            self.weight.resize(class as usize + 1, 0);
+        }
+    }
+
+    fn join(&mut self, class: u32, weight: u32, _now: u64) {
+        self.weight[class as usize] = weight.max(1);
+        self.total += u64::from(weight.max(1));
+    }
+
+    fn leave(&mut self, class: u32, _now: u64) {
+        self.total -= u64::from(std::mem::take(&mut self.weight[class as usize]));
+    }
+
+    #[inline]
+    fn rate(&self, class: u32) -> f64 {
+        let w = self.weight[class as usize].max(1);
+        (self.link * f64::from(w) / self.total.max(1) as f64).max(self.floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Instant;
+    use crate::policy::{Scheduler, Tenant};
+
+    #[test]
+    fn each_member_gets_its_share_of_the_link_recomputed_on_join_and_leave() {
+        let mut s = StaticShare::new(Pacing::default());
+        for qp in 0..4 {
+            s.reset(qp);
+        }
+        s.wake(0);
+        s.wake(1);
+        assert!((s.rate(0) - 6.25).abs() < 1e-9, "{}", s.rate(0));
+        s.wake(2);
+        s.wake(3);
+        assert!((s.rate(3) - 3.125).abs() < 1e-9);
+        s.remove(3);
+        assert!((s.rate(0) - 12.5 / 3.0).abs() < 1e-9);
+        assert_eq!(s.paced.classes(), 3);
+    }
+
+    #[test]
+    fn a_queue_pair_with_nothing_to_send_leaves_after_linger() {
+        let mut s = StaticShare::new(Pacing::default());
+        for qp in 0..2 {
+            s.reset(qp);
+            s.wake(qp);
+        }
+        let qp = s.next(Instant::ZERO).unwrap();
+        s.served(qp, Instant::ZERO, None, false);
+        assert_eq!(s.paced.classes(), 2);
+        let later = Instant::from_nanos(Pacing::default().linger_ns());
+        assert!(s.next(later).is_some());
+        assert_eq!(s.paced.classes(), 1);
+    }
+
+    #[test]
+    fn by_tenant_the_share_follows_the_weight() {
+        let mut s = StaticShare::new(Pacing {
+            by_tenant: true,
+            ..Pacing::default()
+        });
+        for qp in 0..3 {
+            s.reset(qp);
+        }
+        s.set_tenant(2, Tenant { id: 5, weight: 3 });
+        for qp in 0..3 {
+            s.wake(qp);
+        }
+        // Tenant 0 (two queue pairs) gets a quarter, tenant 5 three quarters.
+        assert!((s.rate(0) - 12.5 / 4.0).abs() < 1e-9);
+        assert!((s.rate(1) - 12.5 * 0.75).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,259 @@
+//! SCR's water-filling fairness scheduler: progressive filling towards max-min fair rates.
+
+use std::time::Duration;
+
+use super::lists::NIL;
+use super::paced::{Allocator, Paced, paced_scheduler};
+use super::{Pacing, RateEstimate};
+
+/// How [`WaterFilling`] fills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Filling {
+    /// What one step adds to a rate, bit/s (SCR: 0.02, 0.05 or 0.1 GB/s at 100 Gbit/s).
+    pub step: u64,
+    /// On a join every rate starts again from `initial` (SCR Fig 16's trace), rather than
+    /// the others keeping (n-1)/n of theirs and the newcomer starting at C/n.
+    pub reset_on_join: bool,
+    /// Where rates start again when `reset_on_join`, bit/s (SCR: 0.5 Gbit/s).
+    pub initial: u64,
+    /// The least time between two adjustments of one class's rate (SCR processes a TX
+    /// event in about 4 µs: one step per processed event).
+    pub interval: Duration,
+    /// The weight of a new sample in the bandwidth estimate.
+    pub gain: f64,
+}
+
+impl Default for Filling {
+    /// 0.4 Gbit/s steps (0.05 GB/s), the join rule SCR chose, 0.5 Gbit/s initial rate when
+    /// resetting, 4 µs between adjustments, gain 1/8.
+    fn default() -> Self {
+        Filling {
+            step: 400_000_000,
+            reset_on_join: false,
+            initial: 500_000_000,
+            interval: Duration::from_micros(4),
+            gain: 0.125,
+        }
+    }
+}
+
+/// SCR's "Water Filling" scheduler (§5.1, A.4): progressive filling towards max-min fair
+/// rates, each class (queue pair, or tenant) paced at its rate by a token bucket.
+///
+/// - Join: the other members keep (n-1)/n of their rates and the newcomer starts at C/n
+///   (SCR Fig 9's strategy (c)); or, with `reset_on_join`, every rate starts again from
+///   `initial` and fills up (Fig 16).
+/// - Each class's bandwidth is estimated from its packets ([`RateEstimate`]); at most every
+///   `interval` its rate is adjusted: a class using its rate (estimate at least 95% of it)
+///   gets a `step` more while the rates sum below C; a class using well under its rate
+///   (below 80%) is degraded: its rate drops to 110% of what it uses, and the rest goes back
+///   to the pool; otherwise it holds.
+/// - A class using its rate that finds the pool empty takes a step from another member
+///   (visited in turn) holding more than a step more than it, so that rates equalize
+///   after a degradation or an uneven start; SCR relies on joins alone for that.
+/// - Leave: its rate goes back to the pool, filled by the others' steps.
+/// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
+///
+/// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`) and [`Filling`]
+/// (`step`, `join`, `initial`, `interval`, `gain`).
+#[derive(Debug)]
+pub struct WaterFilling {
+    paced: Paced<Fill>,
+}
+
+impl WaterFilling {
+    /// The water-filling scheduler over `pacing`, filling as `filling` says.
+    pub fn new(pacing: Pacing, filling: Filling) -> WaterFilling {
+        let per_ns = |bps: u64| bps as f64 / 8e9;
+        let fill = Fill {
+            link: pacing.link_bytes_per_ns(),
+            floor: pacing.floor_bytes_per_ns(),
+            step: per_ns(filling.step).max(1e-9),
+            reset: filling.reset_on_join,
+            initial: per_ns(filling.initial),
+            interval: u64::try_from(filling.interval.as_nanos()).unwrap_or(u64::MAX),
+            gain: filling.gain.clamp(0.0, 1.0),
+            rate: Vec::new(),
+            estimate: Vec::new(),
+            adjusted: Vec::new(),
+            members: Vec::new(),
+            position: Vec::new(),
+            allocated: 0.0,
+            cursor: 0,
+        };
+        WaterFilling {
+            paced: Paced::new(fill, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+        }
+    }
+
+    /// The rate class `class` (a queue pair, or a tenant's slot) is allocated, bytes per ns.
+    pub fn rate(&self, class: u32) -> f64 {
+        self.paced.alloc.rate(class)
+    }
+
+    /// The rates of the members together, bytes per ns.
+    pub fn allocated(&self) -> f64 {
+        self.paced.alloc.allocated
+    }
+}
+
+paced_scheduler!(WaterFilling);
+
+/// The filling's state: each class's rate and estimate, and the members.
+#[derive(Debug)]
+struct Fill {
+    link: f64,
+    floor: f64,
+    step: f64,
+    reset: bool,
+    initial: f64,
+    interval: u64,
+    gain: f64,
+    rate: Vec<f64>,
+    estimate: Vec<RateEstimate>,
+    /// When each class's rate was last adjusted, ns.
+    adjusted: Vec<u64>,
+    members: Vec<u32>,
+    /// Each class's index in `members`, or [`NIL`].
+    position: Vec<u32>,
+    /// The members' rates together.
+    allocated: f64,
+    /// The next member a class short of room takes a step from.
+    cursor: usize,
+}
+
+impl Fill {
+    fn adjust(&mut self, c: usize) {
+        let (used, rate) = (self.estimate[c].rate(), self.rate[c]);
+        if used >= 0.95 * rate {
+            let room = self.link - self.allocated;
+            if room > 1e-12 {
+                let d = self.step.min(room);
+                self.rate[c] += d;
+                self.allocated += d;
+            } else if !self.members.is_empty() {
+                self.cursor = (self.cursor + 1) % self.members.len();
+                let other = self.members[self.cursor] as usize;
+                if self.rate[other] > rate + 1.05 * self.step {
+                    self.rate[other] -= self.step;
+                    self.rate[c] += self.step;
+                }
+            }
+        } else if used < 0.8 * rate {
+            let new = (used * 1.1).max(self.floor);
+            if new < rate {
+                self.allocated -= rate - new;
+                self.rate[c] = new;
+            }
+        }
+    }
+}
+
+impl Allocator for Fill {
+    fn grow(&mut self, class: u32) {
+        let n = class as usize + 1;
+        if self.rate.len() < n {
+            self.rate.resize(n, self.floor);
+            self.estimate.resize(n, RateEstimate::default());
+            self.adjusted.resize(n, 0);
+            self.position.resize(n, NIL);
+            self.members.reserve(n - self.members.len());
+        }
+    }
+
+    fn join(&mut self, class: u32, _weight: u32, now: u64) {
+        let n = self.members.len() + 1;
+        let mut others = 0.0;
+        for &g in &self.members {
+            let g = g as usize;
+            self.rate[g] = if self.reset {
+                self.initial.max(self.floor)
+            } else {
+                (self.rate[g] * (n - 1) as f64 / n as f64).max(self.floor)
+            };
+            others += self.rate[g];
+        }
+        let c = class as usize;
+        self.rate[c] = if self.reset {
+            self.initial
+        } else {
+            (self.link / n as f64).min(self.link - others)
+        }
+        .max(self.floor);
+        self.estimate[c] = RateEstimate::starting_at(self.rate[c]);
+        self.adjusted[c] = now;
+        self.position[c] = self.members.len() as u32;
+        self.members.push(class);
+        self.allocated = others + self.rate[c];
+    }
+
+    fn leave(&mut self, class: u32, _now: u64) {
+        let c = class as usize;
+        let at = std::mem::replace(&mut self.position[c], NIL) as usize;
+        self.members.swap_remove(at);
+        if let Some(&moved) = self.members.get(at) {
+            self.position[moved as usize] = at as u32;
+        }
+        self.allocated = (self.allocated - self.rate[c]).max(0.0);
+        if self.members.is_empty() {
+            self.allocated = 0.0;
+        }
+    }
+
+    #[inline]
+    fn rate(&self, class: u32) -> f64 {
+        self.rate[class as usize]
+    }
+
+    #[inline]
+    fn sent(&mut self, class: u32, bytes: u32, now: u64) {
+        let c = class as usize;
+        self.estimate[c].sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
+        if now.saturating_sub(self.adjusted[c]) >= self.interval && self.position[c] != NIL {
+            self.adjusted[c] = now;
+            self.adjust(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Scheduler;
+
+    #[test]
+    fn a_newcomer_gets_c_over_n_and_the_others_keep_n_minus_1_over_n() {
+        let mut s = WaterFilling::new(Pacing::default(), Filling::default());
+        for qp in 0..3 {
+            s.reset(qp);
+        }
+        s.wake(0);
+        assert!((s.rate(0) - 12.5).abs() < 1e-9);
+        s.wake(1);
+        assert!((s.rate(0) - 6.25).abs() < 1e-9 && (s.rate(1) - 6.25).abs() < 1e-9);
+        s.wake(2);
+        assert!((s.rate(2) - 12.5 / 3.0).abs() < 1e-9);
+        assert!((s.rate(0) - 12.5 / 3.0).abs() < 1e-9);
+        assert!((s.allocated() - 12.5).abs() < 1e-9);
+        s.remove(1);
+        assert!((s.allocated() - 12.5 * 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reset_on_join_starts_everyone_again_from_the_initial_rate() {
+        let pacing = Pacing {
+            floor: 0,
+            ..Pacing::default()
+        };
+        let filling = Filling {
+            reset_on_join: true,
+            ..Filling::default()
+        };
+        let mut s = WaterFilling::new(pacing, filling);
+        for qp in 0..2 {
+            s.reset(qp);
+            s.wake(qp);
+        }
+        assert!((s.rate(0) - 0.0625).abs() < 1e-9 && (s.rate(1) - 0.0625).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,522 @@
+//! Property tests of the schedulers, driven directly (no engine) by a fake link that serves
+//! one packet at a time at its capacity C, with a simulated clock.
+//!
+//! - Every scheduler is work-conserving: `next` returns nothing while it holds queue pairs
+//!   only when none is eligible, and then `next_timeout` names a time in the future at which
+//!   one is. Without pacing, it returns nothing only when it holds nothing; the static
+//!   scheduler gives every backlogged queue pair its C/N (so its buckets, not the scheduler,
+//!   are what holds them back).
+//! - DRR never starves a backlogged tenant: between two of its packets the others send at
+//!   most their quanta (times their weights) plus a packet each; over the run the tenants'
+//!   bytes follow their weights.
+//! - Water-filling reaches the max-min fair allocation of random demand sets, computed in
+//!   closed form, within a step (plus the headroom it leaves demand-limited flows), and its
+//!   rates never sum above C.
+//!
+//! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
+//! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
+//! demand set that still fails.
+
+use std::any::Any;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+use sluice_core::Instant;
+use sluice_core::policy::{
+    Drr, Filling, NicDefault, Pacing, PerMessage, RoundRobin, Scheduler, Served, StaticShare,
+    Tenant, WaterFilling,
+};
+use sluice_wire::Opcode;
+
+/// The fake link: 100 Gbit/s, in bytes per nanosecond.
+const C: f64 = 12.5;
+const PAYLOAD: u32 = 1024;
+
+/// One sender.
+#[derive(Debug, Clone)]
+struct Flow {
+    tenant: u32,
+    weight: u32,
+    /// Payload bytes per ns it offers, as a fraction of C; `None`: always backlogged.
+    demand: Option<f64>,
+    /// Packets per message.
+    message: u32,
+}
+
+fn flows(max: usize) -> impl Strategy<Value = Vec<Flow>> {
+    prop::collection::vec(
+        (
+            0u32..3,
+            1u32..4,
+            prop::option::weighted(0.5, 0.02f64..0.4),
+            1u32..16,
+        )
+            .prop_map(|(tenant, weight, demand, message)| Flow {
+                tenant,
+                weight,
+                demand,
+                message,
+            }),
+        1..max,
+    )
+}
+
+/// The fake link driving one scheduler.
+struct Link {
+    s: Box<dyn Scheduler>,
+    flows: Vec<Flow>,
+    now: u64,
+    held: Vec<bool>,
+    /// Packets waiting per flow.
+    backlog: Vec<u64>,
+    /// When each demand-limited flow's next packet arrives, ns.
+    arrival: Vec<f64>,
+    /// Packets sent per flow (for message positions).
+    sent: Vec<u64>,
+    /// Link bytes sent per flow since `measure_from`.
+    bytes: Vec<u64>,
+    measure_from: u64,
+    /// Whether the scheduler may hold queue pairs back (paces, or models idle time).
+    paces: bool,
+    /// The longest gap, in bytes others sent, between two packets of each tenant while it was
+    /// backlogged (DRR's check).
+    gap: Vec<u64>,
+    since: Vec<u64>,
+}
+
+/// The payload bytes per ns a flow's `demand` stands for, from a fraction of C in link bytes.
+fn packet_period(demand: f64) -> f64 {
+    f64::from(packet(0, 1).link_len()) / (demand * C)
+}
+
+fn packet(sent: u64, message: u32) -> Served {
+    let m = u64::from(message);
+    let (first, last) = (sent % m == 0, (sent + 1) % m == 0);
+    let opcode = match (first, last) {
+        (true, true) => Opcode::RC_RDMA_WRITE_ONLY,
+        (true, false) => Opcode::RC_RDMA_WRITE_FIRST,
+        (false, true) => Opcode::RC_RDMA_WRITE_LAST,
+        (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
+    };
+    Served {
+        opcode,
+        payload_len: PAYLOAD,
+    }
+}
+
+impl Link {
+    fn new(mut s: Box<dyn Scheduler>, flows: Vec<Flow>, paces: bool) -> Link {
+        let n = flows.len();
+        for (qp, f) in flows.iter().enumerate() {
+            s.reset(qp as u32);
+            s.set_tenant(
+                qp as u32,
+                Tenant {
+                    id: f.tenant,
+                    weight: f.weight,
+                },
+            );
+        }
+        let arrival = flows
+            .iter()
+            .map(|f| f.demand.map_or(f64::INFINITY, |_| 0.0))
+            .collect();
+        let backlog = flows
+            .iter()
+            .map(|f| if f.demand.is_none() { u64::MAX } else { 0 })
+            .collect();
+        Link {
+            s,
+            flows,
+            now: 0,
+            held: vec![false; n],
+            backlog,
+            arrival,
+            sent: vec![0; n],
+            bytes: vec![0; n],
+            measure_from: 0,
+            paces,
+            gap: vec![0; 3],
+            since: vec![0; 3],
+        }
+    }
+
+    fn arrivals(&mut self) {
+        for (i, f) in self.flows.iter().enumerate() {
+            let Some(d) = f.demand else { continue };
+            while self.arrival[i] <= self.now as f64 {
+                self.backlog[i] += 1;
+                self.arrival[i] += packet_period(d);
+            }
+            if self.backlog[i] > 0 && !self.held[i] {
+                self.held[i] = true;
+                self.s.wake(i as u32);
+            }
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            if f.demand.is_none() && !self.held[i] {
+                self.held[i] = true;
+                self.s.wake(i as u32);
+            }
+        }
+    }
+
+    fn next_arrival(&self) -> u64 {
+        self.arrival
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .ceil()
+            .min(u64::MAX as f64) as u64
+    }
+
+    /// Runs the link until `end` ns; checks work conservation at every decision.
+    fn run(&mut self, end: u64) -> Result<(), TestCaseError> {
+        while self.now < end {
+            self.arrivals();
+            let now = Instant::from_nanos(self.now);
+            let Some(qp) = self.s.next(now) else {
+                let holding = self.held.iter().any(|&h| h);
+                let timeout = self.s.next_timeout();
+                if holding {
+                    prop_assert!(
+                        self.paces,
+                        "{:?} served no one at {} while holding queue pairs",
+                        self.s,
+                        self.now
+                    );
+                    let t = timeout.map(Instant::as_nanos);
+                    prop_assert!(
+                        t.is_some_and(|t| t > self.now),
+                        "nothing eligible at {} but next_timeout is {t:?}",
+                        self.now
+                    );
+                    let t = t.unwrap().min(self.next_arrival());
+                    // At its timeout the scheduler must have someone (no queue pair left).
+                    if t < self.next_arrival() {
+                        self.now = t;
+                        self.arrivals();
+                        let who = self.s.next(Instant::from_nanos(self.now));
+                        prop_assert!(who.is_some(), "nothing eligible at the timeout {t}");
+                        self.serve(who.unwrap());
+                    } else {
+                        self.now = t;
+                    }
+                } else {
+                    self.now = self.next_arrival().min(end);
+                }
+                continue;
+            };
+            self.serve(qp);
+        }
+        Ok(())
+    }
+
+    fn serve(&mut self, qp: u32) {
+        let i = qp as usize;
+        let p = packet(self.sent[i], self.flows[i].message);
+        self.sent[i] += 1;
+        if self.backlog[i] != u64::MAX {
+            self.backlog[i] -= 1;
+        }
+        let more = self.backlog[i] > 0;
+        self.s
+            .served(qp, Instant::from_nanos(self.now), Some(p), more);
+        self.held[i] = more;
+        let len = u64::from(p.link_len());
+        if self.now >= self.measure_from {
+            self.bytes[i] += len;
+        }
+        // Gaps of backlogged tenants (all flows backlogged in DRR's check).
+        let t = self.flows[i].tenant as usize;
+        for (u, since) in self.since.iter_mut().enumerate() {
+            if u == t {
+                self.gap[u] = self.gap[u].max(*since);
+                *since = 0;
+            } else {
+                *since += len;
+            }
+        }
+        self.now += (len as f64 / C).ceil() as u64;
+    }
+
+    /// Counts bytes from now on.
+    fn measure(&mut self) {
+        self.measure_from = self.now;
+        self.bytes.fill(0);
+    }
+
+    /// Link bytes per ns each flow got since `measure_from`.
+    fn rates(&self) -> Vec<f64> {
+        let span = (self.now - self.measure_from) as f64;
+        self.bytes.iter().map(|&b| b as f64 / span).collect()
+    }
+
+    fn get<T: 'static>(&self) -> &T {
+        let any: &dyn Any = &*self.s;
+        any.downcast_ref::<T>().expect("the scheduler's type")
+    }
+}
+
+/// Max-min fair shares of `c` among `demands` (`None`: unbounded), in closed form: the
+/// smallest demands are met in turn while they are below an equal split of what is left.
+fn max_min(c: f64, demands: &[Option<f64>]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (
+            demands[a].unwrap_or(f64::MAX),
+            demands[b].unwrap_or(f64::MAX),
+        );
+        a.total_cmp(&b)
+    });
+    let mut share = vec![0.0; demands.len()];
+    let mut left = c;
+    for (k, &i) in order.iter().enumerate() {
+        let even = left / (demands.len() - k) as f64;
+        share[i] = demands[i].map_or(even, |d| d.min(even));
+        left -= share[i];
+    }
+    share
+}
+
+/// The schedulers under test, by name, and whether each may hold queue pairs back.
+fn schedulers() -> Vec<(&'static str, Box<dyn Scheduler>, bool)> {
+    vec![
+        ("round-robin", Box::new(RoundRobin::default()), false),
+        ("per-message", Box::new(PerMessage::default()), false),
+        ("drr", Box::new(Drr::new(4096)), false),
+        (
+            "static",
+            Box::new(StaticShare::new(Pacing::default())),
+            true,
+        ),
+        (
+            "static by tenant",
+            Box::new(StaticShare::new(Pacing {
+                by_tenant: true,
+                ..Pacing::default()
+            })),
+            true,
+        ),
+        (
+            "water-filling",
+            Box::new(WaterFilling::new(Pacing::default(), Filling::default())),
+            true,
+        ),
+        (
+            "water-filling, reset on join",
+            Box::new(WaterFilling::new(
+                Pacing::default(),
+                Filling {
+                    reset_on_join: true,
+                    ..Filling::default()
+                },
+            )),
+            true,
+        ),
+        ("nic-default", Box::new(NicDefault::default()), true),
+    ]
+}
+
+fn work_conserving(flows: Vec<Flow>) -> Result<(), TestCaseError> {
+    for (name, s, paces) in schedulers() {
+        let mut link = Link::new(s, flows.clone(), paces);
+        link.run(300_000)
+            .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+        if name == "static" {
+            // Every backlogged queue pair gets its C/N (N: all flows, demand-limited ones
+            // included, as they linger between packets), so nothing but its bucket held it.
+            link.measure();
+            link.run(link.now + 300_000)?;
+            let n = link.flows.len() as f64;
+            for (f, r) in link.flows.iter().zip(link.rates()) {
+                if f.demand.is_none() {
+                    let share = (C / n).max(C / 100.0);
+                    prop_assert!(
+                        (r - share).abs() < 0.03 * share,
+                        "static: a backlogged queue pair got {r} B/ns, not C/N {share}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn drr_never_starves(flows: Vec<Flow>) -> Result<(), TestCaseError> {
+    // Everyone backlogged, so that every tenant's gap counts.
+    let flows: Vec<Flow> = flows
+        .into_iter()
+        .map(|f| Flow { demand: None, ..f })
+        .collect();
+    let quantum = 4096;
+    let mut link = Link::new(Box::new(Drr::new(quantum)), flows.clone(), false);
+    link.run(200_000)?;
+    let mut weight = [0u32; 3];
+    for f in &flows {
+        weight[f.tenant as usize] = f.weight;
+    }
+    let packet = u64::from(packet(0, 1).link_len()) + 16;
+    for t in 0..3 {
+        if weight[t] == 0 {
+            continue;
+        }
+        let bound: u64 = (0..3)
+            .filter(|&u| u != t && weight[u] > 0)
+            .map(|u| u64::from(quantum) * u64::from(weight[u]) + packet)
+            .sum();
+        prop_assert!(
+            link.gap[t] <= bound,
+            "tenant {t} waited {} bytes, more than {bound}",
+            link.gap[t]
+        );
+    }
+    // Shares follow the weights.
+    let mut bytes = [0u64; 3];
+    for (f, b) in flows.iter().zip(&link.bytes) {
+        bytes[f.tenant as usize] += b;
+    }
+    let per_weight: Vec<f64> = (0..3)
+        .filter(|&t| weight[t] > 0)
+        .map(|t| bytes[t] as f64 / f64::from(weight[t]))
+        .collect();
+    let (lo, hi) = per_weight
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    prop_assert!(
+        hi - lo <= 2.0 * (f64::from(quantum) + packet as f64),
+        "{per_weight:?}"
+    );
+    Ok(())
+}
+
+fn water_filling_is_max_min_fair(flows: Vec<Flow>) -> Result<(), TestCaseError> {
+    let filling = Filling {
+        step: 1_000_000_000,
+        ..Filling::default()
+    };
+    let step = 0.125;
+    let mut link = Link::new(
+        Box::new(WaterFilling::new(Pacing::default(), filling)),
+        flows.clone(),
+        true,
+    );
+    // Fill, checking the rates never sum above C, then measure.
+    for _ in 0..30 {
+        let end = link.now + 100_000;
+        link.run(end)?;
+        let allocated = link.get::<WaterFilling>().allocated();
+        prop_assert!(
+            allocated <= C * (1.0 + 1e-9),
+            "rates sum to {allocated} > C"
+        );
+    }
+    link.measure();
+    link.run(link.now + 1_000_000)?;
+    let demands: Vec<Option<f64>> = flows.iter().map(|f| f.demand.map(|d| d * C)).collect();
+    let fair = max_min(C, &demands);
+    let got = link.rates();
+    let wf = link.get::<WaterFilling>();
+    // A flow limited by its demand (its fair share is what it offers) is left up to a quarter above it
+    // (it holds while it uses 80% to 95% of its rate): the others, bottlenecked, share C less
+    // that headroom.
+    let limited = |i: usize| demands[i].is_some_and(|d| d <= fair[i] * (1.0 + 1e-9));
+    let headroom: f64 = (0..flows.len())
+        .filter(|&i| limited(i))
+        .map(|i| 0.25 * demands[i].unwrap())
+        .sum();
+    let bottlenecked = (0..flows.len()).filter(|&i| !limited(i)).count().max(1) as f64;
+    let low = |i: usize| fair[i] - step - headroom / bottlenecked;
+    for i in 0..flows.len() {
+        let context = format!("got {got:?}, fair {fair:?}, step {step}, headroom {headroom}");
+        if limited(i) {
+            // It gets what it offers, or (offering nearly the fair level) what the
+            // bottlenecked ones get.
+            let d = demands[i].unwrap();
+            let level = fair.iter().copied().fold(0.0, f64::max);
+            let want = d.min(level - step - headroom / bottlenecked);
+            prop_assert!(got[i] >= 0.97 * want, "flow {i} offered {d}: {context}");
+            continue;
+        }
+        prop_assert!(
+            got[i] >= 0.97 * low(i) && got[i] <= 1.03 * (fair[i] + step),
+            "bottlenecked flow {i} sent {}: {context}",
+            got[i]
+        );
+        if demands[i].is_none() {
+            let rate = wf.rate(i as u32);
+            prop_assert!(
+                rate >= low(i) && rate <= fair[i] + step + 1e-9,
+                "backlogged flow {i} allocated {rate}: {context}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs property `check` on case `case`'s demand set, generated from its number alone;
+/// returns the smallest failing set if it fails.
+fn run_case(
+    case: u64,
+    max_flows: usize,
+    check: fn(Vec<Flow>) -> Result<(), TestCaseError>,
+) -> Result<(), String> {
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters: 200,
+        ..Config::default()
+    };
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&case.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    match runner.run(&flows(max_flows), check) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(why, flows)) => Err(format!("{why}\nsmallest failing: {flows:#?}")),
+        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
+    }
+}
+
+fn cases(default: u64) -> Vec<u64> {
+    if let Some(case) = std::env::var("SLUICE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![case];
+    }
+    let n = std::env::var("SLUICE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+fn check_all(max_flows: usize, default: u64, check: fn(Vec<Flow>) -> Result<(), TestCaseError>) {
+    for case in cases(default) {
+        if let Err(why) = run_case(case, max_flows, check) {
+            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
+        }
+    }
+}
+
+#[test]
+fn every_scheduler_is_work_conserving() {
+    check_all(12, 24, work_conserving);
+}
+
+#[test]
+fn drr_never_starves_a_backlogged_tenant() {
+    check_all(12, 48, drr_never_starves);
+}
+
+#[test]
+fn water_filling_reaches_max_min_fair_rates_and_never_allocates_above_c() {
+    check_all(9, 24, water_filling_is_max_min_fair);
+}
+
+#[test]
+fn max_min_in_closed_form() {
+    let fair = max_min(10.0, &[Some(1.0), None, Some(6.0), None]);
+    assert_eq!(fair, [1.0, 3.0, 3.0, 3.0]);
+}
