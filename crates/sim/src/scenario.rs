@@ -193,6 +193,10 @@ pub struct TransportConfig {
     pub retry_cnt: u8,
     /// PCIe/DMA latency added to every packet a host sends and receives (at most 1 s).
     pub nic_delay_ns: u64,
+    /// Data bytes a host's NIC takes from the engine ahead of its link (its transmit
+    /// buffer, first in first out; at most 1 GiB). 0: one packet at a time, taken when the
+    /// link is free.
+    pub nic_tx_buffer_bytes: u64,
 }
 
 impl Default for TransportConfig {
@@ -206,6 +210,7 @@ impl Default for TransportConfig {
             timeout: 8,
             retry_cnt: 7,
             nic_delay_ns: 0,
+            nic_tx_buffer_bytes: 0,
         }
     }
 }
@@ -538,6 +543,12 @@ impl Scenario {
                 "transport.nic_delay_ns: expected at most {} (one second), got {}",
                 crate::MAX_DELAY_NS,
                 t.nic_delay_ns
+            ));
+        }
+        if t.nic_tx_buffer_bytes > 1 << 30 {
+            return bad(format!(
+                "transport.nic_tx_buffer_bytes: expected at most 1073741824, got {}",
+                t.nic_tx_buffer_bytes
             ));
         }
         if t.retry_cnt > 7 {
