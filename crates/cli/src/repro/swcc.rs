@@ -156,12 +156,16 @@ fn fig1(scale: Scale) -> Result<Report, String> {
         if let Some(d) = delay {
             points.push((d, drained));
         }
+        // At most some 400 points a line: the plot is for reading, the CSVs of `sluice sim
+        // run` have every sample.
+        let stride = (s.times_ns.len() / 400).max(1);
         lines.push(Series {
             name: r.algorithm.clone(),
             points: s
                 .times_ns
                 .iter()
                 .zip(&s.max_queue_bytes)
+                .step_by(stride)
                 .map(|(t, q)| (*t as f64 / 1e3, *q as f64 / 1e3))
                 .collect(),
         });
