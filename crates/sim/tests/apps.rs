@@ -227,3 +227,35 @@ fn paced_schedulers_and_a_transmit_buffer() {
     assert!(latency[1] > latency[0] + 1.0, "{latency:?}");
     assert!(latency[2] < latency[1], "{latency:?}");
 }
+
+#[test]
+fn reports_carry_the_tenants() {
+    let text = two_hosts(
+        &format!(
+            "{}{}",
+            app(1, "write", 65536, 8, 2, 100.0),
+            app(2, "read", 4096, 8, 1, 100.0)
+        ),
+        "",
+    );
+    let runs = run(&scenario(&text));
+    let summary = sluice_sim::report::summary_json("t", &runs);
+    let run = &summary["algorithms"][0];
+    assert_eq!(run["tenants"].as_array().unwrap().len(), 2, "{run}");
+    assert_eq!(run["tenants"][0]["qps"], 2);
+    assert!(run["tenants"][1]["latency_us_p99"].as_f64().unwrap() > 0.0);
+    assert!(run["tenant_jain_index"].as_f64().unwrap() > 0.0);
+    assert_eq!(run["app_qps"].as_array().unwrap().len(), 3);
+    let table = sluice_sim::report::table(&runs);
+    assert!(
+        table.contains("tenant") && table.contains("lat p99"),
+        "{table}"
+    );
+    let dir = std::env::temp_dir().join(format!("sluice-apps-{}", std::process::id()));
+    sluice_sim::report::write_all(&dir, "t", &runs).unwrap();
+    let csv = std::fs::read_to_string(dir.join("tenants.csv")).unwrap();
+    assert!(csv.starts_with("algorithm,tenant,time_ns,gbps\n"), "{csv}");
+    let svg = std::fs::read_to_string(dir.join("tenants.svg")).unwrap();
+    assert!(svg.contains("tenant 1") && svg.contains("tenant 2"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
