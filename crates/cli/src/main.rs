@@ -246,9 +246,19 @@ struct PerfArgs {
     /// checks: see the README.
     #[arg(long)]
     verify: bool,
-    /// Test only: with --verify, the sender flips one byte of message K of its first QP.
+    /// Test only: with --verify, the sender flips one byte of message K of its first QP
+    /// (or of the QP --test-corrupt-qp names).
     #[arg(long, hide = true, value_name = "K", requires = "verify")]
     test_corrupt_message: Option<u64>,
+    /// Test only: the QP (its index, from 0) whose message --test-corrupt-message spoils.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "Q",
+        default_value_t = 0,
+        requires = "test_corrupt_message"
+    )]
+    test_corrupt_qp: u32,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
     /// goes to the error state).
     #[arg(long, hide = true)]
@@ -481,6 +491,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         faults: perf::TestFaults {
             bad_rkey: a.test_bad_rkey,
             corrupt_message: a.test_corrupt_message,
+            corrupt_qp: a.test_corrupt_qp,
         },
         ..perf::Options::new(test)
     })

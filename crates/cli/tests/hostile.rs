@@ -410,61 +410,76 @@ fn a_huge_announced_page_size_is_refused_naming_the_field() {
     );
 }
 
-/// `--verify` catches what RoCE cannot: SENDs forged at the expected PSN (the live sender
-/// paused, so one lands exactly there) take the receives meant for the client's messages,
-/// and the server, which checks every message of send-bw, must fail the run saying the data
-/// differ. (write-bw's check covers the last message only: a forged WRITE before it goes
-/// unseen, so send-bw is the test.)
+/// `--verify` catches what RoCE cannot: messages forged at the expected PSN (the live sender
+/// paused, so one lands exactly there) replace the client's, and the server, which checks
+/// every message of send-bw and write-bw, must fail the run saying the data differ, and
+/// how many. The forgeries complete at the server as the client's messages would: SENDs
+/// take the receives meant for them; WRITEs with immediate (write-bw's under `--verify`,
+/// two QPs) do too, naming a slot of the live run. The spray (1,000 PSNs, past what the
+/// sniffer may not have seen) overtakes the client's window: its own messages are then
+/// duplicates and it may end with RetryExceeded, so the server's error names the
+/// verification first, then the broken run.
 #[test]
 fn verify_catches_a_replaced_message() {
     let Some((_guard, py)) = begin() else {
         return;
     };
     let pair = Pair::new("v");
-    let base = [
-        "--no-offload",
-        "-m",
-        "4096",
-        "-s",
-        "64",
-        "-D",
-        "6",
-        "--verify",
-    ];
-    let server = pair.perf(&pair.b, "send-bw", &base);
-    std::thread::sleep(Duration::from_millis(200));
-    let client = pair.perf(
-        &pair.a,
-        "send-bw",
-        &[&base[..], &["--connect", IP_B]].concat(),
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = client.id().to_string();
-    let spray = [
-        "--attacks",
-        "spray_send",
-        "--pause-pid",
-        &pid,
-        // Far enough past the newest PSN seen to cover what the sniffer has not seen yet.
-        "--spray",
-        "1000",
-        "--spray-len",
-        "64",
-    ];
-    let attacker = pair.forge(&py, (&pair.a, "veth0", IP_B), &spray);
-    let deadline = Instant::now() + DEADLINE;
-    let (status, out) = finish(attacker, "attacker", deadline);
-    assert!(status.success(), "attacker failed:\n{out}");
-    let (c_status, c_out) = finish(client, "client", deadline);
-    let (s_status, s_out) = finish(server, "server", deadline);
-    assert_no_crash(c_status, &c_out, "client");
-    assert_no_crash(s_status, &s_out, "server");
-    assert!(
-        !s_status.success(),
-        "a replaced message went unnoticed:\n{s_out}"
-    );
-    assert!(
-        s_out.contains("--verify"),
-        "the error names the verification:\n{s_out}"
-    );
+    for (test, attack, qps) in [
+        ("send-bw", "spray_send", "1"),
+        ("write-bw", "spray_replace_imm", "2"),
+    ] {
+        let base = [
+            "--no-offload",
+            "-m",
+            "4096",
+            "-s",
+            "64",
+            "-q",
+            qps,
+            "-D",
+            "6",
+            "--verify",
+        ];
+        let server = pair.perf(&pair.b, test, &base);
+        std::thread::sleep(Duration::from_millis(200));
+        let client = pair.perf(&pair.a, test, &[&base[..], &["--connect", IP_B]].concat());
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = client.id().to_string();
+        let spray = [
+            "--attacks",
+            attack,
+            "--pause-pid",
+            &pid,
+            // Far enough past the newest PSN seen to cover what the sniffer has not seen yet.
+            "--spray",
+            "1000",
+            "--spray-len",
+            "64",
+        ];
+        let attacker = pair.forge(&py, (&pair.a, "veth0", IP_B), &spray);
+        let deadline = Instant::now() + DEADLINE;
+        let (status, out) = finish(attacker, "attacker", deadline);
+        assert!(status.success(), "{attack}: attacker failed:\n{out}");
+        let (c_status, c_out) = finish(client, "client", deadline);
+        let (s_status, s_out) = finish(server, "server", deadline);
+        assert_no_crash(c_status, &c_out, "client");
+        assert_no_crash(s_status, &s_out, "server");
+        assert!(
+            !s_status.success(),
+            "{test}, {attack}: a replaced message went unnoticed:\n{s_out}"
+        );
+        assert!(
+            s_out.contains("--verify: the server: ")
+                && s_out.contains("messages it checked differ from the pattern sent"),
+            "{test}, {attack}: the error names the verification and the count:\n{s_out}"
+        );
+        eprintln!(
+            "{test}, {attack}: {}",
+            s_out
+                .lines()
+                .find(|l| l.contains("--verify: the"))
+                .unwrap_or("")
+        );
+    }
 }

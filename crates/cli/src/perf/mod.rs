@@ -101,33 +101,41 @@ pub struct TestFaults {
     /// queue pair goes to the error state (`--test-bad-rkey`).
     pub bad_rkey: bool,
     /// With `--verify`, the sender flips one byte of this message (numbered from 0 over
-    /// every size of the run) of its first queue pair after filling it
+    /// every size of the run) of its queue pair `corrupt_qp` after filling it
     /// (`--test-corrupt-message K`).
     pub corrupt_message: Option<u64>,
+    /// The index (from 0) of the queue pair whose message `corrupt_message` is spoiled
+    /// (`--test-corrupt-qp Q`; default the first).
+    pub corrupt_qp: u32,
 }
 
 /// What `--verify` checks, test by test (the same words are in the README).
 ///
 /// Message `m` of queue pair `q` is filled with a pattern of `(q, m, offset)` (see the
 /// `verify` module); each in-flight message of a bandwidth test has a buffer of its own
-/// (`tx_depth` per QP at the requester, `rx_depth` per QP at a SEND server) so that none is
-/// overwritten before it is sent or checked.
+/// (`tx_depth` per QP at the requester and at a WRITE server, `rx_depth` per QP at a SEND
+/// server) so that none is overwritten before it is sent or checked.
 ///
 /// - `send-bw`: the server checks every message received, at its completion.
+/// - `write-bw`: the client sends WRITE with immediate instead of WRITE (so the wire
+///   differs from perftest's only with `--verify`); message `m` lands in slot `m mod -t`
+///   of its QP at the server, the immediate naming the slot's offset, and the server checks
+///   every message of every QP at its receive completion (a slot is reused only after
+///   the server's ACK of its previous message, which leaves only once that message was
+///   checked: see `traffic::landing_write`). With one size run by iterations, the server
+///   also counts them against the client's report: messages that completed nothing (a
+///   forged plain WRITE in their place, a client without `--verify`) fail the run. The
+///   client's `-t` and sizes must not exceed the server's (its slots).
 /// - `send-lat`, `write-lat`: each side checks every message of the peer as it lands (a
 ///   WRITE's last byte is the ping-pong's mark and is not part of the pattern).
 /// - `read-bw`, `read-lat`: the server fills the memory it serves once; the client checks
 ///   every READ response (its buffer cleared before the READ is posted).
-/// - `write-bw`: the server gets no completion for a plain WRITE and every message lands at
-///   one address, so it checks what is there at the end of the run: with one QP, the last
-///   message, which must be the client's last (with `-a` or `-D`, which the server cannot
-///   count, one whose tag names QP 0 and a number no lower); with more, QPs' packets write
-///   over each other and nothing is checked. The client checks nothing.
 /// - atomics are refused: an atomic's 8 bytes are the responder's counter, whose values
 ///   depend on how the QPs interleave.
-pub const VERIFY_COVERAGE: &str = "send-bw: every message, at the server; send-lat, \
-    write-lat: every message, at both ends; read-bw, read-lat: every READ response, at the \
-    client; write-bw: the last message, at the server, with one QP only";
+pub const VERIFY_COVERAGE: &str = "send-bw, write-bw: every message of every QP, at the \
+    server (write-bw sends WRITE with immediate; give both ends the same -t and sizes); \
+    send-lat, write-lat: every message, at both ends; read-bw, read-lat: every READ \
+    response, at the client";
 
 /// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
 /// answer usually arrives while spinning (waking from sleep costs more than a round trip on
@@ -499,7 +507,13 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             );
         }
         let max_size = u64::from(o.sizes().into_iter().max().unwrap_or(0));
-        let slots = u64::from(o.qps) * u64::from(o.tx_depth.max(o.rx_depth)) * max_size.max(1);
+        // Slots per QP: -t (a requester's, a WRITE server's), -r (a SEND server's).
+        let per_qp = if o.test == Test::SendBw {
+            o.tx_depth.max(o.rx_depth)
+        } else {
+            o.tx_depth
+        };
+        let slots = u64::from(o.qps) * u64::from(per_qp) * max_size.max(1);
         if slots > verify::MAX_SLOT_BYTES {
             return usage(format!(
                 "--verify gives each message in flight a buffer of its own: {} MiB here, more \

@@ -98,6 +98,28 @@ fn send_op(verb: Verb, qp: &QpEnd, compare_swap: bool, n: u64) -> SendOp {
     }
 }
 
+/// write-bw `--verify`: message `seq` of the QP `qp` lands in the slot at the server that
+/// its source has here (slot `seq` mod `-t` of the QP's; the server's slots for the QP
+/// begin at the address it gave), and its immediate says where, for the server's check.
+///
+/// Why a slot is never written over before the server checked it: this side posts message
+/// `seq` only once message `seq - tx_depth`, the slot's previous message, completed, i.e.
+/// once the server's ACK covering it arrived. The server sends that ACK only after it
+/// checked the message: `Device::poll` sends what the engine owes *before* it receives,
+/// so the ACK for a message received in one poll leaves in the next, and the server's
+/// loop (`bw_responder`) polls every completion, checking its slot, between the two.
+/// A duplicate of an old WRITE (a retransmission) is acknowledged again, never written
+/// again (the responder's `on_duplicate`).
+fn landing_write(qp: &QpEnd, slots: verify::Slots, seq: u64) -> SendOp {
+    let offset = slots.offset_in_qp(seq);
+    SendOp::WriteWithImm {
+        remote_addr: qp.remote_addr + offset as u64,
+        rkey: qp.remote_rkey,
+        // The slots of a QP are at most `MAX_SLOT_BYTES` (1 GiB): the offset fits.
+        imm: offset as u32,
+    }
+}
+
 /// A local buffer: a region's key and an address in it.
 type Buffer = (u32, u64);
 
@@ -118,7 +140,11 @@ fn post(
         addr,
         len: size,
     }];
-    let inline = size <= inline_size && matches!(op, SendOp::Send | SendOp::Write { .. });
+    let inline = size <= inline_size
+        && matches!(
+            op,
+            SendOp::Send | SendOp::Write { .. } | SendOp::WriteWithImm { .. }
+        );
     let wr = SendWr {
         signaled,
         inline,
@@ -186,8 +212,41 @@ fn check_received(s: &mut Session, q: usize, wr_id: u64, len: u32) {
     }
 }
 
+/// write-bw `--verify` at the server: checks the message of the QP at `q` a WRITE with
+/// immediate left `len` bytes of at `offset` (its immediate) in the QP's slots.
+fn check_landed(s: &mut Session, q: usize, offset: u32, len: u32) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    let Some(slots) = v.slots else {
+        return;
+    };
+    let msg = v.received[q];
+    v.received[q] += 1;
+    let qpn = s.qps[q].qpn.0;
+    let (offset, len) = (offset as usize, len as usize);
+    if offset + len > slots.per_qp_bytes() {
+        // Outside this QP's slots (a client with a larger -t or -s than ours, or a forged
+        // immediate): what is there is another message's.
+        v.misplaced(qpn, msg, offset);
+        return;
+    }
+    if let Some(b) = s.dev.engine_ref().mr_bytes(slots.mr.lkey) {
+        let at = slots.offset(q, 0) + offset;
+        v.check(&b[at..at + len], verify::tag(q, msg), qpn, msg);
+    }
+}
+
 fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
     let qp = &s.qps[q];
+    if s.write_imm {
+        // A WRITE with immediate writes where its RETH says: the receive holds nothing.
+        let qpn = qp.qpn;
+        s.dev
+            .engine()
+            .post_recv(qpn, &sluice_core::RecvWr { wr_id, sgl: &[] })?;
+        return Ok(());
+    }
     // Every receive can hold the largest message of the run.
     let (lkey, addr) = match s.verify.as_ref().and_then(|v| v.slots) {
         Some(slots) => (slots.mr.lkey, slots.mr.addr + slots.offset(q, wr_id) as u64),
@@ -245,7 +304,10 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
             {
                 let seq = posted[q];
                 let signaled = (seq + 1) % cq_mod == 0 || seq + 1 == iterations;
-                let op = send_op(verb, &s.qps[q], o.compare_swap, seq);
+                let op = match s.verify.as_ref().and_then(|v| v.slots) {
+                    Some(slots) if s.write_imm => landing_write(&s.qps[q], slots, seq),
+                    _ => send_op(verb, &s.qps[q], o.compare_swap, seq),
+                };
                 let buffer = message_buffer(s, verb, q, seq, size);
                 post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
                 posted[q] += 1;
@@ -291,9 +353,10 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
 }
 
 /// Posts the receives a test needs before its traffic starts: `rx_depth` per QP for the SEND
-/// bandwidth server, a window on QP 0 for SEND latency on both sides.
+/// bandwidth server (and the WRITE one with `--verify`, for the WRITEs with immediate), a
+/// window on QP 0 for SEND latency on both sides.
 pub(crate) fn post_initial_receives(s: &mut Session, o: &Options) -> Result<(), PerfError> {
-    if o.test.verb() != Verb::Send {
+    if o.test.verb() != Verb::Send && !(s.write_imm && s.role == Role::Server) {
         return Ok(());
     }
     let (qps, depth) = match (o.test.is_latency(), s.role) {
@@ -322,9 +385,14 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
             received += 1;
             start.get_or_insert_with(Instant::now);
             last = Instant::now();
-            check_received(s, q, c.wr_id, c.byte_len);
+            match c.imm {
+                Some(offset) if s.write_imm => check_landed(s, q, offset, c.byte_len),
+                _ => check_received(s, q, c.wr_id, c.byte_len),
+            }
             post_recv(s, q, c.wr_id)?;
         }
+        // Only now, every completion polled and checked, may the next poll send the ACKs
+        // of what the last one received (see `landing_write`).
         if s.peer_finished()? {
             break;
         }
