@@ -259,6 +259,13 @@ struct PerfArgs {
         requires = "test_corrupt_message"
     )]
     test_corrupt_qp: u32,
+    /// A group of queue pairs with its own operation, size, QP count, TX depth and scheduler
+    /// weight: op=write|read|send[,size=BYTES][,qps=N][,depth=N][,weight=N] (defaults: -s,
+    /// 1, -t, 1). Repeat for several; they run at once, and the client reports each
+    /// tenant's and each QP's bandwidth and Jain's index. Bandwidth tests; both ends must be
+    /// Sluice given the same --tenant flags (perftest's exchange cannot agree on them).
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["size", "all", "qps", "verify"])]
+    tenant: Vec<perf::TenantSpec>,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
     /// goes to the error state).
     #[arg(long, hide = true)]
@@ -493,6 +500,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
             corrupt_message: a.test_corrupt_message,
             corrupt_qp: a.test_corrupt_qp,
         },
+        tenants: a.tenant.clone(),
         ..perf::Options::new(test)
     })
 }

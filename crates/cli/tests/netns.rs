@@ -486,3 +486,61 @@ fn write_and_read_survive_real_loss() {
     let stats = sh(&[impair, "stats", &pair.a, "veth0"]);
     eprintln!("impair: {}", String::from_utf8_lossy(&stats.stdout));
 }
+
+/// `--tenant` between namespaces: both ends given the same tenants (WRITEs of 4 KiB and of
+/// 1 MiB, SENDs of 1000 bytes); the client reports each tenant, each of its QPs, and Jain's
+/// index, every QP completing all of its messages.
+#[test]
+fn tenants_between_namespaces() {
+    let Some(_guard) = begin() else {
+        return;
+    };
+    let pair = namespaces("n");
+    let args = [
+        "-n",
+        "100",
+        "--tenant",
+        "op=write,size=4096,qps=2",
+        "--tenant",
+        "op=write,size=1048576,qps=2,depth=8",
+        "--tenant",
+        "op=send,size=1000",
+    ];
+    let server = pair.perf(&pair.b, "write-bw", &args);
+    let client_args = [&args[..], &["--connect", "10.77.0.2"]].concat();
+    let client = pair.perf(&pair.a, "write-bw", &client_args);
+    let text = wait_ok(client, "client --tenant", Duration::from_secs(60));
+    wait_ok(server, "server --tenant", Duration::from_secs(10));
+    let r: serde_json::Value = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no result:\n{text}"));
+    let tenants = r["tenants"].as_array().unwrap();
+    let got: Vec<(&str, u64, u64, usize)> = tenants
+        .iter()
+        .map(|t| {
+            (
+                t["op"].as_str().unwrap(),
+                t["bytes"].as_u64().unwrap(),
+                t["iterations"].as_u64().unwrap(),
+                t["qp_bw_gbps"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("write", 4096, 200, 2),
+            ("write", 1_048_576, 200, 2),
+            ("send", 1000, 100, 1)
+        ],
+        "{r}"
+    );
+    for t in tenants {
+        let per_qp = t["qp_bw_gbps"].as_array().unwrap();
+        assert!(per_qp.iter().all(|b| b.as_f64().unwrap() > 0.0), "{t}");
+    }
+    let jain = r["jain_index"].as_f64().unwrap();
+    assert!(jain > 1.0 / 3.0 - 1e-9 && jain <= 1.0 + 1e-9, "{r}");
+}

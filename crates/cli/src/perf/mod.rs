@@ -91,6 +91,88 @@ pub struct Options {
     pub verify: bool,
     /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
     pub faults: TestFaults,
+    /// `--tenant`: groups of queue pairs, each with its own operation, message size, QP
+    /// count, TX depth and scheduler weight, run at once (bandwidth tests; both ends
+    /// Sluice given the same groups). Empty: the test's one group, as perftest.
+    pub tenants: Vec<TenantSpec>,
+}
+
+/// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N` (every key but
+/// `op` optional: the run's `-s`, 1 QP, the run's `-t`, weight 1). Its queue pairs follow
+/// the previous tenant's, in the order given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantSpec {
+    /// The operation its queue pairs post.
+    pub verb: Verb,
+    /// Message size in bytes (`None`: the run's).
+    pub size: Option<u32>,
+    /// Its queue pairs.
+    pub qps: u32,
+    /// Messages in flight per QP (`None`: the run's `-t`).
+    pub tx_depth: Option<u32>,
+    /// Its share for a weighted scheduler (`--sched`), at least 1.
+    pub weight: u32,
+}
+
+impl std::str::FromStr for TenantSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<TenantSpec, String> {
+        let mut t = TenantSpec {
+            verb: Verb::Write,
+            size: None,
+            qps: 1,
+            tx_depth: None,
+            weight: 1,
+        };
+        let mut op = false;
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: KEY=VALUE"))?;
+            let number = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|e| format!("{key}={value}: {e}"))
+            };
+            match key {
+                "op" => {
+                    op = true;
+                    t.verb = match value {
+                        "write" => Verb::Write,
+                        "read" => Verb::Read,
+                        "send" => Verb::Send,
+                        _ => return Err(format!("op={value}: write, read or send")),
+                    }
+                }
+                "size" => t.size = Some(number()?),
+                "qps" => t.qps = number()?,
+                "depth" | "tx_depth" => t.tx_depth = Some(number()?),
+                "weight" => t.weight = number()?,
+                _ => {
+                    return Err(format!(
+                        "{key}: the keys are op, size, qps, depth and weight"
+                    ));
+                }
+            }
+        }
+        if !op {
+            return Err(format!("{text:?}: op=write, read or send is required"));
+        }
+        Ok(t)
+    }
+}
+
+impl TenantSpec {
+    /// The operation's name in reports.
+    pub fn op_name(&self) -> &'static str {
+        match self.verb {
+            Verb::Write => "write",
+            Verb::Read => "read",
+            Verb::Send => "send",
+            Verb::Atomic => "atomic",
+        }
+    }
 }
 
 /// Faults a test injects to see that a run notices them: never set in normal use (the
@@ -316,7 +398,46 @@ impl Options {
             serve: Some(1),
             verify: false,
             faults: TestFaults::default(),
+            tenants: Vec::new(),
         }
+    }
+
+    /// The run's queue pairs, message size and TX depth with `--tenant`: every tenant's
+    /// queue pairs, the largest size (the memory region's) and depth (each QP's send queue),
+    /// the run's own where a tenant names none. Without tenants, the options as they are.
+    pub fn with_tenants(&self) -> Options {
+        if self.tenants.is_empty() {
+            return self.clone();
+        }
+        let run_size = self.size.unwrap_or(self.test.default_size() as u32);
+        let tenants: Vec<TenantSpec> = self
+            .tenants
+            .iter()
+            .map(|t| TenantSpec {
+                size: Some(t.size.unwrap_or(run_size)),
+                tx_depth: Some(t.tx_depth.unwrap_or(self.tx_depth)),
+                ..*t
+            })
+            .collect();
+        Options {
+            qps: tenants.iter().fold(0u32, |n, t| n.saturating_add(t.qps)),
+            size: tenants.iter().filter_map(|t| t.size).max(),
+            tx_depth: tenants.iter().filter_map(|t| t.tx_depth).max().unwrap_or(1),
+            tenants,
+            ..self.clone()
+        }
+    }
+
+    /// The tenant (its index) of the queue pair at `q`, with `--tenant`.
+    pub(crate) fn tenant_of(&self, q: usize) -> Option<usize> {
+        let mut first = 0;
+        for (i, t) in self.tenants.iter().enumerate() {
+            first += t.qps as usize;
+            if q < first {
+                return Some(i);
+            }
+        }
+        None
     }
 
     /// The message sizes this run covers.
@@ -388,6 +509,7 @@ pub enum PerfError {
 /// Runs the test of `options` in the role it names, printing results as it goes (a table, or
 /// one JSON object per line). Returns the reports.
 pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
+    let options = &options.with_tenants();
     validate(options)?;
     check_before_connecting(options)?;
     session::run(options)
@@ -415,6 +537,7 @@ fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
 /// Runs both ends in this process, over real UDP sockets on 127.0.0.1 (client) and 127.0.0.2
 /// (server): the server in a thread, the client here. Returns the client's reports.
 pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
+    let options = &options.with_tenants();
     validate(options)?;
     if options.xdp.is_some() {
         return Err(PerfError::Usage(
@@ -465,6 +588,30 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
 
 fn validate(o: &Options) -> Result<(), PerfError> {
     let usage = |m: String| Err(PerfError::Usage(m));
+    // The tenants first: their sum is the run's -q, their largest size its -s.
+    if !o.tenants.is_empty() {
+        if o.test.is_latency() || o.test.verb() == Verb::Atomic {
+            return usage(
+                "--tenant: bandwidth tests only (write-bw, read-bw, send-bw; a tenant's op= \
+                 sets its operation)"
+                    .into(),
+            );
+        }
+        if o.all_sizes || o.verify {
+            return usage("--tenant: not with -a or --verify".into());
+        }
+        for (i, t) in o.tenants.iter().enumerate() {
+            let size = t.size.unwrap_or(0);
+            if t.qps == 0 || size == 0 || size > 1 << 31 || t.weight == 0 {
+                return usage(format!(
+                    "--tenant {i}: at least 1 QP, a size of 1 byte to 2 GiB, weight at least 1"
+                ));
+            }
+            if t.tx_depth.is_none_or(|d| d == 0 || d > 8192) {
+                return usage(format!("--tenant {i}: depth between 1 and 8192"));
+            }
+        }
+    }
     if o.qps == 0 || o.qps > 1 << 16 {
         return usage(format!("-q {}: between 1 and 65536 QPs", o.qps));
     }

@@ -457,6 +457,8 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             traffic::bw_responder(s)?
         } else if o.test.is_latency() {
             traffic::latency(s, o, size)?
+        } else if !o.tenants.is_empty() {
+            traffic::bw_tenants(s, o)?
         } else {
             traffic::bw_requester(s, o, size)?
         };
@@ -475,6 +477,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
         report.services = service_counters(s);
+        if !m.per_qp.is_empty() && !o.tenants.is_empty() {
+            report.add_tenants(o, &m);
+        }
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
@@ -503,6 +508,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 );
             } else {
                 println!("{}", report.row(o.report_gbits));
+                if !report.tenants.is_empty() {
+                    println!("{}", report.tenant_rows(o.report_gbits));
+                }
             }
         }
         reports.push(report);
@@ -678,6 +686,14 @@ fn open(
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
         engine.connect(*qpn, &c)?;
+        // `--tenant`: the scheduler serves each QP as its tenant's (both ends alike).
+        if let Some(t) = o.tenant_of(i) {
+            let tenant = sluice_core::policy::Tenant {
+                id: t as u32,
+                weight: o.tenants[t].weight,
+            };
+            engine.set_tenant(*qpn, tenant)?;
+        }
         // Services that change the wire are, like the CCX, the user's word that the peer
         // runs them too (perftest's exchange cannot agree on them).
         let services = o

@@ -16,6 +16,18 @@ pub(crate) struct Measured {
     pub(crate) elapsed: Duration,
     /// One sample per message, nanoseconds (latency tests only).
     pub(crate) samples: Vec<u64>,
+    /// With `--tenant`, each QP's messages completed and when its last one completed
+    /// (since the start).
+    pub(crate) per_qp: Vec<(u64, Duration)>,
+}
+
+/// What one QP of a bandwidth run posts: its operation, message size and messages in
+/// flight (the test's for every QP, or its tenant's).
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    verb: Verb,
+    size: u32,
+    depth: u32,
 }
 
 /// Polls the device once. A side with nothing to do spins (polls again) for `spin`, then
@@ -267,14 +279,40 @@ fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
 /// Bandwidth, requester side: keep `tx_depth` messages in flight on every QP, ask for a
 /// completion every `cq_mod`, until each QP completed its iterations (or the duration passed).
 pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
-    let verb = o.test.verb();
+    let flow = Flow {
+        verb: o.test.verb(),
+        size,
+        depth: o.tx_depth,
+    };
+    drive(s, o, &vec![flow; s.qps.len()])
+}
+
+/// Bandwidth with `--tenant`: each QP posts its tenant's operation and size, with its
+/// tenant's depth; each QP's count and time are kept for the per-tenant report.
+pub(crate) fn bw_tenants(s: &mut Session, o: &Options) -> Result<Measured, PerfError> {
+    let flows: Vec<Flow> = (0..s.qps.len())
+        .map(|q| {
+            let t = o.tenants[o.tenant_of(q).expect("every QP has a tenant")];
+            Flow {
+                verb: t.verb,
+                size: t.size.expect("set by Options::with_tenants"),
+                depth: t.tx_depth.expect("set by Options::with_tenants"),
+            }
+        })
+        .collect();
+    drive(s, o, &flows)
+}
+
+/// Keeps each QP's `depth` messages in flight until it completed its iterations (or the
+/// duration passed).
+fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfError> {
     let iterations = if o.duration.is_some() {
         u64::MAX
     } else {
         o.iterations()
     };
-    let cq_mod = u64::from(o.cq_mod.min(o.tx_depth));
     let n = s.qps.len();
+    let mut finished_at = vec![Duration::ZERO; n];
     let mut posted = vec![0u64; n];
     let mut completed = vec![0u64; n];
     let mut last_signaled = vec![0u64; n];
@@ -298,9 +336,9 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
             }
         }
         for q in room.drain(..) {
-            while !stopping
-                && posted[q] < iterations
-                && posted[q] - completed[q] < u64::from(o.tx_depth)
+            let Flow { verb, size, depth } = flows[q];
+            let cq_mod = u64::from(o.cq_mod.min(depth));
+            while !stopping && posted[q] < iterations && posted[q] - completed[q] < u64::from(depth)
             {
                 let seq = posted[q];
                 let signaled = (seq + 1) % cq_mod == 0 || seq + 1 == iterations;
@@ -323,9 +361,10 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         while let Some(c) = next_completion(s)? {
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
-            if verb == Verb::Read {
+            finished_at[q] = start.elapsed();
+            if flows[q].verb == Verb::Read {
                 while checked[q] < completed[q] {
-                    check_read(s, q, checked[q], size);
+                    check_read(s, q, checked[q], flows[q].size);
                     checked[q] += 1;
                 }
             }
@@ -349,6 +388,7 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         messages: completed.iter().sum(),
         elapsed: start.elapsed(),
         samples: Vec::new(),
+        per_qp: completed.into_iter().zip(finished_at).collect(),
     })
 }
 
@@ -356,6 +396,20 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
 /// bandwidth server (and the WRITE one with `--verify`, for the WRITEs with immediate), a
 /// window on QP 0 for SEND latency on both sides.
 pub(crate) fn post_initial_receives(s: &mut Session, o: &Options) -> Result<(), PerfError> {
+    if !o.tenants.is_empty() {
+        // `--tenant`: the server's receives for the SEND tenants' QPs.
+        if s.role == Role::Server {
+            for q in 0..s.qps.len() {
+                let tenant = o.tenant_of(q).map(|t| o.tenants[t].verb);
+                if tenant == Some(Verb::Send) {
+                    for i in 0..u64::from(o.rx_depth) {
+                        post_recv(s, q, i)?;
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     if o.test.verb() != Verb::Send && !(s.write_imm && s.role == Role::Server) {
         return Ok(());
     }
@@ -401,6 +455,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
         messages: received,
         elapsed: start.map_or(Duration::ZERO, |t| last - t),
         samples: Vec::new(),
+        per_qp: Vec::new(),
     })
 }
 
@@ -437,6 +492,7 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         messages: i,
         elapsed: start.elapsed(),
         samples,
+        per_qp: Vec::new(),
     })
 }
 
@@ -489,6 +545,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         messages: sent,
         elapsed,
         samples,
+        per_qp: Vec::new(),
     })
 }
 
@@ -520,6 +577,7 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         messages: iterations,
         elapsed,
         samples,
+        per_qp: Vec::new(),
     })
 }
 
