@@ -260,10 +260,11 @@ struct PerfArgs {
     )]
     test_corrupt_qp: u32,
     /// A group of queue pairs with its own operation, size, QP count, TX depth and scheduler
-    /// weight: op=write|read|send[,size=BYTES][,qps=N][,depth=N][,weight=N] (defaults: -s,
-    /// 1, -t, 1). Repeat for several; they run at once, and the client reports each
-    /// tenant's and each QP's bandwidth and Jain's index. Bandwidth tests; both ends must be
-    /// Sluice given the same --tenant flags (perftest's exchange cannot agree on them).
+    /// weight: op=write|read|send[,size=BYTES][,qps=N][,depth=N][,weight=N][,lat] (defaults:
+    /// -s, 1, -t, 1; lat: time every message, report its percentiles). Repeat for several;
+    /// they run at once, and the client reports each tenant's and each QP's bandwidth and
+    /// Jain's index. Bandwidth tests; both ends must be Sluice given the same --tenant flags
+    /// (perftest's exchange cannot agree on them).
     #[arg(long, value_name = "SPEC", conflicts_with_all = ["size", "all", "qps", "verify"])]
     tenant: Vec<perf::TenantSpec>,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair

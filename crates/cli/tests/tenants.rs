@@ -99,6 +99,40 @@ fn tenants_run_at_once_and_are_reported_each() {
     assert_eq!(r["iterations"].as_u64(), Some(1000), "{r}");
 }
 
+/// A latency tenant (`lat`: every message timed from its post to its completion) beside a
+/// bandwidth tenant reports its percentiles over every message; Jain's index is over the
+/// bandwidth tenants only (one here: 1).
+#[test]
+fn a_latency_tenant_reports_its_messages_percentiles() {
+    let r = loopback(
+        &[
+            "write-bw",
+            "-n",
+            "300",
+            "--tenant",
+            "op=write,size=65536,qps=2",
+            "--tenant",
+            "op=read,size=64,depth=1,lat",
+        ],
+        24_702,
+    );
+    let tenants = r["tenants"].as_array().unwrap();
+    assert!(tenants[0].get("latency").is_none(), "{r}");
+    let l = &tenants[1]["latency"];
+    assert_eq!(l["samples"].as_u64(), Some(300), "{r}");
+    let t = |k: &str| l[k].as_f64().unwrap();
+    assert!(t("t_min_us") > 0.0, "{r}");
+    assert!(
+        t("t_min_us") <= t("t_p50_us") && t("t_p50_us") <= t("t_p99_us"),
+        "{r}"
+    );
+    assert!(
+        t("t_p99_us") <= t("t_p999_us") && t("t_p999_us") <= t("t_max_us"),
+        "{r}"
+    );
+    assert_eq!(r["jain_index"].as_f64(), Some(1.0), "{r}");
+}
+
 /// What `--tenant` cannot be used with is refused as a usage error naming it.
 #[test]
 fn what_tenants_cannot_be_used_with_is_refused() {

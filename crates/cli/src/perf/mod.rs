@@ -97,9 +97,9 @@ pub struct Options {
     pub tenants: Vec<TenantSpec>,
 }
 
-/// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N` (every key but
-/// `op` optional: the run's `-s`, 1 QP, the run's `-t`, weight 1). Its queue pairs follow
-/// the previous tenant's, in the order given.
+/// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
+/// `op` optional: the run's `-s`, 1 QP, the run's `-t`, weight 1, not timed). Its queue
+/// pairs follow the previous tenant's, in the order given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantSpec {
     /// The operation its queue pairs post.
@@ -112,6 +112,9 @@ pub struct TenantSpec {
     pub tx_depth: Option<u32>,
     /// Its share for a weighted scheduler (`--sched`), at least 1.
     pub weight: u32,
+    /// A latency tenant (`lat`): every message is signaled and timed from its post to its
+    /// completion, and the tenant reports their percentiles.
+    pub latency: bool,
 }
 
 impl std::str::FromStr for TenantSpec {
@@ -124,9 +127,14 @@ impl std::str::FromStr for TenantSpec {
             qps: 1,
             tx_depth: None,
             weight: 1,
+            latency: false,
         };
         let mut op = false;
         for part in text.split(',').filter(|p| !p.is_empty()) {
+            if part == "lat" {
+                t.latency = true;
+                continue;
+            }
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("{part:?}: KEY=VALUE"))?;
@@ -151,7 +159,7 @@ impl std::str::FromStr for TenantSpec {
                 "weight" => t.weight = number()?,
                 _ => {
                     return Err(format!(
-                        "{key}: the keys are op, size, qps, depth and weight"
+                        "{key}: the keys are op, size, qps, depth, weight (and lat)"
                     ));
                 }
             }

@@ -65,8 +65,9 @@ pub struct Report {
     /// `--tenant` (the client): each tenant's results, in the order given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<TenantReport>,
-    /// `--tenant`: Jain's fairness index over the tenants' bandwidths divided by their
-    /// weights (1: each got its weighted share; 1/n: one took everything).
+    /// `--tenant`: Jain's fairness index over the bandwidth tenants' (not the latency
+    /// tenants') bandwidths divided by their weights (1: each got its weighted share; 1/n:
+    /// one took everything).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jain_index: Option<f64>,
 }
@@ -94,6 +95,47 @@ pub struct TenantReport {
     pub qp_bw_gbps: Vec<f64>,
     /// Jain's index over its QPs' bandwidths.
     pub jain_index: f64,
+    /// A latency tenant (`lat`): its messages' latencies, post to completion (the ACK or
+    /// READ response), in microseconds: `None` for the others, and left out of the JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<TenantLatency>,
+}
+
+/// A latency tenant's message latencies, in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantLatency {
+    /// Messages timed.
+    pub samples: u64,
+    /// The smallest.
+    pub t_min_us: f64,
+    /// The median.
+    pub t_p50_us: f64,
+    /// The 99th percentile.
+    pub t_p99_us: f64,
+    /// The 99.9th percentile.
+    pub t_p999_us: f64,
+    /// The largest.
+    pub t_max_us: f64,
+}
+
+impl TenantLatency {
+    /// The percentiles of `samples` (nanoseconds), sorted here; `None` if there are none.
+    fn of(mut samples: Vec<u64>) -> Option<TenantLatency> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let us = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)] as f64 / 1e3;
+        Some(TenantLatency {
+            samples: n as u64,
+            t_min_us: us(0.0),
+            t_p50_us: us(0.5),
+            t_p99_us: us(0.99),
+            t_p999_us: us(0.999),
+            t_max_us: us(1.0),
+        })
+    }
 }
 
 /// Jain's fairness index of `x`: (sum x)^2 / (n sum x^2); 1 for an empty or all-zero `x`.
@@ -192,6 +234,11 @@ impl Report {
             let last = qps.iter().map(|&(_, at)| at).max().unwrap_or_default();
             let qp_bw: Vec<f64> = qps.iter().map(|&(n, at)| gbps(bytes(n), at)).collect();
             all_bytes += bytes(messages);
+            let samples: Vec<u64> = m
+                .qp_samples
+                .get(first - t.qps as usize..first)
+                .unwrap_or_default()
+                .concat();
             self.tenants.push(TenantReport {
                 tenant: i as u32,
                 op: t.op_name(),
@@ -203,15 +250,18 @@ impl Report {
                 bw_avg_gbps: gbps(bytes(messages), last),
                 jain_index: jain(&qp_bw),
                 qp_bw_gbps: qp_bw,
+                latency: TenantLatency::of(samples),
             });
         }
         self.bw_avg_gbps = gbps(all_bytes, m.elapsed);
+        // Latency tenants are left out: their bandwidth is not what they ask for.
         let shares: Vec<f64> = self
             .tenants
             .iter()
+            .filter(|t| t.latency.is_none())
             .map(|t| t.bw_avg_gbps / f64::from(t.weight))
             .collect();
-        self.jain_index = Some(jain(&shares));
+        self.jain_index = (!shares.is_empty()).then(|| jain(&shares));
     }
 
     /// The tenants' table (after the run's row): a line per tenant, then Jain's index.
@@ -252,9 +302,17 @@ impl Report {
                 t.jain_index,
                 per_qp.join(" ")
             );
+            if let Some(l) = &t.latency {
+                text += &format!(
+                    "\n {:<7} latency[usec] of {} messages: min {:.2} p50 {:.2} p99 {:.2} \
+                     p99.9 {:.2} max {:.2}",
+                    "", l.samples, l.t_min_us, l.t_p50_us, l.t_p99_us, l.t_p999_us, l.t_max_us
+                );
+            }
         }
         if let Some(j) = self.jain_index {
-            text += &format!("\n Jain's index over the tenants (bandwidth / weight): {j:.4}");
+            text +=
+                &format!("\n Jain's index over the bandwidth tenants (bandwidth / weight): {j:.4}");
         }
         text
     }
@@ -418,11 +476,12 @@ mod tests {
 
     #[test]
     fn a_tenant_spec_parses_and_refuses_what_it_cannot_use() {
-        let t: super::super::TenantSpec =
-            "op=read,size=4096,qps=2,depth=16,weight=3".parse().unwrap();
+        let t: super::super::TenantSpec = "op=read,size=4096,qps=2,depth=16,weight=3,lat"
+            .parse()
+            .unwrap();
         assert_eq!(
-            (t.verb, t.size, t.qps, t.tx_depth, t.weight),
-            (super::super::Verb::Read, Some(4096), 2, Some(16), 3)
+            (t.verb, t.size, t.qps, t.tx_depth, t.weight, t.latency),
+            (super::super::Verb::Read, Some(4096), 2, Some(16), 3, true)
         );
         for bad in [
             "size=1",

@@ -19,7 +19,13 @@ pub(crate) struct Measured {
     /// With `--tenant`, each QP's messages completed and when its last one completed
     /// (since the start).
     pub(crate) per_qp: Vec<(u64, Duration)>,
+    /// With `--tenant`, each QP's message latencies (post to completion, nanoseconds): a
+    /// latency tenant's QPs (`lat`) only; empty for the others.
+    pub(crate) qp_samples: Vec<Vec<u64>>,
 }
+
+/// The most latency samples a QP keeps (8 bytes each).
+const MAX_QP_SAMPLES: usize = 1 << 22;
 
 /// What one QP of a bandwidth run posts: its operation, message size and messages in
 /// flight (the test's for every QP, or its tenant's).
@@ -28,6 +34,8 @@ struct Flow {
     verb: Verb,
     size: u32,
     depth: u32,
+    /// Time every message, post to completion (every one is signaled).
+    timed: bool,
 }
 
 /// Polls the device once. A side with nothing to do spins (polls again) for `spin`, then
@@ -283,6 +291,7 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         verb: o.test.verb(),
         size,
         depth: o.tx_depth,
+        timed: false,
     };
     drive(s, o, &vec![flow; s.qps.len()])
 }
@@ -297,6 +306,7 @@ pub(crate) fn bw_tenants(s: &mut Session, o: &Options) -> Result<Measured, PerfE
                 verb: t.verb,
                 size: t.size.expect("set by Options::with_tenants"),
                 depth: t.tx_depth.expect("set by Options::with_tenants"),
+                timed: t.latency,
             }
         })
         .collect();
@@ -313,6 +323,13 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
     };
     let n = s.qps.len();
     let mut finished_at = vec![Duration::ZERO; n];
+    // A timed QP's post times (ns since the start) of its messages in flight, by `seq` mod
+    // its depth, and its samples.
+    let mut sent_at: Vec<Vec<u64>> = flows
+        .iter()
+        .map(|f| vec![0; if f.timed { f.depth as usize } else { 0 }])
+        .collect();
+    let mut samples: Vec<Vec<u64>> = vec![Vec::new(); n];
     let mut posted = vec![0u64; n];
     let mut completed = vec![0u64; n];
     let mut last_signaled = vec![0u64; n];
@@ -336,8 +353,17 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
             }
         }
         for q in room.drain(..) {
-            let Flow { verb, size, depth } = flows[q];
-            let cq_mod = u64::from(o.cq_mod.min(depth));
+            let Flow {
+                verb,
+                size,
+                depth,
+                timed,
+            } = flows[q];
+            let cq_mod = if timed {
+                1
+            } else {
+                u64::from(o.cq_mod.min(depth))
+            };
             while !stopping && posted[q] < iterations && posted[q] - completed[q] < u64::from(depth)
             {
                 let seq = posted[q];
@@ -347,6 +373,10 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                     _ => send_op(verb, &s.qps[q], o.compare_swap, seq),
                 };
                 let buffer = message_buffer(s, verb, q, seq, size);
+                if timed {
+                    sent_at[q][(seq % u64::from(depth)) as usize] =
+                        start.elapsed().as_nanos() as u64;
+                }
                 post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
                 posted[q] += 1;
                 if signaled {
@@ -362,6 +392,11 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
             finished_at[q] = start.elapsed();
+            let Flow { depth, timed, .. } = flows[q];
+            if timed && samples[q].len() < MAX_QP_SAMPLES {
+                let at = sent_at[q][(c.wr_id % u64::from(depth)) as usize];
+                samples[q].push((finished_at[q].as_nanos() as u64).saturating_sub(at));
+            }
             if flows[q].verb == Verb::Read {
                 while checked[q] < completed[q] {
                     check_read(s, q, checked[q], flows[q].size);
@@ -389,6 +424,7 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
         elapsed: start.elapsed(),
         samples: Vec::new(),
         per_qp: completed.into_iter().zip(finished_at).collect(),
+        qp_samples: samples,
     })
 }
 
@@ -456,6 +492,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
         elapsed: start.map_or(Duration::ZERO, |t| last - t),
         samples: Vec::new(),
         per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -493,6 +530,7 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         elapsed: start.elapsed(),
         samples,
         per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -546,6 +584,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         elapsed,
         samples,
         per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -578,6 +617,7 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         elapsed,
         samples,
         per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
