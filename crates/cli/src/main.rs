@@ -260,9 +260,27 @@ struct PerfArgs {
     /// checks: see the README.
     #[arg(long)]
     verify: bool,
-    /// Test only: with --verify, the sender flips one byte of message K of its first QP.
+    /// Test only: with --verify, the sender flips one byte of message K of its first QP
+    /// (or of the QP --test-corrupt-qp names).
     #[arg(long, hide = true, value_name = "K", requires = "verify")]
     test_corrupt_message: Option<u64>,
+    /// Test only: the QP (its index, from 0) whose message --test-corrupt-message spoils.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "Q",
+        default_value_t = 0,
+        requires = "test_corrupt_message"
+    )]
+    test_corrupt_qp: u32,
+    /// A group of queue pairs with its own operation, size, QP count, TX depth and scheduler
+    /// weight: op=write|read|send[,size=BYTES][,qps=N][,depth=N][,weight=N][,lat] (defaults:
+    /// -s, 1, -t, 1; lat: time every message, report its percentiles). Repeat for several;
+    /// they run at once, and the client reports each tenant's and each QP's bandwidth and
+    /// Jain's index. Bandwidth tests; both ends must be Sluice given the same --tenant flags
+    /// (perftest's exchange cannot agree on them).
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["size", "all", "qps", "verify"])]
+    tenant: Vec<perf::TenantSpec>,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
     /// goes to the error state).
     #[arg(long, hide = true)]
@@ -562,7 +580,9 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         faults: perf::TestFaults {
             bad_rkey: a.test_bad_rkey,
             corrupt_message: a.test_corrupt_message,
+            corrupt_qp: a.test_corrupt_qp,
         },
+        tenants: a.tenant.clone(),
         ..perf::Options::new(test)
     })
 }

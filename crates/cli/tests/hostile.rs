@@ -7,6 +7,8 @@
 //! Needs root, iproute2 and the Python with scapy that `SLUICE_PYTHON` names (scripts/test
 //! sets both); skips (passing, with a note) without them, unless `SLUICE_REQUIRE_NETNS=1`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::netns::{Pair, sh};
+
 /// The test network: the attacker refuses to send anywhere else.
 const NET: &str = "10.78.0.0/24";
 const IP_A: &str = "10.78.0.1";
@@ -54,61 +57,17 @@ fn begin() -> Option<(MutexGuard<'static, ()>, String)> {
     }
 }
 
-fn sh(args: &[&str]) -> Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
 fn attacker_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/hostile_peer.py")
 }
 
 /// Namespaces `a` (10.78.0.1, veth0) and `b` (10.78.0.2, veth1) on one veth; removed on drop.
-struct Pair {
-    a: String,
-    b: String,
+fn namespaces(tag: &str) -> Pair {
+    Pair::new("sh", "10.78.0", tag)
 }
 
+/// The attacker's side of a namespace pair (see `common::netns`).
 impl Pair {
-    fn new(tag: &str) -> Pair {
-        let id = std::process::id() % 10_000;
-        let (a, b) = (format!("sha{tag}{id}"), format!("shb{tag}{id}"));
-        for ns in [&a, &b] {
-            let _ = sh(&["ip", "netns", "del", ns]);
-            assert!(sh(&["ip", "netns", "add", ns]).status.success());
-        }
-        let pair = Pair { a, b };
-        let veth = format!("link add veth0 type veth peer name veth1 netns {}", pair.b);
-        pair.ip(&pair.a, &veth);
-        pair.ip(&pair.a, "link set veth0 mtu 9000 up");
-        pair.ip(&pair.b, "link set veth1 mtu 9000 up");
-        pair.ip(&pair.a, &format!("addr add {IP_A}/24 dev veth0"));
-        pair.ip(&pair.b, &format!("addr add {IP_B}/24 dev veth1"));
-        pair.ip(&pair.a, "link set lo up");
-        pair.ip(&pair.b, "link set lo up");
-        pair
-    }
-
-    fn ip(&self, ns: &str, cmd: &str) {
-        let o = sh(&[&["ip", "-n", ns], &cmd.split(' ').collect::<Vec<_>>()[..]].concat());
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{ns}: {cmd}: {err}");
-    }
-
-    /// `sluice perf TEST --json ARGS` in `ns`. `ip netns exec` execs sluice: the child's pid
-    /// is sluice's, for the RSS samples and for pausing it.
-    fn perf(&self, ns: &str, test: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns, SLUICE, "perf", test, "--json"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
     /// `hostile_peer.py ARGS` in `ns`, its output captured.
     fn attacker(&self, py: &str, ns: &str, args: &[&str]) -> Child {
         Command::new("ip")
@@ -125,13 +84,6 @@ impl Pair {
     fn forge(&self, py: &str, (ns, iface, target): (&str, &str, &str), extra: &[&str]) -> Child {
         let args = ["roce", "--iface", iface, "--target", target, "--allow", NET];
         self.attacker(py, ns, &[&args[..], extra].concat())
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.a]);
-        let _ = sh(&["ip", "netns", "del", &self.b]);
     }
 }
 
@@ -230,7 +182,7 @@ fn forged_packets_leave_a_live_write_whole() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("f");
+    let pair = namespaces("f");
     let start = Instant::now();
     let (server, client) = start_write(&pair, &["-s", "4096", "-D", "8"]);
     let rss = RssSampler::start(vec![server.id(), client.id()]);
@@ -280,7 +232,7 @@ fn a_bad_r_key_at_the_expected_psn_fails_both_ends_clearly() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("k");
+    let pair = namespaces("k");
     let (server, client) = start_write(&pair, &["-s", "64", "-D", "20"]);
     let rss = RssSampler::start(vec![server.id(), client.id()]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -356,7 +308,7 @@ fn exchange_garbage_and_cut_messages_end_with_the_stage_named() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("t");
+    let pair = namespaces("t");
     for (kind, says) in [
         ("garbage", "the version exchange"),
         ("half_close", "the version exchange"),
@@ -383,7 +335,7 @@ fn exchange_silence_ends_within_the_deadline_with_the_stage_named() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("d");
+    let pair = namespaces("d");
     for kind in ["half_hold", "many"] {
         let (status, out) = abuse_exchange(&pair, &py, kind, Duration::from_secs(45));
         assert!(!status.success(), "{kind}:\n{out}");
@@ -401,7 +353,7 @@ fn a_huge_announced_page_size_is_refused_naming_the_field() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("p");
+    let pair = namespaces("p");
     let (status, out) = abuse_exchange(&pair, &py, "huge_page", Duration::from_secs(20));
     assert!(!status.success(), "huge page size:\n{out}");
     assert!(
@@ -410,61 +362,76 @@ fn a_huge_announced_page_size_is_refused_naming_the_field() {
     );
 }
 
-/// `--verify` catches what RoCE cannot: SENDs forged at the expected PSN (the live sender
-/// paused, so one lands exactly there) take the receives meant for the client's messages,
-/// and the server, which checks every message of send-bw, must fail the run saying the data
-/// differ. (write-bw's check covers the last message only: a forged WRITE before it goes
-/// unseen, so send-bw is the test.)
+/// `--verify` catches what RoCE cannot: messages forged at the expected PSN (the live sender
+/// paused, so one lands exactly there) replace the client's, and the server, which checks
+/// every message of send-bw and write-bw, must fail the run saying the data differ, and
+/// how many. The forgeries complete at the server as the client's messages would: SENDs
+/// take the receives meant for them; WRITEs with immediate (write-bw's under `--verify`,
+/// two QPs) do too, naming a slot of the live run. The spray (1,000 PSNs, past what the
+/// sniffer may not have seen) overtakes the client's window: its own messages are then
+/// duplicates and it may end with RetryExceeded, so the server's error names the
+/// verification first, then the broken run.
 #[test]
 fn verify_catches_a_replaced_message() {
     let Some((_guard, py)) = begin() else {
         return;
     };
-    let pair = Pair::new("v");
-    let base = [
-        "--no-offload",
-        "-m",
-        "4096",
-        "-s",
-        "64",
-        "-D",
-        "6",
-        "--verify",
-    ];
-    let server = pair.perf(&pair.b, "send-bw", &base);
-    std::thread::sleep(Duration::from_millis(200));
-    let client = pair.perf(
-        &pair.a,
-        "send-bw",
-        &[&base[..], &["--connect", IP_B]].concat(),
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = client.id().to_string();
-    let spray = [
-        "--attacks",
-        "spray_send",
-        "--pause-pid",
-        &pid,
-        // Far enough past the newest PSN seen to cover what the sniffer has not seen yet.
-        "--spray",
-        "1000",
-        "--spray-len",
-        "64",
-    ];
-    let attacker = pair.forge(&py, (&pair.a, "veth0", IP_B), &spray);
-    let deadline = Instant::now() + DEADLINE;
-    let (status, out) = finish(attacker, "attacker", deadline);
-    assert!(status.success(), "attacker failed:\n{out}");
-    let (c_status, c_out) = finish(client, "client", deadline);
-    let (s_status, s_out) = finish(server, "server", deadline);
-    assert_no_crash(c_status, &c_out, "client");
-    assert_no_crash(s_status, &s_out, "server");
-    assert!(
-        !s_status.success(),
-        "a replaced message went unnoticed:\n{s_out}"
-    );
-    assert!(
-        s_out.contains("--verify"),
-        "the error names the verification:\n{s_out}"
-    );
+    let pair = namespaces("v");
+    for (test, attack, qps) in [
+        ("send-bw", "spray_send", "1"),
+        ("write-bw", "spray_replace_imm", "2"),
+    ] {
+        let base = [
+            "--no-offload",
+            "-m",
+            "4096",
+            "-s",
+            "64",
+            "-q",
+            qps,
+            "-D",
+            "6",
+            "--verify",
+        ];
+        let server = pair.perf(&pair.b, test, &base);
+        std::thread::sleep(Duration::from_millis(200));
+        let client = pair.perf(&pair.a, test, &[&base[..], &["--connect", IP_B]].concat());
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = client.id().to_string();
+        let spray = [
+            "--attacks",
+            attack,
+            "--pause-pid",
+            &pid,
+            // Far enough past the newest PSN seen to cover what the sniffer has not seen yet.
+            "--spray",
+            "1000",
+            "--spray-len",
+            "64",
+        ];
+        let attacker = pair.forge(&py, (&pair.a, "veth0", IP_B), &spray);
+        let deadline = Instant::now() + DEADLINE;
+        let (status, out) = finish(attacker, "attacker", deadline);
+        assert!(status.success(), "{attack}: attacker failed:\n{out}");
+        let (c_status, c_out) = finish(client, "client", deadline);
+        let (s_status, s_out) = finish(server, "server", deadline);
+        assert_no_crash(c_status, &c_out, "client");
+        assert_no_crash(s_status, &s_out, "server");
+        assert!(
+            !s_status.success(),
+            "{test}, {attack}: a replaced message went unnoticed:\n{s_out}"
+        );
+        assert!(
+            s_out.contains("--verify: the server: ")
+                && s_out.contains("messages it checked differ from the pattern sent"),
+            "{test}, {attack}: the error names the verification and the count:\n{s_out}"
+        );
+        eprintln!(
+            "{test}, {attack}: {}",
+            s_out
+                .lines()
+                .find(|l| l.contains("--verify: the"))
+                .unwrap_or("")
+        );
+    }
 }

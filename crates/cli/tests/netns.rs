@@ -6,10 +6,14 @@
 //! Needs root and iproute2; skips (passing, with a note) without them, unless
 //! `SLUICE_REQUIRE_NETNS=1`, which CI sets.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use common::netns::{Pair, sh};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 /// One namespace pair at a time (the tests share names).
@@ -54,68 +58,10 @@ fn can_run() -> bool {
     true
 }
 
-fn sh(args: &[&str]) -> Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Two namespaces, `A` (10.77.0.1) and `B` (10.77.0.2), joined by a veth with MTU 9000;
-/// removed on drop.
-struct Pair {
-    a: String,
-    b: String,
-}
-
-impl Pair {
-    fn new(tag: &str) -> Pair {
-        let id = std::process::id() % 10_000;
-        let (a, b) = (format!("sla{tag}{id}"), format!("slb{tag}{id}"));
-        for ns in [&a, &b] {
-            let _ = sh(&["ip", "netns", "del", ns]);
-            assert!(sh(&["ip", "netns", "add", ns]).status.success());
-        }
-        let run = |ns: &str, cmd: &str| {
-            let mut args = vec!["ip", "-n", ns];
-            args.extend(cmd.split(' '));
-            let o = sh(&args);
-            assert!(
-                o.status.success(),
-                "{ns}: {cmd}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        run(
-            &a,
-            &format!("link add veth0 type veth peer name veth1 netns {b}"),
-        );
-        run(&a, "link set veth0 mtu 9000 up");
-        run(&b, "link set veth1 mtu 9000 up");
-        run(&a, "addr add 10.77.0.1/24 dev veth0");
-        run(&b, "addr add 10.77.0.2/24 dev veth1");
-        run(&a, "link set lo up");
-        run(&b, "link set lo up");
-        Pair { a, b }
-    }
-
-    /// Starts `sluice perf TEST --json ARGS...` in namespace `ns`, its output captured.
-    fn perf(&self, ns: &str, test: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns, SLUICE, "perf", test, "--json"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.a]);
-        let _ = sh(&["ip", "netns", "del", &self.b]);
-    }
+/// Namespaces `A` (10.77.0.1) and `B` (10.77.0.2) joined by a veth with MTU 9000; removed
+/// on drop.
+fn namespaces(tag: &str) -> Pair {
+    Pair::new("sl", "10.77.0", tag)
 }
 
 fn out_dir(name: &str) -> PathBuf {
@@ -216,7 +162,7 @@ fn every_test_between_namespaces() {
     let Some(_guard) = begin() else {
         return;
     };
-    let pair = Pair::new("t");
+    let pair = namespaces("t");
     let dir = out_dir("every");
     for (test, extra, opcodes) in CASES {
         let (results, pcap) = perf(&pair, test, extra, &dir);
@@ -281,7 +227,7 @@ fn every_test_over_xdp_links() {
     let Some(_guard) = begin() else {
         return;
     };
-    let pair = Pair::new("x");
+    let pair = namespaces("x");
     let dir = out_dir("xdp");
     for (test, extra, opcodes) in CASES {
         let server: Vec<&str> = [extra, &["--xdp", "veth1"][..]].concat();
@@ -301,7 +247,7 @@ fn xdp_and_udp_ends_interoperate() {
     let Some(_guard) = begin() else {
         return;
     };
-    let pair = Pair::new("i");
+    let pair = namespaces("i");
     let dir = out_dir("xdp-udp");
     let impair = impair_script();
     let sized = ["-s", "10000", "-n", "200", "-m", "4096"];
@@ -366,7 +312,7 @@ fn gso_batches_into_an_xdp_link_are_named_in_the_error() {
     let Some(_guard) = begin() else {
         return;
     };
-    let pair = Pair::new("g");
+    let pair = namespaces("g");
     let args = ["-s", "65536", "-n", "20", "--stall-timeout", "3"];
     let server = pair.perf(
         &pair.b,
@@ -480,7 +426,7 @@ fn a_latency_test_ends_cleanly_when_a_last_ack_is_lost() {
         return;
     };
     for (name, dropping_server) in [("k", false), ("m", true)] {
-        let pair = Pair::new(name);
+        let pair = namespaces(name);
         let (ns, dev) = if dropping_server {
             (&pair.b, "veth1")
         } else {
@@ -509,7 +455,7 @@ fn write_and_read_survive_real_loss() {
         return;
     };
     let impair = script.as_str();
-    let pair = Pair::new("l");
+    let pair = namespaces("l");
     for (ns, dev) in [(&pair.a, "veth0"), (&pair.b, "veth1")] {
         impair_egress(impair, ns, dev);
     }
@@ -539,4 +485,62 @@ fn write_and_read_survive_real_loss() {
     );
     let stats = sh(&[impair, "stats", &pair.a, "veth0"]);
     eprintln!("impair: {}", String::from_utf8_lossy(&stats.stdout));
+}
+
+/// `--tenant` between namespaces: both ends given the same tenants (WRITEs of 4 KiB and of
+/// 1 MiB, SENDs of 1000 bytes); the client reports each tenant, each of its QPs, and Jain's
+/// index, every QP completing all of its messages.
+#[test]
+fn tenants_between_namespaces() {
+    let Some(_guard) = begin() else {
+        return;
+    };
+    let pair = namespaces("n");
+    let args = [
+        "-n",
+        "100",
+        "--tenant",
+        "op=write,size=4096,qps=2",
+        "--tenant",
+        "op=write,size=1048576,qps=2,depth=8",
+        "--tenant",
+        "op=send,size=1000",
+    ];
+    let server = pair.perf(&pair.b, "write-bw", &args);
+    let client_args = [&args[..], &["--connect", "10.77.0.2"]].concat();
+    let client = pair.perf(&pair.a, "write-bw", &client_args);
+    let text = wait_ok(client, "client --tenant", Duration::from_secs(60));
+    wait_ok(server, "server --tenant", Duration::from_secs(10));
+    let r: serde_json::Value = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no result:\n{text}"));
+    let tenants = r["tenants"].as_array().unwrap();
+    let got: Vec<(&str, u64, u64, usize)> = tenants
+        .iter()
+        .map(|t| {
+            (
+                t["op"].as_str().unwrap(),
+                t["bytes"].as_u64().unwrap(),
+                t["iterations"].as_u64().unwrap(),
+                t["qp_bw_gbps"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("write", 4096, 200, 2),
+            ("write", 1_048_576, 200, 2),
+            ("send", 1000, 100, 1)
+        ],
+        "{r}"
+    );
+    for t in tenants {
+        let per_qp = t["qp_bw_gbps"].as_array().unwrap();
+        assert!(per_qp.iter().all(|b| b.as_f64().unwrap() > 0.0), "{t}");
+    }
+    let jain = r["jain_index"].as_f64().unwrap();
+    assert!(jain > 1.0 / 3.0 - 1e-9 && jain <= 1.0 + 1e-9, "{r}");
 }

@@ -91,6 +91,96 @@ pub struct Options {
     pub verify: bool,
     /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
     pub faults: TestFaults,
+    /// `--tenant`: groups of queue pairs, each with its own operation, message size, QP
+    /// count, TX depth and scheduler weight, run at once (bandwidth tests; both ends
+    /// Sluice given the same groups). Empty: the test's one group, as perftest.
+    pub tenants: Vec<TenantSpec>,
+}
+
+/// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
+/// `op` optional: the run's `-s`, 1 QP, the run's `-t`, weight 1, not timed). Its queue
+/// pairs follow the previous tenant's, in the order given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantSpec {
+    /// The operation its queue pairs post.
+    pub verb: Verb,
+    /// Message size in bytes (`None`: the run's).
+    pub size: Option<u32>,
+    /// Its queue pairs.
+    pub qps: u32,
+    /// Messages in flight per QP (`None`: the run's `-t`).
+    pub tx_depth: Option<u32>,
+    /// Its share for a weighted scheduler (`--sched`), at least 1.
+    pub weight: u32,
+    /// A latency tenant (`lat`): every message is signaled and timed from its post to its
+    /// completion, and the tenant reports their percentiles.
+    pub latency: bool,
+}
+
+impl std::str::FromStr for TenantSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<TenantSpec, String> {
+        let mut t = TenantSpec {
+            verb: Verb::Write,
+            size: None,
+            qps: 1,
+            tx_depth: None,
+            weight: 1,
+            latency: false,
+        };
+        let mut op = false;
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            if part == "lat" {
+                t.latency = true;
+                continue;
+            }
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: KEY=VALUE"))?;
+            let number = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|e| format!("{key}={value}: {e}"))
+            };
+            match key {
+                "op" => {
+                    op = true;
+                    t.verb = match value {
+                        "write" => Verb::Write,
+                        "read" => Verb::Read,
+                        "send" => Verb::Send,
+                        _ => return Err(format!("op={value}: write, read or send")),
+                    }
+                }
+                "size" => t.size = Some(number()?),
+                "qps" => t.qps = number()?,
+                "depth" | "tx_depth" => t.tx_depth = Some(number()?),
+                "weight" => t.weight = number()?,
+                _ => {
+                    return Err(format!(
+                        "{key}: the keys are op, size, qps, depth, weight (and lat)"
+                    ));
+                }
+            }
+        }
+        if !op {
+            return Err(format!("{text:?}: op=write, read or send is required"));
+        }
+        Ok(t)
+    }
+}
+
+impl TenantSpec {
+    /// The operation's name in reports.
+    pub fn op_name(&self) -> &'static str {
+        match self.verb {
+            Verb::Write => "write",
+            Verb::Read => "read",
+            Verb::Send => "send",
+            Verb::Atomic => "atomic",
+        }
+    }
 }
 
 /// Faults a test injects to see that a run notices them: never set in normal use (the
@@ -101,33 +191,41 @@ pub struct TestFaults {
     /// queue pair goes to the error state (`--test-bad-rkey`).
     pub bad_rkey: bool,
     /// With `--verify`, the sender flips one byte of this message (numbered from 0 over
-    /// every size of the run) of its first queue pair after filling it
+    /// every size of the run) of its queue pair `corrupt_qp` after filling it
     /// (`--test-corrupt-message K`).
     pub corrupt_message: Option<u64>,
+    /// The index (from 0) of the queue pair whose message `corrupt_message` is spoiled
+    /// (`--test-corrupt-qp Q`; default the first).
+    pub corrupt_qp: u32,
 }
 
 /// What `--verify` checks, test by test (the same words are in the README).
 ///
 /// Message `m` of queue pair `q` is filled with a pattern of `(q, m, offset)` (see the
 /// `verify` module); each in-flight message of a bandwidth test has a buffer of its own
-/// (`tx_depth` per QP at the requester, `rx_depth` per QP at a SEND server) so that none is
-/// overwritten before it is sent or checked.
+/// (`tx_depth` per QP at the requester and at a WRITE server, `rx_depth` per QP at a SEND
+/// server) so that none is overwritten before it is sent or checked.
 ///
 /// - `send-bw`: the server checks every message received, at its completion.
+/// - `write-bw`: the client sends WRITE with immediate instead of WRITE (so the wire
+///   differs from perftest's only with `--verify`); message `m` lands in slot `m mod -t`
+///   of its QP at the server, the immediate naming the slot's offset, and the server checks
+///   every message of every QP at its receive completion (a slot is reused only after
+///   the server's ACK of its previous message, which leaves only once that message was
+///   checked: see `traffic::landing_write`). With one size run by iterations, the server
+///   also counts them against the client's report: messages that completed nothing (a
+///   forged plain WRITE in their place, a client without `--verify`) fail the run. The
+///   client's `-t` and sizes must not exceed the server's (its slots).
 /// - `send-lat`, `write-lat`: each side checks every message of the peer as it lands (a
 ///   WRITE's last byte is the ping-pong's mark and is not part of the pattern).
 /// - `read-bw`, `read-lat`: the server fills the memory it serves once; the client checks
 ///   every READ response (its buffer cleared before the READ is posted).
-/// - `write-bw`: the server gets no completion for a plain WRITE and every message lands at
-///   one address, so it checks what is there at the end of the run: with one QP, the last
-///   message, which must be the client's last (with `-a` or `-D`, which the server cannot
-///   count, one whose tag names QP 0 and a number no lower); with more, QPs' packets write
-///   over each other and nothing is checked. The client checks nothing.
 /// - atomics are refused: an atomic's 8 bytes are the responder's counter, whose values
 ///   depend on how the QPs interleave.
-pub const VERIFY_COVERAGE: &str = "send-bw: every message, at the server; send-lat, \
-    write-lat: every message, at both ends; read-bw, read-lat: every READ response, at the \
-    client; write-bw: the last message, at the server, with one QP only";
+pub const VERIFY_COVERAGE: &str = "send-bw, write-bw: every message of every QP, at the \
+    server (write-bw sends WRITE with immediate; give both ends the same -t and sizes); \
+    send-lat, write-lat: every message, at both ends; read-bw, read-lat: every READ \
+    response, at the client";
 
 /// How long an idle side spins before sleeping, by default: long enough that a ping-pong's
 /// answer usually arrives while spinning (waking from sleep costs more than a round trip on
@@ -308,7 +406,46 @@ impl Options {
             serve: Some(1),
             verify: false,
             faults: TestFaults::default(),
+            tenants: Vec::new(),
         }
+    }
+
+    /// The run's queue pairs, message size and TX depth with `--tenant`: every tenant's
+    /// queue pairs, the largest size (the memory region's) and depth (each QP's send queue),
+    /// the run's own where a tenant names none. Without tenants, the options as they are.
+    pub fn with_tenants(&self) -> Options {
+        if self.tenants.is_empty() {
+            return self.clone();
+        }
+        let run_size = self.size.unwrap_or(self.test.default_size() as u32);
+        let tenants: Vec<TenantSpec> = self
+            .tenants
+            .iter()
+            .map(|t| TenantSpec {
+                size: Some(t.size.unwrap_or(run_size)),
+                tx_depth: Some(t.tx_depth.unwrap_or(self.tx_depth)),
+                ..*t
+            })
+            .collect();
+        Options {
+            qps: tenants.iter().fold(0u32, |n, t| n.saturating_add(t.qps)),
+            size: tenants.iter().filter_map(|t| t.size).max(),
+            tx_depth: tenants.iter().filter_map(|t| t.tx_depth).max().unwrap_or(1),
+            tenants,
+            ..self.clone()
+        }
+    }
+
+    /// The tenant (its index) of the queue pair at `q`, with `--tenant`.
+    pub(crate) fn tenant_of(&self, q: usize) -> Option<usize> {
+        let mut first = 0;
+        for (i, t) in self.tenants.iter().enumerate() {
+            first += t.qps as usize;
+            if q < first {
+                return Some(i);
+            }
+        }
+        None
     }
 
     /// The message sizes this run covers.
@@ -380,6 +517,7 @@ pub enum PerfError {
 /// Runs the test of `options` in the role it names, printing results as it goes (a table, or
 /// one JSON object per line). Returns the reports.
 pub fn run(options: &Options) -> Result<Vec<Report>, PerfError> {
+    let options = &options.with_tenants();
     validate(options)?;
     check_before_connecting(options)?;
     session::run(options)
@@ -407,6 +545,7 @@ fn check_before_connecting(o: &Options) -> Result<(), PerfError> {
 /// Runs both ends in this process, over real UDP sockets on 127.0.0.1 (client) and 127.0.0.2
 /// (server): the server in a thread, the client here. Returns the client's reports.
 pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
+    let options = &options.with_tenants();
     validate(options)?;
     if options.xdp.is_some() {
         return Err(PerfError::Usage(
@@ -457,6 +596,30 @@ pub fn run_loopback(options: &Options) -> Result<Vec<Report>, PerfError> {
 
 fn validate(o: &Options) -> Result<(), PerfError> {
     let usage = |m: String| Err(PerfError::Usage(m));
+    // The tenants first: their sum is the run's -q, their largest size its -s.
+    if !o.tenants.is_empty() {
+        if o.test.is_latency() || o.test.verb() == Verb::Atomic {
+            return usage(
+                "--tenant: bandwidth tests only (write-bw, read-bw, send-bw; a tenant's op= \
+                 sets its operation)"
+                    .into(),
+            );
+        }
+        if o.all_sizes || o.verify {
+            return usage("--tenant: not with -a or --verify".into());
+        }
+        for (i, t) in o.tenants.iter().enumerate() {
+            let size = t.size.unwrap_or(0);
+            if t.qps == 0 || size == 0 || size > 1 << 31 || t.weight == 0 {
+                return usage(format!(
+                    "--tenant {i}: at least 1 QP, a size of 1 byte to 2 GiB, weight at least 1"
+                ));
+            }
+            if t.tx_depth.is_none_or(|d| d == 0 || d > 8192) {
+                return usage(format!("--tenant {i}: depth between 1 and 8192"));
+            }
+        }
+    }
     if o.qps == 0 || o.qps > 1 << 16 {
         return usage(format!("-q {}: between 1 and 65536 QPs", o.qps));
     }
@@ -499,7 +662,13 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             );
         }
         let max_size = u64::from(o.sizes().into_iter().max().unwrap_or(0));
-        let slots = u64::from(o.qps) * u64::from(o.tx_depth.max(o.rx_depth)) * max_size.max(1);
+        // Slots per QP: -t (a requester's, a WRITE server's), -r (a SEND server's).
+        let per_qp = if o.test == Test::SendBw {
+            o.tx_depth.max(o.rx_depth)
+        } else {
+            o.tx_depth
+        };
+        let slots = u64::from(o.qps) * u64::from(per_qp) * max_size.max(1);
         if slots > verify::MAX_SLOT_BYTES {
             return usage(format!(
                 "--verify gives each message in flight a buffer of its own: {} MiB here, more \

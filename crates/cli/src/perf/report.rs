@@ -62,6 +62,91 @@ pub struct Report {
     /// Each payload service's counters, summed over the queue pairs, since the run began.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub services: ServiceCounters,
+    /// `--tenant` (the client): each tenant's results, in the order given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantReport>,
+    /// `--tenant`: Jain's fairness index over the bandwidth tenants' (not the latency
+    /// tenants') bandwidths divided by their weights (1: each got its weighted share; 1/n:
+    /// one took everything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jain_index: Option<f64>,
+}
+
+/// One tenant's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantReport {
+    /// Its index, from 0, in the order the tenants were given (its scheduler tenant id).
+    pub tenant: u32,
+    /// `write`, `read` or `send`.
+    pub op: &'static str,
+    /// Message size in bytes.
+    pub bytes: u32,
+    /// Its queue pairs.
+    pub qps: u32,
+    /// Messages in flight per QP.
+    pub tx_depth: u32,
+    /// Its scheduler weight.
+    pub weight: u32,
+    /// Messages completed, all its QPs together.
+    pub iterations: u64,
+    /// Its bandwidth: its bytes over the time until its last QP's last completion, Gbit/s.
+    pub bw_avg_gbps: f64,
+    /// Each of its QPs' bandwidth (its bytes over the time until its last completion).
+    pub qp_bw_gbps: Vec<f64>,
+    /// Jain's index over its QPs' bandwidths.
+    pub jain_index: f64,
+    /// A latency tenant (`lat`): its messages' latencies, post to completion (the ACK or
+    /// READ response), in microseconds: `None` for the others, and left out of the JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<TenantLatency>,
+}
+
+/// A latency tenant's message latencies, in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantLatency {
+    /// Messages timed.
+    pub samples: u64,
+    /// The smallest.
+    pub t_min_us: f64,
+    /// The median.
+    pub t_p50_us: f64,
+    /// The 99th percentile.
+    pub t_p99_us: f64,
+    /// The 99.9th percentile.
+    pub t_p999_us: f64,
+    /// The largest.
+    pub t_max_us: f64,
+}
+
+impl TenantLatency {
+    /// The percentiles of `samples` (nanoseconds), sorted here; `None` if there are none.
+    fn of(mut samples: Vec<u64>) -> Option<TenantLatency> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let us = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)] as f64 / 1e3;
+        Some(TenantLatency {
+            samples: n as u64,
+            t_min_us: us(0.0),
+            t_p50_us: us(0.5),
+            t_p99_us: us(0.99),
+            t_p999_us: us(0.999),
+            t_max_us: us(1.0),
+        })
+    }
+}
+
+/// Jain's fairness index of `x`: (sum x)^2 / (n sum x^2); 1 for an empty or all-zero `x`.
+pub(crate) fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    if squares == 0.0 {
+        1.0
+    } else {
+        sum * sum / (x.len() as f64 * squares)
+    }
 }
 
 /// Counters by service name, then by counter name.
@@ -106,6 +191,8 @@ impl Report {
             verified_messages: None,
             verify_errors: None,
             services: Default::default(),
+            tenants: Vec::new(),
+            jain_index: None,
         };
         if !m.samples.is_empty() {
             let s = &mut m.samples;
@@ -125,6 +212,111 @@ impl Report {
         r
     }
 
+    /// `--tenant`: each tenant's results from each QP's count and time (`m.per_qp`), and
+    /// the run's bandwidth over all of them (its sizes differ).
+    pub(crate) fn add_tenants(&mut self, o: &Options, m: &Measured) {
+        let gbps = |bytes: f64, t: std::time::Duration| {
+            let secs = t.as_secs_f64();
+            if secs > 0.0 {
+                bytes * 8.0 / secs / 1e9
+            } else {
+                0.0
+            }
+        };
+        let mut first = 0;
+        let mut all_bytes = 0.0;
+        for (i, t) in o.tenants.iter().enumerate() {
+            let size = t.size.unwrap_or(self.bytes);
+            let qps = &m.per_qp[first..first + t.qps as usize];
+            first += t.qps as usize;
+            let bytes = |n: u64| n as f64 * f64::from(size);
+            let messages: u64 = qps.iter().map(|&(n, _)| n).sum();
+            let last = qps.iter().map(|&(_, at)| at).max().unwrap_or_default();
+            let qp_bw: Vec<f64> = qps.iter().map(|&(n, at)| gbps(bytes(n), at)).collect();
+            all_bytes += bytes(messages);
+            let samples: Vec<u64> = m
+                .qp_samples
+                .get(first - t.qps as usize..first)
+                .unwrap_or_default()
+                .concat();
+            self.tenants.push(TenantReport {
+                tenant: i as u32,
+                op: t.op_name(),
+                bytes: size,
+                qps: t.qps,
+                tx_depth: t.tx_depth.unwrap_or(o.tx_depth),
+                weight: t.weight,
+                iterations: messages,
+                bw_avg_gbps: gbps(bytes(messages), last),
+                jain_index: jain(&qp_bw),
+                qp_bw_gbps: qp_bw,
+                latency: TenantLatency::of(samples),
+            });
+        }
+        self.bw_avg_gbps = gbps(all_bytes, m.elapsed);
+        // Latency tenants are left out: their bandwidth is not what they ask for.
+        let shares: Vec<f64> = self
+            .tenants
+            .iter()
+            .filter(|t| t.latency.is_none())
+            .map(|t| t.bw_avg_gbps / f64::from(t.weight))
+            .collect();
+        self.jain_index = (!shares.is_empty()).then(|| jain(&shares));
+    }
+
+    /// The tenants' table (after the run's row): a line per tenant, then Jain's index.
+    pub fn tenant_rows(&self, report_gbits: bool) -> String {
+        let (unit, scale) = if report_gbits {
+            ("Gb/sec", 1.0)
+        } else {
+            ("MB/sec", gbps_to_mib_per_s(1.0))
+        };
+        let mut text = format!(
+            " {:<7} {:<6} {:<10} {:>4} {:>6} {:>7} {:>12} {:>18} {:>10}  per-QP BW[{unit}]",
+            "tenant",
+            "op",
+            "#bytes",
+            "QPs",
+            "depth",
+            "weight",
+            "#iterations",
+            format!("BW average[{unit}]"),
+            "Jain(QPs)"
+        );
+        for t in &self.tenants {
+            let per_qp: Vec<String> = t
+                .qp_bw_gbps
+                .iter()
+                .map(|b| format!("{:.2}", b * scale))
+                .collect();
+            text += &format!(
+                "\n {:<7} {:<6} {:<10} {:>4} {:>6} {:>7} {:>12} {:>18.2} {:>10.4}  {}",
+                t.tenant,
+                t.op,
+                t.bytes,
+                t.qps,
+                t.tx_depth,
+                t.weight,
+                t.iterations,
+                t.bw_avg_gbps * scale,
+                t.jain_index,
+                per_qp.join(" ")
+            );
+            if let Some(l) = &t.latency {
+                text += &format!(
+                    "\n {:<7} latency[usec] of {} messages: min {:.2} p50 {:.2} p99 {:.2} \
+                     p99.9 {:.2} max {:.2}",
+                    "", l.samples, l.t_min_us, l.t_p50_us, l.t_p99_us, l.t_p999_us, l.t_max_us
+                );
+            }
+        }
+        if let Some(j) = self.jain_index {
+            text +=
+                &format!("\n Jain's index over the bandwidth tenants (bandwidth / weight): {j:.4}");
+        }
+        text
+    }
+
     /// The report a perftest client sends its server: bandwidth in Gb/s when run with
     /// `--report-gbits`, else in MB/s (2^20 bytes), as perftest's peer expects with the same
     /// options.
@@ -134,8 +326,17 @@ impl Report {
         } else {
             gbps_to_mib_per_s(self.bw_avg_gbps)
         };
+        // With tenants, sizes differ: the mean size, so that the server's bandwidth (its
+        // message rate times the size) is the run's.
+        let messages: u64 = self.tenants.iter().map(|t| t.iterations).sum();
+        let bytes: u64 = self
+            .tenants
+            .iter()
+            .map(|t| t.iterations * u64::from(t.bytes))
+            .sum();
+        let size = bytes.checked_div(messages).unwrap_or(u64::from(self.bytes));
         sluice_perftest::BwReport {
-            size: u64::from(self.bytes),
+            size,
             iters: self.iterations,
             bw_peak: bw,
             bw_avg: bw,
@@ -263,6 +464,45 @@ mod tests {
             assert_eq!(r.iterations, 5000);
             assert!((r.duration_s - 0.625).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn jains_index_is_one_when_fair_and_one_over_n_when_one_takes_all() {
+        assert!((jain(&[2.0, 2.0, 2.0]) - 1.0).abs() < 1e-12);
+        assert!((jain(&[3.0, 0.0, 0.0]) - 1.0 / 3.0).abs() < 1e-12);
+        assert!((jain(&[1.0, 3.0]) - 0.8).abs() < 1e-12);
+        assert_eq!(jain(&[]), 1.0);
+    }
+
+    #[test]
+    fn a_tenant_spec_parses_and_refuses_what_it_cannot_use() {
+        let t: super::super::TenantSpec = "op=read,size=4096,qps=2,depth=16,weight=3,lat"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (t.verb, t.size, t.qps, t.tx_depth, t.weight, t.latency),
+            (super::super::Verb::Read, Some(4096), 2, Some(16), 3, true)
+        );
+        for bad in [
+            "size=1",
+            "op=atomic",
+            "op=write,qps=x",
+            "op=write,color=red",
+            "op",
+        ] {
+            assert!(bad.parse::<super::super::TenantSpec>().is_err(), "{bad}");
+        }
+        let mut o = Options::new(Test::WriteBw);
+        o.tenants = vec![
+            "op=write,qps=2".parse().unwrap(),
+            "op=send,size=100".parse().unwrap(),
+        ];
+        let o = o.with_tenants();
+        assert_eq!((o.qps, o.size, o.tx_depth), (3, Some(65536), 128));
+        assert_eq!(
+            [0, 1, 2, 3].map(|q| o.tenant_of(q)),
+            [Some(0), Some(0), Some(1), None]
+        );
     }
 
     #[test]

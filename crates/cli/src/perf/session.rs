@@ -48,6 +48,10 @@ pub(crate) struct Session {
     pub(crate) recv_size: u32,
     /// `--verify`'s buffers and findings.
     pub(crate) verify: Option<Verifier>,
+    /// write-bw with `--verify`: the client sends WRITE with immediate (the immediate is
+    /// where in its queue pair's slots the message lands), the server posts receives for
+    /// them and checks each message at its completion.
+    pub(crate) write_imm: bool,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
     /// For peeking: has the peer started the end-of-test exchange?
@@ -110,11 +114,27 @@ impl Session {
 
     /// `e` with what explains it, unless it carries that already: once the queue pairs
     /// exist, any failure (the peer gone, the exchange broken) may come from the transport,
-    /// and an end that only says "the peer closed the connection" hides why.
+    /// and an end that only says "the peer closed the connection" hides why. Messages
+    /// `--verify` found differing come first: a run that fails after forged messages were
+    /// taken (which may stall the real ones) must still say so.
     pub(crate) fn explain(&mut self, e: PerfError) -> PerfError {
-        match e {
+        let e = match e {
             PerfError::Transport { .. } | PerfError::Usage(_) | PerfError::Verify(_) => e,
             other => self.transport_error(other.to_string()),
+        };
+        let failure = self.verify.as_ref().and_then(Verifier::failure);
+        match (e, failure) {
+            (PerfError::Transport { message, counters }, Some(failure)) => {
+                let end = if self.role == Role::Client {
+                    "client"
+                } else {
+                    "server"
+                };
+                PerfError::Verify(format!(
+                    "the {end}: {failure}; then the run failed: {message}\n{counters}"
+                ))
+            }
+            (e, _) => e,
         }
     }
 
@@ -437,6 +457,8 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             traffic::bw_responder(s)?
         } else if o.test.is_latency() {
             traffic::latency(s, o, size)?
+        } else if !o.tenants.is_empty() {
+            traffic::bw_tenants(s, o)?
         } else {
             traffic::bw_requester(s, o, size)?
         };
@@ -455,14 +477,20 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
         report.services = service_counters(s);
+        if !m.per_qp.is_empty() && !o.tenants.is_empty() {
+            report.add_tenants(o, &m);
+        }
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
-                if passive_server && o.test.verb() == Verb::Write {
-                    let exact = sizes.len() == 1 && o.duration.is_none();
-                    check_landed_write(s, *sizes.last().expect("a size"), theirs.iters, exact);
+                // The client's count is exact with one size run by iterations (with -a
+                // its report is of the last size; with -D, messages posted after its last
+                // completion are not counted).
+                let exact = sizes.len() == 1 && o.duration.is_none();
+                if let (true, true, Some(v)) = (s.write_imm, exact, s.verify.as_mut()) {
+                    v.expect(theirs.iters);
                 }
             }
         }
@@ -480,6 +508,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 );
             } else {
                 println!("{}", report.row(o.report_gbits));
+                if !report.tenants.is_empty() {
+                    println!("{}", report.tenant_rows(o.report_gbits));
+                }
             }
         }
         reports.push(report);
@@ -506,32 +537,6 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
         }
     }
     Ok(reports)
-}
-
-/// `--verify` at a WRITE-bandwidth server, which sees no completion for plain WRITEs and
-/// where every message lands at one address: at the end of the run, with one QP, what is
-/// there must be the client's last message, the `iterations`-th of the last size. Where
-/// the server cannot count the messages before (`-a`, `-D`: `exact` is false), the message
-/// may name itself (its first word is its tag) as QP 0's and numbered no lower. With more
-/// QPs, their packets write over each other's, so nothing is checked.
-fn check_landed_write(s: &mut Session, size: u32, iterations: u64, exact: bool) {
-    let Some(v) = s.verify.as_mut() else {
-        return;
-    };
-    if s.qps.len() != 1 || iterations == 0 {
-        return;
-    }
-    let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
-    if let Some(b) = s.dev.engine_ref().mr_bytes(lkey) {
-        let landed = &b[from..from + size as usize];
-        let last = verify::tag(0, iterations - 1);
-        let named = landed
-            .first_chunk::<8>()
-            .map(|w| u64::from_le_bytes(*w))
-            .filter(|&t| !exact && verify::untag(t).0 == 0 && t >= last);
-        let tag = named.unwrap_or(last);
-        v.check(landed, tag, s.qps[0].qpn.0, verify::untag(tag).1);
-    }
 }
 
 /// The largest path MTU whose packets (with IP, UDP, the largest RoCE headers and the ICRC)
@@ -619,10 +624,25 @@ fn open(
         max_inline: o.inline_size.max(256),
         ..QpCaps::default()
     };
+    let slots = if o.verify {
+        verify_slots(o, role, &mut dev, pd, max_size)?
+    } else {
+        None
+    };
+    // write-bw --verify: each message in flight lands in a slot of its own at the server,
+    // whose receive completion (the WRITE carries an immediate) says which.
+    let write_imm = o.verify && o.test == Test::WriteBw;
+    let landing = |i: usize| match slots {
+        Some(sl) if write_imm && role == Role::Server => {
+            (sl.mr.rkey, sl.mr.addr + sl.offset(i, 0) as u64)
+        }
+        _ => (mr.rkey, addr + half),
+    };
+    let engine = dev.engine();
     let mut rng = Rng::new(seed);
     let mut local = Vec::with_capacity(qps as usize);
     let mut qpns = Vec::with_capacity(qps as usize);
-    for _ in 0..qps {
+    for i in 0..qps as usize {
         let qpn = engine.create_qp(QpConfig {
             pd,
             send_cq: cq,
@@ -630,13 +650,14 @@ fn open(
             caps,
         })?;
         qpns.push(qpn);
+        let (rkey, vaddr) = landing(i);
         local.push(Dest {
             lid: 0,
             out_reads: OUT_READS,
             qpn: qpn.0,
             psn: rng.next_u32() & 0xFF_FFFF,
-            rkey: mr.rkey,
-            vaddr: addr + half,
+            rkey,
+            vaddr,
             gid: Dest::gid_for(local_ip),
         });
     }
@@ -665,6 +686,14 @@ fn open(
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
         engine.connect(*qpn, &c)?;
+        // `--tenant`: the scheduler serves each QP as its tenant's (both ends alike).
+        if let Some(t) = o.tenant_of(i) {
+            let tenant = sluice_core::policy::Tenant {
+                id: t as u32,
+                weight: o.tenants[t].weight,
+            };
+            engine.set_tenant(*qpn, tenant)?;
+        }
         // Services that change the wire are, like the CCX, the user's word that the peer
         // runs them too (perftest's exchange cannot agree on them).
         let services = o
@@ -686,13 +715,16 @@ fn open(
             },
         });
     }
-    let verify = if o.verify {
-        let mut v = Verifier::new(ends.len(), o.faults.corrupt_message);
-        v.slots = verify_slots(o, role, &mut dev, pd, max_size)?;
-        Some(v)
-    } else {
-        None
-    };
+    let verify = o.verify.then(|| {
+        let corrupt = o
+            .faults
+            .corrupt_message
+            .map(|k| (o.faults.corrupt_qp as usize, k));
+        Verifier {
+            slots,
+            ..Verifier::new(ends.len(), corrupt)
+        }
+    });
     exchange.connected().map_err(exchange_err)?;
     if let Some(cap) = &o.capture {
         let now = dev.now();
@@ -711,6 +743,7 @@ fn open(
         idle_since: None,
         recv_size: max_size,
         verify,
+        write_imm,
         last_error_completion: None,
         stream,
         exchange,
@@ -732,7 +765,9 @@ fn open(
 
 /// `--verify`'s buffers, one per message that may be in flight, where a bandwidth test has
 /// many: a requester's sources (WRITE, SEND) or destinations (READ), a SEND server's
-/// receives. In a region of their own: the run's region holds one message each way.
+/// receives, a WRITE server's landing slots (as many per QP as its own `-t`: the client's
+/// must not be more). In a region of their own: the run's region holds one message each
+/// way.
 fn verify_slots(
     o: &Options,
     role: Role,
@@ -744,6 +779,7 @@ fn verify_slots(
         (true, _, _) | (_, _, Verb::Atomic) => return Ok(None),
         (false, Role::Client, _) => o.tx_depth,
         (false, Role::Server, Verb::Send) => o.rx_depth,
+        (false, Role::Server, Verb::Write) => o.tx_depth,
         (false, Role::Server, _) => return Ok(None),
     };
     let bytes = u64::from(o.qps) * u64::from(per_qp) * u64::from(max_size);

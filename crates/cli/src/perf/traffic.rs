@@ -16,6 +16,26 @@ pub(crate) struct Measured {
     pub(crate) elapsed: Duration,
     /// One sample per message, nanoseconds (latency tests only).
     pub(crate) samples: Vec<u64>,
+    /// With `--tenant`, each QP's messages completed and when its last one completed
+    /// (since the start).
+    pub(crate) per_qp: Vec<(u64, Duration)>,
+    /// With `--tenant`, each QP's message latencies (post to completion, nanoseconds): a
+    /// latency tenant's QPs (`lat`) only; empty for the others.
+    pub(crate) qp_samples: Vec<Vec<u64>>,
+}
+
+/// The most latency samples a QP keeps (8 bytes each).
+const MAX_QP_SAMPLES: usize = 1 << 22;
+
+/// What one QP of a bandwidth run posts: its operation, message size and messages in
+/// flight (the test's for every QP, or its tenant's).
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    verb: Verb,
+    size: u32,
+    depth: u32,
+    /// Time every message, post to completion (every one is signaled).
+    timed: bool,
 }
 
 /// Polls the device once. A side with nothing to do spins (polls again) for `spin`, then
@@ -98,6 +118,28 @@ fn send_op(verb: Verb, qp: &QpEnd, compare_swap: bool, n: u64) -> SendOp {
     }
 }
 
+/// write-bw `--verify`: message `seq` of the QP `qp` lands in the slot at the server that
+/// its source has here (slot `seq` mod `-t` of the QP's; the server's slots for the QP
+/// begin at the address it gave), and its immediate says where, for the server's check.
+///
+/// Why a slot is never written over before the server checked it: this side posts message
+/// `seq` only once message `seq - tx_depth`, the slot's previous message, completed, i.e.
+/// once the server's ACK covering it arrived. The server sends that ACK only after it
+/// checked the message: `Device::poll` sends what the engine owes *before* it receives,
+/// so the ACK for a message received in one poll leaves in the next, and the server's
+/// loop (`bw_responder`) polls every completion, checking its slot, between the two.
+/// A duplicate of an old WRITE (a retransmission) is acknowledged again, never written
+/// again (the responder's `on_duplicate`).
+fn landing_write(qp: &QpEnd, slots: verify::Slots, seq: u64) -> SendOp {
+    let offset = slots.offset_in_qp(seq);
+    SendOp::WriteWithImm {
+        remote_addr: qp.remote_addr + offset as u64,
+        rkey: qp.remote_rkey,
+        // The slots of a QP are at most `MAX_SLOT_BYTES` (1 GiB): the offset fits.
+        imm: offset as u32,
+    }
+}
+
 /// A local buffer: a region's key and an address in it.
 type Buffer = (u32, u64);
 
@@ -118,7 +160,11 @@ fn post(
         addr,
         len: size,
     }];
-    let inline = size <= inline_size && matches!(op, SendOp::Send | SendOp::Write { .. });
+    let inline = size <= inline_size
+        && matches!(
+            op,
+            SendOp::Send | SendOp::Write { .. } | SendOp::WriteWithImm { .. }
+        );
     let wr = SendWr {
         signaled,
         inline,
@@ -186,8 +232,41 @@ fn check_received(s: &mut Session, q: usize, wr_id: u64, len: u32) {
     }
 }
 
+/// write-bw `--verify` at the server: checks the message of the QP at `q` a WRITE with
+/// immediate left `len` bytes of at `offset` (its immediate) in the QP's slots.
+fn check_landed(s: &mut Session, q: usize, offset: u32, len: u32) {
+    let Some(v) = s.verify.as_mut() else {
+        return;
+    };
+    let Some(slots) = v.slots else {
+        return;
+    };
+    let msg = v.received[q];
+    v.received[q] += 1;
+    let qpn = s.qps[q].qpn.0;
+    let (offset, len) = (offset as usize, len as usize);
+    if offset + len > slots.per_qp_bytes() {
+        // Outside this QP's slots (a client with a larger -t or -s than ours, or a forged
+        // immediate): what is there is another message's.
+        v.misplaced(qpn, msg, offset);
+        return;
+    }
+    if let Some(b) = s.dev.engine_ref().mr_bytes(slots.mr.lkey) {
+        let at = slots.offset(q, 0) + offset;
+        v.check(&b[at..at + len], verify::tag(q, msg), qpn, msg);
+    }
+}
+
 fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
     let qp = &s.qps[q];
+    if s.write_imm {
+        // A WRITE with immediate writes where its RETH says: the receive holds nothing.
+        let qpn = qp.qpn;
+        s.dev
+            .engine()
+            .post_recv(qpn, &sluice_core::RecvWr { wr_id, sgl: &[] })?;
+        return Ok(());
+    }
     // Every receive can hold the largest message of the run.
     let (lkey, addr) = match s.verify.as_ref().and_then(|v| v.slots) {
         Some(slots) => (slots.mr.lkey, slots.mr.addr + slots.offset(q, wr_id) as u64),
@@ -208,14 +287,49 @@ fn post_recv(s: &mut Session, q: usize, wr_id: u64) -> Result<(), PerfError> {
 /// Bandwidth, requester side: keep `tx_depth` messages in flight on every QP, ask for a
 /// completion every `cq_mod`, until each QP completed its iterations (or the duration passed).
 pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
-    let verb = o.test.verb();
+    let flow = Flow {
+        verb: o.test.verb(),
+        size,
+        depth: o.tx_depth,
+        timed: false,
+    };
+    drive(s, o, &vec![flow; s.qps.len()])
+}
+
+/// Bandwidth with `--tenant`: each QP posts its tenant's operation and size, with its
+/// tenant's depth; each QP's count and time are kept for the per-tenant report.
+pub(crate) fn bw_tenants(s: &mut Session, o: &Options) -> Result<Measured, PerfError> {
+    let flows: Vec<Flow> = (0..s.qps.len())
+        .map(|q| {
+            let t = o.tenants[o.tenant_of(q).expect("every QP has a tenant")];
+            Flow {
+                verb: t.verb,
+                size: t.size.expect("set by Options::with_tenants"),
+                depth: t.tx_depth.expect("set by Options::with_tenants"),
+                timed: t.latency,
+            }
+        })
+        .collect();
+    drive(s, o, &flows)
+}
+
+/// Keeps each QP's `depth` messages in flight until it completed its iterations (or the
+/// duration passed).
+fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfError> {
     let iterations = if o.duration.is_some() {
         u64::MAX
     } else {
         o.iterations()
     };
-    let cq_mod = u64::from(o.cq_mod.min(o.tx_depth));
     let n = s.qps.len();
+    let mut finished_at = vec![Duration::ZERO; n];
+    // A timed QP's post times (ns since the start) of its messages in flight, by `seq` mod
+    // its depth, and its samples.
+    let mut sent_at: Vec<Vec<u64>> = flows
+        .iter()
+        .map(|f| vec![0; if f.timed { f.depth as usize } else { 0 }])
+        .collect();
+    let mut samples: Vec<Vec<u64>> = vec![Vec::new(); n];
     let mut posted = vec![0u64; n];
     let mut completed = vec![0u64; n];
     let mut last_signaled = vec![0u64; n];
@@ -239,14 +353,30 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
             }
         }
         for q in room.drain(..) {
-            while !stopping
-                && posted[q] < iterations
-                && posted[q] - completed[q] < u64::from(o.tx_depth)
+            let Flow {
+                verb,
+                size,
+                depth,
+                timed,
+            } = flows[q];
+            let cq_mod = if timed {
+                1
+            } else {
+                u64::from(o.cq_mod.min(depth))
+            };
+            while !stopping && posted[q] < iterations && posted[q] - completed[q] < u64::from(depth)
             {
                 let seq = posted[q];
                 let signaled = (seq + 1) % cq_mod == 0 || seq + 1 == iterations;
-                let op = send_op(verb, &s.qps[q], o.compare_swap, seq);
+                let op = match s.verify.as_ref().and_then(|v| v.slots) {
+                    Some(slots) if s.write_imm => landing_write(&s.qps[q], slots, seq),
+                    _ => send_op(verb, &s.qps[q], o.compare_swap, seq),
+                };
                 let buffer = message_buffer(s, verb, q, seq, size);
+                if timed {
+                    sent_at[q][(seq % u64::from(depth)) as usize] =
+                        start.elapsed().as_nanos() as u64;
+                }
                 post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
                 posted[q] += 1;
                 if signaled {
@@ -261,9 +391,15 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         while let Some(c) = next_completion(s)? {
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
-            if verb == Verb::Read {
+            finished_at[q] = start.elapsed();
+            let Flow { depth, timed, .. } = flows[q];
+            if timed && samples[q].len() < MAX_QP_SAMPLES {
+                let at = sent_at[q][(c.wr_id % u64::from(depth)) as usize];
+                samples[q].push((finished_at[q].as_nanos() as u64).saturating_sub(at));
+            }
+            if flows[q].verb == Verb::Read {
                 while checked[q] < completed[q] {
-                    check_read(s, q, checked[q], size);
+                    check_read(s, q, checked[q], flows[q].size);
                     checked[q] += 1;
                 }
             }
@@ -287,13 +423,30 @@ pub(crate) fn bw_requester(s: &mut Session, o: &Options, size: u32) -> Result<Me
         messages: completed.iter().sum(),
         elapsed: start.elapsed(),
         samples: Vec::new(),
+        per_qp: completed.into_iter().zip(finished_at).collect(),
+        qp_samples: samples,
     })
 }
 
 /// Posts the receives a test needs before its traffic starts: `rx_depth` per QP for the SEND
-/// bandwidth server, a window on QP 0 for SEND latency on both sides.
+/// bandwidth server (and the WRITE one with `--verify`, for the WRITEs with immediate), a
+/// window on QP 0 for SEND latency on both sides.
 pub(crate) fn post_initial_receives(s: &mut Session, o: &Options) -> Result<(), PerfError> {
-    if o.test.verb() != Verb::Send {
+    if !o.tenants.is_empty() {
+        // `--tenant`: the server's receives for the SEND tenants' QPs.
+        if s.role == Role::Server {
+            for q in 0..s.qps.len() {
+                let tenant = o.tenant_of(q).map(|t| o.tenants[t].verb);
+                if tenant == Some(Verb::Send) {
+                    for i in 0..u64::from(o.rx_depth) {
+                        post_recv(s, q, i)?;
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    if o.test.verb() != Verb::Send && !(s.write_imm && s.role == Role::Server) {
         return Ok(());
     }
     let (qps, depth) = match (o.test.is_latency(), s.role) {
@@ -322,9 +475,14 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
             received += 1;
             start.get_or_insert_with(Instant::now);
             last = Instant::now();
-            check_received(s, q, c.wr_id, c.byte_len);
+            match c.imm {
+                Some(offset) if s.write_imm => check_landed(s, q, offset, c.byte_len),
+                _ => check_received(s, q, c.wr_id, c.byte_len),
+            }
             post_recv(s, q, c.wr_id)?;
         }
+        // Only now, every completion polled and checked, may the next poll send the ACKs
+        // of what the last one received (see `landing_write`).
         if s.peer_finished()? {
             break;
         }
@@ -333,6 +491,8 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
         messages: received,
         elapsed: start.map_or(Duration::ZERO, |t| last - t),
         samples: Vec::new(),
+        per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -369,6 +529,8 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         messages: i,
         elapsed: start.elapsed(),
         samples,
+        per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -421,6 +583,8 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         messages: sent,
         elapsed,
         samples,
+        per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 
@@ -452,6 +616,8 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         messages: iterations,
         elapsed,
         samples,
+        per_qp: Vec::new(),
+        qp_samples: Vec::new(),
     })
 }
 

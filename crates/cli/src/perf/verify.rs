@@ -25,14 +25,6 @@ pub(crate) fn tag(qp_index: usize, msg: u64) -> u64 {
     ((qp_index as u64) << MESSAGE_BITS) | (msg & ((1 << MESSAGE_BITS) - 1))
 }
 
-/// The queue pair's index and the message number a tag names.
-pub(crate) fn untag(tag: u64) -> (usize, u64) {
-    (
-        (tag >> MESSAGE_BITS) as usize,
-        tag & ((1 << MESSAGE_BITS) - 1),
-    )
-}
-
 /// A message's base: a 64-bit mix (SplitMix64's finaliser) of its tag, computed once.
 fn base(tag: u64) -> u64 {
     let mut z = tag.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -123,8 +115,12 @@ pub(crate) struct Verifier {
     pub(crate) errors: u64,
     /// The first of them.
     pub(crate) first: Option<Mismatch>,
-    /// Test only: flip a byte of this message of queue pair 0 after filling it.
-    pub(crate) corrupt: Option<u64>,
+    /// Messages the sender said it sent that this end never checked, and how many it said
+    /// (a write-bw server's count, where it can tell; see [`Verifier::expect`]).
+    pub(crate) missing: Option<(u64, u64)>,
+    /// Test only: flip a byte of this message (the second) of the queue pair at this index
+    /// (the first) after filling it.
+    pub(crate) corrupt: Option<(usize, u64)>,
 }
 
 /// A region of equal slots, `per_qp` for each queue pair.
@@ -138,7 +134,17 @@ pub(crate) struct Slots {
 impl Slots {
     /// The offset in the region of slot `i` (mod `per_qp`) of the queue pair at `q`.
     pub(crate) fn offset(&self, q: usize, i: u64) -> usize {
-        (q * self.per_qp as usize + (i % u64::from(self.per_qp)) as usize) * self.size as usize
+        q * self.per_qp_bytes() + self.offset_in_qp(i)
+    }
+
+    /// The offset of slot `i` (mod `per_qp`) from the start of its queue pair's slots.
+    pub(crate) fn offset_in_qp(&self, i: u64) -> usize {
+        (i % u64::from(self.per_qp)) as usize * self.size as usize
+    }
+
+    /// The bytes of one queue pair's slots.
+    pub(crate) fn per_qp_bytes(&self) -> usize {
+        self.per_qp as usize * self.size as usize
     }
 }
 
@@ -146,7 +152,7 @@ impl Slots {
 pub(crate) const MAX_SLOT_BYTES: u64 = 1 << 30;
 
 impl Verifier {
-    pub(crate) fn new(qps: usize, corrupt: Option<u64>) -> Verifier {
+    pub(crate) fn new(qps: usize, corrupt: Option<(usize, u64)>) -> Verifier {
         Verifier {
             slots: None,
             sent: vec![0; qps],
@@ -154,6 +160,7 @@ impl Verifier {
             checked: 0,
             errors: 0,
             first: None,
+            missing: None,
             corrupt,
         }
     }
@@ -164,7 +171,7 @@ impl Verifier {
         let msg = self.sent[q];
         self.sent[q] += 1;
         fill(buf, tag(q, msg));
-        if q == 0 && self.corrupt == Some(msg) && !buf.is_empty() {
+        if self.corrupt == Some((q, msg)) && !buf.is_empty() {
             let at = buf.len() / 2;
             buf[at] ^= 0x40;
         }
@@ -179,9 +186,32 @@ impl Verifier {
         }
     }
 
-    /// The error a run with mismatches ends with.
+    /// Counts a message that cannot be checked (it landed outside its queue pair's slots)
+    /// as one that differs.
+    pub(crate) fn misplaced(&mut self, qpn: u32, msg: u64, offset: usize) {
+        self.checked += 1;
+        self.errors += 1;
+        self.first.get_or_insert(Mismatch { qpn, msg, offset });
+    }
+
+    /// The sender says it sent `sent` messages: any this end did not check are missing
+    /// (a message replaced by a forged plain WRITE completes nothing here).
+    pub(crate) fn expect(&mut self, sent: u64) {
+        if self.checked < sent {
+            self.missing = Some((sent - self.checked, sent));
+        }
+    }
+
+    /// The error a run with mismatches (or missing messages) ends with.
     pub(crate) fn failure(&self) -> Option<String> {
-        let m = self.first?;
+        let Some(m) = self.first else {
+            let (missing, sent) = self.missing?;
+            return Some(format!(
+                "{missing} of the {sent} messages the client sent were not checked: no \
+                 completion came for them (is the client Sluice run with --verify? a write-bw \
+                 client sends WRITE with immediate only then)"
+            ));
+        };
         Some(format!(
             "{} of the {} messages it checked differ from the pattern sent; the first: QP {:#x}, \
              message {}, first bad byte at offset {} (is the peer Sluice run with --verify? \
@@ -214,6 +244,6 @@ mod tests {
         let mut long = vec![0u8; 100];
         fill(&mut long, READ_SOURCE);
         assert_eq!(first_mismatch(&long[..37], READ_SOURCE), None);
-        assert_eq!(untag(tag(65535, 5_000_000)), (65535, 5_000_000));
+        assert_eq!(tag(65535, 5_000_000), (65535 << 40) | 5_000_000);
     }
 }
