@@ -134,3 +134,13 @@ fn scr_fig13_water_filling_isolates_the_latency_tenant() {
         assert!(out.contains("PASS    static halves the hog"), "{out}");
     }
 }
+
+#[test]
+fn scr_fig18_swift_takes_what_the_background_leaves() {
+    let out = quick("scr-fig18");
+    assert!(
+        out.contains("PASS    Swift takes what the background leaves"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    without fabric congestion"), "{out}");
+}

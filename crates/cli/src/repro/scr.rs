@@ -25,6 +25,14 @@ pub(super) const FIG11: Entry = Entry {
     needs: &[DEFAULT, STATIC, WATER],
 };
 
+pub(super) const FIG18: Entry = Entry {
+    name: "scr-fig18",
+    source: "SCR Fig 18b",
+    summary: "a Swift flow beside fixed-rate background of 20, 40 and 60 Gbit/s: it takes what is left",
+    run: fig18,
+    needs: &[],
+};
+
 pub(super) const FIG13: Entry = Entry {
     name: "scr-fig13",
     source: "SCR Fig 13",
@@ -113,8 +121,20 @@ fn tenant(r: &RunResult, t: u32) -> TenantStats {
 /// The share of the link to host 1 in use over the window (wire bytes: headers too), from
 /// the switch port's series.
 fn utilisation(r: &RunResult, warmup_us: f64, stop_us: f64) -> f64 {
+    port_mean(r, "->host1", warmup_us, stop_us, |s, i| s.port_bps[i]) / 100e9
+}
+
+/// The mean over the window of `pick(series, index)` for the switch port whose name ends
+/// with `to`.
+fn port_mean(
+    r: &RunResult,
+    to: &str,
+    warmup_us: f64,
+    stop_us: f64,
+    pick: fn(&sluice_sim::result::Series, usize) -> f64,
+) -> f64 {
     let s = &r.series;
-    let Some(k) = s.ports.iter().position(|p| p.name.ends_with("->host1")) else {
+    let Some(k) = s.ports.iter().position(|p| p.name.ends_with(to)) else {
         return 0.0;
     };
     let n = s.ports.len();
@@ -123,12 +143,12 @@ fn utilisation(r: &RunResult, warmup_us: f64, stop_us: f64) -> f64 {
         .iter()
         .enumerate()
         .filter(|(_, t)| (**t as f64) > warmup_us * 1e3 && (**t as f64) <= stop_us * 1e3)
-        .map(|(i, _)| s.port_bps[i * n + k])
+        .map(|(i, _)| pick(s, i * n + k))
         .collect();
     if samples.is_empty() {
         return 0.0;
     }
-    samples.iter().sum::<f64>() / samples.len() as f64 / 100e9
+    samples.iter().sum::<f64>() / samples.len() as f64
 }
 
 fn mean_latency(s: &TenantStats) -> f64 {
@@ -147,17 +167,17 @@ fn size_name(bytes: u64) -> String {
     }
 }
 
-/// Each tenant's throughput over time in `runs` (one per label), as plot lines.
+/// Each tenant's throughput over time in `runs` (one per label), as plot lines named by
+/// the label and the tenant's first app.
 fn tenant_lines(runs: &[(&str, &RunResult)]) -> Vec<Series> {
     runs.iter()
         .flat_map(|(label, r)| {
-            let names: Vec<String> = r.apps.iter().map(|q| q.label.clone()).collect();
             tenant_series(r).into_iter().map(move |(t, points)| {
-                let app = names
+                let app = r
+                    .apps
                     .iter()
-                    .find(|n| n.starts_with(&format!("t{t}-")))
-                    .cloned()
-                    .unwrap_or_default();
+                    .find(|q| q.tenant == t)
+                    .map_or(String::new(), |q| q.label.clone());
                 Series {
                     name: format!("{label}: {app}"),
                     points,
@@ -539,5 +559,149 @@ fn fig13(scale: Scale) -> Result<Report, String> {
             ..Chart::default()
         },
     ));
+    Ok(report)
+}
+
+/// Swift towards host 2 from host 0, beside background from host 1 paced at `background`
+/// Gbit/s (on the wire) by a law of its own.
+fn fig18_scenario(background: u32, warmup_us: f64, stop_us: f64) -> String {
+    format!(
+        r#"# SCR Fig 18b: a Swift flow (host 0) and fixed-rate background (host 1, {background}
+# Gbit/s on the wire, its own law) share the link to host 2.
+name = "scr-fig18-bg{background}"
+time_limit_us = {limit}
+[topology]
+kind = "star"
+hosts = 3
+link_gbps = 100
+link_delay_ns = 250
+[transport]
+mtu = 1024
+[output]
+sample_interval_us = 5
+[[app]]
+label = "swift"
+tenant = 1
+src = 0
+dst = 2
+size = 65536
+depth = 16
+warmup_us = {warmup_us}
+stop_us = {stop_us}
+[[app]]
+label = "background"
+tenant = 2
+src = 1
+dst = 2
+size = 65536
+depth = 16
+warmup_us = {warmup_us}
+stop_us = {stop_us}
+cc = {{ name = "static", params = {{ rate_gbps = {background} }} }}
+# SCR's parameters: base target 1 us, one hop of 2 us, flow scaling over 2 us.
+[[cc]]
+name = "swift"
+params = {{ base_target_us = 1, hops = 1, per_hop_us = 2, fs_range_us = 2 }}
+"#,
+        limit = stop_us + 1000.0,
+    )
+}
+
+fn fig18(scale: Scale) -> Result<Report, String> {
+    let (warmup, stop) = match scale {
+        Scale::Quick => (200.0, 400.0),
+        Scale::Full => (500.0, 2000.0),
+    };
+    let backgrounds = [20, 40, 60];
+    let scenarios = backgrounds
+        .iter()
+        .map(|&b| (format!("scr-fig18-bg{b}"), fig18_scenario(b, warmup, stop)))
+        .collect();
+    let mut report = Report::default();
+    let runs = simulate_all(&mut report, scenarios)?;
+    report.table = Table::new(&[
+        "background (Gbit/s on the wire)",
+        "Swift Gbit/s",
+        "background Gbit/s",
+        "link",
+        "queue to host 2, mean (us at 100 Gbit/s)",
+        "paper",
+    ]);
+    let mut shares = Vec::new();
+    let mut queues = Vec::new();
+    let mut links = Vec::new();
+    for (&b, r) in backgrounds.iter().zip(&runs) {
+        let r = &r[0];
+        let (swift, bg) = (tenant(r, 1).gbps, tenant(r, 2).gbps);
+        let link = port_mean(r, "->host2", warmup, stop, |s, i| s.port_bps[i]) / 100e9;
+        let queue_us = port_mean(r, "->host2", warmup, stop, |s, i| {
+            s.port_queue_bytes[i] as f64
+        }) * 8.0
+            / 100e3;
+        report.table.row(vec![
+            b.to_string(),
+            f(swift, 1),
+            f(bg, 1),
+            format!("{}%", f(link * 100.0, 0)),
+            f(queue_us, 2),
+            format!("Swift converges to the left-over {} Gbit/s", 100 - b),
+        ]);
+        shares.push((b, swift));
+        queues.push(queue_us);
+        links.push(link);
+    }
+    let off: Vec<String> = shares
+        .iter()
+        .filter(|(b, swift)| !within(*swift, f64::from(100 - b), 0.15))
+        .map(|(b, swift)| format!("{} Gbit/s beside {b}", f(*swift, 1)))
+        .collect();
+    report.checks.push(Check::shape(
+        "Swift takes what the background leaves (within 15%, payload against wire)",
+        off.is_empty(),
+        if off.is_empty() {
+            shares
+                .iter()
+                .map(|(b, s)| format!("{} beside {b}", f(*s, 1)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            format!("not: {}", off.join(", "))
+        },
+    ));
+    let max_queue = queues.iter().copied().fold(0.0, f64::max);
+    let min_link = links.iter().copied().fold(f64::INFINITY, f64::min);
+    report.checks.push(Check::shape(
+        "without fabric congestion: the link full, the queue below Swift's target",
+        min_link >= 0.9 && max_queue <= 5.0,
+        format!(
+            "link at least {}% used, mean queue at most {} us (target 3 to 5 us)",
+            f(min_link * 100.0, 0),
+            f(max_queue, 2)
+        ),
+    ));
+    let labelled: Vec<(String, &RunResult)> = backgrounds
+        .iter()
+        .zip(&runs)
+        .map(|(b, r)| (format!("background {b}"), &r[0]))
+        .collect();
+    let labelled: Vec<(&str, &RunResult)> =
+        labelled.iter().map(|(l, r)| (l.as_str(), *r)).collect();
+    report.plots.push((
+        "scr-fig18".into(),
+        Chart {
+            title: "SCR Fig 18b: Swift beside fixed-rate background".into(),
+            x_label: "time (us)".into(),
+            y_label: "Gbit/s".into(),
+            series: tenant_lines(&labelled),
+            ..Chart::default()
+        },
+    ));
+    report.notes.push(
+        "Swift runs on host 0 and the background's fixed-rate law on host 1, each app with its \
+         law (`[[app]] cc`). Swift reads in-band ACK timestamps here, where SCR probes RTT out \
+         of band; its flow-scaling window bounds are Swift's defaults, not SCR's 32 and 96 \
+         Gbit/s."
+            .into(),
+    );
     Ok(report)
 }
