@@ -64,12 +64,16 @@ pub struct AppSpec {
     /// The operation (default write).
     #[serde(default)]
     pub op: AppOp,
-    /// Every message's size in bytes; or else `size_min` and `size_max`.
+    /// Every message's size in bytes; or else `size_min` and `size_max`, or `size_cdf`.
     pub size: Option<u64>,
     /// With `size_max`: sizes uniform in [size_min, size_max].
     pub size_min: Option<u64>,
     /// With `size_min`.
     pub size_max: Option<u64>,
+    /// Sizes drawn from a distribution: a builtin (`websearch`, `hadoop`, `storage`,
+    /// `rpc`) or a CDF file relative to the scenario, as a Poisson workload's `cdf`
+    /// (sizes above 1 GiB are cut to 1 GiB).
+    pub size_cdf: Option<String>,
     /// Messages kept posted per queue pair (default 1).
     #[serde(default = "one")]
     pub depth: u32,
@@ -123,6 +127,15 @@ impl AppSpec {
             }
         };
         match (self.size, self.size_min, self.size_max) {
+            _ if self.size_cdf.is_some() => {
+                if self.size.is_some() || self.size_min.is_some() || self.size_max.is_some() {
+                    return Err(
+                        "size_cdf: expected `size`, `size_min` and `size_max`, or `size_cdf`, \
+                         one of them"
+                            .into(),
+                    );
+                }
+            }
             (Some(s), None, None) => size_ok("size", s)?,
             (None, Some(lo), Some(hi)) => {
                 size_ok("size_min", lo)?;
@@ -131,7 +144,11 @@ impl AppSpec {
                     return Err(format!("size_min: {lo} is above size_max {hi}"));
                 }
             }
-            _ => return Err("size: expected `size`, or `size_min` and `size_max`".into()),
+            _ => {
+                return Err(
+                    "size: expected `size`, or `size_min` and `size_max`, or `size_cdf`".into(),
+                );
+            }
         }
         if !(self.start_us >= 0.0 && self.start_us <= max_us) {
             return Err(format!(
@@ -167,8 +184,12 @@ impl AppSpec {
         self.stop_us.unwrap_or(time_limit_us)
     }
 
-    /// The next message's size (one draw of `rng` when sizes vary).
-    pub fn draw_size(&self, rng: &mut Rng) -> u64 {
+    /// The next message's size (one draw of `rng` when sizes vary); `cdf` is `size_cdf`'s
+    /// distribution, loaded.
+    pub fn draw_size(&self, rng: &mut Rng, cdf: Option<&crate::workload::Cdf>) -> u64 {
+        if let Some(cdf) = cdf {
+            return cdf.sample(rng).min(MAX_APP_MESSAGE);
+        }
         match (self.size, self.size_min, self.size_max) {
             (Some(s), _, _) => s,
             (None, Some(lo), Some(hi)) => lo + rng.below(hi - lo + 1),
@@ -321,6 +342,10 @@ mod tests {
             ("src = 0\ndst = 1\nsize = 0", "size:"),
             ("src = 0\ndst = 1\nsize = 1\nsize_min = 1", "size:"),
             ("src = 0\ndst = 1\nsize_min = 9\nsize_max = 3", "size_min:"),
+            (
+                "src = 0\ndst = 1\nsize = 9\nsize_cdf = \"rpc\"",
+                "size_cdf:",
+            ),
             ("src = 0\ndst = 1\nsize = 1\nqps = 0", "qps:"),
             ("src = 0\ndst = 1\nsize = 1\ndepth = 0", "depth:"),
             ("src = 0\ndst = 1\nsize = 1\nweight = 0", "weight:"),
@@ -347,7 +372,7 @@ mod tests {
         let s = spec("src = 0\ndst = 1\nsize_min = 4096\nsize_max = 1048576");
         let mut rng = Rng::new(7);
         for _ in 0..1000 {
-            let v = s.draw_size(&mut rng);
+            let v = s.draw_size(&mut rng, None);
             assert!((4096..=1_048_576).contains(&v));
         }
     }

@@ -273,6 +273,8 @@ pub struct Network<'a> {
     /// Flows not yet completed, failed or given up (their predecessor failed).
     flows_open: usize,
     apps: Vec<AppQp>,
+    /// Each `[[app]]`'s size distribution, if it has one.
+    app_cdfs: Vec<Option<crate::workload::Cdf>>,
     /// (host, QPN) -> app queue pair, sorted, for the per-app series.
     app_of_qp: Vec<((NodeId, u32), u32)>,
     /// App queue pairs still posting or with messages in flight.
@@ -515,6 +517,18 @@ impl<'a> Network<'a> {
                 });
             }
         }
+        let app_cdfs = scenario
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                a.size_cdf
+                    .as_ref()
+                    .map(|c| crate::workload::Cdf::load(c, &scenario.base_dir))
+                    .transpose()
+                    .map_err(|e| RunError::App(format!("app[{i}].size_cdf: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let flow_series = flows.len() <= scenario.output.flow_series_max_flows as usize;
         if flow_series {
             series.flows = flows.iter().map(|f| f.id).collect();
@@ -562,6 +576,7 @@ impl<'a> Network<'a> {
             flows_open: flows.len(),
             apps_open: apps.len(),
             apps,
+            app_cdfs,
             app_of_qp: Vec::new(),
             mtu,
             ccx,
@@ -844,7 +859,7 @@ impl<'a> Network<'a> {
         let Some((qp, _)) = a.qps else {
             return Ok(());
         };
-        let size = spec.draw_size(&mut a.rng);
+        let size = spec.draw_size(&mut a.rng, self.app_cdfs[a.spec].as_ref());
         let (src_mr, dst_mr) = (
             self.hosts[a.rec.src as usize].mr,
             self.hosts[a.rec.dst as usize].mr,
@@ -884,7 +899,11 @@ impl<'a> Network<'a> {
         };
         let dst = a.rec.dst;
         let mr = self.hosts[dst as usize].mr;
-        let len = spec.size.or(spec.size_max).unwrap_or(1) as u32;
+        let largest = match &self.app_cdfs[a.spec] {
+            Some(cdf) => cdf.points().last().map_or(1.0, |p| p.0.ceil()) as u64,
+            None => spec.size.or(spec.size_max).unwrap_or(1),
+        };
+        let len = largest.clamp(1, crate::app::MAX_APP_MESSAGE) as u32;
         let sgl = [Sge {
             lkey: mr.lkey,
             addr: mr.addr,

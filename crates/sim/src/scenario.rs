@@ -603,6 +603,10 @@ impl Scenario {
         for (i, app) in self.apps.iter().enumerate() {
             app.check(self.time_limit_us)
                 .map_err(|e| ScenarioError::Invalid(format!("app[{i}].{e}")))?;
+            if let Some(cdf) = &app.size_cdf {
+                crate::workload::Cdf::load(cdf, &self.base_dir)
+                    .map_err(|e| ScenarioError::Invalid(format!("app[{i}].size_cdf: {e}")))?;
+            }
             if let Some(law) = &app.cc {
                 let pairs = param_pairs(&law.params, &format!("app[{i}].cc"))?;
                 sluice_control::registry::build(

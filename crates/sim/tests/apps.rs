@@ -259,3 +259,33 @@ fn reports_carry_the_tenants() {
     assert!(svg.contains("tenant 1") && svg.contains("tenant 2"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn sizes_may_follow_a_distribution() {
+    for op in ["write", "send"] {
+        let text = two_hosts(
+            &format!(
+                "[[app]]\nsrc = 0\ndst = 1\nop = \"{op}\"\nsize_cdf = \"rpc\"\n\
+                 depth = 4\nstop_us = 200\n"
+            ),
+            "",
+        );
+        let runs = run(&scenario(&text));
+        let q = &runs[0].apps[0];
+        check_closed_loop(q, 4);
+        assert!(q.completed > 4, "{op}: {q:?}");
+        // Not all one size: the mean of what completed is not the first message's.
+        assert_ne!(q.completed_bytes % q.completed, 0, "{op}: {q:?}");
+    }
+    let bad = two_hosts(
+        "[[app]]\nsrc = 0\ndst = 1\nsize_cdf = \"no-such-cdf\"\nstop_us = 10\n",
+        "",
+    );
+    let e = sluice_sim::Scenario::parse(&bad, std::path::Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("app[0].size_cdf") && e.contains("no-such-cdf"),
+        "{e}"
+    );
+}
