@@ -33,12 +33,23 @@ const NAMES: [&str; 5] = [
     "nic-default",
 ];
 
+/// No floor: with one, 1,024 queue pairs at 1 Gbit/s each would oversubscribe the link ten
+/// times over and every bucket would always allow; without, the rates sum to C and the
+/// buckets decide who is eligible at every decision.
+const PACING: Pacing = Pacing {
+    link: 100_000_000_000,
+    floor: 0,
+    by_tenant: false,
+    burst: 16384,
+    linger: Duration::from_millis(1),
+};
+
 fn build(name: &str) -> Box<dyn Scheduler> {
     match name {
         "round-robin" => Box::new(RoundRobin::default()),
         "drr" => Box::new(Drr::new(4096)),
-        "static" => Box::new(StaticShare::new(Pacing::default())),
-        "water-filling" => Box::new(WaterFilling::new(Pacing::default(), Filling::default())),
+        "static" => Box::new(StaticShare::new(PACING)),
+        "water-filling" => Box::new(WaterFilling::new(PACING, Filling::default())),
         "nic-default" => Box::new(NicDefault::default()),
         _ => unreachable!("{name}"),
     }

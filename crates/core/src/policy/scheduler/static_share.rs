@@ -30,6 +30,8 @@ impl StaticShare {
             floor: pacing.floor_bytes_per_ns(),
             weight: Vec::new(),
             total: 0,
+            uniform: !pacing.by_tenant,
+            share: 0.0,
         };
         StaticShare {
             paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
@@ -51,6 +53,16 @@ struct Even {
     floor: f64,
     weight: Vec<u32>,
     total: u64,
+    /// Every member weighs 1 (classes are queue pairs): all share `share`.
+    uniform: bool,
+    /// C over the total weight, above the floor.
+    share: f64,
+}
+
+impl Even {
+    fn update(&mut self) {
+        self.share = (self.link / self.total.max(1) as f64).max(self.floor);
+    }
 }
 
 impl Allocator for Even {
@@ -63,14 +75,19 @@ impl Allocator for Even {
     fn join(&mut self, class: u32, weight: u32, _now: u64) {
         self.weight[class as usize] = weight.max(1);
         self.total += u64::from(weight.max(1));
+        self.update();
     }
 
     fn leave(&mut self, class: u32, _now: u64) {
         self.total -= u64::from(std::mem::take(&mut self.weight[class as usize]));
+        self.update();
     }
 
     #[inline]
     fn rate(&self, class: u32) -> f64 {
+        if self.uniform {
+            return self.share;
+        }
         let w = self.weight[class as usize].max(1);
         (self.link * f64::from(w) / self.total.max(1) as f64).max(self.floor)
     }

@@ -73,11 +73,8 @@ impl WaterFilling {
             initial: per_ns(filling.initial),
             interval: u64::try_from(filling.interval.as_nanos()).unwrap_or(u64::MAX),
             gain: filling.gain.clamp(0.0, 1.0),
-            rate: Vec::new(),
-            estimate: Vec::new(),
-            adjusted: Vec::new(),
+            flows: Vec::new(),
             members: Vec::new(),
-            position: Vec::new(),
             allocated: 0.0,
             cursor: 0,
         };
@@ -109,41 +106,49 @@ struct Fill {
     initial: f64,
     interval: u64,
     gain: f64,
-    rate: Vec<f64>,
-    estimate: Vec<RateEstimate>,
-    /// When each class's rate was last adjusted, ns.
-    adjusted: Vec<u64>,
+    /// Each class's rate and estimate, together so that a packet touches one line.
+    flows: Vec<Flow>,
     members: Vec<u32>,
-    /// Each class's index in `members`, or [`NIL`].
-    position: Vec<u32>,
     /// The members' rates together.
     allocated: f64,
     /// The next member a class short of room takes a step from.
     cursor: usize,
 }
 
+/// One class's filling state.
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    /// Bytes per ns.
+    rate: f64,
+    estimate: RateEstimate,
+    /// When its rate was last adjusted, ns.
+    adjusted: u64,
+    /// Its index in `members`, or [`NIL`].
+    position: u32,
+}
+
 impl Fill {
     fn adjust(&mut self, c: usize) {
-        let (used, rate) = (self.estimate[c].rate(), self.rate[c]);
+        let (used, rate) = (self.flows[c].estimate.rate(), self.flows[c].rate);
         if used >= 0.95 * rate {
             let room = self.link - self.allocated;
             if room > 1e-12 {
                 let d = self.step.min(room);
-                self.rate[c] += d;
+                self.flows[c].rate += d;
                 self.allocated += d;
             } else if !self.members.is_empty() {
                 self.cursor = (self.cursor + 1) % self.members.len();
                 let other = self.members[self.cursor] as usize;
-                if self.rate[other] > rate + 1.05 * self.step {
-                    self.rate[other] -= self.step;
-                    self.rate[c] += self.step;
+                if self.flows[other].rate > rate + 1.05 * self.step {
+                    self.flows[other].rate -= self.step;
+                    self.flows[c].rate += self.step;
                 }
             }
         } else if used < 0.8 * rate {
             let new = (used * 1.1).max(self.floor);
             if new < rate {
                 self.allocated -= rate - new;
-                self.rate[c] = new;
+                self.flows[c].rate = new;
             }
         }
     }
@@ -152,11 +157,14 @@ impl Fill {
 impl Allocator for Fill {
     fn grow(&mut self, class: u32) {
         let n = class as usize + 1;
-        if self.rate.len() < n {
-            self.rate.resize(n, self.floor);
-            self.estimate.resize(n, RateEstimate::default());
-            self.adjusted.resize(n, 0);
-            self.position.resize(n, NIL);
+        if self.flows.len() < n {
+            let flow = Flow {
+                rate: self.floor,
+                estimate: RateEstimate::default(),
+                adjusted: 0,
+                position: NIL,
+            };
+            self.flows.resize(n, flow);
             self.members.reserve(n - self.members.len());
         }
     }
@@ -165,36 +173,38 @@ impl Allocator for Fill {
         let n = self.members.len() + 1;
         let mut others = 0.0;
         for &g in &self.members {
-            let g = g as usize;
-            self.rate[g] = if self.reset {
+            let g = &mut self.flows[g as usize];
+            g.rate = if self.reset {
                 self.initial.max(self.floor)
             } else {
-                (self.rate[g] * (n - 1) as f64 / n as f64).max(self.floor)
+                (g.rate * (n - 1) as f64 / n as f64).max(self.floor)
             };
-            others += self.rate[g];
+            others += g.rate;
         }
-        let c = class as usize;
-        self.rate[c] = if self.reset {
+        let rate = if self.reset {
             self.initial
         } else {
             (self.link / n as f64).min(self.link - others)
         }
         .max(self.floor);
-        self.estimate[c] = RateEstimate::starting_at(self.rate[c]);
-        self.adjusted[c] = now;
-        self.position[c] = self.members.len() as u32;
+        self.flows[class as usize] = Flow {
+            rate,
+            estimate: RateEstimate::starting_at(rate),
+            adjusted: now,
+            position: self.members.len() as u32,
+        };
         self.members.push(class);
-        self.allocated = others + self.rate[c];
+        self.allocated = others + rate;
     }
 
     fn leave(&mut self, class: u32, _now: u64) {
         let c = class as usize;
-        let at = std::mem::replace(&mut self.position[c], NIL) as usize;
+        let at = std::mem::replace(&mut self.flows[c].position, NIL) as usize;
         self.members.swap_remove(at);
         if let Some(&moved) = self.members.get(at) {
-            self.position[moved as usize] = at as u32;
+            self.flows[moved as usize].position = at as u32;
         }
-        self.allocated = (self.allocated - self.rate[c]).max(0.0);
+        self.allocated = (self.allocated - self.flows[c].rate).max(0.0);
         if self.members.is_empty() {
             self.allocated = 0.0;
         }
@@ -202,15 +212,17 @@ impl Allocator for Fill {
 
     #[inline]
     fn rate(&self, class: u32) -> f64 {
-        self.rate[class as usize]
+        self.flows[class as usize].rate
     }
 
     #[inline]
     fn sent(&mut self, class: u32, bytes: u32, now: u64) {
         let c = class as usize;
-        self.estimate[c].sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
-        if now.saturating_sub(self.adjusted[c]) >= self.interval && self.position[c] != NIL {
-            self.adjusted[c] = now;
+        let flow = &mut self.flows[c];
+        flow.estimate
+            .sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
+        if now.saturating_sub(flow.adjusted) >= self.interval && flow.position != NIL {
+            flow.adjusted = now;
             self.adjust(c);
         }
     }
