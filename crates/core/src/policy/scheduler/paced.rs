@@ -19,6 +19,9 @@ pub(crate) trait Allocator: std::fmt::Debug + 'static {
     fn leave(&mut self, class: u32, now: u64);
     /// The rate class `class` is paced at, bytes per nanosecond (above zero).
     fn rate(&self, class: u32) -> f64;
+    /// Its inverse, nanoseconds per byte (kept by the allocator so that a packet costs
+    /// multiplications, not divisions).
+    fn cost(&self, class: u32) -> f64;
     /// Class `class` sent `bytes` on the link at `now`.
     fn sent(&mut self, class: u32, bytes: u32, now: u64) {
         let _ = (class, bytes, now);
@@ -202,14 +205,14 @@ impl<A: Allocator> Paced<A> {
         }
     }
 
-    /// Puts class `c`, with a queue pair waiting, where its bucket (filling at `rate`)
-    /// says.
+    /// Puts class `c`, with a queue pair waiting, where its bucket (filling at one byte
+    /// per `cost` ns) says.
     #[inline]
-    fn enqueue(&mut self, c: u32, rate: f64) {
+    fn enqueue(&mut self, c: u32, cost: f64) {
         let now = self.now;
         let class = &mut self.classes[c as usize];
         // A bucket fills up to `burst` while its class waits or idles.
-        let full = now as f64 - self.burst / rate;
+        let full = now as f64 - self.burst * cost;
         if class.ready_at < full {
             class.ready_at = full;
         }
@@ -260,8 +263,8 @@ impl<A: Allocator> Paced<A> {
         let c = self.class(qp);
         self.push(c, qp);
         if self.classes[c as usize].state == State::Idle {
-            let rate = self.alloc.rate(c);
-            self.enqueue(c, rate);
+            let cost = self.alloc.cost(c);
+            self.enqueue(c, cost);
         }
     }
 
@@ -288,14 +291,14 @@ impl<A: Allocator> Paced<A> {
         self.now = self.now.max(now.as_nanos());
         let c = self.class(qp);
         let ci = c as usize;
-        let mut rate = self.alloc.rate(c);
+        let mut cost = self.alloc.cost(c);
         if let Some(s) = sent {
             let bytes = s.link_len();
-            let full = self.now as f64 - self.burst / rate;
+            let full = self.now as f64 - self.burst * cost;
             let class = &mut self.classes[ci];
-            class.ready_at = class.ready_at.max(full) + f64::from(bytes) / rate;
+            class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
             self.alloc.sent(c, bytes, self.now);
-            rate = self.alloc.rate(c);
+            cost = self.alloc.cost(c);
         }
         if more {
             self.push(c, qp);
@@ -306,7 +309,7 @@ impl<A: Allocator> Paced<A> {
         if self.classes[ci].state != State::Queued {
             self.classes[ci].state = State::Idle;
             if self.has_waiting(c) {
-                self.enqueue(c, rate);
+                self.enqueue(c, cost);
             }
         }
     }

@@ -32,6 +32,7 @@ impl StaticShare {
             total: 0,
             uniform: !pacing.by_tenant,
             share: 0.0,
+            cost: 0.0,
         };
         StaticShare {
             paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
@@ -57,11 +58,14 @@ struct Even {
     uniform: bool,
     /// C over the total weight, above the floor.
     share: f64,
+    /// Its inverse.
+    cost: f64,
 }
 
 impl Even {
     fn update(&mut self) {
         self.share = (self.link / self.total.max(1) as f64).max(self.floor);
+        self.cost = 1.0 / self.share;
     }
 }
 
@@ -90,6 +94,14 @@ impl Allocator for Even {
         }
         let w = self.weight[class as usize].max(1);
         (self.link * f64::from(w) / self.total.max(1) as f64).max(self.floor)
+    }
+
+    #[inline]
+    fn cost(&self, class: u32) -> f64 {
+        if self.uniform {
+            return self.cost;
+        }
+        1.0 / self.rate(class)
     }
 }
 

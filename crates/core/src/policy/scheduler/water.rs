@@ -120,11 +120,20 @@ struct Fill {
 struct Flow {
     /// Bytes per ns.
     rate: f64,
+    /// Its inverse, ns per byte.
+    cost: f64,
     estimate: RateEstimate,
     /// When its rate was last adjusted, ns.
     adjusted: u64,
     /// Its index in `members`, or [`NIL`].
     position: u32,
+}
+
+impl Flow {
+    fn set(&mut self, rate: f64) {
+        self.rate = rate;
+        self.cost = 1.0 / rate;
+    }
 }
 
 impl Fill {
@@ -134,21 +143,22 @@ impl Fill {
             let room = self.link - self.allocated;
             if room > 1e-12 {
                 let d = self.step.min(room);
-                self.flows[c].rate += d;
+                self.flows[c].set(rate + d);
                 self.allocated += d;
             } else if !self.members.is_empty() {
                 self.cursor = (self.cursor + 1) % self.members.len();
                 let other = self.members[self.cursor] as usize;
-                if self.flows[other].rate > rate + 1.05 * self.step {
-                    self.flows[other].rate -= self.step;
-                    self.flows[c].rate += self.step;
+                let richer = self.flows[other].rate;
+                if richer > rate + 1.05 * self.step {
+                    self.flows[other].set(richer - self.step);
+                    self.flows[c].set(rate + self.step);
                 }
             }
         } else if used < 0.8 * rate {
             let new = (used * 1.1).max(self.floor);
             if new < rate {
                 self.allocated -= rate - new;
-                self.flows[c].rate = new;
+                self.flows[c].set(new);
             }
         }
     }
@@ -160,6 +170,7 @@ impl Allocator for Fill {
         if self.flows.len() < n {
             let flow = Flow {
                 rate: self.floor,
+                cost: 1.0 / self.floor,
                 estimate: RateEstimate::default(),
                 adjusted: 0,
                 position: NIL,
@@ -174,11 +185,11 @@ impl Allocator for Fill {
         let mut others = 0.0;
         for &g in &self.members {
             let g = &mut self.flows[g as usize];
-            g.rate = if self.reset {
+            g.set(if self.reset {
                 self.initial.max(self.floor)
             } else {
                 (g.rate * (n - 1) as f64 / n as f64).max(self.floor)
-            };
+            });
             others += g.rate;
         }
         let rate = if self.reset {
@@ -189,6 +200,7 @@ impl Allocator for Fill {
         .max(self.floor);
         self.flows[class as usize] = Flow {
             rate,
+            cost: 1.0 / rate,
             estimate: RateEstimate::starting_at(rate),
             adjusted: now,
             position: self.members.len() as u32,
@@ -213,6 +225,11 @@ impl Allocator for Fill {
     #[inline]
     fn rate(&self, class: u32) -> f64 {
         self.flows[class as usize].rate
+    }
+
+    #[inline]
+    fn cost(&self, class: u32) -> f64 {
+        self.flows[class as usize].cost
     }
 
     #[inline]
