@@ -29,6 +29,9 @@ pub(crate) struct Wheel {
     len: usize,
     /// Every slot up to this one (absolute: time >> SHIFT) is empty.
     drained: u64,
+    /// The first occupied slot, absolute, or `u64::MAX`: kept so that asking when the next
+    /// class is due, and releasing before then, scan nothing.
+    first: u64,
     /// Times beyond the wheel's span.
     later: BinaryHeap<Reverse<(u64, u32)>>,
 }
@@ -41,6 +44,7 @@ impl Default for Wheel {
             occupied: vec![0; WORDS],
             len: 0,
             drained: 0,
+            first: u64::MAX,
             later: BinaryHeap::new(),
         }
     }
@@ -67,14 +71,15 @@ impl Wheel {
             self.head[i] = class;
             self.occupied[i / 64] |= 1 << (i % 64);
             self.len += 1;
+            self.first = self.first.min(slot);
         } else {
             self.later.push(Reverse((at, class)));
         }
     }
 
-    /// The first occupied slot after `drained`, absolute.
+    /// The first occupied slot after `drained`, absolute, found by a scan.
     #[inline]
-    fn first(&self) -> Option<u64> {
+    fn scan(&self) -> Option<u64> {
         if self.len == 0 {
             return None;
         }
@@ -102,7 +107,11 @@ impl Wheel {
         if target <= self.drained {
             return;
         }
-        while let Some(slot) = self.first() {
+        if self.first > target && self.later.is_empty() {
+            self.drained = target;
+            return;
+        }
+        while let Some(slot) = self.scan() {
             if slot > target {
                 break;
             }
@@ -117,6 +126,7 @@ impl Wheel {
             self.drained = slot;
         }
         self.drained = target;
+        self.first = self.scan().unwrap_or(u64::MAX);
         while let Some(&Reverse((at, c))) = self.later.peek() {
             if (at >> SHIFT) - self.drained.min(at >> SHIFT) >= SLOTS as u64 {
                 break;
@@ -128,7 +138,7 @@ impl Wheel {
 
     /// When the next waiting class is released, ns.
     pub(crate) fn next_time(&self) -> Option<u64> {
-        let wheel = self.first().map(|s| s << SHIFT);
+        let wheel = (self.first != u64::MAX).then_some(self.first << SHIFT);
         let later = self.later.peek().map(|&Reverse((at, _))| at);
         match (wheel, later) {
             (Some(a), Some(b)) => Some(a.min(b)),
