@@ -52,6 +52,8 @@ impl Default for Filling {
 ///   (visited in turn) holding more than a step more than it, so that rates equalize
 ///   after a degradation or an uneven start; SCR relies on joins alone for that.
 /// - Leave: its rate goes back to the pool, filled by the others' steps.
+/// - By tenant, a tenant's weight scales its share at a join and its steps, so that the
+///   filling ends max-min fair in rate over weight.
 /// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
 ///
 /// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`) and [`Filling`]
@@ -76,6 +78,7 @@ impl WaterFilling {
             flows: Vec::new(),
             members: Vec::new(),
             allocated: 0.0,
+            weights: 0.0,
             cursor: 0,
         };
         WaterFilling {
@@ -111,6 +114,8 @@ struct Fill {
     members: Vec<u32>,
     /// The members' rates together.
     allocated: f64,
+    /// The members' weights together.
+    weights: f64,
     /// The next member a class short of room takes a step from.
     cursor: usize,
 }
@@ -127,6 +132,8 @@ struct Flow {
     adjusted: u64,
     /// Its index in `members`, or [`NIL`].
     position: u32,
+    /// Its weight (1 for a queue pair; a tenant's weight by tenant).
+    weight: f64,
 }
 
 impl Flow {
@@ -139,19 +146,27 @@ impl Flow {
 impl Fill {
     fn adjust(&mut self, c: usize) {
         let (used, rate) = (self.flows[c].estimate.rate(), self.flows[c].rate);
+        // Steps and comparisons are per unit of weight: the filling ends max-min fair in
+        // rate over weight.
+        let weight = self.flows[c].weight;
+        let step = self.step * weight;
         if used >= 0.95 * rate {
             let room = self.link - self.allocated;
             if room > 1e-12 {
-                let d = self.step.min(room);
+                let d = step.min(room);
                 self.flows[c].set(rate + d);
                 self.allocated += d;
             } else if !self.members.is_empty() {
                 self.cursor = (self.cursor + 1) % self.members.len();
-                let other = self.members[self.cursor] as usize;
-                let richer = self.flows[other].rate;
-                if richer > rate + 1.05 * self.step {
-                    self.flows[other].set(richer - self.step);
-                    self.flows[c].set(rate + self.step);
+                let other = &self.flows[self.members[self.cursor] as usize];
+                let (richer, other_weight) = (other.rate, other.weight);
+                // It gains a step per weight and the other loses `step / other_weight`:
+                // with this margin the other never gains enough to take it back.
+                let margin = 1.05 * self.step * (weight / other_weight).max(1.0);
+                if richer / other_weight > rate / weight + margin {
+                    let other = self.members[self.cursor] as usize;
+                    self.flows[other].set(richer - step);
+                    self.flows[c].set(rate + step);
                 }
             }
         } else if used < 0.8 * rate {
@@ -174,28 +189,33 @@ impl Allocator for Fill {
                 estimate: RateEstimate::default(),
                 adjusted: 0,
                 position: NIL,
+                weight: 1.0,
             };
             self.flows.resize(n, flow);
             self.members.reserve(n - self.members.len());
         }
     }
 
-    fn join(&mut self, class: u32, _weight: u32, now: u64) {
-        let n = self.members.len() + 1;
+    fn join(&mut self, class: u32, weight: u32, now: u64) {
+        // The join rule by weight: with equal weights, the others keep (n-1)/n and the
+        // newcomer gets C/n.
+        let weight = f64::from(weight.max(1));
+        self.weights += weight;
+        let keep = (self.weights - weight) / self.weights;
         let mut others = 0.0;
         for &g in &self.members {
             let g = &mut self.flows[g as usize];
             g.set(if self.reset {
                 self.initial.max(self.floor)
             } else {
-                (g.rate * (n - 1) as f64 / n as f64).max(self.floor)
+                (g.rate * keep).max(self.floor)
             });
             others += g.rate;
         }
         let rate = if self.reset {
             self.initial
         } else {
-            (self.link / n as f64).min(self.link - others)
+            (self.link * weight / self.weights).min(self.link - others)
         }
         .max(self.floor);
         self.flows[class as usize] = Flow {
@@ -204,6 +224,7 @@ impl Allocator for Fill {
             estimate: RateEstimate::starting_at(rate),
             adjusted: now,
             position: self.members.len() as u32,
+            weight,
         };
         self.members.push(class);
         self.allocated = others + rate;
@@ -217,8 +238,10 @@ impl Allocator for Fill {
             self.flows[moved as usize].position = at as u32;
         }
         self.allocated = (self.allocated - self.flows[c].rate).max(0.0);
+        self.weights -= self.flows[c].weight;
         if self.members.is_empty() {
             self.allocated = 0.0;
+            self.weights = 0.0;
         }
     }
 
@@ -266,6 +289,46 @@ mod tests {
         assert!((s.allocated() - 12.5).abs() < 1e-9);
         s.remove(1);
         assert!((s.allocated() - 12.5 * 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn by_tenant_backlogged_tenants_fill_to_shares_by_weight() {
+        use crate::Instant;
+        use crate::policy::{Served, Tenant};
+        use sluice_wire::Opcode;
+
+        let pacing = Pacing {
+            by_tenant: true,
+            ..Pacing::default()
+        };
+        let mut s = WaterFilling::new(pacing, Filling::default());
+        for qp in 0..3 {
+            s.reset(qp);
+        }
+        // Tenant 0 with two queue pairs, tenant 9 (weight 3) with one; all backlogged on a
+        // link at C.
+        s.set_tenant(2, Tenant { id: 9, weight: 3 });
+        for qp in 0..3 {
+            s.wake(qp);
+        }
+        let packet = Served {
+            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+            payload_len: 1024,
+        };
+        let mut now = 0.0f64;
+        while now < 2e6 {
+            let t = Instant::from_nanos(now as u64);
+            match s.next(t) {
+                Some(qp) => {
+                    s.served(qp, t, Some(packet), true);
+                    now += f64::from(packet.link_len()) / 12.5;
+                }
+                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+            }
+        }
+        let (a, b) = (s.rate(0), s.rate(1));
+        assert!((a + b - 12.5).abs() < 0.01, "{a} + {b}");
+        assert!((b / a - 3.0).abs() < 0.15, "{a} {b}");
     }
 
     #[test]
