@@ -22,9 +22,10 @@ pub(crate) trait Allocator: std::fmt::Debug + 'static {
     /// Its inverse, nanoseconds per byte (kept by the allocator so that a packet costs
     /// multiplications, not divisions).
     fn cost(&self, class: u32) -> f64;
-    /// Class `class` sent `bytes` on the link at `now`.
-    fn sent(&mut self, class: u32, bytes: u32, now: u64) {
-        let _ = (class, bytes, now);
+    /// Class `class` sent `bytes` on the link at `now`; `backlogged`: it has more to send,
+    /// so its bucket, not its demand, is what holds it back.
+    fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
+        let _ = (class, bytes, now, backlogged);
     }
 }
 
@@ -297,7 +298,8 @@ impl<A: Allocator> Paced<A> {
             let full = self.now as f64 - self.burst * cost;
             let class = &mut self.classes[ci];
             class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
-            self.alloc.sent(c, bytes, self.now);
+            let backlogged = more || self.has_waiting(c);
+            self.alloc.sent(c, bytes, self.now, backlogged);
             cost = self.alloc.cost(c);
         }
         if more {
