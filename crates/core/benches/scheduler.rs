@@ -8,7 +8,8 @@
 //! is in the time). Every queue pair always has something to send; with 1, 1,024 and
 //! 16,384 of them, ns per decision and the ratio to round robin measured in the same run.
 //!
-//! `cargo bench -p sluice-core --bench scheduler` (criterion runs first, then the summary table).
+//! `cargo bench -p sluice-core --bench scheduler` (criterion runs first, then the summary
+//! table); `SLUICE_BENCH_SCHED=static:16384` runs one row alone, for a profiler.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant as WallClock};
@@ -194,6 +195,24 @@ fn summary() {
 }
 
 fn main() {
+    // SLUICE_BENCH_SCHED=NAME:QPS: only that scheduler's row for that many queue pairs, three
+    // times (for a profiler: `perf record` sees nothing else).
+    if let Ok(row) = std::env::var("SLUICE_BENCH_SCHED") {
+        let (name, qps) = row
+            .split_once(':')
+            .expect("SLUICE_BENCH_SCHED: NAME:QPS, e.g. static:16384");
+        let qps: usize = qps
+            .parse()
+            .expect("SLUICE_BENCH_SCHED: a number of queue pairs");
+        let mut bench = Bench::new(name, qps);
+        for _ in 0..3 {
+            println!(
+                "  {name} {qps}: {:.1} ns",
+                best_of(&mut bench, Duration::from_millis(500))
+            );
+        }
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     criterion_benches(&mut c);
     c.final_summary();

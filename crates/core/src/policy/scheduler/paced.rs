@@ -59,6 +59,14 @@ const NO_CLASS: Class = Class {
     waiting: false,
 };
 
+/// `x` ns rounded up to a whole ns, 0 if negative. By hand: without SSE4.1 (the baseline
+/// target) `f64::ceil` is a call into libm, on every packet.
+#[inline]
+fn ceil_ns(x: f64) -> u64 {
+    let t = (x as i64).max(0);
+    (t + i64::from((t as f64) < x)) as u64
+}
+
 /// Not dropped (held, or never woken).
 const HELD: u64 = u64::MAX;
 
@@ -217,7 +225,7 @@ impl<A: Allocator> Paced<A> {
         if class.ready_at < full {
             class.ready_at = full;
         }
-        let at = class.ready_at.ceil() as u64;
+        let at = ceil_ns(class.ready_at);
         class.state = State::Queued;
         if at <= self.now {
             self.ready.push_back(c);
@@ -353,6 +361,15 @@ impl<A: Allocator> Paced<A> {
     pub(crate) fn classes(&self) -> usize {
         self.classes.iter().filter(|c| c.members > 0).count()
     }
+}
+
+#[cfg(test)]
+#[test]
+fn ceil_ns_rounds_up() {
+    assert_eq!(
+        [-3.5, 0.0, 0.2, 7.0, 7.000001].map(ceil_ns),
+        [0, 0, 1, 7, 8]
+    );
 }
 
 /// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`].
