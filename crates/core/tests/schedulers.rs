@@ -561,6 +561,46 @@ fn every_scheduler_carries_writes_through_an_engine() {
     }
 }
 
+/// SCR Table 2's shape on the fake link: a 4 KiB writer against a 64 KiB one, both always
+/// backlogged: the hardware model gives the small one about a third, the others half.
+#[test]
+fn only_the_hardware_model_favours_large_messages() {
+    let flows = |small: u32| {
+        vec![
+            Flow {
+                tenant: 0,
+                weight: 1,
+                demand: None,
+                message: small,
+            },
+            Flow {
+                tenant: 1,
+                weight: 1,
+                demand: None,
+                message: 64,
+            },
+        ]
+    };
+    for (name, s, paces) in schedulers() {
+        let mut link = Link::new(s, flows(4), paces);
+        link.run(1_000_000).unwrap();
+        link.measure();
+        link.run(3_000_000).unwrap();
+        let r = link.rates();
+        let small = r[0] / (r[0] + r[1]);
+        if name == "nic-default" {
+            assert!((0.28..0.38).contains(&small), "{name}: {r:?}");
+            // Equal messages share evenly.
+            let mut link = Link::new(Box::new(NicDefault::default()), flows(64), true);
+            link.run(2_000_000).unwrap();
+            let r = link.rates();
+            assert!((r[0] / r[1] - 1.0).abs() < 0.02, "{name}: {r:?}");
+        } else if name != "per-message" {
+            assert!((small - 0.5).abs() < 0.02, "{name}: {r:?}");
+        }
+    }
+}
+
 #[test]
 fn max_min_in_closed_form() {
     let fair = max_min(10.0, &[Some(1.0), None, Some(6.0), None]);
