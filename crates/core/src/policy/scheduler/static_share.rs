@@ -14,9 +14,10 @@ use super::paced::{Allocator, Paced, paced_scheduler};
 /// between members, but a member that cannot use its share (small messages, a shallow
 /// queue) leaves it unused, and one that could use more is held at C/N.
 ///
-/// Parameters ([`Pacing`]): `link` (C, bit/s), `floor` (bit/s), `by` (`qp` or `tenant`),
-/// `burst` (a bucket's depth, bytes) and `linger` (how long a queue pair with nothing to send
-/// keeps its share).
+/// Parameters ([`Pacing`]; rates in Gbit/s by name in the registry): `link` (C, default
+/// 100 Gbit/s: the scheduler is not told the engine's line rate), `floor` (default 1% of
+/// C), `by` (`qp` or `tenant`), `burst` (a bucket's depth, bytes) and `linger` (how long a
+/// queue pair with nothing to send keeps its share).
 #[derive(Debug)]
 pub struct StaticShare {
     paced: Paced<Even>,

@@ -58,8 +58,9 @@ impl Default for Filling {
 ///   filling ends max-min fair in rate over weight.
 /// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
 ///
-/// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`) and [`Filling`]
-/// (`step`, `join`, `initial`, `interval`, `gain`).
+/// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`, as for
+/// [`super::StaticShare`]) and [`Filling`] (`step`, `join` = `share` or `reset`, `initial`,
+/// `interval`, `gain`); rates in Gbit/s by name in the registry.
 #[derive(Debug)]
 pub struct WaterFilling {
     paced: Paced<Fill>,
