@@ -13,6 +13,9 @@
 //!   closed form, within a step (plus the headroom it leaves demand-limited flows), and its
 //!   rates never sum above C.
 //!
+//! - Through an engine: every scheduler carries two tenants' WRITEs to completion (the
+//!   pacing ones through the engine's `next_timeout`).
+//!
 //! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
 //! demand set that still fails.
@@ -21,6 +24,8 @@ use std::any::Any;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+use std::time::Duration;
+
 use sluice_core::Instant;
 use sluice_core::policy::{
     Drr, Filling, NicDefault, Pacing, PerMessage, RoundRobin, Scheduler, Served, StaticShare,
@@ -513,6 +518,87 @@ fn drr_never_starves_a_backlogged_tenant() {
 #[test]
 fn water_filling_reaches_max_min_fair_rates_and_never_allocates_above_c() {
     check_all(9, 24, water_filling_is_max_min_fair);
+}
+
+#[test]
+fn every_scheduler_carries_writes_through_an_engine() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig, WcStatus};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    for (name, s, _) in schedulers() {
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.engines[0] = Engine::with_policies(
+            EngineConfig::default(),
+            Policies {
+                scheduler: s,
+                ..Policies::default()
+            },
+        );
+        let pairs = [0, 1].map(|_| Pair::connect(&mut world, &PairOptions::default()));
+        for (i, p) in pairs.iter().enumerate() {
+            let tenant = Tenant {
+                id: i as u32,
+                weight: 1 + i as u32,
+            };
+            world.engines[0].set_tenant(p.qp[0], tenant).unwrap();
+            for wr in 0..4 {
+                p.post_write(&mut world, wr, wr * 16384, 16384);
+            }
+        }
+        let cqs = pairs.each_ref().map(|p| p.send_cq[0]);
+        let done = world.run_until(Duration::from_secs(1), |w| {
+            cqs.iter().all(|&cq| w.engines[0].cq_len(cq) == 4)
+        });
+        assert!(done, "{name}: the WRITEs did not complete");
+        for cq in cqs {
+            let statuses: Vec<WcStatus> = Pair::completions(&mut world, 0, cq)
+                .iter()
+                .map(|c| c.status)
+                .collect();
+            assert_eq!(statuses, [WcStatus::Success; 4], "{name}");
+        }
+    }
+}
+
+/// SCR Table 2's shape on the fake link: a 4 KiB writer against a 64 KiB one, both always
+/// backlogged: the hardware model gives the small one about a third, the others half.
+#[test]
+fn only_the_hardware_model_favours_large_messages() {
+    let flows = |small: u32| {
+        vec![
+            Flow {
+                tenant: 0,
+                weight: 1,
+                demand: None,
+                message: small,
+            },
+            Flow {
+                tenant: 1,
+                weight: 1,
+                demand: None,
+                message: 64,
+            },
+        ]
+    };
+    for (name, s, paces) in schedulers() {
+        let mut link = Link::new(s, flows(4), paces);
+        link.run(1_000_000).unwrap();
+        link.measure();
+        link.run(3_000_000).unwrap();
+        let r = link.rates();
+        let small = r[0] / (r[0] + r[1]);
+        if name == "nic-default" {
+            assert!((0.28..0.38).contains(&small), "{name}: {r:?}");
+            // Equal messages share evenly.
+            let mut link = Link::new(Box::new(NicDefault::default()), flows(64), true);
+            link.run(2_000_000).unwrap();
+            let r = link.rates();
+            assert!((r[0] / r[1] - 1.0).abs() < 0.02, "{name}: {r:?}");
+        } else if name != "per-message" {
+            assert!((small - 0.5).abs() < 0.02, "{name}: {r:?}");
+        }
+    }
 }
 
 #[test]

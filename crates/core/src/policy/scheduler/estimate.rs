@@ -11,14 +11,23 @@ use crate::Instant;
 /// packets (a coalesced event): its bytes are summed over the interval, so the sample is the
 /// same. Events in the same nanosecond are summed into the next sample rather than divided
 /// by zero. The first event only starts the clock: it has no interval.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateEstimate {
     /// The estimate, bytes per nanosecond.
     rate: f64,
-    /// The previous event's time in ns, or `None` before the first.
-    last: Option<u64>,
+    /// The previous event's time in ns, or [`NEVER`] before the first.
+    last: u64,
     /// Bytes of events at `last` not yet in a sample.
     pending: u64,
+}
+
+/// No event yet.
+const NEVER: u64 = u64::MAX;
+
+impl Default for RateEstimate {
+    fn default() -> Self {
+        RateEstimate::starting_at(0.0)
+    }
 }
 
 impl RateEstimate {
@@ -27,7 +36,7 @@ impl RateEstimate {
     pub fn starting_at(rate: f64) -> RateEstimate {
         RateEstimate {
             rate,
-            last: None,
+            last: NEVER,
             pending: 0,
         }
     }
@@ -43,15 +52,16 @@ impl RateEstimate {
     #[inline]
     pub fn sample(&mut self, now: Instant, bytes: u64, gain: f64) {
         let now = now.as_nanos();
-        match self.last {
-            Some(last) if now > last => {
-                let sample = (self.pending + bytes) as f64 / (now - last) as f64;
-                self.rate += gain * (sample - self.rate);
-                self.pending = 0;
-                self.last = Some(now);
-            }
-            Some(_) => self.pending += bytes,
-            None => self.last = Some(now),
+        let last = self.last;
+        if last == NEVER {
+            self.last = now;
+        } else if now > last {
+            let sample = (self.pending + bytes) as f64 / (now - last) as f64;
+            self.rate += gain * (sample - self.rate);
+            self.pending = 0;
+            self.last = now;
+        } else {
+            self.pending += bytes;
         }
     }
 }

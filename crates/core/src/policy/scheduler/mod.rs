@@ -18,6 +18,7 @@ mod nic;
 mod paced;
 mod static_share;
 mod water;
+mod wheel;
 
 pub use drr::Drr;
 pub use estimate::RateEstimate;

@@ -27,7 +27,8 @@ use crate::Instant;
 /// would instead give SCR Fig 11's 16:1; the burst is a parameter.)
 ///
 /// Parameters: `burst` (payload bytes per turn, default 8192), `wqe` (byte times per work
-/// request, default 256), `link` (bit/s, to turn byte times into time; default 100 Gbit/s).
+/// request, default 256), `link` (to turn byte times into time; default 100 Gbit/s, in
+/// Gbit/s by name in the registry).
 #[derive(Debug, Clone)]
 pub struct NicDefault {
     ready: VecDeque<u32>,

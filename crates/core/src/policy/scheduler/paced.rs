@@ -2,10 +2,10 @@
 //! queue pairs together) has a dequeue rate set by an [`Allocator`], enforced by a token
 //! bucket, and eligible classes take turns.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use super::lists::{Lists, Tenants};
+use super::wheel::Wheel;
 use super::{Served, Tenant};
 use crate::Instant;
 
@@ -19,9 +19,13 @@ pub(crate) trait Allocator: std::fmt::Debug + 'static {
     fn leave(&mut self, class: u32, now: u64);
     /// The rate class `class` is paced at, bytes per nanosecond (above zero).
     fn rate(&self, class: u32) -> f64;
-    /// Class `class` sent `bytes` on the link at `now`.
-    fn sent(&mut self, class: u32, bytes: u32, now: u64) {
-        let _ = (class, bytes, now);
+    /// Its inverse, nanoseconds per byte (kept by the allocator so that a packet costs
+    /// multiplications, not divisions).
+    fn cost(&self, class: u32) -> f64;
+    /// Class `class` sent `bytes` on the link at `now`; `backlogged`: it has more to send,
+    /// so its bucket, not its demand, is what holds it back.
+    fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
+        let _ = (class, bytes, now, backlogged);
     }
 }
 
@@ -36,6 +40,33 @@ enum State {
     Serving,
 }
 
+/// A class's pacing state.
+#[derive(Debug, Clone, Copy)]
+struct Class {
+    /// When its bucket allows its next packet, ns.
+    ready_at: f64,
+    /// Its member queue pairs.
+    members: u32,
+    state: State,
+    /// Classes are queue pairs: its queue pair waits (else the lists say who waits).
+    waiting: bool,
+}
+
+const NO_CLASS: Class = Class {
+    ready_at: 0.0,
+    members: 0,
+    state: State::Idle,
+    waiting: false,
+};
+
+/// `x` ns rounded up to a whole ns, 0 if negative. By hand: without SSE4.1 (the baseline
+/// target) `f64::ceil` is a call into libm, on every packet.
+#[inline]
+fn ceil_ns(x: f64) -> u64 {
+    let t = (x as i64).max(0);
+    (t + i64::from((t as f64) < x)) as u64
+}
+
 /// Not dropped (held, or never woken).
 const HELD: u64 = u64::MAX;
 
@@ -45,7 +76,8 @@ const HELD: u64 = u64::MAX;
 /// woken, and leaves when it is removed, reset, or has been dropped (nothing more to send)
 /// for longer than `linger`: a queue pair that pauses between messages keeps its share.
 /// A class whose bucket allows its next packet is ready; ready classes take turns, one
-/// packet each; the others wait in a heap by the time their bucket allows it.
+/// packet each; the others wait in a timing wheel for the time their bucket allows it
+/// (released at the start of the wheel's 256 ns slot that holds it, a little early).
 #[derive(Debug)]
 pub(crate) struct Paced<A> {
     pub(crate) alloc: A,
@@ -61,13 +93,10 @@ pub(crate) struct Paced<A> {
     /// Drops in time order, for leaving after `linger`.
     drops: VecDeque<(u64, u32)>,
     linger: u64,
-    /// Each class's member queue pairs.
-    members: Vec<u32>,
-    /// When each class's bucket allows its next packet, ns.
-    ready_at: Vec<f64>,
-    state: Vec<State>,
+    /// Each class's state, together so that a decision touches one line per class.
+    classes: Vec<Class>,
     ready: VecDeque<u32>,
-    waiting: BinaryHeap<Reverse<(u64, u32)>>,
+    waiting: Wheel,
     /// The bucket's depth, bytes: what a class that waited may send back to back.
     burst: f64,
     /// The latest time seen (wake is not told the time).
@@ -85,11 +114,9 @@ impl<A: Allocator> Paced<A> {
             dropped: Vec::new(),
             drops: VecDeque::new(),
             linger,
-            members: Vec::new(),
-            ready_at: Vec::new(),
-            state: Vec::new(),
+            classes: Vec::new(),
             ready: VecDeque::new(),
-            waiting: BinaryHeap::new(),
+            waiting: Wheel::default(),
             burst: f64::from(burst),
             now: 0,
         }
@@ -106,14 +133,14 @@ impl<A: Allocator> Paced<A> {
 
     fn grow_classes(&mut self, class: u32) {
         let n = class as usize + 1;
-        if self.members.len() < n {
-            self.members.resize(n, 0);
-            self.ready_at.resize(n, 0.0);
-            self.state.resize(n, State::Idle);
-            self.qps.grow_lists(class);
+        if self.classes.len() < n {
+            self.classes.resize(n, NO_CLASS);
+            if self.by_tenant {
+                self.qps.grow_lists(class);
+            }
             self.alloc.grow(class);
             self.ready.reserve(n.saturating_sub(self.ready.len()));
-            self.waiting.reserve(n.saturating_sub(self.waiting.len()));
+            self.waiting.grow(class);
         }
     }
 
@@ -131,8 +158,8 @@ impl<A: Allocator> Paced<A> {
         }
         self.member[qp as usize] = true;
         let c = self.class(qp);
-        self.members[c as usize] += 1;
-        if self.members[c as usize] == 1 {
+        self.classes[c as usize].members += 1;
+        if self.classes[c as usize].members == 1 {
             let weight = self.weight(qp);
             self.alloc.join(c, weight, self.now);
         }
@@ -143,27 +170,67 @@ impl<A: Allocator> Paced<A> {
             return;
         }
         let c = self.class(qp);
-        self.members[c as usize] -= 1;
-        if self.members[c as usize] == 0 {
+        self.classes[c as usize].members -= 1;
+        if self.classes[c as usize].members == 0 {
             self.alloc.leave(c, self.now);
         }
     }
 
-    /// Puts class `c`, with a queue pair waiting, where its bucket says.
+    /// Queue pair `qp` of class `c` waits.
     #[inline]
-    fn enqueue(&mut self, c: u32) {
-        let ci = c as usize;
-        // A bucket fills up to `burst` while its class waits or idles.
-        let full = self.now as f64 - self.burst / self.alloc.rate(c);
-        if self.ready_at[ci] < full {
-            self.ready_at[ci] = full;
+    fn push(&mut self, c: u32, qp: u32) {
+        if self.by_tenant {
+            self.qps.push_back(c, qp);
+        } else {
+            self.classes[c as usize].waiting = true;
         }
-        let at = self.ready_at[ci].ceil() as u64;
-        self.state[ci] = State::Queued;
+    }
+
+    /// The next waiting queue pair of class `c`.
+    #[inline]
+    fn pop(&mut self, c: u32) -> Option<u32> {
+        if self.by_tenant {
+            self.qps.pop_front(c)
+        } else {
+            std::mem::take(&mut self.classes[c as usize].waiting).then_some(c)
+        }
+    }
+
+    #[inline]
+    fn has_waiting(&self, c: u32) -> bool {
+        if self.by_tenant {
+            !self.qps.is_empty(c)
+        } else {
+            self.classes[c as usize].waiting
+        }
+    }
+
+    /// Queue pair `qp` no longer waits; whether it did.
+    fn unlink(&mut self, qp: u32) -> bool {
+        if self.by_tenant {
+            self.qps.unlink(qp).is_some()
+        } else {
+            std::mem::take(&mut self.classes[qp as usize].waiting)
+        }
+    }
+
+    /// Puts class `c`, with a queue pair waiting, where its bucket (filling at one byte
+    /// per `cost` ns) says.
+    #[inline]
+    fn enqueue(&mut self, c: u32, cost: f64) {
+        let now = self.now;
+        let class = &mut self.classes[c as usize];
+        // A bucket fills up to `burst` while its class waits or idles.
+        let full = now as f64 - self.burst * cost;
+        if class.ready_at < full {
+            class.ready_at = full;
+        }
+        let at = ceil_ns(class.ready_at);
+        class.state = State::Queued;
         if at <= self.now {
             self.ready.push_back(c);
         } else {
-            self.waiting.push(Reverse((at, c)));
+            self.waiting.insert(at, c, &mut self.ready);
         }
     }
 
@@ -182,7 +249,7 @@ impl<A: Allocator> Paced<A> {
 
     pub(crate) fn reset(&mut self, qp: u32) {
         if (qp as usize) < self.member.len() {
-            self.qps.unlink(qp);
+            self.unlink(qp);
             self.leave(qp);
         }
         self.tenants.reset(qp);
@@ -203,9 +270,10 @@ impl<A: Allocator> Paced<A> {
         self.dropped[qp as usize] = HELD;
         self.join(qp);
         let c = self.class(qp);
-        self.qps.push_back(c, qp);
-        if self.state[c as usize] == State::Idle {
-            self.enqueue(c);
+        self.push(c, qp);
+        if self.classes[c as usize].state == State::Idle {
+            let cost = self.alloc.cost(c);
+            self.enqueue(c, cost);
         }
     }
 
@@ -215,20 +283,14 @@ impl<A: Allocator> Paced<A> {
         if !self.drops.is_empty() {
             self.expire_drops();
         }
-        while let Some(&Reverse((at, c))) = self.waiting.peek() {
-            if at > self.now {
-                break;
-            }
-            self.waiting.pop();
-            self.ready.push_back(c);
-        }
+        self.waiting.release(self.now, &mut self.ready);
         while let Some(c) = self.ready.pop_front() {
-            if let Some(qp) = self.qps.pop_front(c) {
-                self.state[c as usize] = State::Serving;
+            if let Some(qp) = self.pop(c) {
+                self.classes[c as usize].state = State::Serving;
                 return Some(qp);
             }
             // Its queue pairs were removed while it waited.
-            self.state[c as usize] = State::Idle;
+            self.classes[c as usize].state = State::Idle;
         }
         None
     }
@@ -238,29 +300,32 @@ impl<A: Allocator> Paced<A> {
         self.now = self.now.max(now.as_nanos());
         let c = self.class(qp);
         let ci = c as usize;
+        let mut cost = self.alloc.cost(c);
         if let Some(s) = sent {
             let bytes = s.link_len();
-            let rate = self.alloc.rate(c);
-            let full = self.now as f64 - self.burst / rate;
-            self.ready_at[ci] = self.ready_at[ci].max(full) + f64::from(bytes) / rate;
-            self.alloc.sent(c, bytes, self.now);
+            let full = self.now as f64 - self.burst * cost;
+            let class = &mut self.classes[ci];
+            class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
+            let backlogged = more || self.has_waiting(c);
+            self.alloc.sent(c, bytes, self.now, backlogged);
+            cost = self.alloc.cost(c);
         }
         if more {
-            self.qps.push_back(c, qp);
+            self.push(c, qp);
         } else {
             self.dropped[qp as usize] = self.now;
             self.drops.push_back((self.now, qp));
         }
-        if self.state[ci] != State::Queued {
-            self.state[ci] = State::Idle;
-            if !self.qps.is_empty(c) {
-                self.enqueue(c);
+        if self.classes[ci].state != State::Queued {
+            self.classes[ci].state = State::Idle;
+            if self.has_waiting(c) {
+                self.enqueue(c, cost);
             }
         }
     }
 
     pub(crate) fn remove(&mut self, qp: u32) {
-        self.qps.unlink(qp);
+        self.unlink(qp);
         self.dropped[qp as usize] = HELD;
         self.leave(qp);
     }
@@ -272,7 +337,7 @@ impl<A: Allocator> Paced<A> {
             return;
         }
         self.grow_classes(slot);
-        let listed = self.qps.unlink(qp).is_some();
+        let listed = self.unlink(qp);
         let was = self.member[qp as usize];
         self.leave(qp);
         self.tenants.of[qp as usize] = slot;
@@ -288,16 +353,23 @@ impl<A: Allocator> Paced<A> {
         if !self.ready.is_empty() {
             return Some(Instant::from_nanos(self.now));
         }
-        self.waiting
-            .peek()
-            .map(|&Reverse((at, _))| Instant::from_nanos(at))
+        self.waiting.next_time().map(Instant::from_nanos)
     }
 
     /// The members (classes) there are now, for tests.
     #[cfg(test)]
     pub(crate) fn classes(&self) -> usize {
-        self.members.iter().filter(|&&m| m > 0).count()
+        self.classes.iter().filter(|c| c.members > 0).count()
     }
+}
+
+#[cfg(test)]
+#[test]
+fn ceil_ns_rounds_up() {
+    assert_eq!(
+        [-3.5, 0.0, 0.2, 7.0, 7.000001].map(ceil_ns),
+        [0, 0, 1, 7, 8]
+    );
 }
 
 /// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`].

@@ -14,9 +14,10 @@ use super::paced::{Allocator, Paced, paced_scheduler};
 /// between members, but a member that cannot use its share (small messages, a shallow
 /// queue) leaves it unused, and one that could use more is held at C/N.
 ///
-/// Parameters ([`Pacing`]): `link` (C, bit/s), `floor` (bit/s), `by` (`qp` or `tenant`),
-/// `burst` (a bucket's depth, bytes) and `linger` (how long a queue pair with nothing to send
-/// keeps its share).
+/// Parameters ([`Pacing`]; rates in Gbit/s by name in the registry): `link` (C, default
+/// 100 Gbit/s: the scheduler is not told the engine's line rate), `floor` (default 1% of
+/// C), `by` (`qp` or `tenant`), `burst` (a bucket's depth, bytes) and `linger` (how long a
+/// queue pair with nothing to send keeps its share).
 #[derive(Debug)]
 pub struct StaticShare {
     paced: Paced<Even>,
@@ -30,6 +31,9 @@ impl StaticShare {
             floor: pacing.floor_bytes_per_ns(),
             weight: Vec::new(),
             total: 0,
+            uniform: !pacing.by_tenant,
+            share: 0.0,
+            cost: 0.0,
         };
         StaticShare {
             paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
@@ -51,6 +55,19 @@ struct Even {
     floor: f64,
     weight: Vec<u32>,
     total: u64,
+    /// Every member weighs 1 (classes are queue pairs): all share `share`.
+    uniform: bool,
+    /// C over the total weight, above the floor.
+    share: f64,
+    /// Its inverse.
+    cost: f64,
+}
+
+impl Even {
+    fn update(&mut self) {
+        self.share = (self.link / self.total.max(1) as f64).max(self.floor);
+        self.cost = 1.0 / self.share;
+    }
 }
 
 impl Allocator for Even {
@@ -63,16 +80,29 @@ impl Allocator for Even {
     fn join(&mut self, class: u32, weight: u32, _now: u64) {
         self.weight[class as usize] = weight.max(1);
         self.total += u64::from(weight.max(1));
+        self.update();
     }
 
     fn leave(&mut self, class: u32, _now: u64) {
         self.total -= u64::from(std::mem::take(&mut self.weight[class as usize]));
+        self.update();
     }
 
     #[inline]
     fn rate(&self, class: u32) -> f64 {
+        if self.uniform {
+            return self.share;
+        }
         let w = self.weight[class as usize].max(1);
         (self.link * f64::from(w) / self.total.max(1) as f64).max(self.floor)
+    }
+
+    #[inline]
+    fn cost(&self, class: u32) -> f64 {
+        if self.uniform {
+            return self.cost;
+        }
+        1.0 / self.rate(class)
     }
 }
 

@@ -44,18 +44,23 @@ impl Default for Filling {
 ///   (SCR Fig 9's strategy (c)); or, with `reset_on_join`, every rate starts again from
 ///   `initial` and fills up (Fig 16).
 /// - Each class's bandwidth is estimated from its packets ([`RateEstimate`]); at most every
-///   `interval` its rate is adjusted: a class using its rate (estimate at least 95% of it)
-///   gets a `step` more while the rates sum below C; a class using well under its rate
-///   (below 80%) is degraded: its rate drops to 110% of what it uses, and the rest goes back
-///   to the pool; otherwise it holds.
+///   `interval` its rate is adjusted: a class using its rate gets a `step` more while the
+///   rates sum below C; a class using well under its rate (estimate below 80% of it) is
+///   degraded: its rate drops to 110% of what it uses, and the rest goes back to the pool;
+///   otherwise it holds. A class uses its rate when it still has something to send as it
+///   sends (its bucket holds it back), or when its estimate is at least 95% of its rate:
+///   the estimate alone lags a rate that just rose, and would call a hungry class degraded.
 /// - A class using its rate that finds the pool empty takes a step from another member
 ///   (visited in turn) holding more than a step more than it, so that rates equalize
 ///   after a degradation or an uneven start; SCR relies on joins alone for that.
 /// - Leave: its rate goes back to the pool, filled by the others' steps.
+/// - By tenant, a tenant's weight scales its share at a join and its steps, so that the
+///   filling ends max-min fair in rate over weight.
 /// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
 ///
-/// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`) and [`Filling`]
-/// (`step`, `join`, `initial`, `interval`, `gain`).
+/// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`, as for
+/// [`super::StaticShare`]) and [`Filling`] (`step`, `join` = `share` or `reset`, `initial`,
+/// `interval`, `gain`); rates in Gbit/s by name in the registry.
 #[derive(Debug)]
 pub struct WaterFilling {
     paced: Paced<Fill>,
@@ -73,12 +78,10 @@ impl WaterFilling {
             initial: per_ns(filling.initial),
             interval: u64::try_from(filling.interval.as_nanos()).unwrap_or(u64::MAX),
             gain: filling.gain.clamp(0.0, 1.0),
-            rate: Vec::new(),
-            estimate: Vec::new(),
-            adjusted: Vec::new(),
+            flows: Vec::new(),
             members: Vec::new(),
-            position: Vec::new(),
             allocated: 0.0,
+            weights: 0.0,
             cursor: 0,
         };
         WaterFilling {
@@ -109,41 +112,71 @@ struct Fill {
     initial: f64,
     interval: u64,
     gain: f64,
-    rate: Vec<f64>,
-    estimate: Vec<RateEstimate>,
-    /// When each class's rate was last adjusted, ns.
-    adjusted: Vec<u64>,
+    /// Each class's rate and estimate, together so that a packet touches one line.
+    flows: Vec<Flow>,
     members: Vec<u32>,
-    /// Each class's index in `members`, or [`NIL`].
-    position: Vec<u32>,
     /// The members' rates together.
     allocated: f64,
+    /// The members' weights together.
+    weights: f64,
     /// The next member a class short of room takes a step from.
     cursor: usize,
 }
 
+/// One class's filling state.
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    /// Bytes per ns.
+    rate: f64,
+    /// Its inverse, ns per byte.
+    cost: f64,
+    estimate: RateEstimate,
+    /// When its rate was last adjusted, ns.
+    adjusted: u64,
+    /// Its index in `members`, or [`NIL`].
+    position: u32,
+    /// Its weight (1 for a queue pair; a tenant's weight by tenant).
+    weight: f64,
+}
+
+impl Flow {
+    fn set(&mut self, rate: f64) {
+        self.rate = rate;
+        self.cost = 1.0 / rate;
+    }
+}
+
 impl Fill {
-    fn adjust(&mut self, c: usize) {
-        let (used, rate) = (self.estimate[c].rate(), self.rate[c]);
-        if used >= 0.95 * rate {
+    fn adjust(&mut self, c: usize, backlogged: bool) {
+        let (used, rate) = (self.flows[c].estimate.rate(), self.flows[c].rate);
+        // Steps and comparisons are per unit of weight: the filling ends max-min fair in
+        // rate over weight.
+        let weight = self.flows[c].weight;
+        let step = self.step * weight;
+        if backlogged || used >= 0.95 * rate {
             let room = self.link - self.allocated;
             if room > 1e-12 {
-                let d = self.step.min(room);
-                self.rate[c] += d;
+                let d = step.min(room);
+                self.flows[c].set(rate + d);
                 self.allocated += d;
             } else if !self.members.is_empty() {
                 self.cursor = (self.cursor + 1) % self.members.len();
-                let other = self.members[self.cursor] as usize;
-                if self.rate[other] > rate + 1.05 * self.step {
-                    self.rate[other] -= self.step;
-                    self.rate[c] += self.step;
+                let other = &self.flows[self.members[self.cursor] as usize];
+                let (richer, other_weight) = (other.rate, other.weight);
+                // It gains a step per weight and the other loses `step / other_weight`:
+                // with this margin the other never gains enough to take it back.
+                let margin = 1.05 * self.step * (weight / other_weight).max(1.0);
+                if richer / other_weight > rate / weight + margin {
+                    let other = self.members[self.cursor] as usize;
+                    self.flows[other].set(richer - step);
+                    self.flows[c].set(rate + step);
                 }
             }
         } else if used < 0.8 * rate {
             let new = (used * 1.1).max(self.floor);
             if new < rate {
                 self.allocated -= rate - new;
-                self.rate[c] = new;
+                self.flows[c].set(new);
             }
         }
     }
@@ -152,66 +185,88 @@ impl Fill {
 impl Allocator for Fill {
     fn grow(&mut self, class: u32) {
         let n = class as usize + 1;
-        if self.rate.len() < n {
-            self.rate.resize(n, self.floor);
-            self.estimate.resize(n, RateEstimate::default());
-            self.adjusted.resize(n, 0);
-            self.position.resize(n, NIL);
+        if self.flows.len() < n {
+            let flow = Flow {
+                rate: self.floor,
+                cost: 1.0 / self.floor,
+                estimate: RateEstimate::default(),
+                adjusted: 0,
+                position: NIL,
+                weight: 1.0,
+            };
+            self.flows.resize(n, flow);
             self.members.reserve(n - self.members.len());
         }
     }
 
-    fn join(&mut self, class: u32, _weight: u32, now: u64) {
-        let n = self.members.len() + 1;
+    fn join(&mut self, class: u32, weight: u32, now: u64) {
+        // The join rule by weight: with equal weights, the others keep (n-1)/n and the
+        // newcomer gets C/n.
+        let weight = f64::from(weight.max(1));
+        self.weights += weight;
+        let keep = (self.weights - weight) / self.weights;
         let mut others = 0.0;
         for &g in &self.members {
-            let g = g as usize;
-            self.rate[g] = if self.reset {
+            let g = &mut self.flows[g as usize];
+            g.set(if self.reset {
                 self.initial.max(self.floor)
             } else {
-                (self.rate[g] * (n - 1) as f64 / n as f64).max(self.floor)
-            };
-            others += self.rate[g];
+                (g.rate * keep).max(self.floor)
+            });
+            others += g.rate;
         }
-        let c = class as usize;
-        self.rate[c] = if self.reset {
+        let rate = if self.reset {
             self.initial
         } else {
-            (self.link / n as f64).min(self.link - others)
+            (self.link * weight / self.weights).min(self.link - others)
         }
         .max(self.floor);
-        self.estimate[c] = RateEstimate::starting_at(self.rate[c]);
-        self.adjusted[c] = now;
-        self.position[c] = self.members.len() as u32;
+        self.flows[class as usize] = Flow {
+            rate,
+            cost: 1.0 / rate,
+            estimate: RateEstimate::starting_at(rate),
+            adjusted: now,
+            position: self.members.len() as u32,
+            weight,
+        };
         self.members.push(class);
-        self.allocated = others + self.rate[c];
+        self.allocated = others + rate;
     }
 
     fn leave(&mut self, class: u32, _now: u64) {
         let c = class as usize;
-        let at = std::mem::replace(&mut self.position[c], NIL) as usize;
+        let at = std::mem::replace(&mut self.flows[c].position, NIL) as usize;
         self.members.swap_remove(at);
         if let Some(&moved) = self.members.get(at) {
-            self.position[moved as usize] = at as u32;
+            self.flows[moved as usize].position = at as u32;
         }
-        self.allocated = (self.allocated - self.rate[c]).max(0.0);
+        self.allocated = (self.allocated - self.flows[c].rate).max(0.0);
+        self.weights -= self.flows[c].weight;
         if self.members.is_empty() {
             self.allocated = 0.0;
+            self.weights = 0.0;
         }
     }
 
     #[inline]
     fn rate(&self, class: u32) -> f64 {
-        self.rate[class as usize]
+        self.flows[class as usize].rate
     }
 
     #[inline]
-    fn sent(&mut self, class: u32, bytes: u32, now: u64) {
+    fn cost(&self, class: u32) -> f64 {
+        self.flows[class as usize].cost
+    }
+
+    #[inline]
+    fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
         let c = class as usize;
-        self.estimate[c].sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
-        if now.saturating_sub(self.adjusted[c]) >= self.interval && self.position[c] != NIL {
-            self.adjusted[c] = now;
-            self.adjust(c);
+        let flow = &mut self.flows[c];
+        flow.estimate
+            .sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
+        if now.saturating_sub(flow.adjusted) >= self.interval && flow.position != NIL {
+            flow.adjusted = now;
+            self.adjust(c, backlogged);
         }
     }
 }
@@ -237,6 +292,109 @@ mod tests {
         assert!((s.allocated() - 12.5).abs() < 1e-9);
         s.remove(1);
         assert!((s.allocated() - 12.5 * 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn by_tenant_backlogged_tenants_fill_to_shares_by_weight() {
+        use crate::Instant;
+        use crate::policy::{Served, Tenant};
+        use sluice_wire::Opcode;
+
+        let pacing = Pacing {
+            by_tenant: true,
+            ..Pacing::default()
+        };
+        let mut s = WaterFilling::new(pacing, Filling::default());
+        for qp in 0..3 {
+            s.reset(qp);
+        }
+        // Tenant 0 with two queue pairs, tenant 9 (weight 3) with one; all backlogged on a
+        // link at C.
+        s.set_tenant(2, Tenant { id: 9, weight: 3 });
+        for qp in 0..3 {
+            s.wake(qp);
+        }
+        let packet = Served {
+            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+            payload_len: 1024,
+        };
+        let mut now = 0.0f64;
+        while now < 2e6 {
+            let t = Instant::from_nanos(now as u64);
+            match s.next(t) {
+                Some(qp) => {
+                    s.served(qp, t, Some(packet), true);
+                    now += f64::from(packet.link_len()) / 12.5;
+                }
+                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+            }
+        }
+        let (a, b) = (s.rate(0), s.rate(1));
+        assert!((a + b - 12.5).abs() < 0.01, "{a} + {b}");
+        assert!((b / a - 3.0).abs() < 0.15, "{a} {b}");
+    }
+
+    /// SCR Table 5's trace: eight backlogged queue pairs start together (each join resets
+    /// everyone to 0.5 Gbit/s), then fill with `step` bit/s steps, one per 4 µs at most;
+    /// returns the time until every rate is within two steps of C/8, in µs.
+    fn convergence_us(step: u64) -> f64 {
+        use crate::Instant;
+        use crate::policy::Served;
+        use sluice_wire::Opcode;
+
+        let pacing = Pacing {
+            floor: 0,
+            ..Pacing::default()
+        };
+        let filling = Filling {
+            step,
+            reset_on_join: true,
+            ..Filling::default()
+        };
+        let mut s = WaterFilling::new(pacing, filling);
+        for qp in 0..8 {
+            s.reset(qp);
+            s.wake(qp);
+        }
+        let packet = Served {
+            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+            payload_len: 1024,
+        };
+        let fair = 12.5 / 8.0;
+        let close = 2.0 * step as f64 / 8e9;
+        let mut now = 0.0f64;
+        while now < 5e6 {
+            if (0..8).all(|qp| (s.rate(qp) - fair).abs() <= close) {
+                return now / 1e3;
+            }
+            let t = Instant::from_nanos(now as u64);
+            match s.next(t) {
+                Some(qp) => {
+                    s.served(qp, t, Some(packet), true);
+                    now += f64::from(packet.link_len()) / 12.5;
+                }
+                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+            }
+        }
+        panic!(
+            "no convergence with {step} bit/s steps: {:?}",
+            (0..8).map(|q| s.rate(q)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn table_5_convergence_time_follows_the_steps() {
+        let times: Vec<f64> = [160_000_000, 400_000_000, 800_000_000]
+            .into_iter()
+            .map(convergence_us)
+            .collect();
+        // SCR: 294, 122 and 49 µs. Here a step waits for a packet as well as for the
+        // interval, and at the first rates a packet takes longer than the interval.
+        assert!(
+            times[0] > 1.5 * times[1] && times[1] > 1.4 * times[2],
+            "{times:?}"
+        );
+        assert!(times[0] < 600.0 && times[2] > 30.0, "{times:?}");
     }
 
     #[test]
