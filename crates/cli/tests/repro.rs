@@ -126,11 +126,12 @@ fn scr_fig11_only_water_filling_is_fair_everywhere() {
 
 #[test]
 fn scr_fig13_water_filling_isolates_the_latency_tenant() {
-    // Not asserted: that water-filling leaves the hog its bandwidth. It does not yet (see
-    // docs/repro.md): the latency tenant's bursts keep its rate estimate near its share.
-    if registered("scr-fig13") {
-        let (_, out) = quick_run("scr-fig13");
+    if let Some(out) = quick_if_registered("scr-fig13") {
         assert!(out.contains("PASS    water-filling cuts"), "{out}");
+        assert!(
+            out.contains("PASS    water-filling: the hog keeps its bandwidth"),
+            "{out}"
+        );
         assert!(out.contains("PASS    static halves the hog"), "{out}");
     }
 }
