@@ -145,3 +145,25 @@ fn scr_fig18_swift_takes_what_the_background_leaves() {
     );
     assert!(out.contains("PASS    without fabric congestion"), "{out}");
 }
+
+#[test]
+fn a_run_repeats_byte_for_byte() {
+    let report = |tag: &str| {
+        let dir = scratch(&format!("again-{tag}"));
+        let out = sluice(&[
+            "repro",
+            "scr-fig18",
+            "--quick",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        let files: Vec<String> = ["report.md", "scr-fig18.svg", "scr-fig18-bg40.toml"]
+            .iter()
+            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        files
+    };
+    assert_eq!(report("a"), report("b"));
+}
