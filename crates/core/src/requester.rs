@@ -187,6 +187,7 @@ fn request_headers(
 
 impl Qp {
     /// The next request packet of queue pair `index`, if its window, fence and limits allow.
+    #[inline]
     pub(crate) fn next_request_packet(
         &mut self,
         nic: &mut Nic,

@@ -681,6 +681,7 @@ impl Qp {
     /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
     /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
     /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
+    #[inline]
     pub(crate) fn next_response_packet(
         &mut self,
         nic: &mut Nic,
