@@ -1053,3 +1053,122 @@ impl Qp {
         nic.enter_error_failing(self, Some((pos, status)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The requester's handlers driven directly: work requests and responses in, request
+    //! packets and completions out.
+
+    use sluice_wire::{Credits, NakCode, Opcode, Syndrome};
+
+    use crate::engine::fixture::{Fixture, MTU, ack, nak, response};
+    use crate::qp::SendOp;
+    use crate::{EngineConfig, Instant, Payload, Recovery, WcOpcode, WcStatus};
+
+    const NOW: Instant = Instant::ZERO;
+
+    /// The PSNs of the request packets the requester sends now, until it stops.
+    fn send_all(f: &mut Fixture) -> Vec<u32> {
+        std::iter::from_fn(|| f.next_request(NOW))
+            .map(|t| t.headers.bth.psn.value())
+            .collect()
+    }
+
+    /// The work request ids and statuses of the completions waiting.
+    fn completions(f: &mut Fixture) -> Vec<(u64, WcStatus)> {
+        std::iter::from_fn(|| f.poll())
+            .map(|c| (c.wr_id, c.status))
+            .collect()
+    }
+
+    #[test]
+    fn acks_retire_requests_and_complete_them_in_order() {
+        let mut f = Fixture::new();
+        for wr_id in 1..=3 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2]);
+        f.respond(NOW, &ack(1), Payload::Len(0));
+        let c = f.poll().expect("the first completes");
+        assert_eq!(
+            (c.wr_id, c.opcode, c.byte_len),
+            (1, WcOpcode::RdmaWrite, 100)
+        );
+        assert_eq!(completions(&mut f), [(2, WcStatus::Success)]);
+        assert_eq!(f.qp().req.una.value(), 2);
+        assert_eq!(f.qp().req.sq.len(), 1);
+        // A stale ACK changes nothing; the last one completes the rest.
+        f.respond(NOW, &ack(0), Payload::Len(0));
+        assert_eq!(f.nic().counters.stale_responses, 1);
+        f.respond(NOW, &ack(2), Payload::Len(0));
+        assert_eq!(completions(&mut f), [(3, WcStatus::Success)]);
+        assert!(f.qp().req.sq.is_empty());
+    }
+
+    #[test]
+    fn a_sequence_error_nak_goes_back_to_the_naked_psn() {
+        let mut f = Fixture::new();
+        for wr_id in 1..=3 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2]);
+        f.respond(NOW, &nak(1, NakCode::PsnSequenceError), Payload::Len(0));
+        // What came before the NAK'd PSN was received.
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(f.nic().counters.naks_received_sequence, 1);
+        // Go-back-N: everything from it again, in order, and nothing else.
+        assert_eq!(send_all(&mut f), [1, 2]);
+        assert_eq!(f.nic().counters.retransmitted_packets, 2);
+    }
+
+    #[test]
+    fn a_full_window_stops_sending_until_an_ack_opens_it() {
+        let config = EngineConfig {
+            max_outstanding_packets: 4,
+            ..EngineConfig::default()
+        };
+        let mut f = Fixture::with(config, Recovery::GoBackN);
+        for wr_id in 1..=6 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2, 3]);
+        f.respond(NOW, &ack(0), Payload::Len(0));
+        assert_eq!(send_all(&mut f), [4]);
+        f.respond(NOW, &ack(4), Payload::Len(0));
+        assert_eq!(send_all(&mut f), [5]);
+    }
+
+    #[test]
+    fn a_gap_in_read_responses_asks_again_once() {
+        let mut f = Fixture::new();
+        let read = SendOp::Read {
+            remote_addr: 0x5000,
+            rkey: 9,
+        };
+        f.post(1, read, 0, 4 * MTU);
+        let request = f.next_request(NOW).expect("the READ request");
+        assert_eq!(request.headers.bth.opcode, Opcode::RC_RDMA_READ_REQUEST);
+        assert!(f.next_request(NOW).is_none());
+        let ok = Some(Syndrome::Ack(Credits::UNLIMITED));
+        let data = [5u8; MTU as usize];
+        let first = response(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, ok);
+        f.respond(NOW, &first, Payload::Bytes(&data));
+        // PSN 1 is lost: the response at 2 asks for the rest again, from 1.
+        let middle = |psn| response(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn, None);
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let again = f.next_request(NOW).expect("a re-request");
+        assert_eq!(again.headers.bth.psn.value(), 1);
+        let reth = again.headers.ext.reth.expect("a RETH");
+        assert_eq!((reth.va, reth.dma_len), (0x5000 + u64::from(MTU), 3 * MTU));
+        // Further responses past the same gap do not ask again.
+        f.respond(NOW, &middle(3), Payload::Bytes(&data));
+        assert!(f.next_request(NOW).is_none());
+        // The responses to the re-request complete the READ.
+        f.respond(NOW, &middle(1), Payload::Bytes(&data));
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let last = response(Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, ok);
+        f.respond(NOW, &last, Payload::Bytes(&data));
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(&f.memory()[..4 * MTU as usize], &[5; 4 * MTU as usize]);
+    }
+}

@@ -815,3 +815,158 @@ impl Qp {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The responder's handlers driven directly: requests in, what it owes the peer out.
+
+    use sluice_wire::{ExtHeaders, NakCode, Opcode, Reth, Syndrome};
+
+    use crate::engine::fixture::{Fixture, MTU, RQ_PSN, request, write_only};
+    use crate::qp::{QpState, Response};
+    use crate::{Instant, Payload};
+
+    const NOW: Instant = Instant::ZERO;
+
+    #[test]
+    fn in_order_writes_execute_and_one_ack_covers_them() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        for i in 0..3u32 {
+            // Only the last asks for an ACK.
+            let w = write_only(RQ_PSN + i, i == 2, rkey, va + u64::from(i) * 4, 4);
+            f.request(&w, Payload::Bytes(&[i as u8 + 1; 4]));
+            assert_eq!(f.qp().resp.ack_due, i == 2, "after request {i}");
+        }
+        assert_eq!(&f.memory()[..12], &[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 3);
+        let ack = f.next_response(NOW).expect("an ACK");
+        assert_eq!(ack.headers.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(
+            ack.headers.bth.psn.value(),
+            RQ_PSN + 2,
+            "the last one taken"
+        );
+        assert!(matches!(
+            ack.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Ack(_))
+        ));
+        assert!(f.next_response(NOW).is_none(), "one ACK for all three");
+    }
+
+    #[test]
+    fn a_psn_gap_is_naked_once_at_the_expected_psn() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        for psn in [RQ_PSN + 2, RQ_PSN + 3, RQ_PSN + 5] {
+            f.request(&write_only(psn, true, rkey, va, 4), Payload::Bytes(&[9; 4]));
+        }
+        assert_eq!(&f.memory()[..4], &[0; 4], "nothing past a gap executes");
+        assert_eq!(f.nic().counters.naks_sent_sequence, 1);
+        let nak = f.next_response(NOW).expect("a NAK");
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN, "the first missing PSN");
+        assert_eq!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Nak(NakCode::PsnSequenceError))
+        );
+        assert!(f.next_response(NOW).is_none(), "once per gap");
+        // The missing request fills the gap; a later gap is NAK'd afresh.
+        f.request(
+            &write_only(RQ_PSN, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        f.request(
+            &write_only(RQ_PSN + 2, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(f.nic().counters.naks_sent_sequence, 2);
+    }
+
+    #[test]
+    fn a_duplicate_write_is_acknowledged_again_not_executed_again() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        f.request(
+            &write_only(RQ_PSN, true, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert!(f.next_response(NOW).is_some());
+        // The application changes the bytes; a resent copy must not write them back.
+        f.memory()[..4].copy_from_slice(&[7; 4]);
+        f.request(
+            &write_only(RQ_PSN, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(&f.memory()[..4], &[7; 4]);
+        assert_eq!(f.nic().counters.duplicate_requests, 1);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
+        let ack = f.next_response(NOW).expect("the duplicate is acknowledged");
+        assert_eq!(ack.headers.bth.psn.value(), RQ_PSN);
+    }
+
+    #[test]
+    fn a_duplicate_read_is_served_again_from_the_kept_request() {
+        let mut f = Fixture::new();
+        let reth = Reth {
+            va: f.mr.addr,
+            rkey: f.mr.rkey,
+            dma_len: 2 * MTU,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        let read = request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, false, ext);
+        f.request(&read, Payload::Len(0));
+        assert_eq!(
+            f.qp().resp.epsn.value(),
+            RQ_PSN + 2,
+            "a READ takes its span"
+        );
+        for psn in [RQ_PSN, RQ_PSN + 1] {
+            let r = f.next_response(NOW).expect("a READ response");
+            assert_eq!(r.headers.bth.psn.value(), psn);
+        }
+        assert!(f.next_response(NOW).is_none());
+        // A READ never taken (before the first expected PSN) is not answered.
+        let unknown = request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN - 4, false, ext);
+        f.request(&unknown, Payload::Len(0));
+        assert!(f.next_response(NOW).is_none());
+        // The one taken is served again, in full, as a replay.
+        f.request(&read, Payload::Len(0));
+        assert!(matches!(
+            f.qp().resp.responses.front(),
+            Some(Response::Read { replay: true, .. })
+        ));
+        let again = f.next_response(NOW).expect("served again");
+        assert_eq!(
+            again.headers.bth.opcode,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST
+        );
+        assert_eq!(again.headers.bth.psn.value(), RQ_PSN);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 2, "nothing new taken");
+    }
+
+    #[test]
+    fn a_bad_rkey_is_a_remote_access_nak_and_the_error_state() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        f.post_recv(5);
+        f.request(
+            &write_only(RQ_PSN, true, rkey ^ 0x100, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(&f.memory()[..4], &[0; 4]);
+        assert_eq!(f.nic().counters.naks_sent_remote_access, 1);
+        assert_eq!(f.qp().state, QpState::Error);
+        let nak = f.next_response(NOW).expect("a NAK");
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN);
+        assert_eq!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Nak(NakCode::RemoteAccessError))
+        );
+        // The posted receive is flushed.
+        let c = f.poll().expect("the receive completes");
+        assert_eq!((c.wr_id, c.status), (5, crate::WcStatus::WrFlushError));
+    }
+}

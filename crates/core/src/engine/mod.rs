@@ -3,6 +3,8 @@
 //! packets in and out in `packets`, time in `time`; the requester and responder halves of a
 //! queue pair in their own modules.
 
+#[cfg(test)]
+pub(crate) mod fixture;
 mod packets;
 mod time;
 mod verbs;
