@@ -15,6 +15,15 @@ use crate::qp::{InProgress, Qp, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
 use crate::rules::Arrival;
 
+/// A response packet's headers and where its payload is, before what every packet to the
+/// peer carries (the CC extension header, the source port).
+struct ResponsePacket {
+    bth: Bth,
+    ext: ExtHeaders,
+    payload_len: u32,
+    payload_at: PayloadAt,
+}
+
 /// Why a request is refused, and the NAK that says so.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
@@ -678,9 +687,11 @@ impl Qp {
         None
     }
 
-    /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
+    /// The next response of the queue pair: owed READ responses, atomic ACKs and NAKs in
     /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
     /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
+    /// Its phases: the control law's packets first, then the owed response's headers
+    /// (`read_response` or `acknowledgement`), then what every packet to the peer carries.
     #[inline]
     pub(crate) fn next_response_packet(
         &mut self,
@@ -694,14 +705,8 @@ impl Qp {
             return None;
         }
         let dst = self.attrs.peer?;
-        let dest_qp = self.attrs.dest_qpn;
-        let mtu = self.attrs.mtu;
-        let msn = self.resp.msn;
-        let pd = self.pd;
-        let ack = |syndrome| Aeth { syndrome, msn };
-        let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
         if (self.cnp_due || self.resp.grant_due > 0)
-            && let Some(t) = self.control_packet(nic, dst, dest_qp)
+            && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
         {
             return Some(t);
         }
@@ -710,100 +715,20 @@ impl Qp {
         {
             return None;
         }
-        let (bth, ext, payload_len, payload_at) = match self.resp.responses.front_mut() {
-            Some(Response::Read {
-                psn,
-                rkey,
-                va,
-                remaining,
-                first,
-                ..
-            }) => {
-                let len = (*remaining).min(mtu);
-                let last = len == *remaining;
-                let opcode = match (*first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                };
-                let position = opcode.info().map(|i| i.position);
-                let ext = ExtHeaders {
-                    aeth: (position != Some(Position::Middle)).then_some(ok),
-                    ..ExtHeaders::default()
-                };
-                let bth = Bth::new(opcode, dest_qp, *psn);
-                let (key, at) = (*rkey, *va);
-                *psn = psn.next();
-                *va += u64::from(len);
-                *remaining -= len;
-                *first = false;
-                if last {
-                    self.resp.responses.pop_front();
-                }
-                // The region was checked when the READ arrived; if it was deregistered since,
-                // the data cannot be had: answer with a remote access NAK instead.
-                if nic
-                    .mrs
-                    .check(key, pd, at, u64::from(len), Access::REMOTE_READ)
-                    .is_err()
-                {
-                    self.resp.responses.clear();
-                    self.refuse(nic, bth.psn, Refusal::RemoteAccess);
-                    return self.next_response_packet(nic, now, payload);
-                }
-                let mut payload_at = PayloadAt::Region { key, addr: at };
-                if self.attrs.services
-                    && let Some(crate::Payload::Bytes(bytes)) = nic.mrs.slice(key, at, len)
-                {
-                    // Services see the payload in the buffer it leaves from.
-                    payload[..len as usize].copy_from_slice(bytes);
-                    payload_at = PayloadAt::Buffer;
-                }
-                (bth, ext, len, payload_at)
-            }
-            Some(&mut Response::AtomicAck { psn, original, .. }) => {
-                self.resp.responses.pop_front();
-                let ext = ExtHeaders {
-                    aeth: Some(ok),
-                    atomic_ack_eth: Some(AtomicAckEth { original }),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            Some(&mut Response::Nak { psn, syndrome }) => {
-                self.resp.responses.pop_front();
-                let ext = ExtHeaders {
-                    aeth: Some(ack(syndrome)),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            None if self.resp.ack_due => {
-                self.resp.ack_sent();
-                let ext = ExtHeaders {
-                    aeth: Some(ok),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, self.resp.epsn.sub(1)),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            None => return None,
+        let packet = match self.resp.responses.front() {
+            Some(Response::Read { .. }) => match self.read_response(nic, payload) {
+                Some(packet) => packet,
+                // Its region is gone: the NAK that says so is owed instead.
+                None => return self.next_response_packet(nic, now, payload),
+            },
+            _ => self.acknowledgement()?,
         };
+        let ResponsePacket {
+            bth,
+            ext,
+            payload_len,
+            payload_at,
+        } = packet;
         let ccx = self.ccx_out(now, true);
         let src_port = nic.source_port(self, bth.psn, bth.opcode);
         Some(Transmit {
@@ -813,6 +738,122 @@ impl Qp {
             payload_len,
             payload_at,
         })
+    }
+
+    /// The next packet of the READ response owed first: its headers, its payload in place
+    /// (or, for services, in `payload`). `None` if the region was deregistered since the
+    /// READ arrived: then the data cannot be had, and a remote access NAK is owed instead.
+    #[inline(always)]
+    fn read_response(&mut self, nic: &mut Nic, payload: &mut [u8]) -> Option<ResponsePacket> {
+        let (mtu, pd, dest_qp) = (self.attrs.mtu, self.pd, self.attrs.dest_qpn);
+        let ok = self.aeth(Syndrome::Ack(Credits::UNLIMITED));
+        let Some(Response::Read {
+            psn,
+            rkey,
+            va,
+            remaining,
+            first,
+            ..
+        }) = self.resp.responses.front_mut()
+        else {
+            unreachable!("called for a READ response")
+        };
+        let len = (*remaining).min(mtu);
+        let last = len == *remaining;
+        let opcode = match (*first, last) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        let position = opcode.info().map(|i| i.position);
+        let ext = ExtHeaders {
+            aeth: (position != Some(Position::Middle)).then_some(ok),
+            ..ExtHeaders::default()
+        };
+        let bth = Bth::new(opcode, dest_qp, *psn);
+        let (key, at) = (*rkey, *va);
+        *psn = psn.next();
+        *va += u64::from(len);
+        *remaining -= len;
+        *first = false;
+        if last {
+            self.resp.responses.pop_front();
+        }
+        if nic
+            .mrs
+            .check(key, pd, at, u64::from(len), Access::REMOTE_READ)
+            .is_err()
+        {
+            self.resp.responses.clear();
+            self.refuse(nic, bth.psn, Refusal::RemoteAccess);
+            return None;
+        }
+        let mut payload_at = PayloadAt::Region { key, addr: at };
+        if self.attrs.services
+            && let Some(crate::Payload::Bytes(bytes)) = nic.mrs.slice(key, at, len)
+        {
+            // Services see the payload in the buffer it leaves from.
+            payload[..len as usize].copy_from_slice(bytes);
+            payload_at = PayloadAt::Buffer;
+        }
+        Some(ResponsePacket {
+            bth,
+            ext,
+            payload_len: len,
+            payload_at,
+        })
+    }
+
+    /// The owed atomic ACK or NAK first in line, else the coalesced ACK of everything
+    /// received if one is due.
+    #[inline(always)]
+    fn acknowledgement(&mut self) -> Option<ResponsePacket> {
+        let dest_qp = self.attrs.dest_qpn;
+        let (opcode, psn, ext) = match self.resp.responses.front() {
+            Some(&Response::AtomicAck { psn, original, .. }) => {
+                self.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(Syndrome::Ack(Credits::UNLIMITED))),
+                    atomic_ack_eth: Some(AtomicAckEth { original }),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext)
+            }
+            Some(&Response::Nak { psn, syndrome }) => {
+                self.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(syndrome)),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ACKNOWLEDGE, psn, ext)
+            }
+            Some(Response::Read { .. }) => unreachable!("READ responses are built apart"),
+            None if self.resp.ack_due => {
+                self.resp.ack_sent();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(Syndrome::Ack(Credits::UNLIMITED))),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ACKNOWLEDGE, self.resp.epsn.sub(1), ext)
+            }
+            None => return None,
+        };
+        Some(ResponsePacket {
+            bth: Bth::new(opcode, dest_qp, psn),
+            ext,
+            payload_len: 0,
+            payload_at: PayloadAt::Buffer,
+        })
+    }
+
+    /// An AETH with this syndrome and the messages completed so far.
+    #[inline(always)]
+    fn aeth(&self, syndrome: Syndrome) -> Aeth {
+        Aeth {
+            syndrome,
+            msn: self.resp.msn,
+        }
     }
 }
 
