@@ -657,18 +657,7 @@ impl Qp {
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
-            if d > 0 && (d as u32) < wqe.span - wqe.read_done / mtu && selective {
-                self.on_read_response_ahead(nic, now, pos, d as u32, payload);
-            } else if d > 0 && (d as u32) < wqe.span && self.req.read_retry_at != Some(expected) {
-                // A response is missing: ask again from it, once per gap.
-                self.req.read_retry_at = Some(expected);
-                self.confirm(nic, now, request_end);
-                self.retire(nic);
-                self.rewind(expected);
-            } else {
-                nic.counters.stale_responses += 1;
-            }
-            return;
+            return self.on_read_response_out_of_order(nic, now, pos, d, payload);
         }
         let remaining = wqe.len - wqe.read_done;
         let len = payload.len();
@@ -695,6 +684,47 @@ impl Qp {
             self.fail_request(nic, pos, WcStatus::LocalProtectionError);
             return;
         }
+        self.take_read_data(pos, len);
+        self.confirm(nic, now, request_end);
+        self.retire(nic);
+        self.progress(nic, now);
+    }
+
+    /// A response `d` PSNs away from the one the READ at `pos` expects: with selective
+    /// repeat, one past a gap is kept; else a gap is asked for again, once per gap; what is
+    /// behind, or beyond the READ, is stale.
+    fn on_read_response_out_of_order(
+        &mut self,
+        nic: &mut Nic,
+        now: Instant,
+        pos: usize,
+        d: i32,
+        payload: Payload<'_>,
+    ) {
+        let mtu = self.attrs.mtu;
+        let selective = self.attrs.recovery == crate::Recovery::SelectiveRepeat;
+        let wqe = &self.req.sq[pos];
+        let request_end = wqe.first_psn.add(wqe.span);
+        let expected = wqe.first_psn.add(wqe.read_done / mtu);
+        if d > 0 && (d as u32) < wqe.span - wqe.read_done / mtu && selective {
+            self.on_read_response_ahead(nic, now, pos, d as u32, payload);
+        } else if d > 0 && (d as u32) < wqe.span && self.req.read_retry_at != Some(expected) {
+            // A response is missing: ask again from it, once per gap.
+            self.req.read_retry_at = Some(expected);
+            self.confirm(nic, now, request_end);
+            self.retire(nic);
+            self.rewind(expected);
+        } else {
+            nic.counters.stale_responses += 1;
+        }
+    }
+
+    /// `len` more bytes of the READ at `pos` are in place: with selective repeat, so are
+    /// the responses held right after them; the READ is answered once all are, else the
+    /// next gap is asked for.
+    #[inline(always)]
+    fn take_read_data(&mut self, pos: usize, len: u32) {
+        let mtu = self.attrs.mtu;
         let req = &mut self.req;
         let wqe = &mut req.sq[pos];
         wqe.read_done += len;
@@ -715,9 +745,6 @@ impl Qp {
         } else {
             wqe.responded = wqe.read_done == wqe.len;
         }
-        self.confirm(nic, now, request_end);
-        self.retire(nic);
-        self.progress(nic, now);
     }
 
     /// Selective repeat: a response `d` PSNs past the first one the oldest waiting READ
@@ -836,10 +863,40 @@ impl Qp {
     /// that reorders, a later ACK can overtake the response, so only the retransmit timer
     /// (or a gap in READ responses) asks for it again. Returns how many requests completed.
     pub(crate) fn retire(&mut self, nic: &mut Nic) -> usize {
+        let confirmed = self.req.confirmed;
+        let (done, waiting_at) = self.complete_confirmed(nic, confirmed);
+        let una = waiting_at.unwrap_or(confirmed);
+        if self.req.una.precedes(una) {
+            self.req.una = una;
+        }
+        // A go-back-N resend overtaken by an ACK: send on from the first unconfirmed PSN.
+        if self.req.next_psn.precedes(self.req.una) {
+            let una = self.req.una;
+            self.rewind(una);
+        }
+        // The cursor may have pointed into a request that just completed: place it again
+        // from the PSN it was at (or the first one still outstanding, if that is later).
+        if done > 0 {
+            let req = &self.req;
+            let target = match req.sq.front() {
+                Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
+                _ => req.next_psn,
+            };
+            // Not a resend: the probe in flight still times its round trip.
+            self.place_cursor(target);
+            nic.check_drained(self);
+        }
+        done
+    }
+
+    /// Pops and completes, oldest first, the requests wholly before `confirmed` whose
+    /// responses (for READs and atomics) have all arrived. Returns how many, and the PSN a
+    /// READ or atomic taken but still waiting for its response holds `una` at.
+    #[inline(always)]
+    fn complete_confirmed(&mut self, nic: &mut Nic, confirmed: Psn) -> (usize, Option<Psn>) {
         let num = self.num;
         let cq = self.send_cq;
         let mtu = self.attrs.mtu;
-        let confirmed = self.req.confirmed;
         let mut done = 0;
         let mut waiting_at = None;
         while let Some(front) = self.req.sq.front() {
@@ -877,28 +934,7 @@ impl Qp {
                 nic.inline_spare.push(buffer);
             }
         }
-        let una = waiting_at.unwrap_or(confirmed);
-        if self.req.una.precedes(una) {
-            self.req.una = una;
-        }
-        // A go-back-N resend overtaken by an ACK: send on from the first unconfirmed PSN.
-        if self.req.next_psn.precedes(self.req.una) {
-            let una = self.req.una;
-            self.rewind(una);
-        }
-        // The cursor may have pointed into a request that just completed: place it again
-        // from the PSN it was at (or the first one still outstanding, if that is later).
-        if done > 0 {
-            let req = &self.req;
-            let target = match req.sq.front() {
-                Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
-                _ => req.next_psn,
-            };
-            // Not a resend: the probe in flight still times its round trip.
-            self.place_cursor(target);
-            nic.check_drained(self);
-        }
-        done
+        (done, waiting_at)
     }
 
     /// The requester's invariants, checked in debug builds after every input: PSNs are
@@ -1020,30 +1056,34 @@ impl Qp {
             }
         }
         match self.req.deadline {
-            Some(deadline) if deadline <= now => {
-                self.req.deadline = None;
-                if self.req.una == self.req.max_sent {
-                    return;
-                }
-                nic.counters.retransmit_timeouts += 1;
-                nic.emit(self, now, crate::control::Event::Timeout);
-                if !self.use_retry(nic) {
-                    return;
-                }
-                // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
-                // recovery when NAKs were lost too. (A READ gap asked for before is asked
-                // for in full again, so its record no longer says what is on its way.)
-                let req = &mut self.req;
-                if let Some(repair) = req.read_repair.as_deref_mut() {
-                    repair.asked = None;
-                }
-                let una = req.una;
-                self.rewind(una);
-                nic.schedule(self);
-            }
+            Some(deadline) if deadline <= now => self.on_retransmit_timeout(nic, now),
             Some(deadline) => nic.arm(self.index(), deadline),
             None => {}
         }
+    }
+
+    /// The retransmit timer ran out: unless everything sent was acknowledged meanwhile, a
+    /// retry is spent and everything from the first unacknowledged PSN is sent again.
+    fn on_retransmit_timeout(&mut self, nic: &mut Nic, now: Instant) {
+        self.req.deadline = None;
+        if self.req.una == self.req.max_sent {
+            return;
+        }
+        nic.counters.retransmit_timeouts += 1;
+        nic.emit(self, now, crate::control::Event::Timeout);
+        if !self.use_retry(nic) {
+            return;
+        }
+        // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
+        // recovery when NAKs were lost too. (A READ gap asked for before is asked
+        // for in full again, so its record no longer says what is on its way.)
+        let req = &mut self.req;
+        if let Some(repair) = req.read_repair.as_deref_mut() {
+            repair.asked = None;
+        }
+        let una = req.una;
+        self.rewind(una);
+        nic.schedule(self);
     }
 
     /// Request `pos` of the send queue failed with `status`: it completes with that status,

@@ -85,30 +85,42 @@ impl Qp {
         );
         match self.resp.arrival(psn) {
             Arrival::InOrder => {}
-            Arrival::Ahead(d) => {
-                // A gap. Selective repeat keeps the packet for later (if it has room);
-                // either way the first missing PSN is NAK'd, once per gap.
-                if let Some(reorder) = &mut self.resp.reorder {
-                    let bytes = match payload {
-                        Payload::Bytes(b) => Some(b),
-                        Payload::Len(_) => None,
-                    };
-                    if reorder.hold(d, psn, headers, bytes, payload.len()) {
-                        nic.counters.packets_held += 1;
-                    }
-                }
-                self.nak_gap(nic);
-                return;
-            }
+            Arrival::Ahead(d) => return self.on_request_ahead(nic, d, headers, payload),
             Arrival::Duplicate => {
                 nic.counters.duplicate_requests += 1;
-                self.on_duplicate(nic, headers, info);
-                return;
+                return self.on_duplicate(nic, headers, info);
             }
         }
         self.execute_in_order(nic, headers, info, payload);
-        // Selective repeat: the packets held behind the gap just filled follow in order;
-        // if another gap remains, NAK its first PSN.
+        if self.resp.reorder.is_some() {
+            self.take_held(nic);
+        }
+    }
+
+    /// A request `d` PSNs past the expected one: a gap. Selective repeat keeps the packet
+    /// for later (if it has room); either way the first missing PSN is NAK'd, once per gap.
+    fn on_request_ahead(
+        &mut self,
+        nic: &mut Nic,
+        d: u32,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) {
+        if let Some(reorder) = &mut self.resp.reorder {
+            let bytes = match payload {
+                Payload::Bytes(b) => Some(b),
+                Payload::Len(_) => None,
+            };
+            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len()) {
+                nic.counters.packets_held += 1;
+            }
+        }
+        self.nak_gap(nic);
+    }
+
+    /// Selective repeat, after a request at the expected PSN: the packets held behind the
+    /// gap it filled follow in order; if another gap remains, its first PSN is NAK'd.
+    fn take_held(&mut self, nic: &mut Nic) {
         loop {
             let epsn = self.resp.epsn;
             let Some(reorder) = &mut self.resp.reorder else {
