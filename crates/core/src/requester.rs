@@ -209,15 +209,7 @@ impl Qp {
                 crate::control::Event::Start { mtu, line_rate_bps },
             );
         }
-        // A window in bytes is enforced in whole packets of the path MTU.
-        let window = self
-            .knobs
-            .window_bytes
-            .map_or(configured_window, |b| {
-                b.div_ceil(u64::from(self.attrs.mtu))
-                    .min(u64::from(u32::MAX)) as u32
-            })
-            .clamp(1, 1 << 23);
+        let window = self.window_packets(configured_window);
         if self.req.cursor < self.req.sq.len() {
             let due = self.next_send_at();
             if due > now {
@@ -226,7 +218,35 @@ impl Qp {
                 return None;
             }
         }
-        // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
+        if let Some(transmit) = self.resend_packet(nic, now, payload, window, ack_every) {
+            return Some(transmit);
+        }
+        self.packet_at_cursor(nic, now, payload, window, ack_every, None)
+    }
+
+    /// The window in packets: the control law's in bytes, enforced in whole packets of
+    /// the path MTU, else the engine's.
+    #[inline(always)]
+    fn window_packets(&self, configured: u32) -> u32 {
+        self.knobs
+            .window_bytes
+            .map_or(configured, |b| {
+                b.div_ceil(u64::from(self.attrs.mtu))
+                    .min(u64::from(u32::MAX)) as u32
+            })
+            .clamp(1, 1 << 23)
+    }
+
+    /// Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
+    #[inline(always)]
+    fn resend_packet(
+        &mut self,
+        nic: &mut Nic,
+        now: Instant,
+        payload: &mut [u8],
+        window: u32,
+        ack_every: u32,
+    ) -> Option<Transmit> {
         while let Some(p) = self.next_resend() {
             let req = &self.req;
             let d = req.una.distance_to(p);
@@ -250,7 +270,7 @@ impl Qp {
                 return transmit;
             }
         }
-        self.packet_at_cursor(nic, now, payload, window, ack_every, None)
+        None
     }
 
     /// The request packet at the cursor, if the window and limits allow; moves the cursor on.

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use sluice_wire::{Opcode, Operation, Psn, RoceHeaders};
+use sluice_wire::{Opcode, OpcodeInfo, Operation, Psn, RoceHeaders};
 
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
@@ -80,54 +80,9 @@ impl Engine {
     ) {
         self.nic.counters.rx_packets += 1;
         self.nic.counters.rx_bytes += u64::from(payload.len());
-        let bth = &headers.bth;
-        let Some(info) = bth.opcode.info() else {
-            self.nic.counters.drops_unexpected_opcode += 1;
+        let Some((index, info)) = self.admit(now, from, headers) else {
             return;
         };
-        if bth.pkey & 0x7FFF != 0x7FFF {
-            self.nic.counters.drops_bad_pkey += 1;
-            return;
-        }
-        let Ok(index) = self.live(QpNum(bth.dest_qp)) else {
-            self.nic.counters.drops_unknown_qp += 1;
-            return;
-        };
-        let qp = self.qp_mut(index);
-        if qp.attrs.peer != Some(from) {
-            self.nic.counters.drops_wrong_peer += 1;
-            return;
-        }
-        match info.transport {
-            sluice_wire::Transport::Rc => {}
-            sluice_wire::Transport::Cnp => {
-                self.nic.counters.cnps_received += 1;
-                self.emit(index, now, Event::Cnp);
-                self.schedule(index);
-                return;
-            }
-            _ => {
-                self.nic.counters.drops_unexpected_opcode += 1;
-                return;
-            }
-        }
-        let qp = self.qp_mut(index);
-        if headers
-            .ccx
-            .is_some_and(|c| qp.attrs.ccx != Some(c.layout()))
-        {
-            self.nic.counters.drops_unnegotiated_ccx += 1;
-            return;
-        }
-        if info.operation == Operation::CcControl {
-            self.on_cc_control(index, now, headers);
-            return;
-        }
-        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx {
-            // Credit is not sequenced: any packet from the peer, even a stale one, may
-            // carry a newer total.
-            self.on_credit_total(index, now, granted_total);
-        }
         let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
@@ -178,6 +133,69 @@ impl Engine {
         if more {
             self.schedule(index);
         }
+    }
+
+    /// The first phase of a received packet: whether it is a known opcode, for a live queue
+    /// pair, from its peer, a transport packet with the extension header agreed. Its queue
+    /// pair's index and the opcode's description, or `None` when that is all: dropped (and
+    /// counted), or a CNP or control packet (handled). Credit totals a packet carries are
+    /// taken here, whatever becomes of the packet.
+    #[inline(always)]
+    fn admit(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        headers: &RoceHeaders,
+    ) -> Option<(u32, &'static OpcodeInfo)> {
+        let bth = &headers.bth;
+        let Some(info) = bth.opcode.info() else {
+            self.nic.counters.drops_unexpected_opcode += 1;
+            return None;
+        };
+        if bth.pkey & 0x7FFF != 0x7FFF {
+            self.nic.counters.drops_bad_pkey += 1;
+            return None;
+        }
+        let Ok(index) = self.live(QpNum(bth.dest_qp)) else {
+            self.nic.counters.drops_unknown_qp += 1;
+            return None;
+        };
+        let qp = self.qp_mut(index);
+        if qp.attrs.peer != Some(from) {
+            self.nic.counters.drops_wrong_peer += 1;
+            return None;
+        }
+        match info.transport {
+            sluice_wire::Transport::Rc => {}
+            sluice_wire::Transport::Cnp => {
+                self.nic.counters.cnps_received += 1;
+                self.emit(index, now, Event::Cnp);
+                self.schedule(index);
+                return None;
+            }
+            _ => {
+                self.nic.counters.drops_unexpected_opcode += 1;
+                return None;
+            }
+        }
+        let qp = self.qp_mut(index);
+        if headers
+            .ccx
+            .is_some_and(|c| qp.attrs.ccx != Some(c.layout()))
+        {
+            self.nic.counters.drops_unnegotiated_ccx += 1;
+            return None;
+        }
+        if info.operation == Operation::CcControl {
+            self.on_cc_control(index, now, headers);
+            return None;
+        }
+        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx {
+            // Credit is not sequenced: any packet from the peer, even a stale one, may
+            // carry a newer total.
+            self.on_credit_total(index, now, granted_total);
+        }
+        Some((index, info))
     }
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
