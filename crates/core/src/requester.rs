@@ -1119,17 +1119,21 @@ mod tests {
     //! The requester's handlers driven directly: work requests and responses in, request
     //! packets and completions out.
 
-    use sluice_wire::{Credits, NakCode, Opcode, Syndrome};
+    use sluice_wire::{Credits, NakCode, Opcode, RnrTimer, Syndrome};
 
     use crate::engine::fixture::{Fixture, MTU, ack, nak, response};
     use crate::qp::SendOp;
-    use crate::{EngineConfig, Instant, Payload, Recovery, WcOpcode, WcStatus};
+    use crate::{EngineConfig, Instant, Payload, QpState, Recovery, WcOpcode, WcStatus};
 
     const NOW: Instant = Instant::ZERO;
 
     /// The PSNs of the request packets the requester sends now, until it stops.
     fn send_all(f: &mut Fixture) -> Vec<u32> {
-        std::iter::from_fn(|| f.next_request(NOW))
+        send_all_at(f, NOW)
+    }
+
+    fn send_all_at(f: &mut Fixture, now: Instant) -> Vec<u32> {
+        std::iter::from_fn(|| f.next_request(now))
             .map(|t| t.headers.bth.psn.value())
             .collect()
     }
@@ -1228,6 +1232,74 @@ mod tests {
         f.respond(NOW, &middle(2), Payload::Bytes(&data));
         let last = response(Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, ok);
         f.respond(NOW, &last, Payload::Bytes(&data));
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(&f.memory()[..4 * MTU as usize], &[5; 4 * MTU as usize]);
+    }
+
+    #[test]
+    fn an_rnr_nak_waits_the_time_it_names_then_sends_again() {
+        let mut f = Fixture::new();
+        f.post_write(1, 100);
+        assert_eq!(send_all(&mut f), [0]);
+        let timer = RnrTimer::from_code(12).unwrap();
+        let rnr = response(Opcode::RC_ACKNOWLEDGE, 0, Some(Syndrome::RnrNak(timer)));
+        f.respond(NOW, &rnr, Payload::Len(0));
+        assert_eq!(f.nic().counters.naks_received_rnr, 1);
+        assert_eq!(send_all(&mut f), [0u32; 0], "waiting");
+        let until = NOW + std::time::Duration::from_nanos(timer.as_nanos());
+        f.timer(until);
+        assert_eq!(send_all_at(&mut f, until), [0]);
+    }
+
+    #[test]
+    fn the_retransmit_timer_goes_back_until_the_retries_run_out() {
+        let mut f = Fixture::new();
+        f.post_write(1, 100);
+        f.post_write(2, 100);
+        assert_eq!(send_all(&mut f), [0, 1]);
+        // Seven retries (the connection's retry count): each sends both again.
+        for retry in 1..=7 {
+            let deadline = f.qp().req.deadline.expect("the timer runs");
+            f.timer(deadline);
+            assert_eq!(send_all_at(&mut f, deadline), [0, 1], "retry {retry}");
+        }
+        assert_eq!(f.nic().counters.retransmit_timeouts, 7);
+        let deadline = f.qp().req.deadline.expect("the timer runs");
+        f.timer(deadline);
+        assert_eq!(
+            completions(&mut f),
+            [(1, WcStatus::RetryExceeded), (2, WcStatus::WrFlushError)]
+        );
+        assert_eq!(f.qp().state, QpState::Error);
+    }
+
+    #[test]
+    fn selective_repeat_asks_for_a_read_gap_alone_and_keeps_what_came_after_it() {
+        let mut f = Fixture::with(EngineConfig::default(), Recovery::SelectiveRepeat);
+        let read = SendOp::Read {
+            remote_addr: 0x5000,
+            rkey: 9,
+        };
+        f.post(1, read, 0, 4 * MTU);
+        assert!(f.next_request(NOW).is_some());
+        let ok = Some(Syndrome::Ack(Credits::UNLIMITED));
+        let data = [5u8; MTU as usize];
+        let first = response(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, ok);
+        f.respond(NOW, &first, Payload::Bytes(&data));
+        // PSN 1 is lost: 2 is kept, and only 1 is asked for again.
+        let middle = |psn| response(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn, None);
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let again = f.next_request(NOW).expect("a re-request of the gap");
+        assert_eq!(again.headers.bth.psn.value(), 1);
+        let reth = again.headers.ext.reth.expect("a RETH");
+        assert_eq!((reth.va, reth.dma_len), (0x5000 + u64::from(MTU), MTU));
+        assert!(f.next_request(NOW).is_none());
+        // 3 is kept too, without asking again; the gap's one response completes the READ.
+        let last = response(Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, ok);
+        f.respond(NOW, &last, Payload::Bytes(&data));
+        assert!(f.next_request(NOW).is_none());
+        let only = response(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 1, ok);
+        f.respond(NOW, &only, Payload::Bytes(&data));
         assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
         assert_eq!(&f.memory()[..4 * MTU as usize], &[5; 4 * MTU as usize]);
     }

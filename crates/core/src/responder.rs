@@ -873,7 +873,7 @@ impl Qp {
 mod tests {
     //! The responder's handlers driven directly: requests in, what it owes the peer out.
 
-    use sluice_wire::{ExtHeaders, NakCode, Opcode, Reth, Syndrome};
+    use sluice_wire::{AtomicEth, ExtHeaders, NakCode, Opcode, Reth, Syndrome};
 
     use crate::engine::fixture::{Fixture, MTU, RQ_PSN, request, write_only};
     use crate::qp::{QpState, Response};
@@ -1021,5 +1021,30 @@ mod tests {
         // The posted receive is flushed.
         let c = f.poll().expect("the receive completes");
         assert_eq!((c.wr_id, c.status), (5, crate::WcStatus::WrFlushError));
+    }
+
+    #[test]
+    fn a_duplicate_atomic_is_answered_from_its_saved_result_not_executed_again() {
+        let mut f = Fixture::new();
+        let atomic = AtomicEth {
+            va: f.mr.addr,
+            rkey: f.mr.rkey,
+            swap_add: 5,
+            compare: 0,
+        };
+        let ext = ExtHeaders {
+            atomic_eth: Some(atomic),
+            ..ExtHeaders::default()
+        };
+        f.memory()[..8].copy_from_slice(&10u64.to_le_bytes());
+        let add = request(Opcode::RC_FETCH_ADD, RQ_PSN, false, ext);
+        f.request(&add, Payload::Len(0));
+        assert_eq!(&f.memory()[..8], &15u64.to_le_bytes());
+        let original = |t: crate::Transmit| t.headers.ext.atomic_ack_eth.map(|a| a.original);
+        assert_eq!(f.next_response(NOW).map(original), Some(Some(10)));
+        // The same request again (its ACK was lost): the same answer, added once.
+        f.request(&add, Payload::Len(0));
+        assert_eq!(&f.memory()[..8], &15u64.to_le_bytes());
+        assert_eq!(f.next_response(NOW).map(original), Some(Some(10)));
     }
 }

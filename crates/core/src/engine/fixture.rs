@@ -144,6 +144,12 @@ impl Fixture {
         qp.next_request_packet(nic, now, &mut buffer)
     }
 
+    /// The requester's timer fires at `now`.
+    pub(crate) fn timer(&mut self, now: Instant) {
+        let (qp, nic) = self.parts();
+        qp.on_timer(nic, now);
+    }
+
     /// The next response packet the responder sends at `now`, if any.
     pub(crate) fn next_response(&mut self, now: Instant) -> Option<Transmit> {
         let mut buffer = vec![0; MTU as usize];
