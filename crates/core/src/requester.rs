@@ -186,7 +186,7 @@ fn request_headers(
 }
 
 impl Qp {
-    /// The next request packet of queue pair `index`, if its window, fence and limits allow.
+    /// The next request packet, if the window, fences and limits allow.
     #[inline]
     pub(crate) fn next_request_packet(
         &mut self,
@@ -214,7 +214,7 @@ impl Qp {
             let due = self.next_send_at();
             if due > now {
                 // Paced: come back when the next packet may go.
-                nic.arm(self.index(), due);
+                nic.arm(self, due);
                 return None;
             }
         }
@@ -376,7 +376,7 @@ impl Qp {
         } else {
             (wqe.len - self.req.cursor_offset).min(self.attrs.mtu)
         };
-        nic.gate(self.index(), now, bytes) != crate::control::Gate::Hold
+        nic.gate(self, now, bytes) != crate::control::Gate::Hold
     }
 
     /// Finds the payload of `packet`: inline data (copied into the buffer: the work request
@@ -464,7 +464,7 @@ impl Qp {
             self.req.rtt_probe = Some((psn, now));
         }
         if let Some(at) = arm_at {
-            nic.arm(self.index(), at);
+            nic.arm(self, at);
         }
         if retransmission {
             nic.counters.retransmitted_packets += 1;
@@ -492,7 +492,7 @@ impl Qp {
         }
     }
 
-    /// An ACK, NAK, READ response or atomic ACK for queue pair `index`.
+    /// An ACK, NAK, READ response or atomic ACK from the peer.
     pub(crate) fn on_response(
         &mut self,
         nic: &mut Nic,
@@ -647,7 +647,7 @@ impl Qp {
         let until = now + std::time::Duration::from_nanos(wait_ns);
         self.req.rnr_wait_until = Some(until);
         self.req.deadline = None;
-        nic.arm(self.index(), until);
+        nic.arm(self, until);
     }
 
     fn on_read_response(
@@ -1018,7 +1018,7 @@ impl Qp {
 
     /// Places the cursor at the request holding `psn` (or past the last started one), to
     /// send from there; nothing already sent is sent again unless `psn` is behind
-    /// `next_psn` ([`Engine::rewind`] is for that).
+    /// `next_psn` ([`Qp::rewind`] is for that).
     fn place_cursor(&mut self, psn: Psn) {
         let mtu = self.attrs.mtu;
         let req = &mut self.req;
@@ -1038,7 +1038,7 @@ impl Qp {
             self.req.deadline = None;
         } else if let Some(t) = Nic::retransmit_timeout(self.attrs.timeout) {
             self.req.deadline = Some(now + t);
-            nic.arm(self.index(), now + t);
+            nic.arm(self, now + t);
         }
     }
 
@@ -1052,7 +1052,7 @@ impl Qp {
         true
     }
 
-    /// A timer of queue pair `index` fired.
+    /// The queue pair's timer fired: a pacing wait, an RNR wait or the retransmit timer.
     pub(crate) fn on_timer(&mut self, nic: &mut Nic, now: Instant) {
         if !self.state.sending() {
             return;
@@ -1064,7 +1064,7 @@ impl Qp {
             if due <= now {
                 nic.schedule(self);
             } else if self.req.cursor < self.req.sq.len() {
-                nic.arm(self.index(), due);
+                nic.arm(self, due);
             }
         }
         if let Some(until) = self.req.rnr_wait_until {
@@ -1072,12 +1072,12 @@ impl Qp {
                 self.req.rnr_wait_until = None;
                 nic.schedule(self);
             } else {
-                nic.arm(self.index(), until);
+                nic.arm(self, until);
             }
         }
         match self.req.deadline {
             Some(deadline) if deadline <= now => self.on_retransmit_timeout(nic, now),
-            Some(deadline) => nic.arm(self.index(), deadline),
+            Some(deadline) => nic.arm(self, deadline),
             None => {}
         }
     }

@@ -63,7 +63,7 @@ fn place(
 }
 
 impl Qp {
-    /// A request packet (SEND, WRITE, READ request, atomic) for queue pair `index`.
+    /// A request packet (SEND, WRITE, READ request, atomic) from the peer.
     pub(crate) fn on_request(
         &mut self,
         nic: &mut Nic,
@@ -635,9 +635,9 @@ impl Qp {
         }
     }
 
-    /// A CNP the control law asked for (before anything else), or a grant it made, for
-    /// queue pair `index`: not sequenced, no payload, never a CC extension header. A grant
-    /// that rides the credit CCX instead makes an ACK due to carry it.
+    /// A CNP the control law asked for (before anything else), or a grant it made, to the
+    /// peer: not sequenced, no payload, never a CC extension header. A grant that rides the
+    /// credit CCX instead makes an ACK due to carry it.
     #[inline(always)]
     fn control_packet(
         &mut self,

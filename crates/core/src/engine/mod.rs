@@ -453,9 +453,9 @@ impl Nic {
         self.interest.gates()
     }
 
-    /// Asks the controller whether a request packet of `bytes` may go now.
-    pub(crate) fn gate(&mut self, index: u32, now: Instant, bytes: u32) -> Gate {
-        self.controller.gate(now, index, bytes)
+    /// Asks the controller whether a request packet of `bytes` of `qp` may go now.
+    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, bytes: u32) -> Gate {
+        self.controller.gate(now, qp.index(), bytes)
     }
 
     /// Carries out a control law's decisions for `qp` (a live one).
@@ -514,10 +514,10 @@ impl Nic {
         }
     }
 
-    /// Makes sure a timer fires for queue pair `index` no later than `at`.
+    /// Makes sure a timer fires for `qp` no later than `at`.
     #[inline]
-    pub(crate) fn arm(&mut self, index: u32, at: Instant) {
-        self.timers.arm(index, at);
+    pub(crate) fn arm(&mut self, qp: &Qp, at: Instant) {
+        self.timers.arm(qp.index(), at);
     }
 
     /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
