@@ -310,23 +310,8 @@ impl Qp {
         let bth = &headers.bth;
         let imm = headers.ext.imm_dt;
         let len = payload.len();
-        let pd = self.pd;
         if starts {
-            let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-            remote(
-                &nic.mrs,
-                pd,
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                Access::REMOTE_WRITE,
-            )?;
-            self.resp.in_progress = Some(InProgress::Write {
-                rkey: reth.rkey,
-                va: reth.va,
-                remaining: reth.dma_len,
-                total: reth.dma_len,
-            });
+            self.begin_write(nic, headers)?;
         }
         let Some(InProgress::Write {
             rkey,
@@ -381,6 +366,28 @@ impl Qp {
         }
         let ack_every = nic.config.ack_every_packets;
         self.resp.took_request(headers.bth.ack_req, ack_every);
+        Ok(())
+    }
+
+    /// The first packet of a WRITE: its RETH names a region this queue pair may write
+    /// over the whole length; the message begins there.
+    #[inline(always)]
+    fn begin_write(&mut self, nic: &Nic, headers: &RoceHeaders) -> Result<(), Refusal> {
+        let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+        remote(
+            &nic.mrs,
+            self.pd,
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            Access::REMOTE_WRITE,
+        )?;
+        self.resp.in_progress = Some(InProgress::Write {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: reth.dma_len,
+            total: reth.dma_len,
+        });
         Ok(())
     }
 
