@@ -1054,4 +1054,25 @@ mod tests {
         assert_eq!(&f.memory()[..8], &15u64.to_le_bytes());
         assert_eq!(f.next_response(NOW).map(original), Some(Some(10)));
     }
+
+    #[test]
+    fn a_send_without_a_receive_is_answered_rnr_and_taken_when_sent_again() {
+        let mut f = Fixture::new();
+        let send = request(Opcode::RC_SEND_ONLY, RQ_PSN, true, ExtHeaders::default());
+        f.request(&send, Payload::Bytes(&[3; 8]));
+        assert_eq!(f.nic().counters.naks_sent_rnr, 1);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN, "not taken");
+        let nak = f.next_response(NOW).expect("an RNR NAK");
+        assert!(matches!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::RnrNak(_))
+        ));
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN);
+        f.post_recv(7);
+        f.request(&send, Payload::Bytes(&[3; 8]));
+        assert_eq!(&f.memory()[..8], &[3; 8]);
+        let c = f.poll().expect("the receive completes");
+        assert_eq!((c.wr_id, c.byte_len), (7, 8));
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
+    }
 }
