@@ -8,10 +8,11 @@ use sluice_wire::{
     Syndrome,
 };
 
+use crate::Instant;
 use crate::cq::{Completion, WcStatus};
+use crate::engine::Nic;
 use crate::engine::{Payload, PayloadAt, Transmit, send_opcode};
-use crate::qp::{QpState, ReadRepair, SendOp};
-use crate::{Engine, Instant};
+use crate::qp::{Qp, QpState, ReadRepair, SendOp};
 
 /// The opcode of a SEND or WRITE packet by its place in the message.
 fn data_opcode(op: SendOp, first: bool, last: bool) -> Opcode {
@@ -184,50 +185,70 @@ fn request_headers(
     }
 }
 
-impl Engine {
-    /// The next request packet of queue pair `index`, if its window, fence and limits allow.
+impl Qp {
+    /// The next request packet, if the window, fences and limits allow.
+    #[inline]
     pub(crate) fn next_request_packet(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         payload: &mut [u8],
     ) -> Option<Transmit> {
-        let ack_every = self.config.ack_request_every.max(1);
-        let configured_window = self.config.max_outstanding_packets;
-        let line_rate_bps = self.config.line_rate_bps;
-        let qp = self.qp_mut(index);
-        if !qp.state.sending() || qp.req.rnr_wait_until.is_some() {
+        let ack_every = nic.config.ack_request_every.max(1);
+        let configured_window = nic.config.max_outstanding_packets;
+        let line_rate_bps = nic.config.line_rate_bps;
+        if !self.state.sending() || self.req.rnr_wait_until.is_some() {
             return None;
         }
-        if !qp.control_started && qp.req.cursor < qp.req.sq.len() {
-            qp.control_started = true;
-            let mtu = qp.attrs.mtu;
-            self.emit(
-                index,
+        if !self.control_started && self.req.cursor < self.req.sq.len() {
+            self.control_started = true;
+            let mtu = self.attrs.mtu;
+            nic.emit(
+                self,
                 now,
                 crate::control::Event::Start { mtu, line_rate_bps },
             );
         }
-        let qp = self.qp_mut(index);
-        // A window in bytes is enforced in whole packets of the path MTU.
-        let window = qp
-            .knobs
-            .window_bytes
-            .map_or(configured_window, |b| {
-                b.div_ceil(u64::from(qp.attrs.mtu)).min(u64::from(u32::MAX)) as u32
-            })
-            .clamp(1, 1 << 23);
-        if qp.req.cursor < qp.req.sq.len() {
-            let due = qp.next_send_at();
+        let window = self.window_packets(configured_window);
+        if self.req.cursor < self.req.sq.len() {
+            let due = self.next_send_at();
             if due > now {
                 // Paced: come back when the next packet may go.
-                self.arm(index, due);
+                nic.arm(self, due);
                 return None;
             }
         }
-        // Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
-        while let Some(p) = self.qp_mut(index).next_resend() {
-            let req = &self.qp_mut(index).req;
+        if let Some(transmit) = self.resend_packet(nic, now, payload, window, ack_every) {
+            return Some(transmit);
+        }
+        self.packet_at_cursor(nic, now, payload, window, ack_every, None)
+    }
+
+    /// The window in packets: the control law's in bytes, enforced in whole packets of
+    /// the path MTU, else the engine's.
+    #[inline(always)]
+    fn window_packets(&self, configured: u32) -> u32 {
+        self.knobs
+            .window_bytes
+            .map_or(configured, |b| {
+                b.div_ceil(u64::from(self.attrs.mtu))
+                    .min(u64::from(u32::MAX)) as u32
+            })
+            .clamp(1, 1 << 23)
+    }
+
+    /// Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
+    #[inline(always)]
+    fn resend_packet(
+        &mut self,
+        nic: &mut Nic,
+        now: Instant,
+        payload: &mut [u8],
+        window: u32,
+        ack_every: u32,
+    ) -> Option<Transmit> {
+        while let Some(p) = self.next_resend() {
+            let req = &self.req;
             let d = req.una.distance_to(p);
             if d < 0 || d >= req.una.distance_to(req.max_sent) {
                 continue; // confirmed meanwhile
@@ -240,18 +261,16 @@ impl Engine {
                 .and_then(|r| r.asked)
                 .filter(|&(from, _)| from == p)
                 .map(|(_, until)| until);
-            self.rewind(index, p);
-            let transmit =
-                self.packet_at_cursor(index, now, payload, window, ack_every, read_until);
-            let qp = self.qp_mut(index);
-            if qp.state.sending() {
-                (qp.req.cursor, qp.req.cursor_offset, qp.req.next_psn) = saved;
+            self.rewind(p);
+            let transmit = self.packet_at_cursor(nic, now, payload, window, ack_every, read_until);
+            if self.state.sending() {
+                (self.req.cursor, self.req.cursor_offset, self.req.next_psn) = saved;
             }
             if transmit.is_some() {
                 return transmit;
             }
         }
-        self.packet_at_cursor(index, now, payload, window, ack_every, None)
+        None
     }
 
     /// The request packet at the cursor, if the window and limits allow; moves the cursor on.
@@ -259,48 +278,47 @@ impl Engine {
     /// gate, build the headers, find the payload, record what was sent.
     fn packet_at_cursor(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         payload: &mut [u8],
         window: u32,
         ack_every: u32,
         read_until: Option<Psn>,
     ) -> Option<Transmit> {
-        let req = &self.qp_at(index).req;
+        let req = &self.req;
         if req.window_full(window) || req.cursor >= req.sq.len() {
             return None;
         }
         let cursor = req.cursor;
-        if !self.begin_request(index, cursor) {
+        if !self.begin_request(cursor) {
             return None;
         }
-        if !self.gate_allows(index, now, cursor) {
+        if !self.gate_allows(nic, now, cursor) {
             return None;
         }
-        let packet = request_headers(self.qp_mut(index), cursor, window, ack_every, read_until);
+        let packet = request_headers(self, cursor, window, ack_every, read_until);
         let payload_at = if packet.payload_len > 0 {
-            match self.gather_request_payload(index, cursor, &packet, payload) {
+            match self.gather_request_payload(nic, cursor, &packet, payload) {
                 Ok(at) => at,
                 Err(()) => {
-                    self.fail_request(index, cursor, WcStatus::LocalProtectionError);
+                    self.fail_request(nic, cursor, WcStatus::LocalProtectionError);
                     return None;
                 }
             }
         } else {
             PayloadAt::Buffer
         };
-        Some(self.record_sent(index, now, &packet, payload_at))
+        Some(self.record_sent(nic, now, &packet, payload_at))
     }
 
     /// Begins the request at `cursor` if it has not begun: gives it its PSNs, unless the
     /// queue pair is draining or a fence or the READ/atomic limit holds it back (false).
     #[inline(always)]
-    fn begin_request(&mut self, index: u32, cursor: usize) -> bool {
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let req = &mut qp.req;
+    fn begin_request(&mut self, cursor: usize) -> bool {
+        let mtu = self.attrs.mtu;
+        let req = &mut self.req;
         if !req.sq[cursor].started {
-            if qp.state == QpState::Sqd {
+            if self.state == QpState::Sqd {
                 return false; // draining: begin nothing new
             }
             let wqe = &req.sq[cursor];
@@ -312,7 +330,7 @@ impl Engine {
             // only as far as the limit: a pass over every work request before the cursor
             // (up to the TX depth) was a sizeable part of starting each small WRITE.
             if wqe.fence || wqe.op.is_read_or_atomic() {
-                let enough = usize::from(qp.attrs.max_rd_atomic).max(1);
+                let enough = usize::from(self.attrs.max_rd_atomic).max(1);
                 let pending_rd_atomic = req
                     .sq
                     .iter()
@@ -324,7 +342,7 @@ impl Engine {
                     return false;
                 }
                 if wqe.op.is_read_or_atomic()
-                    && pending_rd_atomic >= usize::from(qp.attrs.max_rd_atomic)
+                    && pending_rd_atomic >= usize::from(self.attrs.max_rd_atomic)
                 {
                     return false;
                 }
@@ -346,20 +364,19 @@ impl Engine {
     /// not asked: the credit a lost packet used is gone, and recovery must not wait for
     /// credit that can never come.
     #[inline(always)]
-    fn gate_allows(&mut self, index: u32, now: Instant, cursor: usize) -> bool {
-        let req = &self.qp_at(index).req;
+    fn gate_allows(&mut self, nic: &mut Nic, now: Instant, cursor: usize) -> bool {
+        let req = &self.req;
         let fresh = !req.next_psn.precedes(req.max_sent);
-        if !fresh || !self.gates() {
+        if !fresh || !nic.gates() {
             return true;
         }
-        let qp = self.qp_at(index);
-        let wqe = &qp.req.sq[cursor];
+        let wqe = &self.req.sq[cursor];
         let bytes = if wqe.op.is_read_or_atomic() {
             0
         } else {
-            (wqe.len - qp.req.cursor_offset).min(qp.attrs.mtu)
+            (wqe.len - self.req.cursor_offset).min(self.attrs.mtu)
         };
-        self.gate(index, now, bytes) != crate::control::Gate::Hold
+        nic.gate(self, now, bytes) != crate::control::Gate::Hold
     }
 
     /// Finds the payload of `packet`: inline data (copied into the buffer: the work request
@@ -368,7 +385,7 @@ impl Engine {
     #[inline(always)]
     fn gather_request_payload(
         &self,
-        index: u32,
+        nic: &Nic,
         cursor: usize,
         packet: &RequestPacket,
         payload: &mut [u8],
@@ -376,8 +393,7 @@ impl Engine {
         let (offset, payload_len) = (packet.offset, packet.payload_len);
         // The list is borrowed, not copied: a one-entry list is read from the work
         // request's second cache line only.
-        let qp = self.qp_at(index);
-        let wqe = &qp.req.sq[cursor];
+        let wqe = &self.req.sq[cursor];
         let dst = &mut payload[..payload_len as usize];
         match &wqe.inline {
             Some(data) => {
@@ -385,9 +401,9 @@ impl Engine {
                 Ok(PayloadAt::Buffer)
             }
             // Services see the payload in the buffer it leaves from.
-            None => self
+            None => nic
                 .mrs
-                .gather(qp.pd, &wqe.sgl, offset, dst, !qp.attrs.services)
+                .gather(self.pd, &wqe.sgl, offset, dst, !self.attrs.services)
                 .map_err(|_| ()),
         }
     }
@@ -398,7 +414,7 @@ impl Engine {
     #[inline(always)]
     fn record_sent(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         packet: &RequestPacket,
         payload_at: PayloadAt,
@@ -412,23 +428,22 @@ impl Engine {
             retransmission,
             ..
         } = *packet;
-        let qp = self.qp_mut(index);
-        let req = &mut qp.req;
+        let req = &mut self.req;
         req.next_psn = psn.add(advance);
         if req.max_sent.precedes(req.next_psn) {
             req.max_sent = req.next_psn;
         }
-        let dst = qp.attrs.peer.expect("an RTS queue pair has a peer");
-        let qp_ccx = qp.ccx_out(now, false);
-        let timeout = Self::retransmit_timeout(qp.attrs.timeout);
-        let arm_at = match (qp.req.deadline, timeout) {
+        let dst = self.attrs.peer.expect("an RTS queue pair has a peer");
+        let qp_ccx = self.ccx_out(now, false);
+        let timeout = Nic::retransmit_timeout(self.attrs.timeout);
+        let arm_at = match (self.req.deadline, timeout) {
             (None, Some(t)) => {
-                qp.req.deadline = Some(now + t);
+                self.req.deadline = Some(now + t);
                 Some(now + t)
             }
             _ => None,
         };
-        if qp.knobs.rate_bps.is_some_and(|r| r > 0) {
+        if self.knobs.rate_bps.is_some_and(|r| r > 0) {
             // What the packet takes of a link, framing included (the simulator's links count
             // the same), so that a law's rate is a rate on the wire.
             let headers = RoceHeaders {
@@ -439,23 +454,23 @@ impl Engine {
             let wire = headers
                 .link_len(dst.is_ipv6(), payload_len as usize)
                 .expect("the requester builds known opcodes") as u64;
-            qp.paced = (qp.next_send_at().max(now), wire * 8);
+            self.paced = (self.next_send_at().max(now), wire * 8);
         }
         // Time a packet that asks for an ACK: its sample is one round trip, not the time
         // the rest of its message took to leave.
         let answered =
             bth.ack_req || bth.opcode == Opcode::RC_RDMA_READ_REQUEST || ext.atomic_eth.is_some();
-        if !retransmission && answered && qp.req.rtt_probe.is_none() {
-            qp.req.rtt_probe = Some((psn, now));
+        if !retransmission && answered && self.req.rtt_probe.is_none() {
+            self.req.rtt_probe = Some((psn, now));
         }
         if let Some(at) = arm_at {
-            self.arm(index, at);
+            nic.arm(self, at);
         }
         if retransmission {
-            self.counters.retransmitted_packets += 1;
+            nic.counters.retransmitted_packets += 1;
         }
-        self.emit(
-            index,
+        nic.emit(
+            self,
             now,
             crate::control::Event::Tx {
                 psn,
@@ -463,7 +478,7 @@ impl Engine {
                 retransmission,
             },
         );
-        let src_port = self.source_port(index, psn, bth.opcode);
+        let src_port = nic.source_port(self, psn, bth.opcode);
         Transmit {
             dst,
             src_port,
@@ -477,71 +492,69 @@ impl Engine {
         }
     }
 
-    /// An ACK, NAK, READ response or atomic ACK for queue pair `index`.
+    /// An ACK, NAK, READ response or atomic ACK from the peer.
     pub(crate) fn on_response(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         headers: &RoceHeaders,
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) {
         let psn = headers.bth.psn;
-        let qp = self.qp_mut(index);
-        let req = &qp.req;
+        let req = &self.req;
         // A response must be for a PSN sent and not yet acknowledged.
         let d = req.una.distance_to(psn);
         if d < 0 || d >= req.una.distance_to(req.max_sent) {
-            self.counters.stale_responses += 1;
+            nic.counters.stale_responses += 1;
             return;
         }
         match info.operation {
             sluice_wire::Operation::RdmaReadResponse => {
-                self.on_read_response(index, now, headers, info, payload)
+                self.on_read_response(nic, now, headers, info, payload)
             }
             sluice_wire::Operation::AtomicAcknowledge => {
                 let original = headers.ext.atomic_ack_eth.map(|a| a.original);
-                self.on_atomic_ack(index, now, psn, original)
+                self.on_atomic_ack(nic, now, psn, original)
             }
             _ => match headers.ext.aeth.map(|a| a.syndrome) {
-                Some(Syndrome::Ack(_)) => self.on_ack(index, now, psn),
-                Some(Syndrome::Nak(code)) => self.on_nak(index, now, psn, code),
-                Some(Syndrome::RnrNak(timer)) => self.on_rnr_nak(index, now, psn, timer.as_nanos()),
-                None => self.counters.drops_unexpected_opcode += 1,
+                Some(Syndrome::Ack(_)) => self.on_ack(nic, now, psn),
+                Some(Syndrome::Nak(code)) => self.on_nak(nic, now, psn, code),
+                Some(Syndrome::RnrNak(timer)) => self.on_rnr_nak(nic, now, psn, timer.as_nanos()),
+                None => nic.counters.drops_unexpected_opcode += 1,
             },
         }
     }
 
     /// Everything up to and including `psn` is acknowledged.
-    fn on_ack(&mut self, index: u32, now: Instant, psn: Psn) {
-        let advanced = self.confirm(index, now, psn.next());
-        self.retire(index);
+    fn on_ack(&mut self, nic: &mut Nic, now: Instant, psn: Psn) {
+        let advanced = self.confirm(nic, now, psn.next());
+        self.retire(nic);
         if advanced {
-            self.progress(index, now);
+            self.progress(nic, now);
         }
     }
 
     /// The responder has received (and carried out) every request before `psn`. True if
     /// that is news: the only kind of progress that restores the retry count (a duplicate
     /// ACK or NAK must not, or a request that can never complete would be retried forever).
-    fn confirm(&mut self, index: u32, now: Instant, psn: Psn) -> bool {
-        let qp = self.qp_mut(index);
-        if !qp.req.confirmed.precedes(psn) {
+    fn confirm(&mut self, nic: &mut Nic, now: Instant, psn: Psn) -> bool {
+        if !self.req.confirmed.precedes(psn) {
             return false;
         }
-        let packets = qp.req.confirmed.distance_to(psn) as u32;
-        qp.req.confirmed = psn;
-        let probed = match qp.req.rtt_probe {
+        let packets = self.req.confirmed.distance_to(psn) as u32;
+        self.req.confirmed = psn;
+        let probed = match self.req.rtt_probe {
             Some((probe, sent)) if probe.precedes(psn) => {
-                qp.req.rtt_probe = None;
+                self.req.rtt_probe = None;
                 Some(now - sent)
             }
             _ => None,
         };
         // An echoed send time measures the very transmission that was answered.
-        let rtt = self.echoed_rtt.take().or(probed);
-        self.emit(
-            index,
+        let rtt = nic.echoed_rtt.take().or(probed);
+        nic.emit(
+            self,
             now,
             crate::control::Event::Ack {
                 confirmed: psn,
@@ -553,22 +566,22 @@ impl Engine {
     }
 
     /// Position in the send queue of the request holding `psn`, if any.
-    fn holding(&mut self, index: u32, psn: Psn) -> Option<usize> {
-        self.qp_mut(index).req.sq.iter().position(|w| {
+    fn holding(&mut self, psn: Psn) -> Option<usize> {
+        self.req.sq.iter().position(|w| {
             let d = w.first_psn.distance_to(psn);
             w.started && d >= 0 && (d as u32) < w.span
         })
     }
 
-    fn on_nak(&mut self, index: u32, now: Instant, psn: Psn, code: NakCode) {
+    fn on_nak(&mut self, nic: &mut Nic, now: Instant, psn: Psn, code: NakCode) {
         // Every request before the NAK'd PSN was received.
-        let advanced = self.confirm(index, now, psn);
-        self.retire(index);
+        let advanced = self.confirm(nic, now, psn);
+        self.retire(nic);
         match code {
             NakCode::PsnSequenceError => {
-                self.counters.naks_received_sequence += 1;
-                self.emit(
-                    index,
+                nic.counters.naks_received_sequence += 1;
+                nic.emit(
+                    self,
                     now,
                     crate::control::Event::Nak {
                         psn,
@@ -576,22 +589,21 @@ impl Engine {
                     },
                 );
                 if advanced {
-                    self.progress(index, now);
-                } else if !self.use_retry(index) {
+                    self.progress(nic, now);
+                } else if !self.use_retry(nic) {
                     return;
                 }
-                let qp = self.qp_mut(index);
-                if qp.attrs.recovery == crate::Recovery::SelectiveRepeat {
+                if self.attrs.recovery == crate::Recovery::SelectiveRepeat {
                     // The responder holds what came after: resend just the missing PSN.
-                    qp.req.queue_resend(psn);
+                    self.req.queue_resend(psn);
                 } else {
-                    self.rewind(index, psn);
+                    self.rewind(psn);
                 }
             }
             code => {
-                self.counters.naks_received_error += 1;
-                self.emit(
-                    index,
+                nic.counters.naks_received_error += 1;
+                nic.emit(
+                    self,
                     now,
                     crate::control::Event::Nak {
                         psn,
@@ -605,81 +617,67 @@ impl Engine {
                     NakCode::RemoteAccessError => WcStatus::RemoteAccessError,
                     _ => WcStatus::RemoteOperationalError,
                 };
-                let pos = self.holding(index, psn).unwrap_or(0);
-                self.fail_request(index, pos, status);
+                let pos = self.holding(psn).unwrap_or(0);
+                self.fail_request(nic, pos, status);
             }
         }
     }
 
-    fn on_rnr_nak(&mut self, index: u32, now: Instant, psn: Psn, wait_ns: u64) {
-        self.counters.naks_received_rnr += 1;
-        self.emit(
-            index,
+    fn on_rnr_nak(&mut self, nic: &mut Nic, now: Instant, psn: Psn, wait_ns: u64) {
+        nic.counters.naks_received_rnr += 1;
+        nic.emit(
+            self,
             now,
             crate::control::Event::Nak {
                 psn,
                 kind: crate::control::NakKind::ReceiverNotReady,
             },
         );
-        self.confirm(index, now, psn);
-        self.retire(index);
-        let qp = self.qp_mut(index);
-        if qp.attrs.rnr_retry != 7 {
-            if qp.req.rnr_retries_left == 0 {
-                let pos = self.holding(index, psn).unwrap_or(0);
-                self.fail_request(index, pos, WcStatus::RnrRetryExceeded);
+        self.confirm(nic, now, psn);
+        self.retire(nic);
+        if self.attrs.rnr_retry != 7 {
+            if self.req.rnr_retries_left == 0 {
+                let pos = self.holding(psn).unwrap_or(0);
+                self.fail_request(nic, pos, WcStatus::RnrRetryExceeded);
                 return;
             }
-            qp.req.rnr_retries_left -= 1;
+            self.req.rnr_retries_left -= 1;
         }
-        self.rewind(index, psn);
-        let qp = self.qp_mut(index);
+        self.rewind(psn);
         let until = now + std::time::Duration::from_nanos(wait_ns);
-        qp.req.rnr_wait_until = Some(until);
-        qp.req.deadline = None;
-        self.arm(index, until);
+        self.req.rnr_wait_until = Some(until);
+        self.req.deadline = None;
+        nic.arm(self, until);
     }
 
     fn on_read_response(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         headers: &RoceHeaders,
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) {
         let psn = headers.bth.psn;
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let selective = qp.attrs.recovery == crate::Recovery::SelectiveRepeat;
+        let mtu = self.attrs.mtu;
+        let selective = self.attrs.recovery == crate::Recovery::SelectiveRepeat;
         // The oldest READ still waiting for data is the only one a response may be for.
-        let Some(pos) = qp
+        let Some(pos) = self
             .req
             .sq
             .iter()
             .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)
         else {
-            self.counters.stale_responses += 1;
+            nic.counters.stale_responses += 1;
             return;
         };
-        let wqe = &qp.req.sq[pos];
+        let wqe = &self.req.sq[pos];
         // The responder took the whole READ request, and every request before it.
         let request_end = wqe.first_psn.add(wqe.span);
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
-            if d > 0 && (d as u32) < wqe.span - wqe.read_done / mtu && selective {
-                self.on_read_response_ahead(index, now, pos, d as u32, payload);
-            } else if d > 0 && (d as u32) < wqe.span && qp.req.read_retry_at != Some(expected) {
-                // A response is missing: ask again from it, once per gap.
-                qp.req.read_retry_at = Some(expected);
-                self.confirm(index, now, request_end);
-                self.retire(index);
-                self.rewind(index, expected);
-            } else {
-                self.counters.stale_responses += 1;
-            }
-            return;
+            return self.on_read_response_out_of_order(nic, now, pos, d, payload);
         }
         let remaining = wqe.len - wqe.read_done;
         let len = payload.len();
@@ -694,19 +692,60 @@ impl Engine {
             Position::First | Position::Middle => !ends,
         };
         if !position_ok || len > remaining || len > mtu || (!ends && len != mtu) {
-            self.fail_request(index, pos, WcStatus::BadResponseError);
+            self.fail_request(nic, pos, WcStatus::BadResponseError);
             return;
         }
-        let (pd, sgl, read_done) = (qp.pd, wqe.sgl, wqe.read_done);
+        let (pd, sgl, read_done) = (self.pd, wqe.sgl, wqe.read_done);
         let bytes = match payload {
             Payload::Bytes(b) => Some(b),
             Payload::Len(_) => None,
         };
-        if self.mrs.scatter(pd, &sgl, read_done, len, bytes).is_err() {
-            self.fail_request(index, pos, WcStatus::LocalProtectionError);
+        if nic.mrs.scatter(pd, &sgl, read_done, len, bytes).is_err() {
+            self.fail_request(nic, pos, WcStatus::LocalProtectionError);
             return;
         }
-        let req = &mut self.qp_mut(index).req;
+        self.take_read_data(pos, len);
+        self.confirm(nic, now, request_end);
+        self.retire(nic);
+        self.progress(nic, now);
+    }
+
+    /// A response `d` PSNs away from the one the READ at `pos` expects: with selective
+    /// repeat, one past a gap is kept; else a gap is asked for again, once per gap; what is
+    /// behind, or beyond the READ, is stale.
+    fn on_read_response_out_of_order(
+        &mut self,
+        nic: &mut Nic,
+        now: Instant,
+        pos: usize,
+        d: i32,
+        payload: Payload<'_>,
+    ) {
+        let mtu = self.attrs.mtu;
+        let selective = self.attrs.recovery == crate::Recovery::SelectiveRepeat;
+        let wqe = &self.req.sq[pos];
+        let request_end = wqe.first_psn.add(wqe.span);
+        let expected = wqe.first_psn.add(wqe.read_done / mtu);
+        if d > 0 && (d as u32) < wqe.span - wqe.read_done / mtu && selective {
+            self.on_read_response_ahead(nic, now, pos, d as u32, payload);
+        } else if d > 0 && (d as u32) < wqe.span && self.req.read_retry_at != Some(expected) {
+            // A response is missing: ask again from it, once per gap.
+            self.req.read_retry_at = Some(expected);
+            self.confirm(nic, now, request_end);
+            self.retire(nic);
+            self.rewind(expected);
+        } else {
+            nic.counters.stale_responses += 1;
+        }
+    }
+
+    /// `len` more bytes of the READ at `pos` are in place: with selective repeat, so are
+    /// the responses held right after them; the READ is answered once all are, else the
+    /// next gap is asked for.
+    #[inline(always)]
+    fn take_read_data(&mut self, pos: usize, len: u32) {
+        let mtu = self.attrs.mtu;
+        let req = &mut self.req;
         let wqe = &mut req.sq[pos];
         wqe.read_done += len;
         if let Some(repair) = req.read_repair.as_deref_mut() {
@@ -721,14 +760,11 @@ impl Engine {
             if wqe.responded {
                 *repair = ReadRepair::default();
             } else {
-                self.ask_for_read_gap(index, pos);
+                self.ask_for_read_gap(pos);
             }
         } else {
             wqe.responded = wqe.read_done == wqe.len;
         }
-        self.confirm(index, now, request_end);
-        self.retire(index);
-        self.progress(index, now);
     }
 
     /// Selective repeat: a response `d` PSNs past the first one the oldest waiting READ
@@ -736,55 +772,53 @@ impl Engine {
     /// such response of a gap asks for the gap alone again.
     fn on_read_response_ahead(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: Instant,
         pos: usize,
         d: u32,
         payload: Payload<'_>,
     ) {
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let req = &mut qp.req;
+        let mtu = self.attrs.mtu;
+        let req = &mut self.req;
         let repair = req.read_repair.get_or_insert_with(Box::default);
         if repair.held.contains(d) {
-            self.counters.stale_responses += 1;
+            nic.counters.stale_responses += 1;
             return;
         }
         let wqe = &req.sq[pos];
         let offset = wqe.read_done + d * mtu;
         let len = (wqe.len - offset).min(mtu);
         if payload.len() != len {
-            self.fail_request(index, pos, WcStatus::BadResponseError);
+            self.fail_request(nic, pos, WcStatus::BadResponseError);
             return;
         }
-        let (pd, sgl, request_end) = (qp.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
+        let (pd, sgl, request_end) = (self.pd, wqe.sgl, wqe.first_psn.add(wqe.span));
         if repair.held.insert(d) == Insert::Full {
             // No room to record it: asked for again once the gaps before it are filled.
             repair.overflow = true;
-            self.counters.stale_responses += 1;
+            nic.counters.stale_responses += 1;
             return;
         }
         let bytes = match payload {
             Payload::Bytes(b) => Some(b),
             Payload::Len(_) => None,
         };
-        if self.mrs.scatter(pd, &sgl, offset, len, bytes).is_err() {
-            self.fail_request(index, pos, WcStatus::LocalProtectionError);
+        if nic.mrs.scatter(pd, &sgl, offset, len, bytes).is_err() {
+            self.fail_request(nic, pos, WcStatus::LocalProtectionError);
             return;
         }
-        self.ask_for_read_gap(index, pos);
-        self.confirm(index, now, request_end);
-        self.retire(index);
+        self.ask_for_read_gap(pos);
+        self.confirm(nic, now, request_end);
+        self.retire(nic);
     }
 
     /// Selective repeat: if responses are held past the first missing one of the READ at
     /// `pos`, asks again for the gap before them (once per gap, unless the gap's own
     /// resent responses overtook it: then that copy was lost too); if none is held but some
     /// were dropped as too far ahead, for the rest of the READ.
-    fn ask_for_read_gap(&mut self, index: u32, pos: usize) {
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let req = &mut qp.req;
+    fn ask_for_read_gap(&mut self, pos: usize) {
+        let mtu = self.attrs.mtu;
+        let req = &mut self.req;
         let wqe = &req.sq[pos];
         let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let Some(repair) = req.read_repair.as_deref_mut() else {
@@ -807,19 +841,18 @@ impl Engine {
         }
     }
 
-    fn on_atomic_ack(&mut self, index: u32, now: Instant, psn: Psn, original: Option<u64>) {
-        let qp = self.qp_mut(index);
-        let Some(pos) = qp
+    fn on_atomic_ack(&mut self, nic: &mut Nic, now: Instant, psn: Psn, original: Option<u64>) {
+        let Some(pos) = self
             .req
             .sq
             .iter()
             .position(|w| w.started && w.op.is_atomic() && w.first_psn == psn)
         else {
-            self.counters.stale_responses += 1;
+            nic.counters.stale_responses += 1;
             return;
         };
         let Some(original) = original else { return };
-        let wqe = &mut qp.req.sq[pos];
+        let wqe = &mut self.req.sq[pos];
         if !wqe.responded {
             // The first answer carries the result; a duplicate only confirms it.
             let (lkey, addr, _) = wqe
@@ -827,21 +860,21 @@ impl Engine {
                 .pieces(0, 8)
                 .next()
                 .expect("atomics have an 8-byte buffer");
-            let pd = qp.pd;
-            if self
+            let pd = self.pd;
+            if nic
                 .mrs
                 .check(lkey, pd, addr, 8, crate::Access::LOCAL_WRITE)
                 .is_err()
             {
-                self.fail_request(index, pos, WcStatus::LocalProtectionError);
+                self.fail_request(nic, pos, WcStatus::LocalProtectionError);
                 return;
             }
-            self.mrs.write(lkey, addr, &original.to_le_bytes());
-            self.qp_mut(index).req.sq[pos].responded = true;
+            nic.mrs.write(lkey, addr, &original.to_le_bytes());
+            self.req.sq[pos].responded = true;
         }
-        self.confirm(index, now, psn.next());
-        self.retire(index);
-        self.progress(index, now);
+        self.confirm(nic, now, psn.next());
+        self.retire(nic);
+        self.progress(nic, now);
     }
 
     /// Completes, oldest first as RC requires, every request the responder has confirmed
@@ -849,19 +882,44 @@ impl Engine {
     /// arrived. `una` stops at a READ or atomic still waiting for its response: on a network
     /// that reorders, a later ACK can overtake the response, so only the retransmit timer
     /// (or a gap in READ responses) asks for it again. Returns how many requests completed.
-    pub(crate) fn retire(&mut self, index: u32) -> usize {
-        let qp = self.qp_mut(index);
-        let num = qp.num;
-        let cq = qp.send_cq;
-        let mtu = qp.attrs.mtu;
-        let confirmed = qp.req.confirmed;
+    pub(crate) fn retire(&mut self, nic: &mut Nic) -> usize {
+        let confirmed = self.req.confirmed;
+        let (done, waiting_at) = self.complete_confirmed(nic, confirmed);
+        let una = waiting_at.unwrap_or(confirmed);
+        if self.req.una.precedes(una) {
+            self.req.una = una;
+        }
+        // A go-back-N resend overtaken by an ACK: send on from the first unconfirmed PSN.
+        if self.req.next_psn.precedes(self.req.una) {
+            let una = self.req.una;
+            self.rewind(una);
+        }
+        // The cursor may have pointed into a request that just completed: place it again
+        // from the PSN it was at (or the first one still outstanding, if that is later).
+        if done > 0 {
+            let req = &self.req;
+            let target = match req.sq.front() {
+                Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
+                _ => req.next_psn,
+            };
+            // Not a resend: the probe in flight still times its round trip.
+            self.place_cursor(target);
+            nic.check_drained(self);
+        }
+        done
+    }
+
+    /// Pops and completes, oldest first, the requests wholly before `confirmed` whose
+    /// responses (for READs and atomics) have all arrived. Returns how many, and the PSN a
+    /// READ or atomic taken but still waiting for its response holds `una` at.
+    #[inline(always)]
+    fn complete_confirmed(&mut self, nic: &mut Nic, confirmed: Psn) -> (usize, Option<Psn>) {
+        let num = self.num;
+        let cq = self.send_cq;
+        let mtu = self.attrs.mtu;
         let mut done = 0;
         let mut waiting_at = None;
-        loop {
-            let qp = self.qp_mut(index);
-            let Some(front) = qp.req.sq.front() else {
-                break;
-            };
+        while let Some(front) = self.req.sq.front() {
             if !front.started || !front.first_psn.precedes(confirmed) {
                 break;
             }
@@ -877,8 +935,8 @@ impl Engine {
             if !front.last_psn().precedes(confirmed) {
                 break;
             }
-            let w = qp.req.sq.pop_front().expect("front exists");
-            qp.req.cursor = qp.req.cursor.saturating_sub(1);
+            let w = self.req.sq.pop_front().expect("front exists");
+            self.req.cursor = self.req.cursor.saturating_sub(1);
             done += 1;
             if w.signaled {
                 let byte_len = if w.op.is_atomic() { 8 } else { w.len };
@@ -890,36 +948,13 @@ impl Engine {
                     byte_len,
                     imm: None,
                 };
-                self.complete(index, cq, c);
+                nic.complete(self, cq, c);
             }
             if let Some(buffer) = w.inline {
-                self.inline_spare.push(buffer);
+                nic.inline_spare.push(buffer);
             }
         }
-        let qp = self.qp_mut(index);
-        let una = waiting_at.unwrap_or(confirmed);
-        if qp.req.una.precedes(una) {
-            qp.req.una = una;
-        }
-        // A go-back-N resend overtaken by an ACK: send on from the first unconfirmed PSN.
-        if qp.req.next_psn.precedes(qp.req.una) {
-            let una = qp.req.una;
-            self.rewind(index, una);
-        }
-        let qp = self.qp_mut(index);
-        // The cursor may have pointed into a request that just completed: place it again
-        // from the PSN it was at (or the first one still outstanding, if that is later).
-        if done > 0 {
-            let req = &qp.req;
-            let target = match req.sq.front() {
-                Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
-                _ => req.next_psn,
-            };
-            // Not a resend: the probe in flight still times its round trip.
-            self.place_cursor(index, target);
-            self.check_drained(index);
-        }
-        done
+        (done, waiting_at)
     }
 
     /// The requester's invariants, checked in debug builds after every input: PSNs are
@@ -927,9 +962,8 @@ impl Engine {
     /// response, and the cursor lies within the send queue, at the request and offset that
     /// hold `next_psn`.
     #[cfg(debug_assertions)]
-    pub(crate) fn check_requester(&mut self, index: u32) {
-        let qp = self.qp_mut(index);
-        let req = &qp.req;
+    pub(crate) fn check_requester(&mut self) {
+        let req = &self.req;
         assert!(
             req.cursor <= req.sq.len(),
             "cursor {} past {} requests",
@@ -944,7 +978,7 @@ impl Engine {
             expect = Some(w.first_psn.add(w.span));
             if !w.responses_complete() {
                 let missing = match w.op {
-                    SendOp::Read { .. } => w.first_psn.add(w.read_done / qp.attrs.mtu),
+                    SendOp::Read { .. } => w.first_psn.add(w.read_done / self.attrs.mtu),
                     _ => w.first_psn,
                 };
                 assert!(
@@ -963,7 +997,7 @@ impl Engine {
             req.max_sent
         );
         // The cursor is where it would be placed for the PSN it sends next.
-        let (cursor, offset, _) = req.cursor_for(req.next_psn, qp.attrs.mtu);
+        let (cursor, offset, _) = req.cursor_for(req.next_psn, self.attrs.mtu);
         assert_eq!(
             (req.cursor, req.cursor_offset),
             (cursor, offset),
@@ -976,109 +1010,297 @@ impl Engine {
     /// For a READ, what is resent is a request for the data still missing. A PSN held by no
     /// request sends on from the first request not yet started, at `max_sent`: PSNs are
     /// never handed out twice.
-    pub(crate) fn rewind(&mut self, index: u32, psn: Psn) {
+    pub(crate) fn rewind(&mut self, psn: Psn) {
         // Karn's rule: a packet that may be sent twice gives no RTT sample.
-        self.qp_mut(index).req.rtt_probe = None;
-        self.place_cursor(index, psn);
+        self.req.rtt_probe = None;
+        self.place_cursor(psn);
     }
 
     /// Places the cursor at the request holding `psn` (or past the last started one), to
     /// send from there; nothing already sent is sent again unless `psn` is behind
-    /// `next_psn` ([`Engine::rewind`] is for that).
-    fn place_cursor(&mut self, index: u32, psn: Psn) {
-        let qp = self.qp_mut(index);
-        let mtu = qp.attrs.mtu;
-        let req = &mut qp.req;
+    /// `next_psn` ([`Qp::rewind`] is for that).
+    fn place_cursor(&mut self, psn: Psn) {
+        let mtu = self.attrs.mtu;
+        let req = &mut self.req;
         (req.cursor, req.cursor_offset, req.next_psn) = req.cursor_for(psn, mtu);
     }
 
     /// Forward progress: the retry count is restored and the timer restarts (or stops).
-    fn progress(&mut self, index: u32, now: Instant) {
-        let qp = self.qp_mut(index);
-        qp.req.retries_left = qp.attrs.retry_cnt;
-        qp.req.rnr_retries_left = qp.attrs.rnr_retry;
-        qp.req.read_retry_at = None;
-        self.progress_timer(index, now);
+    fn progress(&mut self, nic: &mut Nic, now: Instant) {
+        self.req.retries_left = self.attrs.retry_cnt;
+        self.req.rnr_retries_left = self.attrs.rnr_retry;
+        self.req.read_retry_at = None;
+        self.progress_timer(nic, now);
     }
 
-    fn progress_timer(&mut self, index: u32, now: Instant) {
-        let qp = self.qp_mut(index);
-        if qp.req.una == qp.req.max_sent {
-            qp.req.deadline = None;
-        } else if let Some(t) = Self::retransmit_timeout(qp.attrs.timeout) {
-            qp.req.deadline = Some(now + t);
-            self.arm(index, now + t);
+    fn progress_timer(&mut self, nic: &mut Nic, now: Instant) {
+        if self.req.una == self.req.max_sent {
+            self.req.deadline = None;
+        } else if let Some(t) = Nic::retransmit_timeout(self.attrs.timeout) {
+            self.req.deadline = Some(now + t);
+            nic.arm(self, now + t);
         }
     }
 
     /// Spends one transport retry; false (and the queue pair failed) when none is left.
-    fn use_retry(&mut self, index: u32) -> bool {
-        let qp = self.qp_mut(index);
-        if qp.req.retries_left == 0 {
-            self.fail_request(index, 0, WcStatus::RetryExceeded);
+    fn use_retry(&mut self, nic: &mut Nic) -> bool {
+        if self.req.retries_left == 0 {
+            self.fail_request(nic, 0, WcStatus::RetryExceeded);
             return false;
         }
-        qp.req.retries_left -= 1;
+        self.req.retries_left -= 1;
         true
     }
 
-    /// A timer of queue pair `index` fired.
-    pub(crate) fn on_timer(&mut self, index: u32, now: Instant) {
-        let qp = self.qp_mut(index);
-        if !qp.state.sending() {
+    /// The queue pair's timer fired: a pacing wait, an RNR wait or the retransmit timer.
+    pub(crate) fn on_timer(&mut self, nic: &mut Nic, now: Instant) {
+        if !self.state.sending() {
             return;
         }
-        if qp.knobs.rate_bps.is_some() {
+        if self.knobs.rate_bps.is_some() {
             // A pacing wait. The law may have lowered the rate since the timer was armed:
             // then the packet is due later, and the timer goes again.
-            let due = qp.next_send_at();
+            let due = self.next_send_at();
             if due <= now {
-                self.schedule(index);
-            } else if qp.req.cursor < qp.req.sq.len() {
-                self.arm(index, due);
+                nic.schedule(self);
+            } else if self.req.cursor < self.req.sq.len() {
+                nic.arm(self, due);
             }
         }
-        let qp = self.qp_mut(index);
-        if let Some(until) = qp.req.rnr_wait_until {
+        if let Some(until) = self.req.rnr_wait_until {
             if until <= now {
-                qp.req.rnr_wait_until = None;
-                self.schedule(index);
+                self.req.rnr_wait_until = None;
+                nic.schedule(self);
             } else {
-                self.arm(index, until);
+                nic.arm(self, until);
             }
         }
-        let qp = self.qp_mut(index);
-        match qp.req.deadline {
-            Some(deadline) if deadline <= now => {
-                qp.req.deadline = None;
-                if qp.req.una == qp.req.max_sent {
-                    return;
-                }
-                self.counters.retransmit_timeouts += 1;
-                self.emit(index, now, crate::control::Event::Timeout);
-                if !self.use_retry(index) {
-                    return;
-                }
-                // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
-                // recovery when NAKs were lost too. (A READ gap asked for before is asked
-                // for in full again, so its record no longer says what is on its way.)
-                let req = &mut self.qp_mut(index).req;
-                if let Some(repair) = req.read_repair.as_deref_mut() {
-                    repair.asked = None;
-                }
-                let una = req.una;
-                self.rewind(index, una);
-                self.schedule(index);
-            }
-            Some(deadline) => self.arm(index, deadline),
+        match self.req.deadline {
+            Some(deadline) if deadline <= now => self.on_retransmit_timeout(nic, now),
+            Some(deadline) => nic.arm(self, deadline),
             None => {}
         }
+    }
+
+    /// The retransmit timer ran out: unless everything sent was acknowledged meanwhile, a
+    /// retry is spent and everything from the first unacknowledged PSN is sent again.
+    fn on_retransmit_timeout(&mut self, nic: &mut Nic, now: Instant) {
+        self.req.deadline = None;
+        if self.req.una == self.req.max_sent {
+            return;
+        }
+        nic.counters.retransmit_timeouts += 1;
+        nic.emit(self, now, crate::control::Event::Timeout);
+        if !self.use_retry(nic) {
+            return;
+        }
+        // Go-back-N from the first unacknowledged PSN, in both modes: bounded-time
+        // recovery when NAKs were lost too. (A READ gap asked for before is asked
+        // for in full again, so its record no longer says what is on its way.)
+        let req = &mut self.req;
+        if let Some(repair) = req.read_repair.as_deref_mut() {
+            repair.asked = None;
+        }
+        let una = req.una;
+        self.rewind(una);
+        nic.schedule(self);
     }
 
     /// Request `pos` of the send queue failed with `status`: it completes with that status,
     /// the queue pair goes to the error state and every other request completes, in order,
     /// with a flush error.
-    pub(crate) fn fail_request(&mut self, index: u32, pos: usize, status: WcStatus) {
-        self.enter_error_failing(index, Some((pos, status)));
+    pub(crate) fn fail_request(&mut self, nic: &mut Nic, pos: usize, status: WcStatus) {
+        nic.enter_error_failing(self, Some((pos, status)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The requester's handlers driven directly: work requests and responses in, request
+    //! packets and completions out.
+
+    use sluice_wire::{Credits, NakCode, Opcode, RnrTimer, Syndrome};
+
+    use crate::engine::fixture::{Fixture, MTU, ack, nak, response};
+    use crate::qp::SendOp;
+    use crate::{EngineConfig, Instant, Payload, QpState, Recovery, WcOpcode, WcStatus};
+
+    const NOW: Instant = Instant::ZERO;
+
+    /// The PSNs of the request packets the requester sends now, until it stops.
+    fn send_all(f: &mut Fixture) -> Vec<u32> {
+        send_all_at(f, NOW)
+    }
+
+    fn send_all_at(f: &mut Fixture, now: Instant) -> Vec<u32> {
+        std::iter::from_fn(|| f.next_request(now))
+            .map(|t| t.headers.bth.psn.value())
+            .collect()
+    }
+
+    /// The work request ids and statuses of the completions waiting.
+    fn completions(f: &mut Fixture) -> Vec<(u64, WcStatus)> {
+        std::iter::from_fn(|| f.poll())
+            .map(|c| (c.wr_id, c.status))
+            .collect()
+    }
+
+    #[test]
+    fn acks_retire_requests_and_complete_them_in_order() {
+        let mut f = Fixture::new();
+        for wr_id in 1..=3 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2]);
+        f.respond(NOW, &ack(1), Payload::Len(0));
+        let c = f.poll().expect("the first completes");
+        assert_eq!(
+            (c.wr_id, c.opcode, c.byte_len),
+            (1, WcOpcode::RdmaWrite, 100)
+        );
+        assert_eq!(completions(&mut f), [(2, WcStatus::Success)]);
+        assert_eq!(f.qp().req.una.value(), 2);
+        assert_eq!(f.qp().req.sq.len(), 1);
+        // A stale ACK changes nothing; the last one completes the rest.
+        f.respond(NOW, &ack(0), Payload::Len(0));
+        assert_eq!(f.nic().counters.stale_responses, 1);
+        f.respond(NOW, &ack(2), Payload::Len(0));
+        assert_eq!(completions(&mut f), [(3, WcStatus::Success)]);
+        assert!(f.qp().req.sq.is_empty());
+    }
+
+    #[test]
+    fn a_sequence_error_nak_goes_back_to_the_naked_psn() {
+        let mut f = Fixture::new();
+        for wr_id in 1..=3 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2]);
+        f.respond(NOW, &nak(1, NakCode::PsnSequenceError), Payload::Len(0));
+        // What came before the NAK'd PSN was received.
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(f.nic().counters.naks_received_sequence, 1);
+        // Go-back-N: everything from it again, in order, and nothing else.
+        assert_eq!(send_all(&mut f), [1, 2]);
+        assert_eq!(f.nic().counters.retransmitted_packets, 2);
+    }
+
+    #[test]
+    fn a_full_window_stops_sending_until_an_ack_opens_it() {
+        let config = EngineConfig {
+            max_outstanding_packets: 4,
+            ..EngineConfig::default()
+        };
+        let mut f = Fixture::with(config, Recovery::GoBackN);
+        for wr_id in 1..=6 {
+            f.post_write(wr_id, 100);
+        }
+        assert_eq!(send_all(&mut f), [0, 1, 2, 3]);
+        f.respond(NOW, &ack(0), Payload::Len(0));
+        assert_eq!(send_all(&mut f), [4]);
+        f.respond(NOW, &ack(4), Payload::Len(0));
+        assert_eq!(send_all(&mut f), [5]);
+    }
+
+    #[test]
+    fn a_gap_in_read_responses_asks_again_once() {
+        let mut f = Fixture::new();
+        let read = SendOp::Read {
+            remote_addr: 0x5000,
+            rkey: 9,
+        };
+        f.post(1, read, 0, 4 * MTU);
+        let request = f.next_request(NOW).expect("the READ request");
+        assert_eq!(request.headers.bth.opcode, Opcode::RC_RDMA_READ_REQUEST);
+        assert!(f.next_request(NOW).is_none());
+        let ok = Some(Syndrome::Ack(Credits::UNLIMITED));
+        let data = [5u8; MTU as usize];
+        let first = response(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, ok);
+        f.respond(NOW, &first, Payload::Bytes(&data));
+        // PSN 1 is lost: the response at 2 asks for the rest again, from 1.
+        let middle = |psn| response(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn, None);
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let again = f.next_request(NOW).expect("a re-request");
+        assert_eq!(again.headers.bth.psn.value(), 1);
+        let reth = again.headers.ext.reth.expect("a RETH");
+        assert_eq!((reth.va, reth.dma_len), (0x5000 + u64::from(MTU), 3 * MTU));
+        // Further responses past the same gap do not ask again.
+        f.respond(NOW, &middle(3), Payload::Bytes(&data));
+        assert!(f.next_request(NOW).is_none());
+        // The responses to the re-request complete the READ.
+        f.respond(NOW, &middle(1), Payload::Bytes(&data));
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let last = response(Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, ok);
+        f.respond(NOW, &last, Payload::Bytes(&data));
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(&f.memory()[..4 * MTU as usize], &[5; 4 * MTU as usize]);
+    }
+
+    #[test]
+    fn an_rnr_nak_waits_the_time_it_names_then_sends_again() {
+        let mut f = Fixture::new();
+        f.post_write(1, 100);
+        assert_eq!(send_all(&mut f), [0]);
+        let timer = RnrTimer::from_code(12).unwrap();
+        let rnr = response(Opcode::RC_ACKNOWLEDGE, 0, Some(Syndrome::RnrNak(timer)));
+        f.respond(NOW, &rnr, Payload::Len(0));
+        assert_eq!(f.nic().counters.naks_received_rnr, 1);
+        assert_eq!(send_all(&mut f), [0u32; 0], "waiting");
+        let until = NOW + std::time::Duration::from_nanos(timer.as_nanos());
+        f.timer(until);
+        assert_eq!(send_all_at(&mut f, until), [0]);
+    }
+
+    #[test]
+    fn the_retransmit_timer_goes_back_until_the_retries_run_out() {
+        let mut f = Fixture::new();
+        f.post_write(1, 100);
+        f.post_write(2, 100);
+        assert_eq!(send_all(&mut f), [0, 1]);
+        // Seven retries (the connection's retry count): each sends both again.
+        for retry in 1..=7 {
+            let deadline = f.qp().req.deadline.expect("the timer runs");
+            f.timer(deadline);
+            assert_eq!(send_all_at(&mut f, deadline), [0, 1], "retry {retry}");
+        }
+        assert_eq!(f.nic().counters.retransmit_timeouts, 7);
+        let deadline = f.qp().req.deadline.expect("the timer runs");
+        f.timer(deadline);
+        assert_eq!(
+            completions(&mut f),
+            [(1, WcStatus::RetryExceeded), (2, WcStatus::WrFlushError)]
+        );
+        assert_eq!(f.qp().state, QpState::Error);
+    }
+
+    #[test]
+    fn selective_repeat_asks_for_a_read_gap_alone_and_keeps_what_came_after_it() {
+        let mut f = Fixture::with(EngineConfig::default(), Recovery::SelectiveRepeat);
+        let read = SendOp::Read {
+            remote_addr: 0x5000,
+            rkey: 9,
+        };
+        f.post(1, read, 0, 4 * MTU);
+        assert!(f.next_request(NOW).is_some());
+        let ok = Some(Syndrome::Ack(Credits::UNLIMITED));
+        let data = [5u8; MTU as usize];
+        let first = response(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, ok);
+        f.respond(NOW, &first, Payload::Bytes(&data));
+        // PSN 1 is lost: 2 is kept, and only 1 is asked for again.
+        let middle = |psn| response(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, psn, None);
+        f.respond(NOW, &middle(2), Payload::Bytes(&data));
+        let again = f.next_request(NOW).expect("a re-request of the gap");
+        assert_eq!(again.headers.bth.psn.value(), 1);
+        let reth = again.headers.ext.reth.expect("a RETH");
+        assert_eq!((reth.va, reth.dma_len), (0x5000 + u64::from(MTU), MTU));
+        assert!(f.next_request(NOW).is_none());
+        // 3 is kept too, without asking again; the gap's one response completes the READ.
+        let last = response(Opcode::RC_RDMA_READ_RESPONSE_LAST, 3, ok);
+        f.respond(NOW, &last, Payload::Bytes(&data));
+        assert!(f.next_request(NOW).is_none());
+        let only = response(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 1, ok);
+        f.respond(NOW, &only, Payload::Bytes(&data));
+        assert_eq!(completions(&mut f), [(1, WcStatus::Success)]);
+        assert_eq!(&f.memory()[..4 * MTU as usize], &[5; 4 * MTU as usize]);
     }
 }

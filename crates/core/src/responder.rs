@@ -7,13 +7,22 @@ use sluice_wire::{
     Psn, RnrTimer, RoceHeaders, Syndrome,
 };
 
-use crate::Engine;
 use crate::cq::{Completion, WcOpcode, WcStatus};
+use crate::engine::Nic;
 use crate::engine::{Payload, PayloadAt, Transmit};
-use crate::mr::Access;
-use crate::qp::{InProgress, QpState, RecvWqe, ResponderResource, Response};
+use crate::mr::{Access, MrTable};
+use crate::qp::{InProgress, Qp, QpState, RecvWqe, ResponderResource, Response};
 use crate::requester::read_span;
 use crate::rules::Arrival;
+
+/// A response packet's headers and where its payload is, before what every packet to the
+/// peer carries (the CC extension header, the source port).
+struct ResponsePacket {
+    bth: Bth,
+    ext: ExtHeaders,
+    payload_len: u32,
+    payload_at: PayloadAt,
+}
 
 /// Why a request is refused, and the NAK that says so.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +32,41 @@ enum Refusal {
     RemoteOperational,
 }
 
-impl Engine {
-    /// A request packet (SEND, WRITE, READ request, atomic) for queue pair `index`.
+/// Checks that the region of `key` grants `need` over `[va, va + len)` in `pd`; a
+/// refusal is a remote access error.
+fn remote(
+    mrs: &MrTable,
+    pd: crate::PdId,
+    key: u32,
+    va: u64,
+    len: u64,
+    need: Access,
+) -> Result<(), Refusal> {
+    mrs.check(key, pd, va, len, need)
+        .map_err(|_| Refusal::RemoteAccess)
+}
+
+/// Copies a SEND's payload into a receive request's buffers at `offset`.
+fn place(
+    mrs: &mut MrTable,
+    pd: crate::PdId,
+    wqe: &RecvWqe,
+    offset: u32,
+    payload: Payload<'_>,
+) -> Result<(), ()> {
+    let bytes = match payload {
+        Payload::Bytes(b) => Some(b),
+        Payload::Len(_) => None,
+    };
+    mrs.scatter(pd, &wqe.sgl, offset, payload.len(), bytes)
+        .map_err(|_| ())
+}
+
+impl Qp {
+    /// A request packet (SEND, WRITE, READ request, atomic) from the peer.
     pub(crate) fn on_request(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: crate::Instant,
         ce: bool,
         headers: &RoceHeaders,
@@ -35,8 +74,8 @@ impl Engine {
         payload: Payload<'_>,
     ) {
         let psn = headers.bth.psn;
-        self.emit(
-            index,
+        nic.emit(
+            self,
             now,
             crate::control::Event::Rx {
                 psn,
@@ -44,44 +83,54 @@ impl Engine {
                 ce,
             },
         );
-        let qp = self.qp_mut(index);
-        match qp.resp.arrival(psn) {
+        match self.resp.arrival(psn) {
             Arrival::InOrder => {}
-            Arrival::Ahead(d) => {
-                // A gap. Selective repeat keeps the packet for later (if it has room);
-                // either way the first missing PSN is NAK'd, once per gap.
-                if let Some(reorder) = &mut qp.resp.reorder {
-                    let bytes = match payload {
-                        Payload::Bytes(b) => Some(b),
-                        Payload::Len(_) => None,
-                    };
-                    if reorder.hold(d, psn, headers, bytes, payload.len()) {
-                        self.counters.packets_held += 1;
-                    }
-                }
-                self.nak_gap(index);
-                return;
-            }
+            Arrival::Ahead(d) => return self.on_request_ahead(nic, d, headers, payload),
             Arrival::Duplicate => {
-                self.counters.duplicate_requests += 1;
-                self.on_duplicate(index, headers, info);
-                return;
+                nic.counters.duplicate_requests += 1;
+                return self.on_duplicate(nic, headers, info);
             }
         }
-        self.execute_in_order(index, headers, info, payload);
-        // Selective repeat: the packets held behind the gap just filled follow in order;
-        // if another gap remains, NAK its first PSN.
+        self.execute_in_order(nic, headers, info, payload);
+        if self.resp.reorder.is_some() {
+            self.take_held(nic);
+        }
+    }
+
+    /// A request `d` PSNs past the expected one: a gap. Selective repeat keeps the packet
+    /// for later (if it has room); either way the first missing PSN is NAK'd, once per gap.
+    fn on_request_ahead(
+        &mut self,
+        nic: &mut Nic,
+        d: u32,
+        headers: &RoceHeaders,
+        payload: Payload<'_>,
+    ) {
+        if let Some(reorder) = &mut self.resp.reorder {
+            let bytes = match payload {
+                Payload::Bytes(b) => Some(b),
+                Payload::Len(_) => None,
+            };
+            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len()) {
+                nic.counters.packets_held += 1;
+            }
+        }
+        self.nak_gap(nic);
+    }
+
+    /// Selective repeat, after a request at the expected PSN: the packets held behind the
+    /// gap it filled follow in order; if another gap remains, its first PSN is NAK'd.
+    fn take_held(&mut self, nic: &mut Nic) {
         loop {
-            let qp = self.qp_mut(index);
-            let epsn = qp.resp.epsn;
-            let Some(reorder) = &mut qp.resp.reorder else {
+            let epsn = self.resp.epsn;
+            let Some(reorder) = &mut self.resp.reorder else {
                 return;
             };
             if reorder.held.is_empty() {
                 return;
             }
             let Some(held) = reorder.take(epsn) else {
-                self.nak_gap(index);
+                self.nak_gap(nic);
                 return;
             };
             let payload = if held.real {
@@ -95,13 +144,12 @@ impl Engine {
                 .opcode
                 .info()
                 .expect("held packets were decoded");
-            let before = self.qp_mut(index).resp.epsn;
-            self.execute_in_order(index, &held.headers, info, payload);
-            let qp = self.qp_mut(index);
-            if let Some(reorder) = &mut qp.resp.reorder {
+            let before = self.resp.epsn;
+            self.execute_in_order(nic, &held.headers, info, payload);
+            if let Some(reorder) = &mut self.resp.reorder {
                 reorder.recycle(held.bytes);
             }
-            if qp.resp.epsn == before {
+            if self.resp.epsn == before {
                 return; // RNR or an error: the rest waits for the requester
             }
         }
@@ -111,35 +159,33 @@ impl Engine {
     /// selective-repeat tracking along with the expected PSN.
     fn execute_in_order(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         headers: &RoceHeaders,
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) {
-        let before = self.qp_mut(index).resp.epsn;
-        if let Err(refusal) = self.execute(index, headers, info, payload) {
-            self.refuse(index, headers.bth.psn, refusal);
+        let before = self.resp.epsn;
+        if let Err(refusal) = self.execute(nic, headers, info, payload) {
+            self.refuse(nic, headers.bth.psn, refusal);
         }
-        let qp = self.qp_mut(index);
-        let moved = before.distance_to(qp.resp.epsn);
-        if let (Some(reorder), true) = (&mut qp.resp.reorder, moved > 0) {
+        let moved = before.distance_to(self.resp.epsn);
+        if let (Some(reorder), true) = (&mut self.resp.reorder, moved > 0) {
             reorder.tracker.advance(moved as u32);
         }
     }
 
     /// NAKs the expected PSN as missing, once per value of it.
-    fn nak_gap(&mut self, index: u32) {
-        let qp = self.qp_mut(index);
-        if !qp.resp.claim_gap_nak() {
+    fn nak_gap(&mut self, nic: &mut Nic) {
+        if !self.resp.claim_gap_nak() {
             return;
         }
-        let epsn = qp.resp.epsn;
+        let epsn = self.resp.epsn;
         let nak = Response::Nak {
             psn: epsn,
             syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
         };
-        if self.owe(index, nak) {
-            self.counters.naks_sent_sequence += 1;
+        if self.owe(nic, nak) {
+            nic.counters.naks_sent_sequence += 1;
         }
     }
 
@@ -147,24 +193,24 @@ impl Engine {
     /// come now, then what its operation does.
     fn execute(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         headers: &RoceHeaders,
         info: &OpcodeInfo,
         payload: Payload<'_>,
     ) -> Result<(), Refusal> {
         let starts = info.position.starts_message();
         let ends = info.position.ends_message();
-        self.check_request(index, info, payload.len(), starts, ends)?;
+        self.check_request(info, payload.len(), starts, ends)?;
         match info.operation {
             Operation::Send | Operation::SendWithImmediate => {
-                self.execute_send(index, headers, payload, starts, ends)
+                self.execute_send(nic, headers, payload, starts, ends)
             }
             Operation::RdmaWrite | Operation::RdmaWriteWithImmediate => {
-                self.execute_write(index, headers, payload, starts, ends)
+                self.execute_write(nic, headers, payload, starts, ends)
             }
-            Operation::RdmaReadRequest => self.execute_read(index, headers),
+            Operation::RdmaReadRequest => self.execute_read(nic, headers),
             Operation::CompareSwap | Operation::FetchAdd => {
-                self.execute_atomic(index, headers, info.operation)
+                self.execute_atomic(nic, headers, info.operation)
             }
             _ => Err(Refusal::InvalidRequest),
         }
@@ -176,14 +222,12 @@ impl Engine {
     #[inline(always)]
     fn check_request(
         &self,
-        index: u32,
         info: &OpcodeInfo,
         len: u32,
         starts: bool,
         ends: bool,
     ) -> Result<(), Refusal> {
-        let qp = self.qp_at(index);
-        if !qp.resp.continues_message(info.operation, starts) {
+        if !self.resp.continues_message(info.operation, starts) {
             return Err(Refusal::InvalidRequest);
         }
         let carries_data = matches!(
@@ -193,7 +237,7 @@ impl Engine {
                 | Operation::RdmaWrite
                 | Operation::RdmaWriteWithImmediate
         );
-        if carries_data && (len > qp.attrs.mtu || (!ends && len != qp.attrs.mtu)) {
+        if carries_data && (len > self.attrs.mtu || (!ends && len != self.attrs.mtu)) {
             return Err(Refusal::InvalidRequest);
         }
         let needs = match info.operation {
@@ -202,7 +246,7 @@ impl Engine {
             Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
             _ => Access::NONE,
         };
-        if !qp.attrs.access.contains(needs) {
+        if !self.attrs.access.contains(needs) {
             return Err(Refusal::InvalidRequest);
         }
         Ok(())
@@ -213,7 +257,7 @@ impl Engine {
     #[inline(always)]
     fn execute_send(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         headers: &RoceHeaders,
         payload: Payload<'_>,
         starts: bool,
@@ -222,37 +266,33 @@ impl Engine {
         let bth = &headers.bth;
         let imm = headers.ext.imm_dt;
         let len = payload.len();
-        let qp = self.qp_mut(index);
-        let pd = qp.pd;
+        let pd = self.pd;
         if starts {
-            let Some(wqe) = qp.resp.rq.pop_front() else {
-                return self.rnr(index, bth.psn);
+            let Some(wqe) = self.resp.rq.pop_front() else {
+                return self.rnr(nic, bth.psn);
             };
-            qp.resp.in_progress = Some(InProgress::Send { wqe, received: 0 });
+            self.resp.in_progress = Some(InProgress::Send { wqe, received: 0 });
         }
-        let Some(InProgress::Send { wqe, received }) = qp.resp.in_progress else {
+        let Some(InProgress::Send { wqe, received }) = self.resp.in_progress else {
             unreachable!("checked by the opcode sequence")
         };
         if received + len > wqe.len {
-            self.finish_recv(index, wqe, 0, None, WcStatus::LocalLengthError);
+            self.finish_recv(nic, wqe, 0, None, WcStatus::LocalLengthError);
             return Err(Refusal::InvalidRequest);
         }
-        if self.place(pd, &wqe, received, payload).is_err() {
-            self.finish_recv(index, wqe, 0, None, WcStatus::LocalProtectionError);
+        if place(&mut nic.mrs, pd, &wqe, received, payload).is_err() {
+            self.finish_recv(nic, wqe, 0, None, WcStatus::LocalProtectionError);
             return Err(Refusal::RemoteOperational);
         }
         let received = received + len;
-        let qp = self.qp_mut(index);
-        qp.resp.in_progress = Some(InProgress::Send { wqe, received });
+        self.resp.in_progress = Some(InProgress::Send { wqe, received });
         if ends {
-            qp.resp.in_progress = None;
-            self.finish_recv(index, wqe, received, imm, WcStatus::Success);
-            self.message_done(index);
+            self.resp.in_progress = None;
+            self.finish_recv(nic, wqe, received, imm, WcStatus::Success);
+            self.message_done();
         }
-        let ack_every = self.config.ack_every_packets;
-        self.qp_mut(index)
-            .resp
-            .took_request(headers.bth.ack_req, ack_every);
+        let ack_every = nic.config.ack_every_packets;
+        self.resp.took_request(headers.bth.ack_req, ack_every);
         Ok(())
     }
 
@@ -261,7 +301,7 @@ impl Engine {
     #[inline(always)]
     fn execute_write(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         headers: &RoceHeaders,
         payload: Payload<'_>,
         starts: bool,
@@ -270,31 +310,15 @@ impl Engine {
         let bth = &headers.bth;
         let imm = headers.ext.imm_dt;
         let len = payload.len();
-        let pd = self.qp_at(index).pd;
         if starts {
-            let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-            self.remote(
-                pd,
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                Access::REMOTE_WRITE,
-            )?;
-            let qp = self.qp_mut(index);
-            qp.resp.in_progress = Some(InProgress::Write {
-                rkey: reth.rkey,
-                va: reth.va,
-                remaining: reth.dma_len,
-                total: reth.dma_len,
-            });
+            self.begin_write(nic, headers)?;
         }
-        let qp = self.qp_mut(index);
         let Some(InProgress::Write {
             rkey,
             va,
             remaining,
             total,
-        }) = qp.resp.in_progress
+        }) = self.resp.in_progress
         else {
             unreachable!("checked by the opcode sequence")
         };
@@ -303,35 +327,34 @@ impl Engine {
         }
         // WRITE with immediate consumes a receive: make sure one is there first.
         let imm_wqe = if ends && imm.is_some() {
-            match qp.resp.rq.front() {
-                Some(_) => qp.resp.rq.pop_front(),
+            match self.resp.rq.front() {
+                Some(_) => self.resp.rq.pop_front(),
                 None => {
                     // Not taken: a WRITE ONLY begins nothing, so that its retry
                     // starts the message afresh.
                     if starts {
-                        qp.resp.in_progress = None;
+                        self.resp.in_progress = None;
                     }
-                    return self.rnr(index, bth.psn);
+                    return self.rnr(nic, bth.psn);
                 }
             }
         } else {
             None
         };
         if let Payload::Bytes(bytes) = payload {
-            self.mrs.write(rkey, va, bytes);
+            nic.mrs.write(rkey, va, bytes);
         }
-        let qp = self.qp_mut(index);
-        qp.resp.in_progress = Some(InProgress::Write {
+        self.resp.in_progress = Some(InProgress::Write {
             rkey,
             va: va + u64::from(len),
             remaining: remaining - len,
             total,
         });
         if ends {
-            qp.resp.in_progress = None;
+            self.resp.in_progress = None;
             if let Some(wqe) = imm_wqe {
                 self.finish_recv_with(
-                    index,
+                    nic,
                     wqe,
                     total,
                     imm,
@@ -339,22 +362,42 @@ impl Engine {
                     WcOpcode::RecvRdmaWithImm,
                 );
             }
-            self.message_done(index);
+            self.message_done();
         }
-        let ack_every = self.config.ack_every_packets;
-        self.qp_mut(index)
-            .resp
-            .took_request(headers.bth.ack_req, ack_every);
+        let ack_every = nic.config.ack_every_packets;
+        self.resp.took_request(headers.bth.ack_req, ack_every);
+        Ok(())
+    }
+
+    /// The first packet of a WRITE: its RETH names a region this queue pair may write
+    /// over the whole length; the message begins there.
+    #[inline(always)]
+    fn begin_write(&mut self, nic: &Nic, headers: &RoceHeaders) -> Result<(), Refusal> {
+        let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
+        remote(
+            &nic.mrs,
+            self.pd,
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            Access::REMOTE_WRITE,
+        )?;
+        self.resp.in_progress = Some(InProgress::Write {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: reth.dma_len,
+            total: reth.dma_len,
+        });
         Ok(())
     }
 
     /// A READ request: checked and queued; its responses go out in turn.
-    fn execute_read(&mut self, index: u32, headers: &RoceHeaders) -> Result<(), Refusal> {
+    fn execute_read(&mut self, nic: &mut Nic, headers: &RoceHeaders) -> Result<(), Refusal> {
         let bth = &headers.bth;
-        let qp = self.qp_at(index);
-        let (pd, mtu) = (qp.pd, qp.attrs.mtu);
+        let (pd, mtu) = (self.pd, self.attrs.mtu);
         let reth = headers.ext.reth.ok_or(Refusal::InvalidRequest)?;
-        self.remote(
+        remote(
+            &nic.mrs,
             pd,
             reth.rkey,
             reth.va,
@@ -362,9 +405,8 @@ impl Engine {
             Access::REMOTE_READ,
         )?;
         if !self
-            .qp_at(index)
             .resp
-            .room_for_new_request(self.qp_at(index).attrs.max_dest_rd_atomic)
+            .room_for_new_request(self.attrs.max_dest_rd_atomic)
         {
             return Err(Refusal::InvalidRequest);
         }
@@ -378,7 +420,6 @@ impl Engine {
             replay: false,
         };
         self.accept_rd_atomic(
-            index,
             response,
             ResponderResource {
                 first_psn: bth.psn,
@@ -393,26 +434,25 @@ impl Engine {
     /// kept to answer a duplicate.
     fn execute_atomic(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         headers: &RoceHeaders,
         operation: Operation,
     ) -> Result<(), Refusal> {
         let bth = &headers.bth;
-        let pd = self.qp_at(index).pd;
+        let pd = self.pd;
         let a = headers.ext.atomic_eth.ok_or(Refusal::InvalidRequest)?;
         if a.va % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
-        self.remote(pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
+        remote(&nic.mrs, pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
         if !self
-            .qp_at(index)
             .resp
-            .room_for_new_request(self.qp_at(index).attrs.max_dest_rd_atomic)
+            .room_for_new_request(self.attrs.max_dest_rd_atomic)
         {
             return Err(Refusal::InvalidRequest);
         }
         let mut old = [0u8; 8];
-        self.mrs.read(a.rkey, a.va, &mut old);
+        nic.mrs.read(a.rkey, a.va, &mut old);
         let original = u64::from_le_bytes(old);
         let new = if operation == Operation::FetchAdd {
             Some(original.wrapping_add(a.swap_add))
@@ -420,7 +460,7 @@ impl Engine {
             (original == a.compare).then_some(a.swap_add)
         };
         if let Some(new) = new {
-            self.mrs.write(a.rkey, a.va, &new.to_le_bytes());
+            nic.mrs.write(a.rkey, a.va, &new.to_le_bytes());
         }
         let response = Response::AtomicAck {
             psn: bth.psn,
@@ -432,51 +472,33 @@ impl Engine {
             span: 1,
             atomic_original: Some(original),
         };
-        self.accept_rd_atomic(index, response, resource);
+        self.accept_rd_atomic(response, resource);
         Ok(())
-    }
-
-    /// Checks that the region of `key` grants `need` over `[va, va + len)` in `pd`; a
-    /// refusal is a remote access error.
-    fn remote(
-        &self,
-        pd: crate::PdId,
-        key: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<(), Refusal> {
-        self.mrs
-            .check(key, pd, va, len, need)
-            .map_err(|_| Refusal::RemoteAccess)
     }
 
     /// Takes a READ or atomic (already checked and, for an atomic, executed): its response
     /// is owed in PSN order, the request is kept to answer duplicates, and the expected PSN
     /// moves past the PSNs it occupies. The caller checked that there is room for it.
-    fn accept_rd_atomic(&mut self, index: u32, response: Response, resource: ResponderResource) {
-        let qp = self.qp_mut(index);
-        qp.resp.responses.push_back(response);
-        self.keep_resource(index, resource);
-        let qp = self.qp_mut(index);
-        qp.resp.epsn = qp.resp.epsn.add(resource.span);
-        qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
-        qp.resp.nak_sent = false;
+    fn accept_rd_atomic(&mut self, response: Response, resource: ResponderResource) {
+        self.resp.responses.push_back(response);
+        self.keep_resource(resource);
+        self.resp.epsn = self.resp.epsn.add(resource.span);
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        self.resp.nak_sent = false;
     }
 
     /// Receive-not-ready: no receive is posted. The request is dropped and the requester
     /// told to wait and resend.
-    fn rnr(&mut self, index: u32, psn: Psn) -> Result<(), Refusal> {
-        let qp = self.qp_mut(index);
-        let timer = RnrTimer::from_code(qp.attrs.min_rnr_timer).expect("validated at RTR");
+    fn rnr(&mut self, nic: &mut Nic, psn: Psn) -> Result<(), Refusal> {
+        let timer = RnrTimer::from_code(self.attrs.min_rnr_timer).expect("validated at RTR");
         if self.owe(
-            index,
+            nic,
             Response::Nak {
                 psn,
                 syndrome: Syndrome::RnrNak(timer),
             },
         ) {
-            self.counters.naks_sent_rnr += 1;
+            nic.counters.naks_sent_rnr += 1;
         }
         Ok(())
     }
@@ -485,89 +507,69 @@ impl Engine {
     /// responses holds answers to at most `max_dest_rd_atomic` new requests plus
     /// `EXTRA_SLOTS` others): then the NAK is dropped and counted, and the requester's timer
     /// recovers. False if dropped.
-    fn owe(&mut self, index: u32, nak: Response) -> bool {
-        let qp = self.qp_mut(index);
-        if !qp.resp.room_for_extra() {
-            self.counters.naks_dropped += 1;
+    fn owe(&mut self, nic: &mut Nic, nak: Response) -> bool {
+        if !self.resp.room_for_extra() {
+            nic.counters.naks_dropped += 1;
             return false;
         }
-        qp.resp.responses.push_back(nak);
+        self.resp.responses.push_back(nak);
         true
     }
 
     /// A request the responder will not carry out: NAK it, and (as for every class of
     /// responder error but RNR and sequence errors) move the queue pair to the error state.
-    fn refuse(&mut self, index: u32, psn: Psn, refusal: Refusal) {
+    fn refuse(&mut self, nic: &mut Nic, psn: Psn, refusal: Refusal) {
         let code = match refusal {
             Refusal::InvalidRequest => {
-                self.counters.naks_sent_invalid_request += 1;
+                nic.counters.naks_sent_invalid_request += 1;
                 NakCode::InvalidRequest
             }
             Refusal::RemoteAccess => {
-                self.counters.naks_sent_remote_access += 1;
+                nic.counters.naks_sent_remote_access += 1;
                 NakCode::RemoteAccessError
             }
             Refusal::RemoteOperational => {
-                self.counters.naks_sent_remote_operational += 1;
+                nic.counters.naks_sent_remote_operational += 1;
                 NakCode::RemoteOperationalError
             }
         };
-        let qp = self.qp_mut(index);
-        qp.resp.responses.push_back(Response::Nak {
+        self.resp.responses.push_back(Response::Nak {
             psn,
             syndrome: Syndrome::Nak(code),
         });
-        if qp.state != QpState::Error {
-            self.enter_error(index);
+        if self.state != QpState::Error {
+            nic.enter_error(self);
         }
-    }
-
-    /// Copies a SEND's payload into a receive request's buffers at `offset`.
-    fn place(
-        &mut self,
-        pd: crate::PdId,
-        wqe: &RecvWqe,
-        offset: u32,
-        payload: Payload<'_>,
-    ) -> Result<(), ()> {
-        let bytes = match payload {
-            Payload::Bytes(b) => Some(b),
-            Payload::Len(_) => None,
-        };
-        self.mrs
-            .scatter(pd, &wqe.sgl, offset, payload.len(), bytes)
-            .map_err(|_| ())
     }
 
     fn finish_recv(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         wqe: RecvWqe,
         byte_len: u32,
         imm: Option<u32>,
         status: WcStatus,
     ) {
-        self.finish_recv_with(index, wqe, byte_len, imm, status, WcOpcode::Recv);
+        self.finish_recv_with(nic, wqe, byte_len, imm, status, WcOpcode::Recv);
     }
 
     fn finish_recv_with(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         wqe: RecvWqe,
         byte_len: u32,
         imm: Option<u32>,
         status: WcStatus,
         opcode: WcOpcode,
     ) {
-        let qp = self.qp_mut(index);
-        let (num, cq) = (qp.num, qp.recv_cq);
+        let (num, cq) = (self.num, self.recv_cq);
         let byte_len = if status == WcStatus::Success {
             byte_len
         } else {
             0
         };
-        self.complete(
-            index,
+        nic.complete(
+            self,
             cq,
             Completion {
                 wr_id: wqe.wr_id,
@@ -580,34 +582,31 @@ impl Engine {
         );
     }
 
-    fn message_done(&mut self, index: u32) {
-        let qp = self.qp_mut(index);
-        qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+    fn message_done(&mut self) {
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
     }
 
     /// Keeps a READ or atomic to answer its duplicates, forgetting the oldest beyond the bound.
-    fn keep_resource(&mut self, index: u32, resource: ResponderResource) {
-        let qp = self.qp_mut(index);
-        let bound = usize::from(qp.attrs.max_dest_rd_atomic).max(1);
-        while qp.resp.resources.len() >= bound {
-            qp.resp.resources.pop_front();
+    fn keep_resource(&mut self, resource: ResponderResource) {
+        let bound = usize::from(self.attrs.max_dest_rd_atomic).max(1);
+        while self.resp.resources.len() >= bound {
+            self.resp.resources.pop_front();
         }
-        qp.resp.resources.push_back(resource);
+        self.resp.resources.push_back(resource);
     }
 
     /// A request with a PSN already passed: re-acknowledge SENDs and WRITEs, serve a READ
     /// again, resend an atomic's saved result. Nothing is executed twice.
-    fn on_duplicate(&mut self, index: u32, headers: &RoceHeaders, info: &OpcodeInfo) {
+    fn on_duplicate(&mut self, nic: &mut Nic, headers: &RoceHeaders, info: &OpcodeInfo) {
         let psn = headers.bth.psn;
-        let qp = self.qp_mut(index);
-        let pd = qp.pd;
+        let pd = self.pd;
         match info.operation {
             Operation::RdmaReadRequest => {
                 let Some(reth) = headers.ext.reth else { return };
-                if !qp.resp.read_was_taken(psn) || !qp.resp.room_for_extra() {
+                if !self.resp.read_was_taken(psn) || !self.resp.room_for_extra() {
                     return;
                 }
-                if self
+                if nic
                     .mrs
                     .check(
                         reth.rkey,
@@ -620,8 +619,7 @@ impl Engine {
                 {
                     return;
                 }
-                let qp = self.qp_mut(index);
-                qp.resp.responses.push_back(Response::Read {
+                self.resp.responses.push_back(Response::Read {
                     psn,
                     rkey: reth.rkey,
                     va: reth.va,
@@ -631,26 +629,26 @@ impl Engine {
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
-                let saved = qp.resp.atomic_result(psn);
-                if let Some(original) = saved.filter(|_| qp.resp.room_for_extra()) {
-                    qp.resp.responses.push_back(Response::AtomicAck {
+                let saved = self.resp.atomic_result(psn);
+                if let Some(original) = saved.filter(|_| self.resp.room_for_extra()) {
+                    self.resp.responses.push_back(Response::AtomicAck {
                         psn,
                         original,
                         replay: true,
                     });
                 }
             }
-            _ => qp.resp.ack_due = true,
+            _ => self.resp.ack_due = true,
         }
     }
 
-    /// A CNP the control law asked for (before anything else), or a grant it made, for
-    /// queue pair `index`: not sequenced, no payload, never a CC extension header. A grant
-    /// that rides the credit CCX instead makes an ACK due to carry it.
+    /// A CNP the control law asked for (before anything else), or a grant it made, to the
+    /// peer: not sequenced, no payload, never a CC extension header. A grant that rides the
+    /// credit CCX instead makes an ACK due to carry it.
     #[inline(always)]
     fn control_packet(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         dst: std::net::IpAddr,
         dest_qp: u32,
     ) -> Option<Transmit> {
@@ -665,33 +663,32 @@ impl Engine {
             payload_len: 0,
             payload_at: PayloadAt::Buffer,
         };
-        let qp = self.qp_mut(index);
-        if qp.cnp_due {
+        if self.cnp_due {
             // The control law's congestion notification goes before anything else.
-            qp.cnp_due = false;
-            if qp.state != QpState::Error {
+            self.cnp_due = false;
+            if self.state != QpState::Error {
                 let mut bth = Bth::new(Opcode::CNP, dest_qp, Psn::new(0));
                 bth.becn = true;
-                self.counters.cnps_sent += 1;
-                let port = self.source_port(index, bth.psn, bth.opcode);
+                nic.counters.cnps_sent += 1;
+                let port = nic.source_port(self, bth.psn, bth.opcode);
                 return Some(unsequenced(port, bth, ExtHeaders::default()));
             }
         }
-        if qp.resp.grant_due > 0 {
-            let more = std::mem::take(&mut qp.resp.grant_due);
-            let by_ccx = qp.attrs.ccx == Some(sluice_wire::CcxLayout::Credit);
-            if qp.state == QpState::Error || !(by_ccx || qp.attrs.cc_control) {
-                self.counters.grants_unsent += 1;
+        if self.resp.grant_due > 0 {
+            let more = std::mem::take(&mut self.resp.grant_due);
+            let by_ccx = self.attrs.ccx == Some(sluice_wire::CcxLayout::Credit);
+            if self.state == QpState::Error || !(by_ccx || self.attrs.cc_control) {
+                nic.counters.grants_unsent += 1;
             } else {
-                let total = qp.granted_total.wrapping_add(more);
-                qp.granted_total = total;
+                let total = self.granted_total.wrapping_add(more);
+                self.granted_total = total;
                 // With the credit CCX the total rides in whatever goes to the peer next;
                 // with nothing else owed, an ACK of what was received carries it (to the
                 // requester, an ACK it already had: it only counts it as stale).
-                if by_ccx && qp.resp.responses.is_empty() {
-                    qp.resp.ack_due = true;
+                if by_ccx && self.resp.responses.is_empty() {
+                    self.resp.ack_due = true;
                 }
-                self.counters.grants_sent += 1;
+                nic.counters.grants_sent += 1;
                 if !by_ccx {
                     let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
                     let ext = ExtHeaders {
@@ -701,7 +698,7 @@ impl Engine {
                         }),
                         ..ExtHeaders::default()
                     };
-                    let port = self.source_port(index, bth.psn, bth.opcode);
+                    let port = nic.source_port(self, bth.psn, bth.opcode);
                     return Some(unsequenced(port, bth, ext));
                 }
             }
@@ -709,136 +706,50 @@ impl Engine {
         None
     }
 
-    /// The next response of queue pair `index`: owed READ responses, atomic ACKs and NAKs in
+    /// The next response of the queue pair: owed READ responses, atomic ACKs and NAKs in
     /// PSN order, then a coalesced ACK of everything received. A READ response's payload is
     /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
+    /// Its phases: the control law's packets first, then the owed response's headers
+    /// (`read_response` or `acknowledgement`), then what every packet to the peer carries.
+    #[inline]
     pub(crate) fn next_response_packet(
         &mut self,
-        index: u32,
+        nic: &mut Nic,
         now: crate::Instant,
         payload: &mut [u8],
     ) -> Option<Transmit> {
-        let qp = self.qp_mut(index);
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
         // before reading the fields a response is built from (other cache lines).
-        if !qp.owes_peer() {
+        if !self.owes_peer() {
             return None;
         }
-        let dst = qp.attrs.peer?;
-        let dest_qp = qp.attrs.dest_qpn;
-        let mtu = qp.attrs.mtu;
-        let msn = qp.resp.msn;
-        let pd = qp.pd;
-        let ack = |syndrome| Aeth { syndrome, msn };
-        let ok = ack(Syndrome::Ack(Credits::UNLIMITED));
-        if (qp.cnp_due || qp.resp.grant_due > 0)
-            && let Some(t) = self.control_packet(index, dst, dest_qp)
+        let dst = self.attrs.peer?;
+        if (self.cnp_due || self.resp.grant_due > 0)
+            && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
         {
             return Some(t);
         }
-        let qp = self.qp_mut(index);
-        if qp.state == QpState::Error
-            && !matches!(qp.resp.responses.front(), Some(Response::Nak { .. }))
+        if self.state == QpState::Error
+            && !matches!(self.resp.responses.front(), Some(Response::Nak { .. }))
         {
             return None;
         }
-        let (bth, ext, payload_len, payload_at) = match qp.resp.responses.front_mut() {
-            Some(Response::Read {
-                psn,
-                rkey,
-                va,
-                remaining,
-                first,
-                ..
-            }) => {
-                let len = (*remaining).min(mtu);
-                let last = len == *remaining;
-                let opcode = match (*first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                };
-                let position = opcode.info().map(|i| i.position);
-                let ext = ExtHeaders {
-                    aeth: (position != Some(Position::Middle)).then_some(ok),
-                    ..ExtHeaders::default()
-                };
-                let bth = Bth::new(opcode, dest_qp, *psn);
-                let (key, at) = (*rkey, *va);
-                *psn = psn.next();
-                *va += u64::from(len);
-                *remaining -= len;
-                *first = false;
-                if last {
-                    qp.resp.responses.pop_front();
-                }
-                // The region was checked when the READ arrived; if it was deregistered since,
-                // the data cannot be had: answer with a remote access NAK instead.
-                if self
-                    .mrs
-                    .check(key, pd, at, u64::from(len), Access::REMOTE_READ)
-                    .is_err()
-                {
-                    let qp = self.qp_mut(index);
-                    qp.resp.responses.clear();
-                    self.refuse(index, bth.psn, Refusal::RemoteAccess);
-                    return self.next_response_packet(index, now, payload);
-                }
-                let mut payload_at = PayloadAt::Region { key, addr: at };
-                if self.qp_at(index).attrs.services
-                    && let Some(crate::Payload::Bytes(bytes)) = self.mrs.slice(key, at, len)
-                {
-                    // Services see the payload in the buffer it leaves from.
-                    payload[..len as usize].copy_from_slice(bytes);
-                    payload_at = PayloadAt::Buffer;
-                }
-                (bth, ext, len, payload_at)
-            }
-            Some(&mut Response::AtomicAck { psn, original, .. }) => {
-                qp.resp.responses.pop_front();
-                let ext = ExtHeaders {
-                    aeth: Some(ok),
-                    atomic_ack_eth: Some(AtomicAckEth { original }),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            Some(&mut Response::Nak { psn, syndrome }) => {
-                qp.resp.responses.pop_front();
-                let ext = ExtHeaders {
-                    aeth: Some(ack(syndrome)),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            None if qp.resp.ack_due => {
-                qp.resp.ack_sent();
-                let ext = ExtHeaders {
-                    aeth: Some(ok),
-                    ..ExtHeaders::default()
-                };
-                (
-                    Bth::new(Opcode::RC_ACKNOWLEDGE, dest_qp, qp.resp.epsn.sub(1)),
-                    ext,
-                    0,
-                    PayloadAt::Buffer,
-                )
-            }
-            None => return None,
+        let packet = match self.resp.responses.front() {
+            Some(Response::Read { .. }) => match self.read_response(nic, payload) {
+                Some(packet) => packet,
+                // Its region is gone: the NAK that says so is owed instead.
+                None => return self.next_response_packet(nic, now, payload),
+            },
+            _ => self.acknowledgement()?,
         };
-        let ccx = self.qp_mut(index).ccx_out(now, true);
-        let src_port = self.source_port(index, bth.psn, bth.opcode);
+        let ResponsePacket {
+            bth,
+            ext,
+            payload_len,
+            payload_at,
+        } = packet;
+        let ccx = self.ccx_out(now, true);
+        let src_port = nic.source_port(self, bth.psn, bth.opcode);
         Some(Transmit {
             dst,
             src_port,
@@ -846,5 +757,322 @@ impl Engine {
             payload_len,
             payload_at,
         })
+    }
+
+    /// The next packet of the READ response owed first: its headers, its payload in place
+    /// (or, for services, in `payload`). `None` if the region was deregistered since the
+    /// READ arrived: then the data cannot be had, and a remote access NAK is owed instead.
+    #[inline(always)]
+    fn read_response(&mut self, nic: &mut Nic, payload: &mut [u8]) -> Option<ResponsePacket> {
+        let (mtu, pd, dest_qp) = (self.attrs.mtu, self.pd, self.attrs.dest_qpn);
+        let ok = self.aeth(Syndrome::Ack(Credits::UNLIMITED));
+        let Some(Response::Read {
+            psn,
+            rkey,
+            va,
+            remaining,
+            first,
+            ..
+        }) = self.resp.responses.front_mut()
+        else {
+            unreachable!("called for a READ response")
+        };
+        let len = (*remaining).min(mtu);
+        let last = len == *remaining;
+        let opcode = match (*first, last) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        let position = opcode.info().map(|i| i.position);
+        let ext = ExtHeaders {
+            aeth: (position != Some(Position::Middle)).then_some(ok),
+            ..ExtHeaders::default()
+        };
+        let bth = Bth::new(opcode, dest_qp, *psn);
+        let (key, at) = (*rkey, *va);
+        *psn = psn.next();
+        *va += u64::from(len);
+        *remaining -= len;
+        *first = false;
+        if last {
+            self.resp.responses.pop_front();
+        }
+        if nic
+            .mrs
+            .check(key, pd, at, u64::from(len), Access::REMOTE_READ)
+            .is_err()
+        {
+            self.resp.responses.clear();
+            self.refuse(nic, bth.psn, Refusal::RemoteAccess);
+            return None;
+        }
+        let mut payload_at = PayloadAt::Region { key, addr: at };
+        if self.attrs.services
+            && let Some(crate::Payload::Bytes(bytes)) = nic.mrs.slice(key, at, len)
+        {
+            // Services see the payload in the buffer it leaves from.
+            payload[..len as usize].copy_from_slice(bytes);
+            payload_at = PayloadAt::Buffer;
+        }
+        Some(ResponsePacket {
+            bth,
+            ext,
+            payload_len: len,
+            payload_at,
+        })
+    }
+
+    /// The owed atomic ACK or NAK first in line, else the coalesced ACK of everything
+    /// received if one is due.
+    #[inline(always)]
+    fn acknowledgement(&mut self) -> Option<ResponsePacket> {
+        let dest_qp = self.attrs.dest_qpn;
+        let (opcode, psn, ext) = match self.resp.responses.front() {
+            Some(&Response::AtomicAck { psn, original, .. }) => {
+                self.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(Syndrome::Ack(Credits::UNLIMITED))),
+                    atomic_ack_eth: Some(AtomicAckEth { original }),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext)
+            }
+            Some(&Response::Nak { psn, syndrome }) => {
+                self.resp.responses.pop_front();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(syndrome)),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ACKNOWLEDGE, psn, ext)
+            }
+            Some(Response::Read { .. }) => unreachable!("READ responses are built apart"),
+            None if self.resp.ack_due => {
+                self.resp.ack_sent();
+                let ext = ExtHeaders {
+                    aeth: Some(self.aeth(Syndrome::Ack(Credits::UNLIMITED))),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RC_ACKNOWLEDGE, self.resp.epsn.sub(1), ext)
+            }
+            None => return None,
+        };
+        Some(ResponsePacket {
+            bth: Bth::new(opcode, dest_qp, psn),
+            ext,
+            payload_len: 0,
+            payload_at: PayloadAt::Buffer,
+        })
+    }
+
+    /// An AETH with this syndrome and the messages completed so far.
+    #[inline(always)]
+    fn aeth(&self, syndrome: Syndrome) -> Aeth {
+        Aeth {
+            syndrome,
+            msn: self.resp.msn,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The responder's handlers driven directly: requests in, what it owes the peer out.
+
+    use sluice_wire::{AtomicEth, ExtHeaders, NakCode, Opcode, Reth, Syndrome};
+
+    use crate::engine::fixture::{Fixture, MTU, RQ_PSN, request, write_only};
+    use crate::qp::{QpState, Response};
+    use crate::{Instant, Payload};
+
+    const NOW: Instant = Instant::ZERO;
+
+    #[test]
+    fn in_order_writes_execute_and_one_ack_covers_them() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        for i in 0..3u32 {
+            // Only the last asks for an ACK.
+            let w = write_only(RQ_PSN + i, i == 2, rkey, va + u64::from(i) * 4, 4);
+            f.request(&w, Payload::Bytes(&[i as u8 + 1; 4]));
+            assert_eq!(f.qp().resp.ack_due, i == 2, "after request {i}");
+        }
+        assert_eq!(&f.memory()[..12], &[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 3);
+        let ack = f.next_response(NOW).expect("an ACK");
+        assert_eq!(ack.headers.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(
+            ack.headers.bth.psn.value(),
+            RQ_PSN + 2,
+            "the last one taken"
+        );
+        assert!(matches!(
+            ack.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Ack(_))
+        ));
+        assert!(f.next_response(NOW).is_none(), "one ACK for all three");
+    }
+
+    #[test]
+    fn a_psn_gap_is_naked_once_at_the_expected_psn() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        for psn in [RQ_PSN + 2, RQ_PSN + 3, RQ_PSN + 5] {
+            f.request(&write_only(psn, true, rkey, va, 4), Payload::Bytes(&[9; 4]));
+        }
+        assert_eq!(&f.memory()[..4], &[0; 4], "nothing past a gap executes");
+        assert_eq!(f.nic().counters.naks_sent_sequence, 1);
+        let nak = f.next_response(NOW).expect("a NAK");
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN, "the first missing PSN");
+        assert_eq!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Nak(NakCode::PsnSequenceError))
+        );
+        assert!(f.next_response(NOW).is_none(), "once per gap");
+        // The missing request fills the gap; a later gap is NAK'd afresh.
+        f.request(
+            &write_only(RQ_PSN, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        f.request(
+            &write_only(RQ_PSN + 2, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(f.nic().counters.naks_sent_sequence, 2);
+    }
+
+    #[test]
+    fn a_duplicate_write_is_acknowledged_again_not_executed_again() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        f.request(
+            &write_only(RQ_PSN, true, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert!(f.next_response(NOW).is_some());
+        // The application changes the bytes; a resent copy must not write them back.
+        f.memory()[..4].copy_from_slice(&[7; 4]);
+        f.request(
+            &write_only(RQ_PSN, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(&f.memory()[..4], &[7; 4]);
+        assert_eq!(f.nic().counters.duplicate_requests, 1);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
+        let ack = f.next_response(NOW).expect("the duplicate is acknowledged");
+        assert_eq!(ack.headers.bth.psn.value(), RQ_PSN);
+    }
+
+    #[test]
+    fn a_duplicate_read_is_served_again_from_the_kept_request() {
+        let mut f = Fixture::new();
+        let reth = Reth {
+            va: f.mr.addr,
+            rkey: f.mr.rkey,
+            dma_len: 2 * MTU,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        let read = request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, false, ext);
+        f.request(&read, Payload::Len(0));
+        assert_eq!(
+            f.qp().resp.epsn.value(),
+            RQ_PSN + 2,
+            "a READ takes its span"
+        );
+        for psn in [RQ_PSN, RQ_PSN + 1] {
+            let r = f.next_response(NOW).expect("a READ response");
+            assert_eq!(r.headers.bth.psn.value(), psn);
+        }
+        assert!(f.next_response(NOW).is_none());
+        // A READ never taken (before the first expected PSN) is not answered.
+        let unknown = request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN - 4, false, ext);
+        f.request(&unknown, Payload::Len(0));
+        assert!(f.next_response(NOW).is_none());
+        // The one taken is served again, in full, as a replay.
+        f.request(&read, Payload::Len(0));
+        assert!(matches!(
+            f.qp().resp.responses.front(),
+            Some(Response::Read { replay: true, .. })
+        ));
+        let again = f.next_response(NOW).expect("served again");
+        assert_eq!(
+            again.headers.bth.opcode,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST
+        );
+        assert_eq!(again.headers.bth.psn.value(), RQ_PSN);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 2, "nothing new taken");
+    }
+
+    #[test]
+    fn a_bad_rkey_is_a_remote_access_nak_and_the_error_state() {
+        let mut f = Fixture::new();
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        f.post_recv(5);
+        f.request(
+            &write_only(RQ_PSN, true, rkey ^ 0x100, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(&f.memory()[..4], &[0; 4]);
+        assert_eq!(f.nic().counters.naks_sent_remote_access, 1);
+        assert_eq!(f.qp().state, QpState::Error);
+        let nak = f.next_response(NOW).expect("a NAK");
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN);
+        assert_eq!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Nak(NakCode::RemoteAccessError))
+        );
+        // The posted receive is flushed.
+        let c = f.poll().expect("the receive completes");
+        assert_eq!((c.wr_id, c.status), (5, crate::WcStatus::WrFlushError));
+    }
+
+    #[test]
+    fn a_duplicate_atomic_is_answered_from_its_saved_result_not_executed_again() {
+        let mut f = Fixture::new();
+        let atomic = AtomicEth {
+            va: f.mr.addr,
+            rkey: f.mr.rkey,
+            swap_add: 5,
+            compare: 0,
+        };
+        let ext = ExtHeaders {
+            atomic_eth: Some(atomic),
+            ..ExtHeaders::default()
+        };
+        f.memory()[..8].copy_from_slice(&10u64.to_le_bytes());
+        let add = request(Opcode::RC_FETCH_ADD, RQ_PSN, false, ext);
+        f.request(&add, Payload::Len(0));
+        assert_eq!(&f.memory()[..8], &15u64.to_le_bytes());
+        let original = |t: crate::Transmit| t.headers.ext.atomic_ack_eth.map(|a| a.original);
+        assert_eq!(f.next_response(NOW).map(original), Some(Some(10)));
+        // The same request again (its ACK was lost): the same answer, added once.
+        f.request(&add, Payload::Len(0));
+        assert_eq!(&f.memory()[..8], &15u64.to_le_bytes());
+        assert_eq!(f.next_response(NOW).map(original), Some(Some(10)));
+    }
+
+    #[test]
+    fn a_send_without_a_receive_is_answered_rnr_and_taken_when_sent_again() {
+        let mut f = Fixture::new();
+        let send = request(Opcode::RC_SEND_ONLY, RQ_PSN, true, ExtHeaders::default());
+        f.request(&send, Payload::Bytes(&[3; 8]));
+        assert_eq!(f.nic().counters.naks_sent_rnr, 1);
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN, "not taken");
+        let nak = f.next_response(NOW).expect("an RNR NAK");
+        assert!(matches!(
+            nak.headers.ext.aeth.map(|a| a.syndrome),
+            Some(Syndrome::RnrNak(_))
+        ));
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN);
+        f.post_recv(7);
+        f.request(&send, Payload::Bytes(&[3; 8]));
+        assert_eq!(&f.memory()[..8], &[3; 8]);
+        let c = f.poll().expect("the receive completes");
+        assert_eq!((c.wr_id, c.byte_len), (7, 8));
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
     }
 }

@@ -3,6 +3,8 @@
 //! packets in and out in `packets`, time in `time`; the requester and responder halves of a
 //! queue pair in their own modules.
 
+#[cfg(test)]
+pub(crate) mod fixture;
 mod packets;
 mod time;
 mod verbs;
@@ -217,14 +219,10 @@ pub enum PayloadAt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CqOverrun;
 
-/// One RDMA NIC's worth of transport state.
+/// One RDMA NIC's worth of transport state: the queue pairs, and the rest of the NIC
+/// (`Nic`) that their requester and responder halves work with.
 #[derive(Debug)]
 pub struct Engine {
-    pub(crate) config: EngineConfig,
-    rng: Rng,
-    pub(crate) mrs: MrTable,
-    pub(crate) cqs: Vec<Option<CompletionQueue>>,
-    pds: u32,
     /// In line, not boxed: a round over many queue pairs walks one array in index order,
     /// seven to a 4 KiB page, instead of boxes scattered among their send queues (fewer
     /// TLB misses at 16,384 queue pairs). A free slot holds an empty queue pair in RESET
@@ -236,6 +234,21 @@ pub struct Engine {
     /// (cachegrind, 2 MiB cache, 16,384 queue pairs: 13.5 -> 12.0 read misses per message).
     live: Vec<bool>,
     free_qps: Vec<u32>,
+    pub(crate) nic: Nic,
+}
+
+/// What a queue pair's requester and responder work with besides the queue pair itself:
+/// the configuration, memory regions, completion queues, counters, the control law, the
+/// timers and the scheduler. Apart from the queue pairs so that a handler can hold one
+/// queue pair and this at once (`Engine::parts`), and so that a test can drive a handler
+/// with a queue pair and a `Nic` of its own.
+#[derive(Debug)]
+pub(crate) struct Nic {
+    pub(crate) config: EngineConfig,
+    rng: Rng,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Vec<Option<CompletionQueue>>,
+    pds: u32,
     /// Orders the queue pairs that may have something to send (those with `scheduled`).
     scheduler: EngineScheduler,
     /// Gives each packet its source port (unless the control law set the queue pair's path).
@@ -266,6 +279,15 @@ pub struct Engine {
     async_events: VecDeque<u32>,
 }
 
+impl Qp {
+    /// The queue pair's slot in the engine's table: its number less the first number, so
+    /// that the handlers need not be told it.
+    #[inline(always)]
+    pub(crate) fn index(&self) -> u32 {
+        self.num.0 - FIRST_QPN
+    }
+}
+
 impl Engine {
     /// An engine with the default policies: no congestion control (line rate, the
     /// configured window), per-packet round robin, one source port per queue pair.
@@ -286,108 +308,17 @@ impl Engine {
 
     /// An engine with these policies.
     pub fn with_policies(config: EngineConfig, policies: Policies) -> Engine {
-        let Policies {
-            controller,
-            scheduler,
-            path,
-            tracker,
-        } = policies;
         Engine {
-            config,
-            rng: Rng::new(config.seed),
-            mrs: MrTable::new(config.max_mrs as usize),
-            cqs: Vec::new(),
-            pds: 0,
             qps: Vec::new(),
             live: Vec::new(),
             free_qps: Vec::new(),
-            scheduler: EngineScheduler::new(scheduler),
-            path: EnginePathSelector::new(path),
-            trackers: tracker,
-            services: Vec::new(),
-            service_scratch: Vec::new(),
-            any_services: false,
-            timers: Timers::default(),
-            counters: Counters::default(),
-            interest: controller.interest(),
-            controller,
-            deferred: Vec::new(),
-            echoed_rtt: None,
-            inline_spare: Vec::new(),
-            async_events: VecDeque::new(),
-        }
-    }
-
-    /// Tells the controller about `event` on queue pair `index` (if it asked for that kind)
-    /// and applies what it decides.
-    #[inline]
-    pub(crate) fn emit(&mut self, index: u32, now: Instant, event: Event) {
-        if !self.interest.contains(event.kind()) {
-            return;
-        }
-        let mut act = Actions::default();
-        self.controller.on_event(now, index, &event, &mut act);
-        if !act.is_empty() {
-            self.apply(index, act);
-        }
-    }
-
-    /// True if the controller decides packet by packet whether a request may go.
-    #[inline]
-    pub(crate) fn gates(&self) -> bool {
-        self.interest.gates()
-    }
-
-    /// Asks the controller whether a request packet of `bytes` may go now.
-    pub(crate) fn gate(&mut self, index: u32, now: Instant, bytes: u32) -> Gate {
-        self.controller.gate(now, index, bytes)
-    }
-
-    /// Carries out a control law's decisions for queue pair `index` (gone already: ignored).
-    fn apply(&mut self, index: u32, act: Actions) {
-        if !self.is_live(index) {
-            return;
-        }
-        let qp = self.qp_mut(index);
-        if let Some(rate) = act.rate() {
-            qp.knobs.rate_bps = rate;
-        }
-        if let Some(window) = act.window() {
-            qp.knobs.window_bytes = window;
-        }
-        if let Some(port) = act.path() {
-            qp.path = Some(port);
-        }
-        let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
-        if act.cnp() {
-            qp.cnp_due = true;
-            wake = true;
-        }
-        if act.granted() > 0 {
-            qp.resp.grant_due = qp.resp.grant_due.saturating_add(act.granted());
-            wake = true;
-        }
-        if wake && qp.state.receiving() {
-            self.schedule(index);
+            nic: Nic::new(config, policies),
         }
     }
 
     /// What the engine has counted.
     pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    /// In SQD, once no begun request is left: queues the drained event. Called on entering
-    /// SQD and when requests complete; once drained nothing can complete (nothing new
-    /// begins), so it reports once per drain.
-    pub(crate) fn check_drained(&mut self, index: u32) {
-        let qp = self.qp_mut(index);
-        if qp.state != QpState::Sqd || qp.req.sq.front().is_some_and(|w| w.started) {
-            return;
-        }
-        if !std::mem::replace(&mut qp.async_pending, true) {
-            self.async_events.push_back(index);
-        }
+        &self.nic.counters
     }
 
     fn index(qpn: QpNum) -> Option<u32> {
@@ -411,8 +342,7 @@ impl Engine {
         Some(&self.qps[index as usize])
     }
 
-    /// Live queue pair `index`, read only: borrows the queue pairs alone, so that other
-    /// fields of the engine (the memory regions) can be used beside it.
+    /// Live queue pair `index`, read only.
     pub(crate) fn qp_at(&self, index: u32) -> &Qp {
         debug_assert!(self.is_live(index), "a live queue pair index");
         &self.qps[index as usize]
@@ -423,24 +353,171 @@ impl Engine {
         &mut self.qps[index as usize]
     }
 
-    /// The UDP source port of a packet of queue pair `index`: the control law's path if it
-    /// set one, else the path selector's.
-    #[inline]
-    pub(crate) fn source_port(&mut self, index: u32, psn: Psn, opcode: Opcode) -> u16 {
-        let qp = &self.qps[index as usize];
-        match qp.path {
-            Some(port) => port,
-            None => self.path.source_port(index, qp.num, psn, opcode),
+    /// Live queue pair `index` and the rest of the NIC, to hand to its requester or
+    /// responder.
+    #[inline(always)]
+    pub(crate) fn parts(&mut self, index: u32) -> (&mut Qp, &mut Nic) {
+        debug_assert!(self.is_live(index), "a live queue pair index");
+        (&mut self.qps[index as usize], &mut self.nic)
+    }
+
+    /// [`Nic::emit`] for queue pair `index`.
+    pub(crate) fn emit(&mut self, index: u32, now: Instant, event: Event) {
+        let (qp, nic) = self.parts(index);
+        nic.emit(qp, now, event);
+    }
+
+    /// Carries out a control law's decisions for queue pair `index` (gone already: ignored).
+    fn apply(&mut self, index: u32, act: Actions) {
+        if !self.is_live(index) {
+            return;
+        }
+        let (qp, nic) = self.parts(index);
+        nic.apply(qp, act);
+    }
+
+    /// [`Nic::schedule`] for queue pair `index`.
+    pub(crate) fn schedule(&mut self, index: u32) {
+        let (qp, nic) = self.parts(index);
+        nic.schedule(qp);
+    }
+
+    /// [`Nic::check_drained`] for queue pair `index`.
+    pub(crate) fn check_drained(&mut self, index: u32) {
+        let (qp, nic) = self.parts(index);
+        nic.check_drained(qp);
+    }
+
+    /// [`Nic::complete`] for queue pair `index`.
+    pub(crate) fn complete(&mut self, index: u32, cq: crate::CqId, c: Completion) {
+        let (qp, nic) = self.parts(index);
+        nic.complete(qp, cq, c);
+    }
+
+    /// [`Nic::enter_error`] for queue pair `index`.
+    pub(crate) fn enter_error(&mut self, index: u32) {
+        let (qp, nic) = self.parts(index);
+        nic.enter_error(qp);
+    }
+}
+
+impl Nic {
+    /// A NIC with no objects yet, with these policies.
+    pub(crate) fn new(config: EngineConfig, policies: Policies) -> Nic {
+        let Policies {
+            controller,
+            scheduler,
+            path,
+            tracker,
+        } = policies;
+        Nic {
+            config,
+            rng: Rng::new(config.seed),
+            mrs: MrTable::new(config.max_mrs as usize),
+            cqs: Vec::new(),
+            pds: 0,
+            scheduler: EngineScheduler::new(scheduler),
+            path: EnginePathSelector::new(path),
+            trackers: tracker,
+            services: Vec::new(),
+            service_scratch: Vec::new(),
+            any_services: false,
+            timers: Timers::default(),
+            counters: Counters::default(),
+            interest: controller.interest(),
+            controller,
+            deferred: Vec::new(),
+            echoed_rtt: None,
+            inline_spare: Vec::new(),
+            async_events: VecDeque::new(),
         }
     }
 
-    /// Hands a queue pair to the scheduler (if it does not hold it already).
-    pub(crate) fn schedule(&mut self, index: u32) {
-        let qp = &mut self.qps[index as usize];
+    /// Tells the controller about `event` on `qp` (if it asked for that kind) and applies
+    /// what it decides.
+    #[inline]
+    pub(crate) fn emit(&mut self, qp: &mut Qp, now: Instant, event: Event) {
+        if !self.interest.contains(event.kind()) {
+            return;
+        }
+        let mut act = Actions::default();
+        self.controller.on_event(now, qp.index(), &event, &mut act);
+        if !act.is_empty() {
+            self.apply(qp, act);
+        }
+    }
+
+    /// True if the controller decides packet by packet whether a request may go.
+    #[inline]
+    pub(crate) fn gates(&self) -> bool {
+        self.interest.gates()
+    }
+
+    /// Asks the controller whether a request packet of `bytes` of `qp` may go now.
+    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, bytes: u32) -> Gate {
+        self.controller.gate(now, qp.index(), bytes)
+    }
+
+    /// Carries out a control law's decisions for `qp` (a live one).
+    fn apply(&mut self, qp: &mut Qp, act: Actions) {
+        if let Some(rate) = act.rate() {
+            qp.knobs.rate_bps = rate;
+        }
+        if let Some(window) = act.window() {
+            qp.knobs.window_bytes = window;
+        }
+        if let Some(port) = act.path() {
+            qp.path = Some(port);
+        }
+        let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
+        if act.cnp() {
+            qp.cnp_due = true;
+            wake = true;
+        }
+        if act.granted() > 0 {
+            qp.resp.grant_due = qp.resp.grant_due.saturating_add(act.granted());
+            wake = true;
+        }
+        if wake && qp.state.receiving() {
+            self.schedule(qp);
+        }
+    }
+
+    /// In SQD, once no begun request is left: queues the drained event. Called on entering
+    /// SQD and when requests complete; once drained nothing can complete (nothing new
+    /// begins), so it reports once per drain.
+    pub(crate) fn check_drained(&mut self, qp: &mut Qp) {
+        if qp.state != QpState::Sqd || qp.req.sq.front().is_some_and(|w| w.started) {
+            return;
+        }
+        if !std::mem::replace(&mut qp.async_pending, true) {
+            self.async_events.push_back(qp.index());
+        }
+    }
+
+    /// The UDP source port of a packet of `qp`: the control law's path if it set one, else
+    /// the path selector's.
+    #[inline]
+    pub(crate) fn source_port(&mut self, qp: &Qp, psn: Psn, opcode: Opcode) -> u16 {
+        match qp.path {
+            Some(port) => port,
+            None => self.path.source_port(qp.index(), qp.num, psn, opcode),
+        }
+    }
+
+    /// Hands `qp` to the scheduler (if it does not hold it already).
+    #[inline]
+    pub(crate) fn schedule(&mut self, qp: &mut Qp) {
         if !qp.scheduled {
             qp.scheduled = true;
-            self.scheduler.wake(index);
+            self.scheduler.wake(qp.index());
         }
+    }
+
+    /// Makes sure a timer fires for `qp` no later than `at`.
+    #[inline]
+    pub(crate) fn arm(&mut self, qp: &Qp, at: Instant) {
+        self.timers.arm(qp.index(), at);
     }
 
     /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
@@ -449,28 +526,27 @@ impl Engine {
     }
 
     /// Adds a completion; on a CQ overrun the queue pair goes to the error state.
-    pub(crate) fn complete(&mut self, index: u32, cq: crate::CqId, c: Completion) {
+    pub(crate) fn complete(&mut self, qp: &mut Qp, cq: crate::CqId, c: Completion) {
         let pushed = self.cqs[cq.0 as usize]
             .as_mut()
             .expect("a queue pair's CQ outlives it")
             .push(c);
         if !pushed {
             self.counters.cq_overruns += 1;
-            if self.qp_mut(index).state != QpState::Error {
-                self.enter_error(index);
+            if qp.state != QpState::Error {
+                self.enter_error(qp);
             }
         }
     }
 
     /// Moves a queue pair to ERROR: every outstanding request completes with a flush error;
     /// NAKs already owed to the peer are still sent.
-    pub(crate) fn enter_error(&mut self, index: u32) {
-        self.enter_error_failing(index, None);
+    pub(crate) fn enter_error(&mut self, qp: &mut Qp) {
+        self.enter_error_failing(qp, None);
     }
 
-    /// [`Engine::enter_error`], with send request `failed.0` completing with status `failed.1`.
-    pub(crate) fn enter_error_failing(&mut self, index: u32, failed: Option<(usize, WcStatus)>) {
-        let qp = self.qp_mut(index);
+    /// [`Nic::enter_error`], with send request `failed.0` completing with status `failed.1`.
+    pub(crate) fn enter_error_failing(&mut self, qp: &mut Qp, failed: Option<(usize, WcStatus)>) {
         qp.state = QpState::Error;
         let num = qp.num;
         let (send_cq, recv_cq) = (qp.send_cq, qp.recv_cq);
@@ -497,11 +573,11 @@ impl Engine {
                 _ => WcStatus::WrFlushError,
             };
             let c = Completion::unfinished(w.wr_id, status, send_opcode(w.op), num);
-            self.complete(index, send_cq, c);
+            self.complete(qp, send_cq, c);
         }
         for w in recvs {
             let c = Completion::unfinished(w.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, num);
-            self.complete(index, recv_cq, c);
+            self.complete(qp, recv_cq, c);
         }
     }
 }

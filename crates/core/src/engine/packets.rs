@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use sluice_wire::{Opcode, Operation, Psn, RoceHeaders};
+use sluice_wire::{Opcode, OpcodeInfo, Operation, Psn, RoceHeaders};
 
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
@@ -27,7 +27,7 @@ impl Engine {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
-        if self.any_services {
+        if self.nic.any_services {
             self.handle_served_packet(now, from, ce, headers, payload);
         } else {
             self.take_packet(now, from, ce, headers, payload);
@@ -57,13 +57,13 @@ impl Engine {
         match self.serve_incoming(index, headers, payload) {
             Ok(Some(copy)) => {
                 self.take_packet(now, from, ce, headers, Payload::Bytes(&copy));
-                self.service_scratch = copy;
+                self.nic.service_scratch = copy;
             }
             Ok(None) => self.take_packet(now, from, ce, headers, payload),
             Err(()) => {
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += u64::from(payload.len());
-                self.counters.drops_service += 1;
+                self.nic.counters.rx_packets += 1;
+                self.nic.counters.rx_bytes += u64::from(payload.len());
+                self.nic.counters.drops_service += 1;
             }
         }
     }
@@ -78,56 +78,11 @@ impl Engine {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += u64::from(payload.len());
-        let bth = &headers.bth;
-        let Some(info) = bth.opcode.info() else {
-            self.counters.drops_unexpected_opcode += 1;
+        self.nic.counters.rx_packets += 1;
+        self.nic.counters.rx_bytes += u64::from(payload.len());
+        let Some((index, info)) = self.admit(now, from, headers) else {
             return;
         };
-        if bth.pkey & 0x7FFF != 0x7FFF {
-            self.counters.drops_bad_pkey += 1;
-            return;
-        }
-        let Ok(index) = self.live(QpNum(bth.dest_qp)) else {
-            self.counters.drops_unknown_qp += 1;
-            return;
-        };
-        let qp = self.qp_mut(index);
-        if qp.attrs.peer != Some(from) {
-            self.counters.drops_wrong_peer += 1;
-            return;
-        }
-        match info.transport {
-            sluice_wire::Transport::Rc => {}
-            sluice_wire::Transport::Cnp => {
-                self.counters.cnps_received += 1;
-                self.emit(index, now, Event::Cnp);
-                self.schedule(index);
-                return;
-            }
-            _ => {
-                self.counters.drops_unexpected_opcode += 1;
-                return;
-            }
-        }
-        let qp = self.qp_mut(index);
-        if headers
-            .ccx
-            .is_some_and(|c| qp.attrs.ccx != Some(c.layout()))
-        {
-            self.counters.drops_unnegotiated_ccx += 1;
-            return;
-        }
-        if info.operation == Operation::CcControl {
-            self.on_cc_control(index, now, headers);
-            return;
-        }
-        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx {
-            // Credit is not sequenced: any packet from the peer, even a stale one, may
-            // carry a newer total.
-            self.on_credit_total(index, now, granted_total);
-        }
         let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
@@ -135,13 +90,13 @@ impl Engine {
         );
         if is_response {
             if !qp.state.sending() {
-                self.counters.drops_bad_state += 1;
+                self.nic.counters.drops_bad_state += 1;
                 return;
             }
             self.on_response_ccx(index, now, headers, info, payload);
         } else {
             if !qp.state.receiving() {
-                self.counters.drops_bad_state += 1;
+                self.nic.counters.drops_bad_state += 1;
                 return;
             }
             if let Some(ccx) = headers
@@ -155,10 +110,11 @@ impl Engine {
                     slot => *slot = Some(Box::new(echo)),
                 }
             }
-            self.on_request(index, now, ce, headers, info, payload);
+            let (qp, nic) = self.parts(index);
+            qp.on_request(nic, now, ce, headers, info, payload);
         }
         #[cfg(debug_assertions)]
-        self.check_requester(index);
+        self.qp_mut(index).check_requester();
         // On the ready list only with something to send: an ACK that completes the last
         // request leaves nothing, and a turn that finds nothing reads cold cache lines. A
         // response can give only the requester more to send (what the responder owes grows
@@ -177,6 +133,69 @@ impl Engine {
         if more {
             self.schedule(index);
         }
+    }
+
+    /// The first phase of a received packet: whether it is a known opcode, for a live queue
+    /// pair, from its peer, a transport packet with the extension header agreed. Its queue
+    /// pair's index and the opcode's description, or `None` when that is all: dropped (and
+    /// counted), or a CNP or control packet (handled). Credit totals a packet carries are
+    /// taken here, whatever becomes of the packet.
+    #[inline(always)]
+    fn admit(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        headers: &RoceHeaders,
+    ) -> Option<(u32, &'static OpcodeInfo)> {
+        let bth = &headers.bth;
+        let Some(info) = bth.opcode.info() else {
+            self.nic.counters.drops_unexpected_opcode += 1;
+            return None;
+        };
+        if bth.pkey & 0x7FFF != 0x7FFF {
+            self.nic.counters.drops_bad_pkey += 1;
+            return None;
+        }
+        let Ok(index) = self.live(QpNum(bth.dest_qp)) else {
+            self.nic.counters.drops_unknown_qp += 1;
+            return None;
+        };
+        let qp = self.qp_mut(index);
+        if qp.attrs.peer != Some(from) {
+            self.nic.counters.drops_wrong_peer += 1;
+            return None;
+        }
+        match info.transport {
+            sluice_wire::Transport::Rc => {}
+            sluice_wire::Transport::Cnp => {
+                self.nic.counters.cnps_received += 1;
+                self.emit(index, now, Event::Cnp);
+                self.schedule(index);
+                return None;
+            }
+            _ => {
+                self.nic.counters.drops_unexpected_opcode += 1;
+                return None;
+            }
+        }
+        let qp = self.qp_mut(index);
+        if headers
+            .ccx
+            .is_some_and(|c| qp.attrs.ccx != Some(c.layout()))
+        {
+            self.nic.counters.drops_unnegotiated_ccx += 1;
+            return None;
+        }
+        if info.operation == Operation::CcControl {
+            self.on_cc_control(index, now, headers);
+            return None;
+        }
+        if let Some(sluice_wire::Ccx::Credit { granted_total }) = headers.ccx {
+            // Credit is not sequenced: any packet from the peer, even a stale one, may
+            // carry a newer total.
+            self.on_credit_total(index, now, granted_total);
+        }
+        Some((index, info))
     }
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
@@ -201,7 +220,7 @@ impl Engine {
             _ if payload.is_empty() => return Ok(None),
             Payload::Bytes(bytes) => bytes,
             Payload::Len(_) => {
-                for service in self.services[index as usize].iter_mut().rev() {
+                for service in self.nic.services[index as usize].iter_mut().rev() {
                     if !service.in_line() {
                         service.observe(&packet, &[]);
                     }
@@ -209,14 +228,14 @@ impl Engine {
                 return Ok(None);
             }
         };
-        let mut copy = std::mem::take(&mut self.service_scratch);
+        let mut copy = std::mem::take(&mut self.nic.service_scratch);
         copy.clear();
         copy.extend_from_slice(bytes);
-        for service in self.services[index as usize].iter_mut().rev() {
+        for service in self.nic.services[index as usize].iter_mut().rev() {
             if !service.in_line() {
                 service.observe(&packet, &copy);
             } else if service.transform(&packet, &mut copy) == Verdict::Drop {
-                self.service_scratch = copy;
+                self.nic.service_scratch = copy;
                 return Err(());
             }
         }
@@ -235,7 +254,7 @@ impl Engine {
         payload: Payload<'_>,
     ) {
         use sluice_wire::Ccx;
-        self.echoed_rtt = match headers.ccx {
+        self.nic.echoed_rtt = match headers.ccx {
             Some(Ccx::Timestamps {
                 echo_ns: Some(sent),
                 ..
@@ -244,8 +263,9 @@ impl Engine {
             }
             _ => None,
         };
-        self.on_response(index, now, headers, info, payload);
-        self.echoed_rtt = None;
+        let (qp, nic) = self.parts(index);
+        qp.on_response(nic, now, headers, info, payload);
+        self.nic.echoed_rtt = None;
         if let Some(Ccx::Int(path)) = headers.ccx {
             let confirmed = self.qp_mut(index).req.confirmed;
             self.emit(index, now, Event::Telemetry { confirmed, path });
@@ -259,7 +279,7 @@ impl Engine {
             (true, Some(c)) if c.kind == sluice_wire::CcControlKind::CreditTotal => {
                 self.on_credit_total(index, now, c.value)
             }
-            _ => self.counters.drops_unexpected_opcode += 1,
+            _ => self.nic.counters.drops_unexpected_opcode += 1,
         }
     }
 
@@ -273,7 +293,7 @@ impl Engine {
             return;
         }
         qp.credit_total_seen = total;
-        self.counters.grants_received += 1;
+        self.nic.counters.grants_received += 1;
         self.emit(index, now, Event::Credit { bytes: more });
         self.schedule(index);
     }
@@ -285,7 +305,7 @@ impl Engine {
     pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
         // Nothing to send is the common answer when a driver polls: given before the visit's
         // set-up.
-        let first = self.scheduler.next(now)?;
+        let first = self.nic.scheduler.next(now)?;
         self.visit_from(first, now, payload)
     }
 
@@ -293,14 +313,15 @@ impl Engine {
     fn visit_from(&mut self, first: u32, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
         let mut next = Some(first);
         while let Some(index) = next {
-            let transmit = self
-                .next_response_packet(index, now, payload)
-                .or_else(|| self.next_request_packet(index, now, payload));
+            let (qp, nic) = self.parts(index);
+            let transmit = qp
+                .next_response_packet(nic, now, payload)
+                .or_else(|| qp.next_request_packet(nic, now, payload));
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
                 qp.scheduled = false;
-                self.scheduler.served(index, now, None, false);
-                next = self.scheduler.next(now);
+                self.nic.scheduler.served(index, now, None, false);
+                next = self.nic.scheduler.next(now);
                 continue;
             };
             // Kept if it may send more; if not, let go now, while its state is in cache,
@@ -313,16 +334,16 @@ impl Engine {
                 payload_len: t.payload_len,
             };
             // The builders put a payload services must see in the buffer (see `Qp::services`).
-            if self.any_services && qp.attrs.services && t.payload_len > 0 {
+            if self.nic.any_services && qp.attrs.services && t.payload_len > 0 {
                 let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
                 // The builders put a payload with bytes in the buffer; one left in its
                 // region is length-only memory (the simulator's): only its length shows.
                 let bytes = (t.payload_at == PayloadAt::Buffer).then(|| &mut payload[..len]);
                 self.serve_outgoing(index, psn, served.opcode, len as u32, bytes);
             }
-            self.scheduler.served(index, now, Some(served), more);
-            self.counters.tx_packets += 1;
-            self.counters.tx_bytes += u64::from(served.payload_len);
+            self.nic.scheduler.served(index, now, Some(served), more);
+            self.nic.counters.tx_packets += 1;
+            self.nic.counters.tx_bytes += u64::from(served.payload_len);
             return Some(t);
         }
         None
@@ -348,7 +369,7 @@ impl Engine {
             direction: Direction::Send,
             len,
         };
-        for service in &mut self.services[index as usize] {
+        for service in &mut self.nic.services[index as usize] {
             match (service.in_line(), payload.as_deref_mut()) {
                 // A send-side drop would lose the packet for good: it goes on (see Verdict).
                 (true, Some(bytes)) => {
@@ -372,7 +393,7 @@ impl Engine {
     pub fn payload<'a>(&'a self, at: PayloadAt, len: u32, buffer: &'a [u8]) -> Option<Payload<'a>> {
         match at {
             PayloadAt::Buffer => Some(Payload::Bytes(&buffer[..len as usize])),
-            PayloadAt::Region { key, addr } => self.mrs.slice(key, addr, len),
+            PayloadAt::Region { key, addr } => self.nic.mrs.slice(key, addr, len),
         }
     }
 }

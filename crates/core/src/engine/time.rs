@@ -17,9 +17,9 @@ impl Engine {
                 .flatten()
         };
         [
-            self.controller.next_timeout(),
-            self.scheduler.get_ref().next_timeout(),
-            self.timers.settle(need),
+            self.nic.controller.next_timeout(),
+            self.nic.scheduler.get_ref().next_timeout(),
+            self.nic.timers.settle(need),
         ]
         .into_iter()
         .flatten()
@@ -34,9 +34,9 @@ impl Engine {
     /// and moves the entry, for a driver deciding how long to sleep.
     pub fn timeout_due(&mut self, now: Instant) -> bool {
         [
-            self.controller.next_timeout(),
-            self.scheduler.get_ref().next_timeout(),
-            self.timers.earliest(),
+            self.nic.controller.next_timeout(),
+            self.nic.scheduler.get_ref().next_timeout(),
+            self.nic.timers.earliest(),
         ]
         .into_iter()
         .flatten()
@@ -46,23 +46,24 @@ impl Engine {
     /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
     /// the control plane's own (law timers, decoupled processing).
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.controller.next_timeout().is_some_and(|at| at <= now) {
-            let mut deferred = std::mem::take(&mut self.deferred);
-            self.controller.on_timeout(now, &mut deferred);
+        if self
+            .nic
+            .controller
+            .next_timeout()
+            .is_some_and(|at| at <= now)
+        {
+            let mut deferred = std::mem::take(&mut self.nic.deferred);
+            self.nic.controller.on_timeout(now, &mut deferred);
             for (index, act) in deferred.drain(..) {
                 self.apply(index, act);
             }
-            self.deferred = deferred;
+            self.nic.deferred = deferred;
         }
-        while let Some(index) = self.timers.pop_due(now) {
+        while let Some(index) = self.nic.timers.pop_due(now) {
             if self.is_live(index) {
-                self.on_timer(index, now);
+                let (qp, nic) = self.parts(index);
+                qp.on_timer(nic, now);
             }
         }
-    }
-
-    /// Makes sure a timer fires for queue pair `index` no later than `at`.
-    pub(crate) fn arm(&mut self, index: u32, at: Instant) {
-        self.timers.arm(index, at);
     }
 }

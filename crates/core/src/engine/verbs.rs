@@ -14,8 +14,8 @@ use crate::{Error, Instant, RecvWr};
 impl Engine {
     /// Allocates a protection domain (never fails; domains are never freed).
     pub fn alloc_pd(&mut self) -> PdId {
-        self.pds += 1;
-        PdId(self.pds)
+        self.nic.pds += 1;
+        PdId(self.nic.pds)
     }
 
     /// Registers `memory` at virtual address `addr`. Remote write and atomic access need local
@@ -27,46 +27,50 @@ impl Engine {
         memory: Memory,
         access: Access,
     ) -> Result<MrInfo, Error> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if pd.0 == 0 || pd.0 > self.nic.pds {
             return Err(Error::NoSuchObject("protection domain"));
         }
-        self.mrs.register(&mut self.rng, pd, addr, memory, access)
+        self.nic
+            .mrs
+            .register(&mut self.nic.rng, pd, addr, memory, access)
     }
 
     /// Deregisters a region and hands its memory back.
     pub fn deregister_mr(&mut self, lkey: u32) -> Result<Memory, Error> {
-        self.mrs.deregister(lkey)
+        self.nic.mrs.deregister(lkey)
     }
 
     /// The bytes of a region (`None` for a length-only region or an unknown key).
     pub fn mr_bytes(&self, lkey: u32) -> Option<&[u8]> {
-        self.mrs.bytes(lkey)
+        self.nic.mrs.bytes(lkey)
     }
 
     /// The bytes of a region, writable (`None` for a length-only region or an unknown key).
     pub fn mr_bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
-        self.mrs.bytes_mut(lkey)
+        self.nic.mrs.bytes_mut(lkey)
     }
 
     /// Creates a completion queue with room for `capacity` completions
     /// (1..=[`EngineConfig::max_cq_entries`](crate::EngineConfig::max_cq_entries)).
     pub fn create_cq(&mut self, capacity: u32) -> Result<CqId, Error> {
-        if capacity == 0 || capacity > self.config.max_cq_entries {
+        if capacity == 0 || capacity > self.nic.config.max_cq_entries {
             return Err(Error::InvalidArgument(
                 "CQ capacity must be 1..=max_cq_entries",
             ));
         }
-        if self.cqs.len() >= self.config.max_cqs as usize {
+        if self.nic.cqs.len() >= self.nic.config.max_cqs as usize {
             return Err(Error::Exhausted("completion queues"));
         }
-        self.cqs.push(Some(CompletionQueue::new(capacity as usize)));
-        Ok(CqId(self.cqs.len() as u32 - 1))
+        self.nic
+            .cqs
+            .push(Some(CompletionQueue::new(capacity as usize)));
+        Ok(CqId(self.nic.cqs.len() as u32 - 1))
     }
 
     /// The next completion of `cq`, `Ok(None)` when it is empty, `Err(CqOverrun)` once an
     /// overrun happened and the completions queued before it are drained.
     pub fn poll_cq(&mut self, cq: CqId) -> Result<Option<Completion>, CqOverrun> {
-        let Some(Some(queue)) = self.cqs.get_mut(cq.0 as usize) else {
+        let Some(Some(queue)) = self.nic.cqs.get_mut(cq.0 as usize) else {
             return Ok(None);
         };
         match queue.pop() {
@@ -78,7 +82,8 @@ impl Engine {
 
     /// Completions waiting in `cq`.
     pub fn cq_len(&self, cq: CqId) -> usize {
-        self.cqs
+        self.nic
+            .cqs
             .get(cq.0 as usize)
             .and_then(|c| c.as_ref())
             .map_or(0, |c| c.len())
@@ -86,11 +91,11 @@ impl Engine {
 
     /// Creates a queue pair in RESET and returns its number.
     pub fn create_qp(&mut self, config: QpConfig) -> Result<QpNum, Error> {
-        if config.pd.0 == 0 || config.pd.0 > self.pds {
+        if config.pd.0 == 0 || config.pd.0 > self.nic.pds {
             return Err(Error::NoSuchObject("protection domain"));
         }
         for cq in [config.send_cq, config.recv_cq] {
-            if !matches!(self.cqs.get(cq.0 as usize), Some(Some(_))) {
+            if !matches!(self.nic.cqs.get(cq.0 as usize), Some(Some(_))) {
                 return Err(Error::NoSuchObject("completion queue"));
             }
         }
@@ -105,11 +110,11 @@ impl Engine {
         let index = match self.free_qps.pop() {
             Some(i) => i,
             None if self.qps.len()
-                < (self.config.max_qps as usize).min((1 << 24) - FIRST_QPN as usize) =>
+                < (self.nic.config.max_qps as usize).min((1 << 24) - FIRST_QPN as usize) =>
             {
                 self.live.push(false);
                 let index = self.live.len() as u32 - 1;
-                self.timers.add(index);
+                self.nic.timers.add(index);
                 index
             }
             None => return Err(Error::Exhausted("queue pairs")),
@@ -121,10 +126,10 @@ impl Engine {
             None => self.qps.push(qp),
         }
         self.live[index as usize] = true;
-        self.controller.reset(index);
-        self.scheduler.get().reset(index);
-        self.path.reset(index);
-        if let Some(services) = self.services.get_mut(index as usize) {
+        self.nic.controller.reset(index);
+        self.nic.scheduler.get().reset(index);
+        self.nic.path.reset(index);
+        if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
         }
         Ok(num)
@@ -142,12 +147,12 @@ impl Engine {
         // Off the scheduler and the timers too: the index is reused by the next queue pair,
         // which must not inherit a turn or a timer.
         if scheduled {
-            self.scheduler.get().remove(index);
+            self.nic.scheduler.get().remove(index);
         }
-        if let Some(services) = self.services.get_mut(index as usize) {
+        if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
         }
-        self.timers.clear(index);
+        self.nic.timers.clear(index);
         self.free_qps.push(index);
         Ok(())
     }
@@ -169,7 +174,7 @@ impl Engine {
 
     /// The oldest asynchronous event not yet taken (verbs' `ibv_get_async_event`).
     pub fn poll_async_event(&mut self) -> Option<crate::AsyncEvent> {
-        while let Some(index) = self.async_events.pop_front() {
+        while let Some(index) = self.nic.async_events.pop_front() {
             // A queue pair destroyed or reset since has nothing to report.
             if !self.is_live(index) {
                 continue;
@@ -221,8 +226,11 @@ impl Engine {
                 qp.attrs.min_rnr_timer = min_rnr_timer;
                 qp.attrs.recovery = recovery;
                 qp.resp.epsn = rq_psn;
-                qp.resp.reorder = (recovery == crate::Recovery::SelectiveRepeat)
-                    .then(|| Box::new(crate::reorder::ReorderBuffer::new(self.trackers.create())));
+                qp.resp.reorder = (recovery == crate::Recovery::SelectiveRepeat).then(|| {
+                    Box::new(crate::reorder::ReorderBuffer::new(
+                        self.nic.trackers.create(),
+                    ))
+                });
                 qp.state = QpState::Rtr;
             }
             Transition::Rts {
@@ -279,9 +287,9 @@ impl Engine {
                 let (num, config, scheduled) = (qp.num, qp.config(), qp.scheduled);
                 *qp = Qp::new(num, config);
                 qp.scheduled = scheduled;
-                self.controller.reset(index);
+                self.nic.controller.reset(index);
                 // Its services go with the rest: a reset queue pair agrees to nothing yet.
-                if let Some(services) = self.services.get_mut(index as usize) {
+                if let Some(services) = self.nic.services.get_mut(index as usize) {
                     services.clear();
                 }
             }
@@ -326,7 +334,7 @@ impl Engine {
         if tenant.weight == 0 {
             return Err(Error::InvalidArgument("a tenant's weight is at least 1"));
         }
-        self.scheduler.get().set_tenant(index, tenant);
+        self.nic.scheduler.get().set_tenant(index, tenant);
         Ok(())
     }
 
@@ -339,15 +347,15 @@ impl Engine {
         services: Vec<Box<dyn Service>>,
     ) -> Result<(), Error> {
         let index = self.live(qpn)? as usize;
-        if self.services.len() <= index {
-            self.services.resize_with(index + 1, Vec::new);
+        if self.nic.services.len() <= index {
+            self.nic.services.resize_with(index + 1, Vec::new);
         }
         self.qps[index].attrs.services = !services.is_empty();
-        self.any_services |= !services.is_empty();
-        self.services[index] = services;
-        if self.service_scratch.capacity() == 0 {
+        self.nic.any_services |= !services.is_empty();
+        self.nic.services[index] = services;
+        if self.nic.service_scratch.capacity() == 0 {
             // Once, the largest payload: receiving allocates nothing after this.
-            self.service_scratch = Vec::with_capacity(crate::Mtu::M4096.bytes() as usize);
+            self.nic.service_scratch = Vec::with_capacity(crate::Mtu::M4096.bytes() as usize);
         }
         Ok(())
     }
@@ -356,7 +364,7 @@ impl Engine {
     pub fn services(&self, qpn: QpNum) -> &[Box<dyn Service>] {
         self.live(qpn)
             .ok()
-            .and_then(|i| self.services.get(i as usize))
+            .and_then(|i| self.nic.services.get(i as usize))
             .map_or(&[], |s| s.as_slice())
     }
 
@@ -369,7 +377,7 @@ impl Engine {
             .sum();
         TrackerMemory {
             per_connection,
-            shared: self.trackers.shared_memory(),
+            shared: self.nic.trackers.shared_memory(),
         }
     }
 
@@ -425,7 +433,8 @@ impl Engine {
             .total()
             .ok_or(Error::InvalidArgument("a message is at most 2^31 bytes"))?;
         for sge in list.entries() {
-            self.mrs
+            self.nic
+                .mrs
                 .check(sge.lkey, qp.pd, sge.addr, u64::from(sge.len), need)
                 .map_err(|_| {
                     Error::InvalidArgument("a buffer is outside a registered region it may use")
@@ -459,13 +468,15 @@ impl Engine {
             // A new buffer holds the queue pair's most, so that whatever inline request
             // takes it back next fits too.
             let room = qp.caps.max_inline as usize;
-            let mut data = match self.inline_spare.pop() {
+            let mut data = match self.nic.inline_spare.pop() {
                 Some(spare) if spare.len() >= len as usize => spare,
                 _ => vec![0u8; room].into_boxed_slice(),
             };
             let mut at = 0;
             for (lkey, addr, n) in sgl.pieces(0, len) {
-                self.mrs.read(lkey, addr, &mut data[at..at + n as usize]);
+                self.nic
+                    .mrs
+                    .read(lkey, addr, &mut data[at..at + n as usize]);
                 at += n as usize;
             }
             Some(data)
