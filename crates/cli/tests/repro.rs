@@ -119,6 +119,49 @@ fn scr_fig13_water_filling_isolates_the_latency_tenant() {
 }
 
 #[test]
+fn scr_fig12_water_filling_is_fair_across_many_write_qps() {
+    let out = quick("scr-fig12");
+    assert!(
+        out.contains("PASS    at 4 QPs the default is unfair, static and water-filling fair"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    every scheduler keeps the link at least 90% busy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig17_read_has_the_shape_of_write() {
+    let out = quick("scr-fig17");
+    assert!(
+        out.contains("PASS    at 4 QPs the default is unfair, static and water-filling fair"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    every scheduler keeps the link at least 90% busy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig16_join_share_converges_fastest_and_steps_set_the_pace() {
+    let out = quick("scr-fig16");
+    assert!(
+        out.contains("PASS    join=share converges faster than join=reset"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    join=share is fairer than join=reset"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    Table 5: larger steps converge faster"),
+        "{out}"
+    );
+}
+
+#[test]
 fn scr_fig18_swift_takes_what_the_background_leaves() {
     let out = quick("scr-fig18");
     assert!(
