@@ -1029,6 +1029,25 @@ fn smoothed_rates(r: &RunResult) -> (Vec<f64>, Vec<Vec<f64>>) {
     (times, rates)
 }
 
+/// Each app's smoothed rate, one point per smoothing window (the raw samples would make
+/// a plot of tens of thousands of points per line).
+fn smoothed_lines(r: &RunResult) -> Vec<Series> {
+    let (times, rates) = smoothed_rates(r);
+    r.apps
+        .iter()
+        .zip(&rates)
+        .map(|(app, rate)| Series {
+            name: app.label.clone(),
+            points: times
+                .iter()
+                .zip(rate)
+                .step_by(FIG16_SMOOTH)
+                .map(|(t, x)| (*t, *x))
+                .collect(),
+        })
+        .collect()
+}
+
 /// The payload rate of a full link: 100 Gbit/s times the payload's share of the bytes on
 /// the wire to host 1 over the run (headers and acknowledgement-free: data only).
 fn payload_line_rate(r: &RunResult) -> f64 {
@@ -1272,7 +1291,7 @@ fn fig16(scale: Scale) -> Result<Report, String> {
                 ),
                 x_label: "time (us)".into(),
                 y_label: "Gbit/s".into(),
-                series: tenant_lines(&[(join, r)]),
+                series: smoothed_lines(r),
                 ..Chart::default()
             },
         ));
