@@ -1,6 +1,7 @@
-//! SCR's multi-tenant scheduling experiments (Table 2, Figs 11 and 13): two hosts through
-//! one switch at 100 Gbit/s, tenants of different message sizes on the sending host, and
-//! the scheduler of its NIC by name (`sluice_control::policies::SCHEDULERS`).
+//! SCR's multi-tenant scheduling experiments (Table 2, Figs 11, 12, 13, 16 and 17, Table 5)
+//! and its Swift case study (Fig 18): two hosts through one switch at 100 Gbit/s, tenants of
+//! different message sizes on host 0, and the scheduler of the sending NIC by name
+//! (`sluice_control::policies::SCHEDULERS`).
 
 use sluice_sim::RunResult;
 use sluice_sim::app::{TenantStats, tenant_series, tenant_stats};
