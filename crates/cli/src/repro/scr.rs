@@ -1339,3 +1339,75 @@ fn fig16(scale: Scale) -> Result<Report, String> {
     ));
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_sim::app::AppQpRecord;
+    use sluice_sim::result::{FabricCounters, Series as Samples};
+
+    /// A run of two apps sampled every 5 us to 400 us, `rate(app, t_us)` Gbit/s each, with
+    /// no port series (so the line rate is taken as 100 Gbit/s).
+    fn run_of(rate: impl Fn(usize, f64) -> f64) -> RunResult {
+        let times_ns: Vec<u64> = (1..=80).map(|i| i * 5_000).collect();
+        let app_bps = times_ns
+            .iter()
+            .flat_map(|&t| (0..2).map(move |a| (a, t as f64 / 1e3)))
+            .map(|(a, t)| rate(a, t) * 1e9)
+            .collect();
+        RunResult {
+            algorithm: "test".into(),
+            seed: 0,
+            simulated_ns: 400_000,
+            events: 0,
+            wall_s: 0.0,
+            flows: Vec::new(),
+            counters: FabricCounters::default(),
+            series: Samples {
+                interval_ns: 5_000,
+                times_ns,
+                app_bps,
+                ..Samples::default()
+            },
+            peaks: Vec::new(),
+            peak_packets: 0,
+            apps: vec![AppQpRecord::default(); 2],
+        }
+    }
+
+    #[test]
+    fn convergence_is_when_every_member_reaches_its_share_and_stays() {
+        // The second member reaches its share of 50 at 100 us.
+        let r = run_of(|a, t| if a == 1 && t <= 100.0 { 0.0 } else { 50.0 });
+        let s = settling(&r, &[(0.0, 2)], 400.0);
+        let c = s[0].convergence_us.expect("converges");
+        assert!((95.0..=110.0).contains(&c), "{c}");
+        assert!(s[0].jain < 1.0 && s[0].used < 1.0, "{:?}", s[0]);
+        // The same, but it falls back to 20 at 300 us: converged only after that, never.
+        let r = run_of(|a, t| {
+            if a == 1 && (t <= 100.0 || t >= 300.0) {
+                20.0
+            } else {
+                50.0
+            }
+        });
+        assert_eq!(settling(&r, &[(0.0, 2)], 400.0)[0].convergence_us, None);
+        // One member alone from 0 (its share the whole link), then two from 200 us.
+        let r = run_of(|a, t| match (a, t < 200.0) {
+            (0, true) => 100.0,
+            (1, true) => 0.0,
+            _ => 50.0,
+        });
+        let s = settling(&r, &[(0.0, 1), (200.0, 2)], 400.0);
+        assert_eq!(s.iter().map(|s| s.members).collect::<Vec<_>>(), [1, 2]);
+        assert!(s.iter().all(|s| s.convergence_us.is_some_and(|c| c <= 5.0)));
+        assert!(s.iter().all(|s| (s.jain - 1.0).abs() < 1e-9), "{s:?}");
+    }
+
+    #[test]
+    fn spread_sizes_cover_the_range_ends_included() {
+        assert_eq!(spread_sizes(4), [4096, 352_256, 700_416, 1_048_576]);
+        assert_eq!(spread_sizes(1), [4096]);
+        assert_eq!(spread_sizes(1024).len(), 1024);
+    }
+}
