@@ -83,57 +83,82 @@ fn swcc_fig1_drain_time_rises_with_the_loop_delay() {
     );
 }
 
-/// The SCR entries run the schedulers of `sluice_control::policies::SCHEDULERS` by name;
-/// each runs here once its schedulers are registered.
-fn registered(name: &str) -> bool {
-    let entry = sluice_cli::repro::find(name).expect("listed");
-    let missing = entry.missing();
-    if !missing.is_empty() {
-        eprintln!("{name}: skipped, needs {missing:?}");
-    }
-    missing.is_empty()
-}
-
-fn quick_if_registered(name: &str) -> Option<String> {
-    registered(name).then(|| quick(name))
-}
-
 #[test]
 fn scr_table2_the_64kb_tenant_takes_the_link() {
-    if let Some(out) = quick_if_registered("scr-table2") {
-        assert!(
-            out.contains("PASS    the 64 KB tenant takes most of the link"),
-            "{out}"
-        );
-        assert!(
-            out.contains("PASS    small-message latency at least doubles"),
-            "{out}"
-        );
-    }
+    let out = quick("scr-table2");
+    assert!(
+        out.contains("PASS    the 64 KB tenant takes most of the link"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    small-message latency at least doubles"),
+        "{out}"
+    );
 }
 
 #[test]
 fn scr_fig11_only_water_filling_is_fair_everywhere() {
-    if let Some(out) = quick_if_registered("scr-fig11") {
-        assert!(
-            out.contains("PASS    default is fair only on the diagonal"),
-            "{out}"
-        );
-        assert!(out.contains("PASS    water-filling: Jain >= 0.95"), "{out}");
-        assert!(out.contains("PASS    static: fair"), "{out}");
-    }
+    let out = quick("scr-fig11");
+    assert!(
+        out.contains("PASS    default is fair only on the diagonal"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    water-filling: Jain >= 0.95"), "{out}");
+    assert!(out.contains("PASS    static: fair"), "{out}");
 }
 
 #[test]
 fn scr_fig13_water_filling_isolates_the_latency_tenant() {
-    if let Some(out) = quick_if_registered("scr-fig13") {
-        assert!(out.contains("PASS    water-filling cuts"), "{out}");
-        assert!(
-            out.contains("PASS    water-filling: the hog keeps its bandwidth"),
-            "{out}"
-        );
-        assert!(out.contains("PASS    static halves the hog"), "{out}");
-    }
+    let out = quick("scr-fig13");
+    assert!(out.contains("PASS    water-filling cuts"), "{out}");
+    assert!(
+        out.contains("PASS    water-filling: the hog keeps its bandwidth"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    static halves the hog"), "{out}");
+}
+
+#[test]
+fn scr_fig12_water_filling_is_fair_across_many_write_qps() {
+    let out = quick("scr-fig12");
+    assert!(
+        out.contains("PASS    at 4 QPs the default is unfair, static and water-filling fair"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    every scheduler keeps the link at least 90% busy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig17_read_has_the_shape_of_write() {
+    let out = quick("scr-fig17");
+    assert!(
+        out.contains("PASS    at 4 QPs the default is unfair, static and water-filling fair"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    every scheduler keeps the link at least 90% busy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig16_join_share_converges_fastest_and_steps_set_the_pace() {
+    let out = quick("scr-fig16");
+    assert!(
+        out.contains("PASS    join=share converges faster than join=reset"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    join=share is fairer than join=reset"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    Table 5: larger steps converge faster"),
+        "{out}"
+    );
 }
 
 #[test]

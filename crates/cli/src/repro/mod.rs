@@ -207,7 +207,16 @@ impl Report {
 
 /// Every entry, in the order `sluice repro list` prints them (those whose schedulers this
 /// build lacks are listed as such and do not run).
-pub const ENTRIES: &[Entry] = &[swcc::FIG1, scr::TABLE2, scr::FIG11, scr::FIG13, scr::FIG18];
+pub const ENTRIES: &[Entry] = &[
+    swcc::FIG1,
+    scr::TABLE2,
+    scr::FIG11,
+    scr::FIG12,
+    scr::FIG13,
+    scr::FIG16,
+    scr::FIG17,
+    scr::FIG18,
+];
 
 /// The entry called `name`.
 pub fn find(name: &str) -> Option<&'static Entry> {
