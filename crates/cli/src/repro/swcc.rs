@@ -214,13 +214,22 @@ fn fig1(scale: Scale) -> Result<Report, String> {
             ),
         ));
     }
+    // The plot ends a little after the slowest drain: the rest is an empty queue.
+    let slowest = drains.iter().copied().fold(0.0, f64::max);
+    let plot_end_us = (join_us + slowest * 1.2).min(limit_us);
     report.plots.push((
         "swcc-fig1".into(),
         Chart {
             title: "SwCC Fig 1: bottleneck queue after flow 2 joins, by control-loop delay".into(),
             x_label: "time (us)".into(),
             y_label: "queue (KB)".into(),
-            series: lines,
+            series: lines
+                .into_iter()
+                .map(|mut l| {
+                    l.points.retain(|p| p.0 <= plot_end_us);
+                    l
+                })
+                .collect(),
             ..Chart::default()
         },
     ));
