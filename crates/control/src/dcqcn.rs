@@ -29,6 +29,12 @@
 //! the next CNP (`α·(1 − g)^n` for the n periods K that passed), which is exactly what a
 //! free-running α timer would have done. A late timer performs every expiry it missed (up to
 //! 256 increase events per event, as does a huge coalesced TX for the byte counter).
+//!
+//! `cnp_delay_us` (0 by default) makes the RP act on each CNP that long after it arrives,
+//! the way SwCC's Fig 1 lengthens the control loop ("artificially delaying CNP
+//! processing"). The delayed cuts wait in the context (at most [`MAX_PENDING`]; a CNP
+//! arriving when they are all taken is dropped, as a full CNP queue would) and the law
+//! timer fires for each; a cut then happens as if the CNP had arrived at its due time.
 
 use sluice_core::Instant;
 use sluice_core::control::{Actions, Event, EventKind, EventMask, Law};
@@ -42,6 +48,11 @@ use crate::params::{
 /// The most increase events one event performs (a late timer or a huge coalesced TX): far
 /// more than any sane parameters need to reach line rate, and it bounds the work.
 const MAX_INCREASES: u64 = 256;
+
+/// The most CNPs waiting out `cnp_delay_us` at once: the NP sends at most one per N
+/// (50 µs by default), so three cover delays past 100 µs, and the context stays within
+/// its 128 bytes.
+pub const MAX_PENDING: usize = 3;
 
 /// DCQCN's parameters. Defaults, from the DCQCN paper (SIGCOMM 2015) unless said otherwise:
 /// g = 1/256, N = 50 µs and K = 55 µs as SwCC (§5.1, §5.7.1) quotes them from it; B = 10 MB,
@@ -71,6 +82,8 @@ pub struct DcqcnParams {
     pub min_rate_mbps: f64,
     /// N: at most one CNP per queue pair per this period, in µs (paper: 50).
     pub cnp_interval_us: f64,
+    /// The RP acts on a CNP this long after it arrives, in µs (0: at once).
+    pub cnp_delay_us: f64,
 }
 
 impl Default for DcqcnParams {
@@ -85,6 +98,7 @@ impl Default for DcqcnParams {
             rate_hai_mbps: 200.0,
             min_rate_mbps: 10.0,
             cnp_interval_us: 50.0,
+            cnp_delay_us: 0.0,
         }
     }
 }
@@ -127,6 +141,10 @@ impl Params for DcqcnParams {
             name: "cnp_interval_us",
             help: "N: at most one CNP per queue pair per this many us (default 50)",
         },
+        ParamInfo {
+            name: "cnp_delay_us",
+            help: "the sender acts on a CNP this many us after it arrives (default 0)",
+        },
     ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
@@ -142,6 +160,7 @@ impl Params for DcqcnParams {
             "rate_hai_mbps" => self.rate_hai_mbps = parse_f64(name, value)?,
             "min_rate_mbps" => self.min_rate_mbps = parse_positive(name, value)?,
             "cnp_interval_us" => self.cnp_interval_us = parse_f64(name, value)?,
+            "cnp_delay_us" => self.cnp_delay_us = parse_f64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -172,6 +191,10 @@ pub struct ReactionPoint {
     byte_count: u32,
     /// A CNP has cut the rate at least once (α's timer exists).
     cut: bool,
+    /// How many of `pending` are taken.
+    pending_len: u8,
+    /// Due times (ns) of the CNPs waiting out `cnp_delay`, earliest first.
+    pending: [u64; MAX_PENDING],
 }
 
 impl ReactionPoint {
@@ -179,6 +202,20 @@ impl ReactionPoint {
     /// before Start, when both are 0).
     fn active(&self) -> bool {
         self.rc < self.line
+    }
+
+    /// The earliest delayed CNP, if any.
+    fn next_pending(&self) -> Option<u64> {
+        (self.pending_len > 0).then_some(self.pending[0])
+    }
+
+    /// Takes the earliest delayed CNP out if it is due by `now`.
+    fn pop_pending(&mut self, now: u64) -> Option<u64> {
+        let due = self.next_pending().filter(|&d| d <= now)?;
+        let n = usize::from(self.pending_len);
+        self.pending.copy_within(1..n, 0);
+        self.pending_len -= 1;
+        Some(due)
     }
 }
 
@@ -201,6 +238,7 @@ pub struct Dcqcn {
     r_hai: u64,
     min_rate: u64,
     cnp_interval_ns: u64,
+    cnp_delay_ns: u64,
 }
 
 impl Dcqcn {
@@ -218,6 +256,7 @@ impl Dcqcn {
             r_hai: mbps_to_bps(p.rate_hai_mbps),
             min_rate: mbps_to_bps(p.min_rate_mbps).max(1),
             cnp_interval_ns: us_to_ns(p.cnp_interval_us),
+            cnp_delay_ns: us_to_ns(p.cnp_delay_us),
         }
     }
 
@@ -248,16 +287,37 @@ impl Dcqcn {
         rp.rc = avg.clamp(rp.floor, rp.line);
     }
 
-    /// Publishes R_C and keeps the timer: armed at the earlier of the two due times while
-    /// below line rate, cancelled once back at it.
+    /// Publishes R_C and keeps the timer (see [`Dcqcn::arm`]).
     fn finish(&self, rp: &mut ReactionPoint, act: &mut Actions) {
         if rp.rc >= rp.line {
             act.unpace();
-            act.cancel_timer();
         } else {
             act.set_rate(rp.rc);
-            act.arm_timer(Instant::from_nanos(rp.alpha_due.min(rp.inc_due)));
         }
+        self.arm(rp, act);
+    }
+
+    /// Keeps the timer: armed at the earliest of the two due times (while below line
+    /// rate) and the first delayed CNP, cancelled when there is none of them.
+    fn arm(&self, rp: &ReactionPoint, act: &mut Actions) {
+        let timers = rp.active().then(|| rp.alpha_due.min(rp.inc_due));
+        match [timers, rp.next_pending()].into_iter().flatten().min() {
+            Some(at) => act.arm_timer(Instant::from_nanos(at)),
+            None => act.cancel_timer(),
+        }
+    }
+
+    /// A CNP arrived: cut now, or once it has waited out `cnp_delay`.
+    fn on_cnp_arrival(&self, now: u64, rp: &mut ReactionPoint, act: &mut Actions) {
+        if self.cnp_delay_ns == 0 {
+            return self.on_cnp(now, rp, act);
+        }
+        if rp.line == 0 || usize::from(rp.pending_len) == MAX_PENDING {
+            return; // not started, or the delayed CNPs fill their queue
+        }
+        rp.pending[usize::from(rp.pending_len)] = now.saturating_add(self.cnp_delay_ns);
+        rp.pending_len += 1;
+        self.arm(rp, act);
     }
 
     fn on_cnp(&self, now: u64, rp: &mut ReactionPoint, act: &mut Actions) {
@@ -283,6 +343,9 @@ impl Dcqcn {
     }
 
     fn on_timer(&self, now: u64, rp: &mut ReactionPoint, act: &mut Actions) {
+        while let Some(due) = rp.pop_pending(now) {
+            self.on_cnp(due, rp, act);
+        }
         if !rp.active() {
             return; // stale: the timer was cancelled at line rate
         }
@@ -348,7 +411,7 @@ impl Law for Dcqcn {
                 };
                 act.unpace();
             }
-            Event::Cnp => self.on_cnp(now, &mut ctx.rp, act),
+            Event::Cnp => self.on_cnp_arrival(now, &mut ctx.rp, act),
             Event::Timer => self.on_timer(now, &mut ctx.rp, act),
             Event::Tx { bytes, .. } => self.on_tx(bytes, &mut ctx.rp, act),
             Event::Rx { ce, .. } => ctx.np.on_rx(now, ce, self.cnp_interval_ns, act),
@@ -554,6 +617,38 @@ mod tests {
         let act = run(&mut law, &mut ctx, T0, Event::Cnp);
         assert_eq!((act.rate(), act.timer()), (Some(None), Some(None)));
         assert_eq!((ctx.rp.rc, ctx.rp.rt), (10_000_000_000, 10_000_000_000));
+    }
+
+    #[test]
+    fn a_delayed_cnp_cuts_when_its_delay_is_over_as_if_it_arrived_then() {
+        let mut law = Dcqcn::new(DcqcnParams {
+            cnp_delay_us: 20.0,
+            ..DcqcnParams::default()
+        });
+        let mut ctx = started(&mut law, G100);
+        // The CNP only arms the timer for its due time.
+        let act = run(&mut law, &mut ctx, T0, Event::Cnp);
+        assert_eq!((act.rate(), act.timer()), (None, at(T0 + 20 * US)));
+        // A second one waits behind it; the timer stays on the first.
+        let act = run(&mut law, &mut ctx, T0 + 5 * US, Event::Cnp);
+        assert_eq!((act.rate(), act.timer()), (None, at(T0 + 20 * US)));
+        // At T0 + 20 µs the first cuts (100G → 50G) and restarts the timers from then; the
+        // next expiry is the second CNP's, at T0 + 25 µs.
+        let act = run(&mut law, &mut ctx, T0 + 20 * US, Event::Timer);
+        assert_eq!(act.rate(), Some(Some(50_000_000_000)));
+        assert_eq!(act.timer(), at(T0 + 25 * US));
+        let act = run(&mut law, &mut ctx, T0 + 25 * US, Event::Timer);
+        assert_eq!(act.rate(), Some(Some(25_000_000_000)));
+        assert_eq!(act.timer(), at(T0 + 80 * US));
+        // A late timer performs every cut due, each at its own due time.
+        for k in 0..3 {
+            run(&mut law, &mut ctx, T0 + 30 * US + k, Event::Cnp);
+        }
+        // The queue holds three: a fourth is dropped.
+        assert!(run(&mut law, &mut ctx, T0 + 31 * US, Event::Cnp).is_empty());
+        let act = run(&mut law, &mut ctx, T0 + 60 * US, Event::Timer);
+        assert_eq!(act.rate(), Some(Some(3_125_000_000)));
+        assert_eq!(act.timer(), at(T0 + 50 * US + 2 + 55 * US));
     }
 
     #[test]

@@ -109,6 +109,7 @@ fn parameters_parse_and_refuse_nonsense() {
         ("rate_hai_mbps", "50"),
         ("min_rate_mbps", "100"),
         ("cnp_interval_us", "4"),
+        ("cnp_delay_us", "23"),
     ] {
         p.set(name, value).unwrap();
     }
@@ -124,6 +125,7 @@ fn parameters_parse_and_refuse_nonsense() {
             rate_hai_mbps: 50.0,
             min_rate_mbps: 100.0,
             cnp_interval_us: 4.0,
+            cnp_delay_us: 23.0,
         }
     );
     assert_refused(
@@ -140,6 +142,7 @@ fn parameters_parse_and_refuse_nonsense() {
             ("rate_ai_mbps", "inf"),
             ("min_rate_mbps", "0"),
             ("cnp_interval_us", "soon"),
+            ("cnp_delay_us", "-1"),
         ],
         "rate_ai",
     );

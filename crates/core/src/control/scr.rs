@@ -4,6 +4,13 @@
 //! pair's context is only ever touched by one processor). The control loop is modelled:
 //! an event reaches its queue `loop_delay` after it happened, a processor spends
 //! `service_time` on each run of the law, and the actions take effect when the run ends.
+//!
+//! The delay applies to every event, law timers included, at both ends of a loop: a
+//! receiver's RX and the sender's CNP each wait it out. With no delay and no service time
+//! a law does exactly what it does [`Inline`](super::Inline). A service time alone already
+//! lengthens the loop: every event kind is alike (SCR has no priorities), so a signal waits
+//! for the run in progress and for whatever was queued before it, and a busy queue pair's
+//! TX events keep one queued nearly always.
 
 use std::collections::VecDeque;
 use std::time::Duration;
