@@ -17,6 +17,9 @@ pub mod packet;
 pub mod psk;
 pub mod service;
 
+#[cfg(test)]
+mod model;
+
 pub use handshake::{Endpoint, Handshake, HandshakeError, Role, SessionKeys};
 pub use packet::{OVERHEAD, OpenError, SealError};
 pub use psk::{Psk, PskError};
