@@ -273,6 +273,13 @@ pub struct TrafficSecret {
     pub(crate) salt: [u8; 4],
 }
 
+impl Drop for TrafficSecret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.key);
+        zeroize::Zeroize::zeroize(&mut self.salt);
+    }
+}
+
 impl std::fmt::Debug for TrafficSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TrafficSecret(..)")
@@ -337,7 +344,9 @@ impl Handshake {
     ) -> Result<(Handshake, [u8; HELLO_LEN]), HandshakeError> {
         let mut secret = [0; 32];
         rand::fill(&mut secret).map_err(|_| HandshakeError::Random)?;
-        Handshake::with_secret(role, psk, local, secret)
+        let started = Handshake::with_secret(role, psk, local, secret);
+        zeroize::Zeroize::zeroize(&mut secret);
+        started
     }
 
     /// Starts a handshake with the given ephemeral secret (tests, and callers with their own

@@ -55,6 +55,12 @@ impl fmt::Debug for Psk {
     }
 }
 
+impl Drop for Psk {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl Psk {
     /// From 32 bytes; refuses an all-zero key.
     pub fn new(bytes: [u8; PSK_LEN]) -> Result<Self, PskError> {
