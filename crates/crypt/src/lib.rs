@@ -3,6 +3,7 @@
 //! - [`psk`]: the pre-shared key that authenticates the handshake, and its file format.
 //! - [`handshake`]: a sans-IO ephemeral X25519 exchange, bound to both queue pairs' numbers,
 //!   PSNs and roles, that derives one AES-256-GCM key per direction and confirms them.
+//! - [`exchange`]: the handshake run over a byte stream (perftest's TCP connection, say).
 //! - [`packet`]: sealing and opening one RoCE payload: an explicit per-key counter as the
 //!   nonce (never reused, whatever the transport resends or regenerates), the BTH and the
 //!   extension headers as associated data, the tag after the ciphertext.
@@ -12,6 +13,7 @@
 //! The cipher is aws-lc-rs (AWS-LC); `docs/encryption.md` says why, with the numbers of
 //! `cargo bench -p sluice-crypt --bench cipher`.
 
+pub mod exchange;
 pub mod handshake;
 pub mod packet;
 pub mod psk;
@@ -20,6 +22,7 @@ pub mod service;
 #[cfg(test)]
 mod model;
 
+pub use exchange::{ExchangeError, exchange};
 pub use handshake::{Endpoint, Handshake, HandshakeError, Role, SessionKeys};
 pub use packet::{OVERHEAD, OpenError, SealError};
 pub use psk::{Psk, PskError};
