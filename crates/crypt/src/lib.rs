@@ -3,7 +3,7 @@
 //! - [`psk`]: the pre-shared key that authenticates the handshake, and its file format.
 //! - [`handshake`]: a sans-IO ephemeral X25519 exchange, bound to both queue pairs' numbers,
 //!   PSNs and roles, that derives one AES-256-GCM key per direction and confirms them.
-//! - [`exchange`]: the handshake run over a byte stream (perftest's TCP connection, say).
+//! - [`exchange`](mod@exchange): the handshake run over a byte stream (perftest's TCP connection, say).
 //! - [`packet`]: sealing and opening one RoCE payload: an explicit per-key counter as the
 //!   nonce (never reused, whatever the transport resends or regenerates), the BTH and the
 //!   extension headers as associated data, the tag after the ciphertext.
