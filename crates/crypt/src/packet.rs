@@ -403,6 +403,22 @@ mod tests {
     }
 
     #[test]
+    fn a_packet_replayed_after_the_psn_wrapped_is_dropped() {
+        // PSN 5 now, and PSN 5 again 2^24 packets later: same BTH, so the transport's own
+        // duplicate check would take the old one for new; the counter tells them apart.
+        let (mut s, mut o) = (SealKey::new(&secret(1)), OpenKey::new(&secret(1)));
+        let old = sealed(&mut s, b"before the wrap");
+        assert!(o.open(&BTH, &RETH, &mut old.clone()).is_ok());
+        s.skip_to(1 << 24);
+        let new = sealed(&mut s, b"after the wrap!");
+        assert!(o.open(&BTH, &RETH, &mut new.clone()).is_ok());
+        assert_eq!(
+            o.open(&BTH, &RETH, &mut old.clone()),
+            Err(OpenError::Replayed)
+        );
+    }
+
+    #[test]
     fn a_key_seals_at_most_its_limit() {
         let mut s = SealKey::new(&secret(1));
         s.skip_to(PACKETS_PER_KEY - 1);
