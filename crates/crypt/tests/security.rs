@@ -1,0 +1,237 @@
+//! The security tests, on whole RoCE v2 datagrams built and checked by `sluice-wire`:
+//! a flipped ciphertext bit, a flipped tag, a replayed packet, a packet from a peer without
+//! the key, a wrong pre-shared key at setup: each refused or dropped, and counted. And the
+//! ICRC of an encrypted packet stays valid, so `sluice pcap check` verifies such captures.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use sluice_crypt::handshake::{Endpoint, Handshake, HandshakeError, Role};
+use sluice_crypt::{EncryptService, OVERHEAD, OpenError, Psk, SessionKeys, Verdict};
+use sluice_wire::{
+    Bth, ExtHeaders, IpHeader, IpUdp, Opcode, Psn, ROCE_V2_PORT, Reth, RoceHeaders, UdpHeader,
+    emit_datagram, icrc,
+};
+
+const A: Endpoint = Endpoint {
+    qpn: 0x11,
+    psn: 0x00ff_fffe,
+};
+const B: Endpoint = Endpoint {
+    qpn: 0x22,
+    psn: 0x0000_1000,
+};
+
+fn handshake(psk_a: u8, psk_b: u8) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
+    let (ha, hello_a) =
+        Handshake::start(Role::Initiator, Psk::new([psk_a; 32]).unwrap(), A).unwrap();
+    let (hb, hello_b) =
+        Handshake::start(Role::Responder, Psk::new([psk_b; 32]).unwrap(), B).unwrap();
+    let (ca, confirm_a) = ha.receive_hello(&hello_b)?;
+    let (cb, confirm_b) = hb.receive_hello(&hello_a)?;
+    let b = cb.receive_confirm(&confirm_a);
+    let a = ca.receive_confirm(&confirm_b);
+    Ok((a?, b?))
+}
+
+fn pair() -> (EncryptService, EncryptService) {
+    let (a, b) = handshake(7, 7).unwrap();
+    (EncryptService::new(&a), EncryptService::new(&b))
+}
+
+/// An RDMA WRITE FIRST from A to B at `psn` carrying `plain`, sealed by `service` (or in the
+/// clear when `None`, a peer that did not agree): the whole IPv4 datagram, ICRC written.
+fn write_first(service: Option<&mut EncryptService>, psn: u32, plain: &[u8]) -> Vec<u8> {
+    let mut bth = Bth::new(Opcode::RC_RDMA_WRITE_FIRST, B.qpn, Psn::new(psn));
+    bth.ack_req = true;
+    let roce = RoceHeaders {
+        bth,
+        ccx: None,
+        ext: ExtHeaders {
+            reth: Some(Reth {
+                va: 0x1000,
+                rkey: 0x1234,
+                dma_len: 8192,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    let payload = match service {
+        Some(service) => {
+            let mut wire = vec![0; OVERHEAD + plain.len()];
+            wire[EncryptService::HEAD..EncryptService::HEAD + plain.len()].copy_from_slice(plain);
+            // The headers as they will go: the pad count is that of the grown payload.
+            let mut headers = [0; 64];
+            let len = roce.emit_headers(wire.len(), &mut headers).unwrap();
+            service
+                .on_send(&headers[..12], &headers[12..len], &mut wire)
+                .unwrap();
+            wire
+        }
+        None => plain.to_vec(),
+    };
+    let ip = IpHeader::between(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        0,
+    );
+    let udp = UdpHeader {
+        src_port: 0xc001,
+        dst_port: ROCE_V2_PORT,
+    };
+    let mut buf = vec![0; 9000];
+    let len = emit_datagram(&ip, &udp, &roce, &payload, &mut buf).unwrap();
+    buf.truncate(len);
+    buf
+}
+
+/// What B's receive path does: the wire checks (ICRC included), then the service.
+fn receive(service: &mut EncryptService, datagram: &[u8]) -> Result<Vec<u8>, OpenError> {
+    let parsed = IpUdp::parse(datagram).unwrap();
+    let roce = parsed
+        .roce()
+        .expect("the ICRC of an encrypted packet is valid");
+    let udp_payload = parsed.payload();
+    let header_len = roce.header_len();
+    let ext = &udp_payload[header_len - roce.info.ext_len..header_len];
+    let mut wire = roce.payload.to_vec();
+    match service.on_receive(&udp_payload[..12], ext, &mut wire) {
+        Verdict::Pass(range) => Ok(wire[range].to_vec()),
+        Verdict::Drop(why) => Err(why),
+    }
+}
+
+fn counter(service: &EncryptService, name: &str) -> u64 {
+    service
+        .counters()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap()
+        .1
+}
+
+/// The offset of the payload in a datagram built by [`write_first`]: IPv4, UDP, BTH, RETH.
+const PAYLOAD_AT: usize = 20 + 8 + 12 + 16;
+
+#[test]
+fn an_encrypted_packet_keeps_a_valid_icrc_and_hides_its_payload() {
+    let (mut a, mut b) = pair();
+    let plain = b"the payload of an encrypted queue pair, 48 bytes".repeat(4);
+    let datagram = write_first(Some(&mut a), A.psn, &plain);
+    icrc::verify(&datagram).unwrap();
+    assert!(
+        !datagram
+            .windows(16)
+            .any(|w| plain.windows(16).any(|p| p == w))
+    );
+    assert_eq!(receive(&mut b, &datagram).unwrap(), plain);
+    assert_eq!(counter(&b, "opened"), 1);
+}
+
+#[test]
+fn a_flipped_ciphertext_bit_is_dropped_and_counted_even_with_a_fixed_icrc() {
+    let (mut a, mut b) = pair();
+    let mut datagram = write_first(Some(&mut a), A.psn, &[0x42; 256]);
+    datagram[PAYLOAD_AT + EncryptService::HEAD + 100] ^= 0x01;
+    // An attacker recomputes the ICRC: it is a checksum, not a MAC.
+    icrc::write(&mut datagram).unwrap();
+    assert_eq!(receive(&mut b, &datagram), Err(OpenError::Forged));
+    assert_eq!(counter(&b, "dropped_forged"), 1);
+    assert_eq!(counter(&b, "opened"), 0);
+}
+
+#[test]
+fn a_flipped_tag_bit_is_dropped_and_counted() {
+    let (mut a, mut b) = pair();
+    let mut datagram = write_first(Some(&mut a), A.psn, &[0x42; 256]);
+    let tag_last = datagram.len() - 4 - 1;
+    datagram[tag_last] ^= 0x80;
+    icrc::write(&mut datagram).unwrap();
+    assert_eq!(receive(&mut b, &datagram), Err(OpenError::Forged));
+    assert_eq!(counter(&b, "dropped_forged"), 1);
+}
+
+#[test]
+fn a_changed_header_is_dropped_the_reth_address_say() {
+    let (mut a, mut b) = pair();
+    let mut datagram = write_first(Some(&mut a), A.psn, &[0x42; 64]);
+    // RETH's virtual address, low byte: redirect the write elsewhere in the region.
+    datagram[20 + 8 + 12 + 7] ^= 0x40;
+    icrc::write(&mut datagram).unwrap();
+    assert_eq!(receive(&mut b, &datagram), Err(OpenError::Forged));
+}
+
+#[test]
+fn a_replayed_packet_is_dropped_and_counted() {
+    let (mut a, mut b) = pair();
+    let first = write_first(Some(&mut a), A.psn, b"first, once only");
+    let second = write_first(Some(&mut a), A.psn.wrapping_add(1) & 0xff_ffff, b"second");
+    assert!(receive(&mut b, &first).is_ok());
+    assert!(receive(&mut b, &second).is_ok());
+    assert_eq!(receive(&mut b, &first), Err(OpenError::Replayed));
+    assert_eq!(counter(&b, "dropped_replayed"), 1);
+    // A retransmission is not a replay: the same PSN and bytes, sealed anew.
+    let resent = write_first(Some(&mut a), A.psn, b"first, once only");
+    assert_eq!(receive(&mut b, &resent).unwrap(), b"first, once only");
+}
+
+#[test]
+fn a_packet_from_a_peer_without_the_key_is_dropped_and_counted() {
+    let (_, mut b) = pair();
+    // A peer that did not agree sends in the clear.
+    let clear = write_first(None, A.psn, b"plain text from a peer without the key");
+    assert_eq!(receive(&mut b, &clear), Err(OpenError::Forged));
+    let tiny = write_first(None, A.psn, b"tiny");
+    assert_eq!(receive(&mut b, &tiny), Err(OpenError::Short));
+    // A peer with keys from another handshake (another session, same PSK even).
+    let (mut other, _) = pair();
+    let foreign = write_first(Some(&mut other), A.psn, b"sealed under another session");
+    assert_eq!(receive(&mut b, &foreign), Err(OpenError::Forged));
+    assert_eq!(counter(&b, "dropped_forged"), 2);
+    assert_eq!(counter(&b, "dropped_short"), 1);
+}
+
+#[test]
+fn a_wrong_pre_shared_key_is_refused_at_setup() {
+    assert_eq!(handshake(7, 8).unwrap_err(), HandshakeError::BadConfirm);
+}
+
+#[test]
+fn the_payload_budget_shrinks_by_the_overhead() {
+    assert_eq!(EncryptService::payload_budget(4096), 4072);
+    assert_eq!(EncryptService::payload_budget(1024), 1000);
+    assert_eq!(EncryptService::payload_budget(10), 0);
+}
+
+/// A capture of encrypted traffic (a WRITE's packets, one resent) written as pcap and read back
+/// the way `sluice pcap check` reads one: every record decodes and its ICRC verifies. With
+/// `SLUICE_CRYPT_PCAP=path` the capture is kept there, for `sluice pcap check path`.
+#[test]
+fn a_capture_of_encrypted_traffic_passes_the_icrc_check() {
+    use sluice_wire::pcap::{CaptureReader, PcapWriter, link_type};
+    let (mut a, mut b) = pair();
+    let mut datagrams = Vec::new();
+    for k in 0..4u32 {
+        let plain = vec![k as u8; 1000 + k as usize]; // Some lengths need a pad.
+        datagrams.push(write_first(Some(&mut a), (A.psn + k) & 0xff_ffff, &plain));
+    }
+    datagrams.push(write_first(Some(&mut a), A.psn, &[0; 1000])); // A resend.
+    let mut writer = PcapWriter::new(Vec::new(), link_type::RAW, 65535).unwrap();
+    for (i, d) in datagrams.iter().enumerate() {
+        writer.write(i as u64 * 1000, d).unwrap();
+    }
+    let bytes = writer.into_inner();
+    if let Some(path) = std::env::var_os("SLUICE_CRYPT_PCAP") {
+        std::fs::write(path, &bytes).unwrap();
+    }
+    let mut reader = CaptureReader::new(&bytes[..]).unwrap();
+    let mut n = 0;
+    while let Some(record) = reader.next_record().unwrap() {
+        let parsed = IpUdp::parse(record.data).unwrap();
+        parsed.roce().expect("ICRC valid on encrypted traffic");
+        n += 1;
+    }
+    assert_eq!(n, 5);
+    for d in &datagrams[..4] {
+        assert!(receive(&mut b, d).is_ok());
+    }
+}
