@@ -206,7 +206,7 @@ struct PerfArgs {
     /// Which queue pair with something to send goes next: round-robin, per-message, drr,
     /// static, water-filling or nic-default (`--sched list` shows what each models and its
     /// parameters; static and water-filling pace to `--sched-param link=GBIT/S`, default 100:
-    /// set it to the path's rate). Weights and tenants come from --tenant.
+    /// set it to the path's rate; docs/scheduling.md). Weights and tenants come from --tenant.
     #[arg(long, default_value = "round-robin")]
     sched: String,
     /// A parameter of the scheduler, NAME=VALUE (repeatable).
