@@ -217,8 +217,10 @@ struct PerfArgs {
     /// reads best with --loopback (both ends are this process), none otherwise.
     #[arg(long, default_value = "auto", value_parser = ccx_values())]
     ccx: String,
-    /// Which queue pair with something to send goes next: round-robin, per-message
-    /// (`--sched list` shows each with its parameters).
+    /// Which queue pair with something to send goes next: round-robin, per-message, drr,
+    /// static, water-filling or nic-default (`--sched list` shows what each models and its
+    /// parameters; static and water-filling pace to `--sched-param link=GBIT/S`, default 100:
+    /// set it to the path's rate; docs/scheduling.md). Weights and tenants come from --tenant.
     #[arg(long, default_value = "round-robin")]
     sched: String,
     /// A parameter of the scheduler, NAME=VALUE (repeatable).
@@ -276,9 +278,11 @@ struct PerfArgs {
     /// A group of queue pairs with its own operation, size, QP count, TX depth and scheduler
     /// weight: op=write|read|send[,size=BYTES][,qps=N][,depth=N][,weight=N][,lat] (defaults:
     /// -s, 1, -t, 1; lat: time every message, report its percentiles). Repeat for several;
-    /// they run at once, and the client reports each tenant's and each QP's bandwidth and
-    /// Jain's index. Bandwidth tests; both ends must be Sluice given the same --tenant flags
-    /// (perftest's exchange cannot agree on them).
+    /// they run at once, the --sched scheduler sharing the link among them (weights: drr,
+    /// and static/water-filling with `--sched-param by=tenant`), and the client reports
+    /// each tenant's and each QP's bandwidth, Jain's index over the bandwidth tenants, and
+    /// the latency tenants' percentiles. Bandwidth tests; both ends must be Sluice given
+    /// the same --tenant flags (perftest's exchange cannot agree on them).
     #[arg(long, value_name = "SPEC", conflicts_with_all = ["size", "all", "qps", "verify"])]
     tenant: Vec<perf::TenantSpec>,
     /// Test only: the client targets a wrong R_Key (the server NAKs it and its queue pair
