@@ -217,10 +217,14 @@ pub struct Weir {
     active: Vec<u64>,
     active_count: u32,
     qps: Vec<Qp>,
-    /// `max_wqes` slots per QPN.
+    /// `1 << wqe_shift` slots per QPN, at least `max_wqes`: a power of two, so that a slot
+    /// is found with a mask rather than a division on every post and completion.
     wqes: Vec<Wqe>,
-    /// Doorbell times (host ns) of pieces in flight, `sq_depth` slots per QPN, by tag.
+    wqe_shift: u32,
+    /// Doorbell times (host ns) of pieces in flight, `1 << stamp_shift` slots per QPN (at
+    /// least `sq_depth`), by tag.
     stamps: Vec<u64>,
+    stamp_shift: u32,
     /// Queue pairs with pieces queued and room on the NIC, served in turn one piece at a
     /// time. Each is in it at most once, so `max_qpn` slots never grow.
     ready: VecDeque<u32>,
@@ -231,7 +235,10 @@ pub struct Weir {
     credit_at: Instant,
     carry: f64,
     ewma: Option<f64>,
-    base_ns: f64,
+    inv_base_ns: f64,
+    /// Eq. 3 and 4 for the current active count, kept as it changes.
+    alpha: f64,
+    beta: f64,
     /// Host time minus NIC time, two's complement.
     offset: u64,
     synced: bool,
@@ -265,25 +272,33 @@ impl Weir {
             return Err(WeirError::Config("base_delay must be positive"));
         }
         let qpns = cfg.max_qpn as usize;
-        Ok(Weir {
+        let wqe_shift = cfg.max_wqes.next_power_of_two().trailing_zeros();
+        let stamp_shift = cfg.sq_depth.next_power_of_two().trailing_zeros();
+        let mut weir = Weir {
             cfg,
             active: vec![0; qpns.div_ceil(64)],
             active_count: 0,
             qps: vec![Qp::default(); qpns],
-            wqes: vec![Wqe::default(); qpns * cfg.max_wqes as usize],
-            stamps: vec![0; qpns * cfg.sq_depth as usize],
+            wqes: vec![Wqe::default(); qpns << wqe_shift],
+            wqe_shift,
+            stamps: vec![0; qpns << stamp_shift],
+            stamp_shift,
             ready: VecDeque::with_capacity(qpns),
             rate: cfg.line_rate,
             ns_per_byte: 8e9 / cfg.line_rate as f64,
             credit_at: Instant::ZERO,
             carry: 0.0,
             ewma: None,
-            base_ns: cfg.base_delay.as_nanos() as f64,
+            inv_base_ns: 1.0 / cfg.base_delay.as_nanos() as f64,
+            alpha: 0.0,
+            beta: 0.0,
             offset: 0,
             synced: false,
             since_sync: 0,
             stats: WeirStats::default(),
-        })
+        };
+        weir.set_thresholds();
+        Ok(weir)
     }
 
     /// The configuration.
@@ -322,12 +337,11 @@ impl Weir {
     ) -> Result<Decision, WeirError> {
         let i = self.index(qp)?;
         let pieces = self.pieces(len);
-        let max_wqes = self.cfg.max_wqes;
-        let q = &mut self.qps[i];
-        if q.len == max_wqes {
+        let q = &self.qps[i];
+        if q.len == self.cfg.max_wqes {
             return Err(WeirError::Full(qp.0));
         }
-        let slot = i * max_wqes as usize + ((q.head + q.len) % max_wqes) as usize;
+        let slot = self.wqe_slot(i, q.head + q.len);
         self.wqes[slot] = Wqe {
             wr_id,
             len,
@@ -337,6 +351,7 @@ impl Weir {
             signaled,
             ok: true,
         };
+        let q = &mut self.qps[i];
         q.len += 1;
         let was_queued = q.queued;
         q.queued += pieces;
@@ -348,6 +363,7 @@ impl Weir {
         if self.active[word] & bit == 0 {
             self.active[word] |= bit;
             self.active_count += 1;
+            self.set_thresholds();
         }
         if was_queued > 0 || !room {
             // Behind this queue pair's own queued pieces (already listed, or waiting for
@@ -370,6 +386,16 @@ impl Weir {
         })
     }
 
+    #[inline]
+    fn wqe_slot(&self, i: usize, n: u32) -> usize {
+        (i << self.wqe_shift) | (n as usize & ((1 << self.wqe_shift) - 1))
+    }
+
+    #[inline]
+    fn stamp_slot(&self, i: usize, tag: u64) -> usize {
+        (i << self.stamp_shift) | (tag as usize & ((1 << self.stamp_shift) - 1))
+    }
+
     /// Puts the queue pair at the back of the ready list if it has pieces queued and room
     /// on the NIC and is not in the list already.
     #[inline]
@@ -384,9 +410,10 @@ impl Weir {
     /// Doorbells queue pair `i`'s next piece at `now` and sets the next credit's deadline.
     #[inline]
     fn ring(&mut self, i: usize, now: Instant) -> Doorbell {
-        let (max_wqes, sq_depth) = (self.cfg.max_wqes, self.cfg.sq_depth);
+        let slot = self.wqe_slot(i, self.qps[i].head + self.qps[i].cursor);
+        let stamp = self.stamp_slot(i, self.qps[i].rung);
         let q = &mut self.qps[i];
-        let w = &mut self.wqes[i * max_wqes as usize + ((q.head + q.cursor) % max_wqes) as usize];
+        let w = &mut self.wqes[slot];
         let piece = w.rung;
         let (offset, len) = if w.pieces == 1 {
             (0, w.len)
@@ -408,8 +435,7 @@ impl Weir {
             q.cursor += 1;
         }
         q.queued -= 1;
-        self.stamps[i * sq_depth as usize + (q.rung % u64::from(sq_depth)) as usize] =
-            now.as_nanos();
+        self.stamps[stamp] = now.as_nanos();
         q.rung += 1;
         // time_deadline = now + size / rate, the size being this piece's.
         let gap = f64::from(len) * self.ns_per_byte + self.carry;
@@ -464,16 +490,18 @@ impl Weir {
         ok: bool,
     ) -> Result<Option<AppCompletion>, WeirError> {
         let i = self.index(qp)?;
-        let (max_wqes, sq_depth) = (self.cfg.max_wqes, self.cfg.sq_depth);
-        let q = &mut self.qps[i];
+        let q = &self.qps[i];
         if q.done == q.rung || tag != q.done {
             return Err(WeirError::UnexpectedCompletion(qp.0));
         }
-        let rung_at = self.stamps[i * sq_depth as usize + (tag % u64::from(sq_depth)) as usize];
+        let rung_at = self.stamps[self.stamp_slot(i, tag)];
+        // The head WQE owns the oldest piece in flight: pieces complete in order.
+        let slot = self.wqe_slot(i, q.head);
+        let mask = (1u32 << self.wqe_shift) - 1;
+        let q = &mut self.qps[i];
         q.done += 1;
         self.stats.cqes += 1;
-        // The head WQE owns the oldest piece in flight: pieces complete in order.
-        let w = &mut self.wqes[i * max_wqes as usize + q.head as usize];
+        let w = &mut self.wqes[slot];
         w.done += 1;
         w.ok &= ok;
         let mut out = None;
@@ -487,7 +515,7 @@ impl Weir {
                     ok: w.ok,
                 });
             }
-            q.head = (q.head + 1) % max_wqes;
+            q.head = (q.head + 1) & mask;
             q.len -= 1;
             q.cursor -= 1;
         }
@@ -527,6 +555,7 @@ impl Weir {
         if self.active[word] & bit != 0 {
             self.active[word] &= !bit;
             self.active_count -= 1;
+            self.set_thresholds();
             if self.active_count == 0 {
                 self.set_rate(self.cfg.line_rate);
                 self.ewma = None;
@@ -537,12 +566,11 @@ impl Weir {
     /// Eq. 3 and 4, then AIAD on `ewma / base_delay - 1`.
     fn adjust_rate(&mut self) {
         let Some(delay) = self.ewma else { return };
-        let (alpha, beta) = self.thresholds();
-        let ratio = delay / self.base_ns - 1.0;
-        if ratio <= alpha {
+        let ratio = delay * self.inv_base_ns - 1.0;
+        if ratio <= self.alpha {
             self.stats.increases += 1;
             self.set_rate(self.rate.saturating_add(self.cfg.inc));
-        } else if ratio >= beta {
+        } else if ratio >= self.beta {
             self.stats.decreases += 1;
             self.set_rate(self.rate.saturating_sub(self.cfg.dec));
         }
@@ -561,9 +589,13 @@ impl Weir {
     /// `alpha = ceil(active / N) * init_alpha`, and Eq. 4 as printed,
     /// `beta = alpha + init_alpha - init_beta`.
     pub fn thresholds(&self) -> (f64, f64) {
+        (self.alpha, self.beta)
+    }
+
+    fn set_thresholds(&mut self) {
         let steps = self.active_count.div_ceil(self.cfg.qps_per_step);
-        let alpha = f64::from(steps) * self.cfg.init_alpha;
-        (alpha, alpha + self.cfg.init_alpha - self.cfg.init_beta)
+        self.alpha = f64::from(steps) * self.cfg.init_alpha;
+        self.beta = self.alpha + self.cfg.init_alpha - self.cfg.init_beta;
     }
 
     /// Whether a clock synchronisation is due: before the first completion's delay can be
