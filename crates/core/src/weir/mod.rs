@@ -209,6 +209,14 @@ struct Qp {
     listed: bool,
 }
 
+/// The low 32 bits of a fixed-point nanosecond count.
+const FRACTION: u64 = (1 << 32) - 1;
+
+/// ns per byte at `rate` bit/s, with 32 fractional bits.
+fn ns_per_byte(rate: u64) -> u64 {
+    (8e9 / rate as f64 * 4_294_967_296.0) as u64
+}
+
 /// The pacer for one NIC. See the module documentation.
 #[derive(Debug)]
 pub struct Weir {
@@ -229,11 +237,14 @@ pub struct Weir {
     /// time. Each is in it at most once, so `max_qpn` slots never grow.
     ready: VecDeque<u32>,
     rate: u64,
-    ns_per_byte: f64,
+    /// ns per byte at `rate`, fixed point with 32 fractional bits: the gap after each
+    /// doorbell is integer arithmetic, with no floating-point chain from one post to the
+    /// next.
+    ns_per_byte: u64,
     /// The next credit falls due at `credit_at`; `carry` is the fraction of a nanosecond
-    /// the truncated gaps owe, so that the rate holds over many short gaps.
+    /// (32 bits) the truncated gaps owe, so that the rate holds over many short gaps.
     credit_at: Instant,
-    carry: f64,
+    carry: u64,
     ewma: Option<f64>,
     inv_base_ns: f64,
     /// Eq. 3 and 4 for the current active count, kept as it changes.
@@ -285,9 +296,9 @@ impl Weir {
             stamp_shift,
             ready: VecDeque::with_capacity(qpns),
             rate: cfg.line_rate,
-            ns_per_byte: 8e9 / cfg.line_rate as f64,
+            ns_per_byte: ns_per_byte(cfg.line_rate),
             credit_at: Instant::ZERO,
-            carry: 0.0,
+            carry: 0,
             ewma: None,
             inv_base_ns: 1.0 / cfg.base_delay.as_nanos() as f64,
             alpha: 0.0,
@@ -438,9 +449,9 @@ impl Weir {
         self.stamps[stamp] = now.as_nanos();
         q.rung += 1;
         // time_deadline = now + size / rate, the size being this piece's.
-        let gap = f64::from(len) * self.ns_per_byte + self.carry;
-        let whole = gap as u64;
-        self.carry = gap - whole as f64;
+        let gap = u128::from(len) * u128::from(self.ns_per_byte) + u128::from(self.carry);
+        let whole = (gap >> 32) as u64;
+        self.carry = gap as u64 & FRACTION;
         self.credit_at = Instant::from_nanos(now.as_nanos().saturating_add(whole));
         self.since_sync = self.since_sync.saturating_add(1);
         self.stats.doorbells += 1;
@@ -581,7 +592,7 @@ impl Weir {
         let rate = rate.clamp(self.cfg.min_rate, self.cfg.line_rate);
         if rate != self.rate {
             self.rate = rate;
-            self.ns_per_byte = 8e9 / rate as f64;
+            self.ns_per_byte = ns_per_byte(rate);
         }
     }
 
