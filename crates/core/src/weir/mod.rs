@@ -30,7 +30,8 @@ mod tests;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WeirConfig {
     /// QPNs below this are accepted; the active bitmap and the per-queue-pair state are
-    /// sized for them at construction.
+    /// sized for them at construction, about `32 * max_wqes + 8 * sq_depth + 48` bytes per
+    /// QPN (depths rounded up to powers of two), 5 KiB with the default depths.
     pub max_qpn: u32,
     /// Application WQEs a queue pair may hold in Weir at once (queued and in flight): the
     /// application's send queue depth.
@@ -68,7 +69,7 @@ pub struct WeirConfig {
 impl Default for WeirConfig {
     fn default() -> WeirConfig {
         WeirConfig {
-            max_qpn: 16384 + 64,
+            max_qpn: 1024 + 64,
             max_wqes: 128,
             sq_depth: 128,
             line_rate: 100_000_000_000,

@@ -64,8 +64,8 @@ fn the_active_bitmap_follows_posts_and_completions() {
     assert_eq!(w.active_qps(), 0);
     assert_eq!(w.active, vec![0; w.active.len()]);
     assert_eq!(
-        w.post(QpNum(16448), 0, 1, true, t(0)),
-        Err(WeirError::QpOutOfRange(16448))
+        w.post(QpNum(1088), 0, 1, true, t(0)),
+        Err(WeirError::QpOutOfRange(1088))
     );
 }
 
@@ -662,4 +662,10 @@ mod property {
             prop_assert_eq!(rig.w.rate(), cfg.line_rate);
         }
     }
+}
+
+#[test]
+fn state_per_qpn_is_as_documented() {
+    assert_eq!(core::mem::size_of::<Wqe>(), 32);
+    assert!(core::mem::size_of::<Qp>() <= 48);
 }
