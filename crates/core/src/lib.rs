@@ -26,6 +26,7 @@ mod rng;
 mod rules;
 mod time;
 mod timers;
+pub mod weir;
 
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
