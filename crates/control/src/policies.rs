@@ -11,8 +11,11 @@ use sluice_core::policy::{
     XorPayload,
 };
 
+use sluice_core::policy::{Flowlet, Plb, RandomSpray};
+
 use crate::params::{
-    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64_in, unknown,
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64,
+    parse_u64_in, unknown, us_to_ns,
 };
 
 /// One policy a registry can build.
@@ -134,28 +137,169 @@ impl Params for NoParams {
     }
 }
 
-/// [`Spray`]'s parameters.
+/// [`Spray`]'s and [`RandomSpray`]'s parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct SprayParams {
     /// Entropies per queue pair.
     pub paths: u16,
+    /// Draw each packet's port at random rather than in PSN order.
+    pub random: bool,
+    /// The random draws' seed.
+    pub seed: u64,
 }
 
 impl Default for SprayParams {
     fn default() -> Self {
-        SprayParams { paths: 4 }
+        SprayParams {
+            paths: 4,
+            random: false,
+            seed: 1,
+        }
     }
 }
 
+/// The number of entropies a multipath selector spreads a queue pair over.
+const PATHS_INFO: ParamInfo = ParamInfo {
+    name: "paths",
+    help: "source ports a queue pair's packets cycle through, 1..=16384 (default 4)",
+};
+
+/// The seed of a selector's random draws.
+const SEED_INFO: ParamInfo = ParamInfo {
+    name: "seed",
+    help: "the seed of its random draws: the same seed, the same ports, 0..=2^64-1 (default 1)",
+};
+
+fn parse_paths(name: &str, value: &str) -> Result<u16, ParamError> {
+    Ok(parse_u64_in(name, value, 1, 16384)? as u16)
+}
+
 impl Params for SprayParams {
-    const INFO: &'static [ParamInfo] = &[ParamInfo {
-        name: "paths",
-        help: "source ports a queue pair's packets cycle through, 1..=16384 (default 4)",
-    }];
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "mode",
+            help: "`round-robin` (consecutive PSNs, consecutive ports) or `random` (each packet's port drawn, seeded) (default round-robin)",
+        },
+        SEED_INFO,
+    ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
         match name {
-            "paths" => self.paths = parse_u64_in(name, value, 1, 16384)? as u16,
+            "paths" => self.paths = parse_paths(name, value)?,
+            "mode" => match value.trim() {
+                "round-robin" | "random" => self.random = value.trim() == "random",
+                _ => {
+                    return Err(ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "`round-robin` or `random`",
+                    });
+                }
+            },
+            "seed" => self.seed = parse_u64(name, value)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+impl SprayParams {
+    fn build(&self) -> Box<dyn PathSelector> {
+        if self.random {
+            Box::new(RandomSpray::new(self.paths, self.seed))
+        } else {
+            Box::new(Spray { paths: self.paths })
+        }
+    }
+}
+
+/// [`Flowlet`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowletParams {
+    /// Entropies per queue pair.
+    pub paths: u16,
+    /// The idle gap that starts a new flowlet, µs.
+    pub gap_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for FlowletParams {
+    fn default() -> Self {
+        FlowletParams {
+            paths: 4,
+            gap_us: 50.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for FlowletParams {
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "gap",
+            help: "idle time after which a queue pair's next packet starts a flowlet on a new port, µs; above the paths' delay difference, a switch reorders nothing, 0..=10000000 (default 50)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "gap" => self.gap_us = parse_f64_in(name, value, 0.0, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`Plb`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct PlbParams {
+    /// Entropies per queue pair.
+    pub paths: u16,
+    /// Congested rounds in a row that move a queue pair.
+    pub rounds: u32,
+    /// The RTT above which a round counts as congested, µs; 0: ECN marks only.
+    pub delay_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for PlbParams {
+    fn default() -> Self {
+        PlbParams {
+            paths: 4,
+            rounds: 3,
+            delay_us: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for PlbParams {
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "rounds",
+            help: "congested rounds (about an RTT each) in a row before a queue pair moves to another port, 1..=1000000 (default 3)",
+        },
+        ParamInfo {
+            name: "delay",
+            help: "a round whose RTT is above this counts as congested as an ECN-marked one does, µs; 0 counts ECN marks only, 0..=10000000 (default 0)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "rounds" => self.rounds = parse_u64_in(name, value, 1, 1_000_000)? as u32,
+            "delay" => self.delay_us = parse_f64_in(name, value, 0.0, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -597,10 +741,35 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
         },
         PolicyInfo {
             name: "spray",
-            summary: "per packet over `paths` source ports, in PSN order",
+            summary: "per packet over `paths` source ports, in PSN order or drawn at random",
             params: SprayParams::INFO,
             both_ends: false,
-            build: |p| params::<SprayParams>(p).map(|s| Box::new(Spray { paths: s.paths }) as _),
+            build: |p| params::<SprayParams>(p).map(|s| s.build()),
+        },
+        PolicyInfo {
+            name: "flowlet",
+            summary: "a queue pair keeps its port while it sends back to back, a new one after an idle gap (needs the engine to pass send times)",
+            params: FlowletParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<FlowletParams>(p).map(|f| {
+                    let gap = Duration::from_nanos(us_to_ns(f.gap_us));
+                    Box::new(Flowlet::new(f.paths, gap, f.seed)) as _
+                })
+            },
+        },
+        PolicyInfo {
+            name: "plb",
+            summary: "PLB: a queue pair moves to another port after `rounds` congested rounds in a row (needs the engine to pass congestion signals)",
+            params: PlbParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<PlbParams>(p).map(|b| {
+                    let delay =
+                        (b.delay_us > 0.0).then(|| Duration::from_nanos(us_to_ns(b.delay_us)));
+                    Box::new(Plb::new(b.paths, b.rounds, delay, b.seed)) as _
+                })
+            },
         },
     ],
 };
@@ -693,6 +862,31 @@ mod tests {
         check(&PATH_SELECTORS);
         check(&TRACKERS);
         check(&SERVICES);
+    }
+
+    /// Builds `name` from `registry` with one parameter, expecting a refusal naming it.
+    fn refused<T: std::fmt::Debug>(registry: &Registry<T>, name: &str, param: &str, value: &str) {
+        let e = registry
+            .build(name, &[(param.into(), value.into())])
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(param) && e.contains(value), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_path_parameters_are_refused() {
+        refused(&PATH_SELECTORS, "spray", "mode", "zigzag");
+        refused(&PATH_SELECTORS, "spray", "seed", "-1");
+        refused(&PATH_SELECTORS, "flowlet", "paths", "20000");
+        refused(&PATH_SELECTORS, "flowlet", "gap", "-3");
+        refused(&PATH_SELECTORS, "plb", "rounds", "0");
+        refused(&PATH_SELECTORS, "plb", "delay", "1e9");
+        for (mode, kind) in [("round-robin", "Spray"), ("random", "RandomSpray")] {
+            let s = PATH_SELECTORS
+                .build("spray", &[("mode".into(), mode.into())])
+                .unwrap();
+            assert!(format!("{s:?}").starts_with(&format!("{kind} ")), "{s:?}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod service;
 mod tracker;
 
 pub(crate) use path::EnginePathSelector;
-pub use path::{PathPacket, PathSelector, QpnHash, Spray};
+pub use path::{Flowlet, PathPacket, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, Spray};
 pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
     Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
