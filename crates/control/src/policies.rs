@@ -11,7 +11,7 @@ use sluice_core::policy::{
     XorPayload,
 };
 
-use sluice_core::policy::{Flowlet, Plb, RandomSpray};
+use sluice_core::policy::{Flowlet, Left, LeftConfig, Plb, RandomSpray};
 
 use crate::params::{
     ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64,
@@ -334,6 +334,119 @@ impl Params for OffsetListParams {
         Ok(())
     }
 }
+
+/// [`Left`]'s parameters; which of them a variant takes is in its `INFO`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftParams {
+    /// The pool, caches, FIFOs and thresholds.
+    pub config: LeftConfig,
+}
+
+impl LeftParams {
+    /// Sets `name` if it is one of LEFT's parameters; `None` if not.
+    fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
+        let c = &mut self.config;
+        let r = match name {
+            "blocks" => parse_u64_in(name, value, 1, 1 << 20).map(|v| c.blocks = v as u32),
+            "block-bits" => parse_u64_in(name, value, 1, 64).map(|v| c.block_bits = v as u32),
+            // Half of it must be a cache past offset 1, below half the PSN space.
+            "bdp" => parse_u64_in(name, value, 4, 1 << 23).map(|v| c.cache_bits = (v / 2) as u32),
+            "caches" => parse_u64_in(name, value, 1, 64).map(|v| c.caches = v as u32),
+            "fifos" => parse_u64_in(name, value, 1, 64).map(|v| c.fifos = v as u32),
+            "depth" => parse_u64_in(name, value, 1, 1024).map(|v| c.depth = v as u32),
+            "t-max" => parse_u64_in(name, value, 0, 1_000_000).map(|v| c.t_max = v),
+            _ => return None,
+        };
+        Some(r)
+    }
+}
+
+const LEFT_POOL_INFO: [ParamInfo; 3] = [
+    ParamInfo {
+        name: "blocks",
+        help: "blocks in the pool every connection shares, 1..=1048576 (default 128: with 16-bit blocks, the paper's 2 Kbit)",
+    },
+    ParamInfo {
+        name: "block-bits",
+        help: "PSNs a block records, 1..=64 (default 16)",
+    },
+    ParamInfo {
+        name: "bdp",
+        help: "the BDP in packets: a connection records offsets below half of it (the most a lossless multipath connection reorders), and a cache holds that half, 4..=8388608 (default 512)",
+    },
+];
+
+const LEFT_CACHE_INFO: [ParamInfo; 2] = [
+    ParamInfo {
+        name: "caches",
+        help: "bitmap caches, each holding one connection's bitmap, 1..=64 (default 3)",
+    },
+    ParamInfo {
+        name: "t-max",
+        help: "a pool walk that would take this long or longer (15 ns the first block, 5 each next) loads the bitmap into a cache, or with gathering waits in a FIFO first, ns, 0..=1000000 (default 40)",
+    },
+];
+
+const LEFT_INFO: [ParamInfo; 7] = [
+    LEFT_POOL_INFO[0],
+    LEFT_POOL_INFO[1],
+    LEFT_POOL_INFO[2],
+    LEFT_CACHE_INFO[0],
+    LEFT_CACHE_INFO[1],
+    ParamInfo {
+        name: "fifos",
+        help: "gather FIFOs, each bound to one connection at a time, 1..=64 (default 8)",
+    },
+    ParamInfo {
+        name: "depth",
+        help: "packets a FIFO gathers before its batch is recorded (out_cnt), 1..=1024 (default 8)",
+    },
+];
+
+const LEFT_NOGATHER_INFO: [ParamInfo; 5] = [
+    LEFT_POOL_INFO[0],
+    LEFT_POOL_INFO[1],
+    LEFT_POOL_INFO[2],
+    LEFT_CACHE_INFO[0],
+    LEFT_CACHE_INFO[1],
+];
+
+/// LEFT in full.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftFull(pub LeftParams);
+
+/// LEFT-: no gathering.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftNoGather(pub LeftParams);
+
+/// MELO+: the pool alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Melo(pub LeftParams);
+
+macro_rules! left_variant {
+    ($t:ident, $config:expr, $info:expr) => {
+        impl Default for $t {
+            fn default() -> Self {
+                $t(LeftParams { config: $config })
+            }
+        }
+
+        impl Params for $t {
+            const INFO: &'static [ParamInfo] = &$info;
+
+            fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+                if !Self::INFO.iter().any(|p| p.name == name) {
+                    return Err(unknown::<Self>(name));
+                }
+                self.0.set(name, value).expect("a LEFT parameter")
+            }
+        }
+    };
+}
+
+left_variant!(LeftFull, LeftConfig::default(), LEFT_INFO);
+left_variant!(LeftNoGather, LeftConfig::no_gather(), LEFT_NOGATHER_INFO);
+left_variant!(Melo, LeftConfig::melo(), LEFT_POOL_INFO);
 
 /// [`XorPayload`]'s parameters.
 #[derive(Debug, Clone, Copy)]
@@ -798,6 +911,27 @@ pub const TRACKERS: Registry<Box<dyn TrackerFactory>> = Registry {
                 })
             },
         },
+        PolicyInfo {
+            name: "left",
+            summary: "LEFT: one bitmap pool shared by every queue pair, bitmap caches, and gather FIFOs batching the packets slow to record",
+            params: LeftFull::INFO,
+            both_ends: false,
+            build: |p| params::<LeftFull>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
+        },
+        PolicyInfo {
+            name: "left-nogather",
+            summary: "LEFT- (ablation): LEFT's pool and caches, no gathering",
+            params: LeftNoGather::INFO,
+            both_ends: false,
+            build: |p| params::<LeftNoGather>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
+        },
+        PolicyInfo {
+            name: "melo",
+            summary: "MELO+ (ablation): LEFT's shared pool alone, every record a walk of the queue pair's chain",
+            params: Melo::INFO,
+            both_ends: false,
+            build: |p| params::<Melo>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
+        },
     ],
 };
 
@@ -874,13 +1008,26 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_path_parameters_are_refused() {
+    fn out_of_range_path_and_tracker_parameters_are_refused() {
         refused(&PATH_SELECTORS, "spray", "mode", "zigzag");
         refused(&PATH_SELECTORS, "spray", "seed", "-1");
         refused(&PATH_SELECTORS, "flowlet", "paths", "20000");
         refused(&PATH_SELECTORS, "flowlet", "gap", "-3");
         refused(&PATH_SELECTORS, "plb", "rounds", "0");
         refused(&PATH_SELECTORS, "plb", "delay", "1e9");
+        refused(&TRACKERS, "left", "blocks", "0");
+        refused(&TRACKERS, "left", "block-bits", "65");
+        refused(&TRACKERS, "left", "bdp", "2");
+        refused(&TRACKERS, "left", "depth", "0");
+        refused(&TRACKERS, "left-nogather", "caches", "0");
+        let e = TRACKERS
+            .build("melo", &[("caches".into(), "3".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown parameter `caches`"), "{e}");
+        let e = TRACKERS
+            .build("left-nogather", &[("fifos".into(), "3".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown parameter `fifos`"), "{e}");
         for (mode, kind) in [("round-robin", "Spray"), ("random", "RandomSpray")] {
             let s = PATH_SELECTORS
                 .build("spray", &[("mode".into(), mode.into())])

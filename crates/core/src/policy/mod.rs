@@ -34,7 +34,8 @@ pub use scheduler::{
 };
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
-    Bitmap256, Bitmaps, OffsetList, OffsetLists, ReceiveTracker, TrackerFactory, TrackerMemory,
+    Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
+    ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,
 };
 
 use crate::control::{Controller, NoControl};
