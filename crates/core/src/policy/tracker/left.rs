@@ -309,7 +309,12 @@ impl Shared {
     fn bit(&self, c: usize, p: u64) -> bool {
         let conn = self.conn(c);
         if let Some(i) = conn.cache {
-            let at = p % u64::from(self.config.cache_bits);
+            // The ring holds the window alone; past it, a slot stands for another position.
+            let cb = u64::from(self.config.cache_bits);
+            if p < conn.epos || p - conn.epos >= cb {
+                return false;
+            }
+            let at = p % cb;
             return self.caches[i].ring[(at / 64) as usize] & (1 << (at % 64)) != 0;
         }
         let span = u64::from(conn.blocks) * u64::from(self.config.block_bits);
@@ -475,12 +480,12 @@ impl Shared {
     /// Algorithm 3 and the exhaustion rule: records offset `offset` of connection `c`.
     fn record(&mut self, c: usize, offset: u32) -> Recorded {
         self.work.records += 1;
-        if offset == 0 || offset > self.config.capacity() {
-            return Recorded::OutOfRange;
-        }
         let p = self.conn(c).epos + u64::from(offset);
         if self.has(c, p) {
             return Recorded::Already;
+        }
+        if offset == 0 || offset > self.config.capacity() {
+            return Recorded::OutOfRange;
         }
         if !self.cover(c, p) {
             self.work.exhausted += 1;
@@ -504,11 +509,12 @@ impl Shared {
     /// Connection `c`'s expected PSN moved `n` on: clears what it passed, gives back the
     /// blocks wholly behind it, and (if nothing is left) its cache and the right to blocks.
     fn advance(&mut self, c: usize, n: u32) {
-        let conn = self.conn_mut(c);
+        let conn = self.conn(c);
         let old = conn.epos;
-        conn.epos = old + u64::from(n);
-        let new = conn.epos;
+        let new = old + u64::from(n);
         if conn.count > 0 && new <= conn.max_pos {
+            // Cleared while the expected PSN is still `old`: the cache's window is still
+            // the one they are in.
             for p in old..new {
                 if self.bit(c, p) {
                     match self.conn(c).cache {
@@ -521,6 +527,7 @@ impl Shared {
                     self.conn_mut(c).count -= 1;
                 }
             }
+            self.conn_mut(c).epos = new;
             if let Some(f) = self.conn(c).fifo {
                 let before = self.fifos[f].positions.len();
                 self.fifos[f].positions.retain(|&p| p >= new);
@@ -541,7 +548,9 @@ impl Shared {
                 self.push_block(b);
             }
         } else {
-            self.conn_mut(c).count = 0;
+            let conn = self.conn_mut(c);
+            conn.epos = new;
+            conn.count = 0;
         }
         if self.conn(c).count == 0 {
             self.empty(c);
