@@ -372,8 +372,9 @@ fn every_tracker_agrees_with_a_set_of_received_psns_and_the_pool_never_leaks() {
 }
 
 /// Through an engine: a selective-repeat WRITE sprayed over a reordering, lossy link lands
-/// whole with LEFT (and its ablations) at the receiver; the engine reports each queue pair's
-/// state once and the pool beside it, and the pool is empty once the transfers are done.
+/// whole with LEFT (its ablations, a pool too small) at the receiver; the engine reports each queue pair's
+/// state once and the pool beside it, the pool is empty once the transfers are done, and
+/// destroying the queue pairs closes their connections.
 #[test]
 fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
     use sluice_core::policy::{Policies, Spray};
@@ -385,6 +386,12 @@ fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
         LeftConfig::default(),
         LeftConfig::no_gather(),
         LeftConfig::melo(),
+        // A pool too small for the disorder: refused packets are NAK'd and sent again.
+        LeftConfig {
+            blocks: 2,
+            block_bits: 4,
+            ..LeftConfig::default()
+        },
     ] {
         let link = Impairments {
             loss: 0.02,
@@ -393,8 +400,9 @@ fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
             ..Impairments::CLEAN
         };
         let mut world = World::new(2, 7, link);
-        let left = Left::new(config);
-        for h in 0..2 {
+        // A pool per NIC.
+        let lefts = [Left::new(config), Left::new(config)];
+        for (h, left) in lefts.iter().enumerate() {
             let engine_config = EngineConfig {
                 seed: 7 + h as u64,
                 ..EngineConfig::default()
@@ -425,13 +433,31 @@ fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
             );
         }
         assert!(world.engines[1].counters().packets_held > 0, "{config:?}");
-        let memory = world.engines[1].tracker_memory();
         let per = config.connection_bits().div_ceil(8) as usize;
-        // Both engines share the one pool here; each counts its own queue pairs.
-        assert_eq!(memory.per_connection, 2 * per, "{config:?}");
-        assert_eq!(memory.shared, left.shared_memory(), "{config:?}");
-        assert_eq!(left.pool().used, 0, "{config:?}");
-        left.check().unwrap();
-        assert!(left.work().records > 0, "{config:?}");
+        for (h, left) in lefts.iter().enumerate() {
+            let memory = world.engines[h].tracker_memory();
+            assert_eq!(memory.per_connection, 2 * per, "{config:?}");
+            assert_eq!(memory.shared, left.shared_memory(), "{config:?}");
+            assert_eq!(left.connections(), 2, "{config:?}");
+            assert_eq!(left.pool().used, 0, "{config:?}");
+            left.check().unwrap();
+        }
+        assert!(lefts[1].work().records > 0, "{config:?}");
+        assert_eq!(
+            lefts[1].work().exhausted > 0,
+            config.blocks == 2,
+            "{config:?}: {:?}",
+            lefts[1].work()
+        );
+        // Destroyed queue pairs give their trackers back.
+        for p in &pairs {
+            for h in 0..2 {
+                world.engines[h].destroy_qp(p.qp[h]).unwrap();
+            }
+        }
+        for left in &lefts {
+            assert_eq!(left.connections(), 0, "{config:?}");
+            left.check().unwrap();
+        }
     }
 }

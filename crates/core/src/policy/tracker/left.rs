@@ -13,8 +13,8 @@
 //! - Loads are the expensive part, and interleaved connections would thrash the caches. So
 //!   (the slow path) such a packet waits in a gather FIFO bound to its connection until
 //!   `depth` of them are there, or another connection needs the FIFO; the batch then pays
-//!   one load and hits the cache. Packets in order, in a cached bitmap or near the chain's
-//!   head (the fast path) never wait.
+//!   one load and hits the cache. Packets in order, in a cached bitmap, near the chain's
+//!   head, or finding a cache free (the fast path) never wait.
 //!
 //! Choices where the paper says nothing: while a bitmap is cached its chain stays allocated,
 //! so that an eviction can always write it back (a swap never fails); a cache whose bitmap
