@@ -372,9 +372,9 @@ fn every_tracker_agrees_with_a_set_of_received_psns_and_the_pool_never_leaks() {
 }
 
 /// Through an engine: a selective-repeat WRITE sprayed over a reordering, lossy link lands
-/// whole with LEFT (its ablations, a pool too small) at the receiver; the engine reports each queue pair's
-/// state once and the pool beside it, the pool is empty once the transfers are done, and
-/// destroying the queue pairs closes their connections.
+/// whole with LEFT (its ablations, a pool too small) at the receiver; the engine reports
+/// each queue pair's state once and the pool beside it, the pool is empty once the
+/// transfers are done, and destroying the queue pairs closes their connections.
 #[test]
 fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
     use sluice_core::policy::{Policies, Spray};
