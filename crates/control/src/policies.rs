@@ -11,7 +11,7 @@ use sluice_core::policy::{
     XorPayload,
 };
 
-use sluice_core::policy::{Flowlet, Left, LeftConfig, Plb, RandomSpray};
+use sluice_core::policy::{Flowlet, Left, LeftConfig, Plb, RandomSpray, RttProbe};
 
 use crate::params::{
     ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64,
@@ -329,6 +329,59 @@ impl Params for OffsetListParams {
         match name {
             // Less than half the PSN space: offsets past it would be read as old PSNs.
             "capacity" => self.capacity = parse_u64_in(name, value, 1, (1 << 23) - 1)? as u32,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`RttProbe`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct RttProbeParams {
+    /// Paths probed per queue pair.
+    pub paths: u16,
+    /// Between probe rounds, µs.
+    pub interval_us: f64,
+    /// A probe unanswered this long marks its path dead, µs.
+    pub timeout_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for RttProbeParams {
+    fn default() -> Self {
+        RttProbeParams {
+            paths: 4,
+            interval_us: 20.0,
+            timeout_us: 100.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for RttProbeParams {
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "paths",
+            help: "source ports probed per queue pair, its own and others drawn at random, 1..=16384 (default 4)",
+        },
+        ParamInfo {
+            name: "interval",
+            help: "time between a queue pair's probe rounds, µs, 0.001..=10000000 (default 20)",
+        },
+        ParamInfo {
+            name: "timeout",
+            help: "a probe unanswered this long marks its path dead until a later one is answered, µs (SCR: 100), 0.001..=10000000 (default 100)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "interval" => self.interval_us = parse_f64_in(name, value, 0.001, 1e7)?,
+            "timeout" => self.timeout_us = parse_f64_in(name, value, 0.001, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -884,6 +937,19 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
                 })
             },
         },
+        PolicyInfo {
+            name: "rtt-probe",
+            summary: "SCR's multipath selection: probes a queue pair's paths, its packets take the live one of lowest RTT (needs the engine to send probes)",
+            params: RttProbeParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<RttProbeParams>(p).map(|r| {
+                    let interval = Duration::from_nanos(us_to_ns(r.interval_us));
+                    let timeout = Duration::from_nanos(us_to_ns(r.timeout_us));
+                    Box::new(RttProbe::new(r.paths, interval, timeout, r.seed)) as _
+                })
+            },
+        },
     ],
 };
 
@@ -1015,6 +1081,8 @@ mod tests {
         refused(&PATH_SELECTORS, "flowlet", "gap", "-3");
         refused(&PATH_SELECTORS, "plb", "rounds", "0");
         refused(&PATH_SELECTORS, "plb", "delay", "1e9");
+        refused(&PATH_SELECTORS, "rtt-probe", "interval", "0");
+        refused(&PATH_SELECTORS, "rtt-probe", "timeout", "-1");
         refused(&TRACKERS, "left", "blocks", "0");
         refused(&TRACKERS, "left", "block-bits", "65");
         refused(&TRACKERS, "left", "bdp", "2");

@@ -26,7 +26,10 @@ mod service;
 mod tracker;
 
 pub(crate) use path::EnginePathSelector;
-pub use path::{Flowlet, PathPacket, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, Spray};
+pub use path::{
+    Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,
+    Spray,
+};
 pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
     Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,

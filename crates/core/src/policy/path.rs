@@ -42,6 +42,36 @@ pub trait PathSelector: std::fmt::Debug + std::any::Any {
     fn on_signal(&mut self, qp: u32, now: Instant, signal: &PathSignal) {
         let _ = (qp, now, signal);
     }
+
+    /// A probe to send now, if one is due: a selector that measures its paths out of band
+    /// (SCR's RTT probes) asks the engine to send a probe from a source port and to report
+    /// the reply ([`PathSelector::on_probe_reply`]). The engine does not ask yet; by default
+    /// there is none. Asked again until it answers `None`.
+    fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        let _ = now;
+        None
+    }
+
+    /// When [`PathSelector::next_probe`] will next have a probe (for the engine's
+    /// `next_timeout`); `None`: no probe planned.
+    fn probe_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// The reply to `probe` arrived at `now`.
+    fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        let _ = (probe, now);
+    }
+}
+
+/// A probe a selector asks the engine to send: from queue pair `qp`'s peer address, with
+/// this source port (so ECMP takes it along that port's path), reflected by the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathProbe {
+    /// The queue pair (its index) whose path it measures.
+    pub qp: u32,
+    /// The source port it goes out with.
+    pub port: u16,
 }
 
 /// One round's congestion signal of a queue pair's current path.
@@ -256,6 +286,192 @@ impl PathSelector for Plb {
     }
 }
 
+/// One probed path of a queue pair.
+#[derive(Debug, Clone, Copy)]
+struct Probed {
+    port: u16,
+    /// The smoothed RTT; `None` before the first reply.
+    rtt: Option<Duration>,
+    /// When the outstanding probe left.
+    sent: Option<Instant>,
+    alive: bool,
+}
+
+/// A queue pair's probed paths, once it has sent (its QPN is what the ports derive from).
+#[derive(Debug, Clone, Default)]
+struct ProbeState {
+    paths: Vec<Probed>,
+    next_round: Instant,
+    /// The path its packets take.
+    best: usize,
+}
+
+/// SCR's multipath selection (A.7): each queue pair's own port and `paths - 1` others drawn
+/// at random are probed every `interval`; its packets take the live path of lowest smoothed
+/// RTT, and a probe unanswered for `timeout` marks its path dead until a reply comes back.
+/// Probing finds a better path before the data suffers, where PLB waits for congestion.
+///
+/// It needs the engine to send its probes and report their replies
+/// ([`PathSelector::next_probe`]); without them every queue pair keeps its own port.
+#[derive(Debug, Clone)]
+pub struct RttProbe {
+    paths: u16,
+    interval: Duration,
+    timeout: Duration,
+    rng: Rng,
+    states: Vec<Option<ProbeState>>,
+}
+
+impl RttProbe {
+    /// Probes `paths` ports a queue pair (0 acts as 1) every `interval`; a probe unanswered
+    /// for `timeout` marks its path dead (SCR: 100 µs). Ports drawn from a generator seeded
+    /// with `seed`.
+    pub fn new(paths: u16, interval: Duration, timeout: Duration, seed: u64) -> RttProbe {
+        RttProbe {
+            paths: paths.max(1),
+            interval,
+            timeout,
+            rng: Rng::new(seed),
+            states: Vec::new(),
+        }
+    }
+
+    /// Queue pair `qp`'s probed ports, its own first (none before it sends).
+    pub fn ports(&self, qp: u32) -> Vec<u16> {
+        self.state(qp)
+            .map(|s| s.paths.iter().map(|p| p.port).collect())
+            .unwrap_or_default()
+    }
+
+    /// Queue pair `qp`'s smoothed RTT on `port`, if measured and alive.
+    pub fn rtt(&self, qp: u32, port: u16) -> Option<Duration> {
+        let s = self.state(qp)?;
+        let p = s.paths.iter().find(|p| p.port == port)?;
+        p.rtt.filter(|_| p.alive)
+    }
+
+    fn state(&self, qp: u32) -> Option<&ProbeState> {
+        self.states.get(qp as usize)?.as_ref()
+    }
+
+    /// Picks queue pair `qp`'s path: the live one of lowest RTT; its own port when none
+    /// has been measured alive.
+    fn choose(s: &mut ProbeState) {
+        s.best = s
+            .paths
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.rtt.filter(|_| p.alive).map(|rtt| (rtt, i)))
+            .min()
+            .map_or(0, |(_, i)| i);
+    }
+}
+
+impl PathSelector for RttProbe {
+    fn reset(&mut self, qp: u32) {
+        if let Some(s) = self.states.get_mut(qp as usize) {
+            *s = None;
+        }
+    }
+
+    fn source_port(&mut self, qp: u32, packet: &PathPacket) -> u16 {
+        let i = qp as usize;
+        if self.states.len() <= i {
+            self.states.resize(i + 1, None);
+        }
+        if self.states[i].is_none() {
+            // Its own port, and others drawn (distinct) from the rest of the range.
+            let mut steps = vec![0u16];
+            while steps.len() < usize::from(self.paths) {
+                let step = 1 + self.rng.below(0x3FFF) as u16;
+                if !steps.contains(&step) {
+                    steps.push(step);
+                }
+            }
+            let paths = steps
+                .into_iter()
+                .map(|step| Probed {
+                    port: port_at(packet.qpn, step),
+                    rtt: None,
+                    sent: None,
+                    alive: true,
+                })
+                .collect();
+            self.states[i] = Some(ProbeState {
+                paths,
+                next_round: Instant::ZERO,
+                best: 0,
+            });
+        }
+        let s = self.states[i].as_ref().expect("just made");
+        s.paths[s.best].port
+    }
+
+    fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        for (qp, s) in self.states.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            // Unanswered too long: dead until a reply to a later probe says otherwise.
+            let mut changed = false;
+            for p in &mut s.paths {
+                if p.sent.is_some_and(|t| now - t >= self.timeout) {
+                    p.sent = None;
+                    changed |= std::mem::replace(&mut p.alive, false);
+                }
+            }
+            if changed {
+                Self::choose(s);
+            }
+            if now < s.next_round {
+                continue;
+            }
+            let due = s.paths.iter_mut().find(|p| p.sent.is_none());
+            if let Some(p) = due {
+                p.sent = Some(now);
+                return Some(PathProbe {
+                    qp: qp as u32,
+                    port: p.port,
+                });
+            }
+            s.next_round = now + self.interval;
+        }
+        None
+    }
+
+    fn probe_timeout(&self) -> Option<Instant> {
+        self.states
+            .iter()
+            .flatten()
+            .flat_map(|s| {
+                let expiries = s
+                    .paths
+                    .iter()
+                    .filter_map(|p| p.sent.map(|t| t + self.timeout));
+                std::iter::once(s.next_round).chain(expiries)
+            })
+            .min()
+    }
+
+    fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        let Some(Some(s)) = self.states.get_mut(probe.qp as usize) else {
+            return;
+        };
+        let Some(p) = s.paths.iter_mut().find(|p| p.port == probe.port) else {
+            return;
+        };
+        let Some(sent) = p.sent.take() else {
+            return; // a reply already counted
+        };
+        let sample = now - sent;
+        // Smoothed as TCP's SRTT is (gain 1/8), restarted after a death.
+        p.rtt = Some(match p.rtt.filter(|_| p.alive) {
+            Some(rtt) => (rtt * 7 + sample) / 8,
+            None => sample,
+        });
+        p.alive = true;
+        Self::choose(s);
+    }
+}
+
 /// The engine's path selector, with the default one called directly rather than through its
 /// vtable (it is asked for every packet; the hash is a few instructions).
 #[derive(Debug)]
@@ -446,5 +662,78 @@ mod tests {
         let mut one = Plb::new(1, 1, None, 5);
         one.on_signal(0, now, &ecn);
         assert_eq!(one.step(0), 0);
+    }
+
+    /// Probes in flight and when their replies arrive, µs.
+    type Flight = Vec<(u64, PathProbe)>;
+
+    /// Drives `p` from `from` to `until` µs: probes answered after `delay(port)` µs
+    /// (`None`: lost).
+    fn probe_for(
+        p: &mut RttProbe,
+        flight: &mut Flight,
+        from: u64,
+        until: u64,
+        delay: &dyn Fn(u16) -> Option<u64>,
+    ) {
+        for us in from..until {
+            let now = Instant::from_nanos(us * 1000);
+            flight.retain(|&(at, probe)| {
+                if at <= us {
+                    p.on_probe_reply(probe, now);
+                }
+                at > us
+            });
+            while let Some(probe) = p.next_probe(now) {
+                if let Some(d) = delay(probe.port) {
+                    flight.push((us + d, probe));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rtt_probe_takes_the_fastest_live_path_and_leaves_a_dead_one() {
+        let interval = Duration::from_micros(10);
+        let mut p = RttProbe::new(3, interval, Duration::from_micros(100), 9);
+        // Nothing to probe before the queue pair sends.
+        assert_eq!(p.next_probe(Instant::ZERO), None);
+        let own = p.source_port(0, &packet(0x11, 0));
+        assert_eq!(own, QpnHash::port(QpNum(0x11)));
+        let ports = p.ports(0);
+        assert_eq!((ports.len(), ports[0]), (3, own));
+        assert!(ports.iter().all(|&q| q >= 0xC000));
+        let (slow, fast) = (ports[0], ports[2]);
+        let mut flight = Flight::new();
+        // Its own port 10 µs slower than the others (SCR's Fig 19b), the fastest third.
+        let delays = move |port: u16| {
+            Some(if port == slow {
+                30
+            } else if port == fast {
+                15
+            } else {
+                20
+            })
+        };
+        probe_for(&mut p, &mut flight, 0, 200, &delays);
+        assert_eq!(p.source_port(0, &packet(0x11, 1)), fast);
+        assert_eq!(p.rtt(0, fast), Some(Duration::from_micros(15)));
+        assert!(p.probe_timeout().is_some());
+        // The fastest path fails: 100 µs without a reply, and traffic moves.
+        let failed = move |port: u16| if port == fast { None } else { delays(port) };
+        probe_for(&mut p, &mut flight, 200, 260, &failed);
+        assert_eq!(
+            p.source_port(0, &packet(0x11, 2)),
+            fast,
+            "not yet timed out"
+        );
+        probe_for(&mut p, &mut flight, 260, 400, &failed);
+        assert_eq!(p.source_port(0, &packet(0x11, 3)), ports[1]);
+        assert_eq!(p.rtt(0, fast), None);
+        // It recovers: the next reply brings the traffic back.
+        probe_for(&mut p, &mut flight, 400, 500, &delays);
+        assert_eq!(p.source_port(0, &packet(0x11, 4)), fast);
+        p.reset(0);
+        assert_eq!(p.ports(0), Vec::<u16>::new());
     }
 }
