@@ -7,6 +7,10 @@
 //!   is above the gap (with more than one path), and never otherwise.
 //! - PLB: a queue pair's port changes exactly on its `rounds`th congested round in a row
 //!   (ECN, or an RTT above the threshold), as a counter model says.
+//! - RTT probing, with probes answered late or lost at random: a queue pair's packets
+//!   always take the live probed port of lowest smoothed RTT (its own before any is
+//!   measured), and a port is probed again only once its last probe is answered or given
+//!   up on.
 //!
 //! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
@@ -18,7 +22,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 
-use sluice_core::policy::{Flowlet, PathPacket, PathSelector, PathSignal, Plb, RandomSpray, Spray};
+use sluice_core::policy::{
+    Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, RandomSpray, RttProbe, Spray,
+};
 use sluice_core::{Instant, QpNum};
 use sluice_wire::{Opcode, Psn};
 
@@ -136,6 +142,64 @@ fn check(case: Case) -> Result<(), TestCaseError> {
         }
         prop_assert!(ports[q].contains(&after), "event {}", i);
         prop_assert_eq!(after != before, moves && case.paths > 1, "event {}", i);
+    }
+
+    // RTT probing: each event is a µs of time; its fields pick the probes' fates.
+    let paths = case.paths.min(8);
+    let mut r = RttProbe::new(
+        paths,
+        Duration::from_micros(3),
+        Duration::from_micros(20),
+        case.seed,
+    );
+    for qp in 0..3 {
+        prop_assert_eq!(r.source_port(qp, &packet(qpn(qp), 0)), own(qp));
+    }
+    let mut flight: Vec<(u64, PathProbe)> = Vec::new();
+    let mut sent = std::collections::BTreeMap::new();
+    let mut answered = BTreeSet::new();
+    for (i, &(_, psn, dt, lost, rtt)) in case.events.iter().enumerate() {
+        let us = i as u64;
+        let now = Instant::from_nanos(us * 1000);
+        let mut arrived = Vec::new();
+        flight.retain(|&(at, probe)| {
+            if at <= us {
+                arrived.push(probe);
+            }
+            at > us
+        });
+        for probe in arrived {
+            r.on_probe_reply(probe, now);
+            answered.insert((probe.qp, probe.port, probe.seq));
+        }
+        let mut k = 0;
+        while let Some(probe) = r.next_probe(now) {
+            // A port is probed again only once its last probe is answered or given up on.
+            if let Some(&(sent_at, _)) = sent.get(&(probe.qp, probe.port)) {
+                prop_assert!(
+                    answered.contains(&(probe.qp, probe.port, probe.seq - 1)) || us >= sent_at + 20,
+                    "event {}: {:?} probed again too soon",
+                    i,
+                    probe
+                );
+            }
+            sent.insert((probe.qp, probe.port), (us, probe.seq));
+            // Some lost, the rest back after 1..60 µs, varied per probe.
+            if !(lost && (dt + k) % 3 == 0) {
+                flight.push((us + 1 + (rtt + u64::from(psn) * k) % 60, probe));
+            }
+            k += 1;
+        }
+        for qp in 0..3 {
+            let probed = r.ports(qp);
+            let port = r.source_port(qp, &packet(qpn(qp), psn));
+            prop_assert!(probed.contains(&port), "event {}", i);
+            let best = probed.iter().filter_map(|&q| r.rtt(qp, q)).min();
+            match best {
+                None => prop_assert_eq!(port, own(qp), "event {}", i),
+                Some(best) => prop_assert_eq!(r.rtt(qp, port), Some(best), "event {}", i),
+            }
+        }
     }
     Ok(())
 }

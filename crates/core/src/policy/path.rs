@@ -52,9 +52,9 @@ pub trait PathSelector: std::fmt::Debug + std::any::Any {
         None
     }
 
-    /// When [`PathSelector::next_probe`] will next have a probe (for the engine's
-    /// `next_timeout`); `None`: no probe planned.
-    fn probe_timeout(&self) -> Option<Instant> {
+    /// When [`PathSelector::next_probe`] will next have a probe or a probe's timeout
+    /// falls (for the engine's `next_timeout`); `None`: nothing planned.
+    fn next_probe_at(&self) -> Option<Instant> {
         None
     }
 
@@ -64,14 +64,17 @@ pub trait PathSelector: std::fmt::Debug + std::any::Any {
     }
 }
 
-/// A probe a selector asks the engine to send: from queue pair `qp`'s peer address, with
-/// this source port (so ECMP takes it along that port's path), reflected by the peer.
+/// A probe a selector asks the engine to send to queue pair `qp`'s peer, which reflects it,
+/// with this source port (so that ECMP takes it along that port's path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathProbe {
     /// The queue pair (its index) whose path it measures.
     pub qp: u32,
     /// The source port it goes out with.
     pub port: u16,
+    /// Its number on this port: a reply to a probe given up on (timed out) is not taken
+    /// for the reply to the next one, whose RTT it would understate.
+    pub seq: u32,
 }
 
 /// One round's congestion signal of a queue pair's current path.
@@ -294,6 +297,8 @@ struct Probed {
     rtt: Option<Duration>,
     /// When the outstanding probe left.
     sent: Option<Instant>,
+    /// The number of the last probe sent.
+    seq: u32,
     alive: bool,
 }
 
@@ -394,6 +399,7 @@ impl PathSelector for RttProbe {
                     port: port_at(packet.qpn, step),
                     rtt: None,
                     sent: None,
+                    seq: 0,
                     alive: true,
                 })
                 .collect();
@@ -427,9 +433,11 @@ impl PathSelector for RttProbe {
             let due = s.paths.iter_mut().find(|p| p.sent.is_none());
             if let Some(p) = due {
                 p.sent = Some(now);
+                p.seq = p.seq.wrapping_add(1);
                 return Some(PathProbe {
                     qp: qp as u32,
                     port: p.port,
+                    seq: p.seq,
                 });
             }
             s.next_round = now + self.interval;
@@ -437,7 +445,7 @@ impl PathSelector for RttProbe {
         None
     }
 
-    fn probe_timeout(&self) -> Option<Instant> {
+    fn next_probe_at(&self) -> Option<Instant> {
         self.states
             .iter()
             .flatten()
@@ -458,6 +466,9 @@ impl PathSelector for RttProbe {
         let Some(p) = s.paths.iter_mut().find(|p| p.port == probe.port) else {
             return;
         };
+        if probe.seq != p.seq {
+            return; // given up on
+        }
         let Some(sent) = p.sent.take() else {
             return; // a reply already counted
         };
@@ -718,7 +729,7 @@ mod tests {
         probe_for(&mut p, &mut flight, 0, 200, &delays);
         assert_eq!(p.source_port(0, &packet(0x11, 1)), fast);
         assert_eq!(p.rtt(0, fast), Some(Duration::from_micros(15)));
-        assert!(p.probe_timeout().is_some());
+        assert!(p.next_probe_at().is_some());
         // The fastest path fails: 100 µs without a reply, and traffic moves.
         let failed = move |port: u16| if port == fast { None } else { delays(port) };
         probe_for(&mut p, &mut flight, 200, 260, &failed);
@@ -735,5 +746,25 @@ mod tests {
         assert_eq!(p.source_port(0, &packet(0x11, 4)), fast);
         p.reset(0);
         assert_eq!(p.ports(0), Vec::<u16>::new());
+    }
+
+    #[test]
+    fn a_late_reply_to_a_probe_given_up_on_is_not_an_rtt_sample() {
+        let us = |n: u64| Instant::from_nanos(n * 1000);
+        let mut p = RttProbe::new(1, Duration::from_micros(10), Duration::from_micros(100), 1);
+        let port = p.source_port(0, &packet(0x11, 0));
+        let first = p.next_probe(us(0)).unwrap();
+        assert_eq!(p.next_probe(us(0)), None);
+        assert_eq!(p.next_probe_at(), Some(us(10)));
+        // Given up on at 100 µs, probed again at once.
+        let second = p.next_probe(us(100)).unwrap();
+        assert_eq!((second.port, second.seq), (port, first.seq + 1));
+        p.on_probe_reply(first, us(105));
+        assert_eq!(p.rtt(0, port), None);
+        p.on_probe_reply(second, us(130));
+        assert_eq!(p.rtt(0, port), Some(Duration::from_micros(30)));
+        // A duplicate reply counts once.
+        p.on_probe_reply(second, us(140));
+        assert_eq!(p.rtt(0, port), Some(Duration::from_micros(30)));
     }
 }
