@@ -408,6 +408,7 @@ impl LeftParams {
             "fifos" => parse_u64_in(name, value, 1, 64).map(|v| c.fifos = v as u32),
             "depth" => parse_u64_in(name, value, 1, 1024).map(|v| c.depth = v as u32),
             "t-max" => parse_u64_in(name, value, 0, 1_000_000).map(|v| c.t_max = v),
+            "timeout" => parse_f64_in(name, value, 0.0, 1e7).map(|v| c.timeout = us_to_ns(v)),
             _ => return None,
         };
         Some(r)
@@ -440,7 +441,7 @@ const LEFT_CACHE_INFO: [ParamInfo; 2] = [
     },
 ];
 
-const LEFT_INFO: [ParamInfo; 7] = [
+const LEFT_INFO: [ParamInfo; 8] = [
     LEFT_POOL_INFO[0],
     LEFT_POOL_INFO[1],
     LEFT_POOL_INFO[2],
@@ -453,6 +454,10 @@ const LEFT_INFO: [ParamInfo; 7] = [
     ParamInfo {
         name: "depth",
         help: "packets a FIFO gathers before its batch is recorded (out_cnt), 1..=1024 (default 8)",
+    },
+    ParamInfo {
+        name: "timeout",
+        help: "the longest a gathered packet waits for its FIFO to fill, µs (the paper: a few); applies once the engine passes arrival times, 0..=10000000 (default 2)",
     },
 ];
 
@@ -1087,6 +1092,7 @@ mod tests {
         refused(&TRACKERS, "left", "block-bits", "65");
         refused(&TRACKERS, "left", "bdp", "2");
         refused(&TRACKERS, "left", "depth", "0");
+        refused(&TRACKERS, "left", "timeout", "-2");
         refused(&TRACKERS, "left-nogather", "caches", "0");
         let e = TRACKERS
             .build("melo", &[("caches".into(), "3".into())])

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 
+use sluice_core::Instant;
 use sluice_core::policy::{
     Bitmaps, Left, LeftConfig, OffsetLists, ReceiveTracker, Recorded, TrackerFactory,
 };
@@ -46,18 +47,21 @@ enum Kind {
 fn left_config() -> impl Strategy<Value = LeftConfig> {
     (
         (1u32..96, 1u32..=64, 2u32..300),
-        (0u32..4, 0u32..4, 1u32..10, 0u64..80),
+        (0u32..4, 0u32..4, 1u32..10, 0u64..80, 0u64..4000),
     )
         .prop_map(
-            |((blocks, block_bits, cache_bits), (caches, fifos, depth, t_max))| LeftConfig {
-                blocks,
-                block_bits,
-                cache_bits,
-                caches,
-                fifos,
-                depth,
-                t_max,
-                ..LeftConfig::default()
+            |((blocks, block_bits, cache_bits), (caches, fifos, depth, t_max, timeout))| {
+                LeftConfig {
+                    blocks,
+                    block_bits,
+                    cache_bits,
+                    caches,
+                    fifos,
+                    depth,
+                    t_max,
+                    timeout,
+                    ..LeftConfig::default()
+                }
             },
         )
 }
@@ -212,6 +216,10 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
     }
 
     for (step, op) in case.ops.iter().enumerate() {
+        let now = Instant::from_nanos(step as u64 * 300);
+        if step % 7 == 0 {
+            factory.poll(now);
+        }
         match *op {
             Op::Arrive { conn, ahead } => {
                 let m = &mut models[conn];
@@ -227,7 +235,8 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
                         } else {
                             Recorded::New
                         };
-                        let got = m.tracker.record(offset);
+                        // Told the time (300 ns a step), so that gather FIFOs time out.
+                        let got = m.tracker.record_at(offset, now);
                         if got == Recorded::Exhausted {
                             prop_assert!(!ample, "step {}: refused with an ample pool", step);
                             prop_assert_eq!(expected, Recorded::New, "step {}", step);

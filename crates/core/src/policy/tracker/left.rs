@@ -19,8 +19,8 @@
 //! Choices where the paper says nothing: while a bitmap is cached its chain stays allocated,
 //! so that an eviction can always write it back (a swap never fails); a cache whose bitmap
 //! empties is free again; a FIFO goes to the first free one (they are alike here); without
-//! the time, gathered packets wait for a full FIFO, a conflict, or the expected PSN to pass
-//! them, not for a timeout.
+//! the time (the engine does not pass it yet), gathered packets wait for a full FIFO, a
+//! conflict, or the expected PSN to pass them, not for a timeout.
 //!
 //! Exhaustion: an offset that needs a block when none is free is refused
 //! ([`Recorded::Exhausted`]), and its connection takes no new block until it holds nothing
@@ -30,6 +30,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{ReceiveTracker, Recorded, TrackerFactory, TrackerWork};
+use crate::Instant;
 
 /// LEFT's sizes and thresholds; the defaults are the paper's (§3.5, §4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +53,9 @@ pub struct LeftConfig {
     pub first_block: u64,
     /// Each following block, ns.
     pub next_block: u64,
+    /// The longest a gathered packet waits for its FIFO to fill, ns (when the tracker is
+    /// told the time: [`ReceiveTracker::record_at`], [`TrackerFactory::poll`]).
+    pub timeout: u64,
 }
 
 impl Default for LeftConfig {
@@ -69,6 +73,7 @@ impl Default for LeftConfig {
             t_max: 40,
             first_block: 15,
             next_block: 5,
+            timeout: 2000,
         }
     }
 }
@@ -185,6 +190,8 @@ struct Cache {
 struct Fifo {
     owner: Option<usize>,
     positions: Vec<u64>,
+    /// When its first packet arrived, if the tracker was told.
+    first: Option<Instant>,
 }
 
 /// What the trackers of one [`Left`] share.
@@ -433,8 +440,9 @@ impl Shared {
     }
 
     /// Algorithm 2: queues position `p` of connection `c` in its FIFO (taking a free one,
-    /// or emptying the fullest), and empties the FIFO once it holds `depth`.
-    fn gather(&mut self, c: usize, p: u64) {
+    /// or emptying the fullest), and empties the FIFO once it holds `depth` or its first
+    /// packet has waited `timeout`.
+    fn gather(&mut self, c: usize, p: u64, now: Option<Instant>) {
         self.work.gathered += 1;
         let f = match self.conn(c).fifo {
             Some(f) => f,
@@ -450,14 +458,42 @@ impl Shared {
                     }
                 };
                 self.fifos[f].owner = Some(c);
+                self.fifos[f].first = now;
                 self.conn_mut(c).fifo = Some(f);
                 f
             }
         };
         self.fifos[f].positions.push(p);
-        if self.fifos[f].positions.len() >= self.config.depth as usize {
+        if self.fifos[f].positions.len() >= self.config.depth as usize || self.expired(f, now) {
             self.flush(f);
         }
+    }
+
+    /// Whether FIFO `f`'s first packet has waited its time by `now`.
+    fn expired(&self, f: usize, now: Option<Instant>) -> bool {
+        match (self.fifos[f].first, now) {
+            (Some(first), Some(now)) => now.as_nanos() >= first.as_nanos() + self.config.timeout,
+            _ => false,
+        }
+    }
+
+    /// Empties the FIFOs whose first packet has waited its time by `now`.
+    fn poll(&mut self, now: Instant) {
+        for f in 0..self.fifos.len() {
+            if self.fifos[f].owner.is_some() && self.expired(f, Some(now)) {
+                self.flush(f);
+            }
+        }
+    }
+
+    /// When the first FIFO's wait ends.
+    fn next_timeout(&self) -> Option<Instant> {
+        self.fifos
+            .iter()
+            .filter(|f| f.owner.is_some())
+            .filter_map(|f| f.first)
+            .map(|t| Instant::from_nanos(t.as_nanos() + self.config.timeout))
+            .min()
     }
 
     /// Empties FIFO `f` into the bitmap manager, in arrival order.
@@ -465,6 +501,7 @@ impl Shared {
         let Some(c) = self.fifos[f].owner.take() else {
             return;
         };
+        self.fifos[f].first = None;
         self.conn_mut(c).fifo = None;
         let positions = std::mem::take(&mut self.fifos[f].positions);
         for &p in &positions {
@@ -477,8 +514,9 @@ impl Shared {
         self.work.flushes += 1;
     }
 
-    /// Algorithm 3 and the exhaustion rule: records offset `offset` of connection `c`.
-    fn record(&mut self, c: usize, offset: u32) -> Recorded {
+    /// Algorithm 3 and the exhaustion rule: records offset `offset` of connection `c`,
+    /// arrived at `now` if known.
+    fn record(&mut self, c: usize, offset: u32, now: Option<Instant>) -> Recorded {
         self.work.records += 1;
         let p = self.conn(c).epos + u64::from(offset);
         if self.has(c, p) {
@@ -501,7 +539,7 @@ impl Shared {
         if fast {
             self.manage(c, p);
         } else {
-            self.gather(c, p);
+            self.gather(c, p, now);
         }
         Recorded::New
     }
@@ -533,6 +571,11 @@ impl Shared {
                 self.fifos[f].positions.retain(|&p| p >= new);
                 let passed = (before - self.fifos[f].positions.len()) as u32;
                 self.conn_mut(c).count -= passed;
+                if self.fifos[f].positions.is_empty() {
+                    self.fifos[f].owner = None;
+                    self.fifos[f].first = None;
+                    self.conn_mut(c).fifo = None;
+                }
             }
             let bb = u64::from(self.config.block_bits);
             while self.conn(c).blocks > 0 && self.conn(c).head_pos + bb <= new {
@@ -566,6 +609,7 @@ impl Shared {
         if let Some(f) = self.conn(c).fifo {
             self.fifos[f].positions.clear();
             self.fifos[f].owner = None;
+            self.fifos[f].first = None;
         }
         let mut b = self.conn(c).head;
         for _ in 0..self.conn(c).blocks {
@@ -717,6 +761,14 @@ impl TrackerFactory for Left {
     fn work(&self) -> TrackerWork {
         self.shared.borrow().work
     }
+
+    fn poll(&mut self, now: Instant) {
+        self.shared.borrow_mut().poll(now);
+    }
+
+    fn next_timeout(&self) -> Option<Instant> {
+        self.shared.borrow().next_timeout()
+    }
 }
 
 /// One connection's view of a [`Left`] pool; it gives its blocks, cache and FIFO back when
@@ -754,7 +806,11 @@ impl ReceiveTracker for LeftTracker {
     }
 
     fn record(&mut self, offset: u32) -> Recorded {
-        self.shared.borrow_mut().record(self.id, offset)
+        self.shared.borrow_mut().record(self.id, offset, None)
+    }
+
+    fn record_at(&mut self, offset: u32, now: Instant) -> Recorded {
+        self.shared.borrow_mut().record(self.id, offset, Some(now))
     }
 
     fn contains(&self, offset: u32) -> bool {
@@ -876,6 +932,33 @@ mod tests {
         let w = left.work();
         assert_eq!((w.flushes, w.swaps, w.cache_hits), (1, 2, 1 + 8));
         assert!((100..108).all(|o| b.contains(o)) && a.contains(1));
+        left.check().unwrap();
+    }
+
+    #[test]
+    fn told_the_time_a_fifo_is_emptied_once_its_first_packet_has_waited() {
+        let mut left = Left::new(LeftConfig {
+            caches: 1,
+            ..LeftConfig::default()
+        });
+        let mut a = tracker(&mut left);
+        let mut b = tracker(&mut left);
+        let ns = Instant::from_nanos;
+        assert!(a.insert(1)); // a takes the cache; b's deep packets are slow
+        assert_eq!(b.record_at(100, ns(1000)), Recorded::New);
+        assert_eq!(b.record_at(101, ns(2000)), Recorded::New);
+        assert_eq!(left.next_timeout(), Some(ns(3000)));
+        left.poll(ns(2999));
+        assert_eq!(left.work().flushes, 0);
+        left.poll(ns(3000));
+        assert_eq!(left.work().flushes, 1);
+        assert_eq!(left.next_timeout(), None);
+        // Checked on arrival too (Algorithm 2), when nobody polled: `b` holds the cache
+        // now, so `a`'s deep packets are the slow ones.
+        assert_eq!(a.record_at(200, ns(10_000)), Recorded::New);
+        assert_eq!(a.record_at(201, ns(12_500)), Recorded::New);
+        assert_eq!(left.work().flushes, 2);
+        assert!(b.contains(100) && b.contains(101) && a.contains(200) && a.contains(201));
         left.check().unwrap();
     }
 

@@ -6,6 +6,8 @@
 
 mod left;
 
+use crate::Instant;
+
 pub use left::{Left, LeftConfig, LeftTracker, PoolUse};
 
 /// Which PSNs past a queue pair's expected PSN have been received. Offsets count from the
@@ -37,6 +39,14 @@ pub trait ReceiveTracker: std::fmt::Debug {
         } else {
             Recorded::Exhausted
         }
+    }
+
+    /// Records `offset`, arrived at `now`, as [`ReceiveTracker::record`] does: for a
+    /// tracker whose work depends on time (LEFT's gather timeout). The engine does not pass
+    /// the time yet; by default it is not needed.
+    fn record_at(&mut self, offset: u32, now: Instant) -> Recorded {
+        let _ = now;
+        self.record(offset)
     }
 }
 
@@ -101,6 +111,15 @@ pub trait TrackerFactory: std::fmt::Debug {
     /// default: a per-connection bitmap's work is one access a packet).
     fn work(&self) -> TrackerWork {
         TrackerWork::default()
+    }
+    /// Time passed to `now`: work that waits for it (a gather FIFO's timeout) is done. The
+    /// engine does not call it yet; by default there is none.
+    fn poll(&mut self, now: Instant) {
+        let _ = now;
+    }
+    /// When [`TrackerFactory::poll`] next has work (for the engine's `next_timeout`).
+    fn next_timeout(&self) -> Option<Instant> {
+        None
     }
 }
 
