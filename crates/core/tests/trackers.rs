@@ -9,6 +9,8 @@
 //!   when the pool holds every connection's whole window).
 //! - LEFT's pool never leaks: after every step each block is free or in exactly one chain
 //!   (free + used = total), and every block is free once the connections close.
+//! - LEFT's work: every new offset is recorded once, a cache hit or a pool walk, unless
+//!   the expected PSN passes it while it waits in a gather FIFO.
 //! - Memory accounting: each LEFT tracker reports its connection's state and the factory
 //!   the shared state, as the sizes give them, whatever is recorded; through an engine, the
 //!   per-connection sum counts each selective-repeat queue pair once.
@@ -215,6 +217,7 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
         prop_assert_eq!(shared as u64, c.shared_bits().div_ceil(8));
     }
 
+    let mut new = 0u64;
     for (step, op) in case.ops.iter().enumerate() {
         let now = Instant::from_nanos(step as u64 * 300);
         if step % 7 == 0 {
@@ -245,6 +248,7 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
                         }
                         if got == Recorded::New {
                             m.received.insert(psn);
+                            new += 1;
                         }
                     }
                 }
@@ -308,6 +312,9 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
     drop(models);
     if let Some(l) = &left {
         let w = l.work();
+        // The work model: every new offset was one bitmap update, or passed while gathered.
+        prop_assert_eq!(w.cache_hits + w.pool_walks + w.passed, new, "{:?}", w);
+        prop_assert!(w.swaps <= w.cache_hits, "{:?}", w);
         EXHAUSTED.fetch_add(w.exhausted, Ordering::Relaxed);
         GATHERED.fetch_add(w.gathered, Ordering::Relaxed);
         SWAPS.fetch_add(w.swaps, Ordering::Relaxed);

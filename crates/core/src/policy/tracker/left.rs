@@ -507,6 +507,8 @@ impl Shared {
         for &p in &positions {
             if p >= self.conn(c).epos {
                 self.manage(c, p);
+            } else {
+                self.work.passed += 1;
             }
         }
         self.fifos[f].positions = positions;
@@ -571,6 +573,7 @@ impl Shared {
                 self.fifos[f].positions.retain(|&p| p >= new);
                 let passed = (before - self.fifos[f].positions.len()) as u32;
                 self.conn_mut(c).count -= passed;
+                self.work.passed += u64::from(passed);
                 if self.fifos[f].positions.is_empty() {
                     self.fifos[f].owner = None;
                     self.fifos[f].first = None;
@@ -607,6 +610,7 @@ impl Shared {
             self.caches[i].owner = None;
         }
         if let Some(f) = self.conn(c).fifo {
+            self.work.passed += self.fifos[f].positions.len() as u64;
             self.fifos[f].positions.clear();
             self.fifos[f].owner = None;
             self.fifos[f].first = None;

@@ -84,6 +84,10 @@ pub struct TrackerWork {
     pub gathered: u64,
     /// Gather FIFOs emptied into the bitmap manager.
     pub flushes: u64,
+    /// Gathered packets the expected PSN passed (or whose queue pair closed) before their
+    /// FIFO was emptied: nothing left to record. Every new offset is one cache hit, one pool
+    /// walk, or one of these.
+    pub passed: u64,
     /// Offsets refused because the pool had no block to give.
     pub exhausted: u64,
 }
