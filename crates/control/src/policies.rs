@@ -11,8 +11,11 @@ use sluice_core::policy::{
     XorPayload,
 };
 
+use sluice_core::policy::{Flowlet, Left, LeftConfig, Plb, RandomSpray, RttProbe};
+
 use crate::params::{
-    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64_in, unknown,
+    ParamError, ParamInfo, Params, parse_f64, parse_f64_in, parse_positive, parse_u64,
+    parse_u64_in, unknown, us_to_ns,
 };
 
 /// One policy a registry can build.
@@ -134,28 +137,169 @@ impl Params for NoParams {
     }
 }
 
-/// [`Spray`]'s parameters.
+/// [`Spray`]'s and [`RandomSpray`]'s parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct SprayParams {
     /// Entropies per queue pair.
     pub paths: u16,
+    /// Draw each packet's port at random rather than in PSN order.
+    pub random: bool,
+    /// The random draws' seed.
+    pub seed: u64,
 }
 
 impl Default for SprayParams {
     fn default() -> Self {
-        SprayParams { paths: 4 }
+        SprayParams {
+            paths: 4,
+            random: false,
+            seed: 1,
+        }
     }
 }
 
+/// The number of entropies a multipath selector spreads a queue pair over.
+const PATHS_INFO: ParamInfo = ParamInfo {
+    name: "paths",
+    help: "source ports a queue pair's packets cycle through, 1..=16384 (default 4)",
+};
+
+/// The seed of a selector's random draws.
+const SEED_INFO: ParamInfo = ParamInfo {
+    name: "seed",
+    help: "the seed of its random draws: the same seed, the same ports, 0..=2^64-1 (default 1)",
+};
+
+fn parse_paths(name: &str, value: &str) -> Result<u16, ParamError> {
+    Ok(parse_u64_in(name, value, 1, 16384)? as u16)
+}
+
 impl Params for SprayParams {
-    const INFO: &'static [ParamInfo] = &[ParamInfo {
-        name: "paths",
-        help: "source ports a queue pair's packets cycle through, 1..=16384 (default 4)",
-    }];
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "mode",
+            help: "`round-robin` (consecutive PSNs, consecutive ports) or `random` (each packet's port drawn, seeded) (default round-robin)",
+        },
+        SEED_INFO,
+    ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
         match name {
-            "paths" => self.paths = parse_u64_in(name, value, 1, 16384)? as u16,
+            "paths" => self.paths = parse_paths(name, value)?,
+            "mode" => match value.trim() {
+                "round-robin" | "random" => self.random = value.trim() == "random",
+                _ => {
+                    return Err(ParamError::Invalid {
+                        name: name.into(),
+                        value: value.into(),
+                        expected: "`round-robin` or `random`",
+                    });
+                }
+            },
+            "seed" => self.seed = parse_u64(name, value)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+impl SprayParams {
+    fn build(&self) -> Box<dyn PathSelector> {
+        if self.random {
+            Box::new(RandomSpray::new(self.paths, self.seed))
+        } else {
+            Box::new(Spray { paths: self.paths })
+        }
+    }
+}
+
+/// [`Flowlet`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowletParams {
+    /// Entropies per queue pair.
+    pub paths: u16,
+    /// The idle gap that starts a new flowlet, µs.
+    pub gap_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for FlowletParams {
+    fn default() -> Self {
+        FlowletParams {
+            paths: 4,
+            gap_us: 50.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for FlowletParams {
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "gap",
+            help: "idle time after which a queue pair's next packet starts a flowlet on a new port, µs; above the paths' delay difference, a switch reorders nothing, 0..=10000000 (default 50)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "gap" => self.gap_us = parse_f64_in(name, value, 0.0, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`Plb`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct PlbParams {
+    /// Entropies per queue pair.
+    pub paths: u16,
+    /// Congested rounds in a row that move a queue pair.
+    pub rounds: u32,
+    /// The RTT above which a round counts as congested, µs; 0: ECN marks only.
+    pub delay_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for PlbParams {
+    fn default() -> Self {
+        PlbParams {
+            paths: 4,
+            rounds: 3,
+            delay_us: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for PlbParams {
+    const INFO: &'static [ParamInfo] = &[
+        PATHS_INFO,
+        ParamInfo {
+            name: "rounds",
+            help: "congested rounds (about an RTT each) in a row before a queue pair moves to another port, 1..=1000000 (default 3)",
+        },
+        ParamInfo {
+            name: "delay",
+            help: "a round whose RTT is above this counts as congested as an ECN-marked one does, µs; 0 counts ECN marks only, 0..=10000000 (default 0)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "rounds" => self.rounds = parse_u64_in(name, value, 1, 1_000_000)? as u32,
+            "delay" => self.delay_us = parse_f64_in(name, value, 0.0, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -190,6 +334,177 @@ impl Params for OffsetListParams {
         Ok(())
     }
 }
+
+/// [`RttProbe`]'s parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct RttProbeParams {
+    /// Paths probed per queue pair.
+    pub paths: u16,
+    /// Between probe rounds, µs.
+    pub interval_us: f64,
+    /// A probe unanswered this long marks its path dead, µs.
+    pub timeout_us: f64,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Default for RttProbeParams {
+    fn default() -> Self {
+        RttProbeParams {
+            paths: 4,
+            interval_us: 20.0,
+            timeout_us: 100.0,
+            seed: 1,
+        }
+    }
+}
+
+impl Params for RttProbeParams {
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "paths",
+            help: "source ports probed per queue pair, its own and others drawn at random, 1..=16384 (default 4)",
+        },
+        ParamInfo {
+            name: "interval",
+            help: "time between a queue pair's probe rounds, µs, 0.001..=10000000 (default 20)",
+        },
+        ParamInfo {
+            name: "timeout",
+            help: "a probe unanswered this long marks its path dead until a later one is answered, µs (SCR: 100), 0.001..=10000000 (default 100)",
+        },
+        SEED_INFO,
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "paths" => self.paths = parse_paths(name, value)?,
+            "interval" => self.interval_us = parse_f64_in(name, value, 0.001, 1e7)?,
+            "timeout" => self.timeout_us = parse_f64_in(name, value, 0.001, 1e7)?,
+            "seed" => self.seed = parse_u64(name, value)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// [`Left`]'s parameters; which of them a variant takes is in its `INFO`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftParams {
+    /// The pool, caches, FIFOs and thresholds.
+    pub config: LeftConfig,
+}
+
+impl LeftParams {
+    /// Sets `name` if it is one of LEFT's parameters; `None` if not.
+    fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
+        let c = &mut self.config;
+        let r = match name {
+            "blocks" => parse_u64_in(name, value, 1, 1 << 20).map(|v| c.blocks = v as u32),
+            "block-bits" => parse_u64_in(name, value, 1, 64).map(|v| c.block_bits = v as u32),
+            // Half of it must be a cache past offset 1, below half the PSN space.
+            "bdp" => parse_u64_in(name, value, 4, 1 << 23).map(|v| c.cache_bits = (v / 2) as u32),
+            "caches" => parse_u64_in(name, value, 1, 64).map(|v| c.caches = v as u32),
+            "fifos" => parse_u64_in(name, value, 1, 64).map(|v| c.fifos = v as u32),
+            "depth" => parse_u64_in(name, value, 1, 1024).map(|v| c.depth = v as u32),
+            "t-max" => parse_u64_in(name, value, 0, 1_000_000).map(|v| c.t_max = v),
+            "timeout" => parse_f64_in(name, value, 0.0, 1e7).map(|v| c.timeout = us_to_ns(v)),
+            _ => return None,
+        };
+        Some(r)
+    }
+}
+
+const LEFT_POOL_INFO: [ParamInfo; 3] = [
+    ParamInfo {
+        name: "blocks",
+        help: "blocks in the pool every connection shares, 1..=1048576 (default 128: with 16-bit blocks, the paper's 2 Kbit)",
+    },
+    ParamInfo {
+        name: "block-bits",
+        help: "PSNs a block records, 1..=64 (default 16)",
+    },
+    ParamInfo {
+        name: "bdp",
+        help: "the BDP in packets: a connection records offsets below half of it (the most a lossless multipath connection reorders), and a cache holds that half, 4..=8388608 (default 512)",
+    },
+];
+
+const LEFT_CACHE_INFO: [ParamInfo; 2] = [
+    ParamInfo {
+        name: "caches",
+        help: "bitmap caches, each holding one connection's bitmap, 1..=64 (default 3)",
+    },
+    ParamInfo {
+        name: "t-max",
+        help: "a pool walk that would take this long or longer (15 ns the first block, 5 each next) loads the bitmap into a cache, or with gathering waits in a FIFO first, ns, 0..=1000000 (default 40)",
+    },
+];
+
+const LEFT_INFO: [ParamInfo; 8] = [
+    LEFT_POOL_INFO[0],
+    LEFT_POOL_INFO[1],
+    LEFT_POOL_INFO[2],
+    LEFT_CACHE_INFO[0],
+    LEFT_CACHE_INFO[1],
+    ParamInfo {
+        name: "fifos",
+        help: "gather FIFOs, each bound to one connection at a time, 1..=64 (default 8)",
+    },
+    ParamInfo {
+        name: "depth",
+        help: "packets a FIFO gathers before its batch is recorded (out_cnt), 1..=1024 (default 8)",
+    },
+    ParamInfo {
+        name: "timeout",
+        help: "the longest a gathered packet waits for its FIFO to fill, µs (the paper: a few); applies once the engine passes arrival times, 0..=10000000 (default 2)",
+    },
+];
+
+const LEFT_NOGATHER_INFO: [ParamInfo; 5] = [
+    LEFT_POOL_INFO[0],
+    LEFT_POOL_INFO[1],
+    LEFT_POOL_INFO[2],
+    LEFT_CACHE_INFO[0],
+    LEFT_CACHE_INFO[1],
+];
+
+/// LEFT in full.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftFull(pub LeftParams);
+
+/// LEFT-: no gathering.
+#[derive(Debug, Clone, Copy)]
+pub struct LeftNoGather(pub LeftParams);
+
+/// MELO+: the pool alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Melo(pub LeftParams);
+
+macro_rules! left_variant {
+    ($t:ident, $config:expr, $info:expr) => {
+        impl Default for $t {
+            fn default() -> Self {
+                $t(LeftParams { config: $config })
+            }
+        }
+
+        impl Params for $t {
+            const INFO: &'static [ParamInfo] = &$info;
+
+            fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+                if !Self::INFO.iter().any(|p| p.name == name) {
+                    return Err(unknown::<Self>(name));
+                }
+                self.0.set(name, value).expect("a LEFT parameter")
+            }
+        }
+    };
+}
+
+left_variant!(LeftFull, LeftConfig::default(), LEFT_INFO);
+left_variant!(LeftNoGather, LeftConfig::no_gather(), LEFT_NOGATHER_INFO);
+left_variant!(Melo, LeftConfig::melo(), LEFT_POOL_INFO);
 
 /// [`XorPayload`]'s parameters.
 #[derive(Debug, Clone, Copy)]
@@ -597,10 +912,48 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
         },
         PolicyInfo {
             name: "spray",
-            summary: "per packet over `paths` source ports, in PSN order",
+            summary: "per packet over `paths` source ports, in PSN order or drawn at random",
             params: SprayParams::INFO,
             both_ends: false,
-            build: |p| params::<SprayParams>(p).map(|s| Box::new(Spray { paths: s.paths }) as _),
+            build: |p| params::<SprayParams>(p).map(|s| s.build()),
+        },
+        PolicyInfo {
+            name: "flowlet",
+            summary: "a queue pair keeps its port while it sends back to back, a new one after an idle gap (needs the engine to pass send times)",
+            params: FlowletParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<FlowletParams>(p).map(|f| {
+                    let gap = Duration::from_nanos(us_to_ns(f.gap_us));
+                    Box::new(Flowlet::new(f.paths, gap, f.seed)) as _
+                })
+            },
+        },
+        PolicyInfo {
+            name: "plb",
+            summary: "PLB: a queue pair moves to another port after `rounds` congested rounds in a row (needs the engine to pass congestion signals)",
+            params: PlbParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<PlbParams>(p).map(|b| {
+                    let delay =
+                        (b.delay_us > 0.0).then(|| Duration::from_nanos(us_to_ns(b.delay_us)));
+                    Box::new(Plb::new(b.paths, b.rounds, delay, b.seed)) as _
+                })
+            },
+        },
+        PolicyInfo {
+            name: "rtt-probe",
+            summary: "SCR's multipath selection: probes a queue pair's paths, its packets take the live one of lowest RTT (needs the engine to send probes)",
+            params: RttProbeParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<RttProbeParams>(p).map(|r| {
+                    let interval = Duration::from_nanos(us_to_ns(r.interval_us));
+                    let timeout = Duration::from_nanos(us_to_ns(r.timeout_us));
+                    Box::new(RttProbe::new(r.paths, interval, timeout, r.seed)) as _
+                })
+            },
         },
     ],
 };
@@ -628,6 +981,27 @@ pub const TRACKERS: Registry<Box<dyn TrackerFactory>> = Registry {
                     }) as _
                 })
             },
+        },
+        PolicyInfo {
+            name: "left",
+            summary: "LEFT: one bitmap pool shared by every queue pair, bitmap caches, and gather FIFOs batching the packets slow to record",
+            params: LeftFull::INFO,
+            both_ends: false,
+            build: |p| params::<LeftFull>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
+        },
+        PolicyInfo {
+            name: "left-nogather",
+            summary: "LEFT- (ablation): LEFT's pool and caches, no gathering",
+            params: LeftNoGather::INFO,
+            both_ends: false,
+            build: |p| params::<LeftNoGather>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
+        },
+        PolicyInfo {
+            name: "melo",
+            summary: "MELO+ (ablation): LEFT's shared pool alone, every record a walk of the queue pair's chain",
+            params: Melo::INFO,
+            both_ends: false,
+            build: |p| params::<Melo>(p).map(|l| Box::new(Left::new(l.0.config)) as _),
         },
     ],
 };
@@ -693,6 +1067,47 @@ mod tests {
         check(&PATH_SELECTORS);
         check(&TRACKERS);
         check(&SERVICES);
+    }
+
+    /// Builds `name` from `registry` with one parameter, expecting a refusal naming it.
+    fn refused<T: std::fmt::Debug>(registry: &Registry<T>, name: &str, param: &str, value: &str) {
+        let e = registry
+            .build(name, &[(param.into(), value.into())])
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(param) && e.contains(value), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_path_and_tracker_parameters_are_refused() {
+        refused(&PATH_SELECTORS, "spray", "mode", "zigzag");
+        refused(&PATH_SELECTORS, "spray", "seed", "-1");
+        refused(&PATH_SELECTORS, "flowlet", "paths", "20000");
+        refused(&PATH_SELECTORS, "flowlet", "gap", "-3");
+        refused(&PATH_SELECTORS, "plb", "rounds", "0");
+        refused(&PATH_SELECTORS, "plb", "delay", "1e9");
+        refused(&PATH_SELECTORS, "rtt-probe", "interval", "0");
+        refused(&PATH_SELECTORS, "rtt-probe", "timeout", "-1");
+        refused(&TRACKERS, "left", "blocks", "0");
+        refused(&TRACKERS, "left", "block-bits", "65");
+        refused(&TRACKERS, "left", "bdp", "2");
+        refused(&TRACKERS, "left", "depth", "0");
+        refused(&TRACKERS, "left", "timeout", "-2");
+        refused(&TRACKERS, "left-nogather", "caches", "0");
+        let e = TRACKERS
+            .build("melo", &[("caches".into(), "3".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown parameter `caches`"), "{e}");
+        let e = TRACKERS
+            .build("left-nogather", &[("fifos".into(), "3".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown parameter `fifos`"), "{e}");
+        for (mode, kind) in [("round-robin", "Spray"), ("random", "RandomSpray")] {
+            let s = PATH_SELECTORS
+                .build("spray", &[("mode".into(), mode.into())])
+                .unwrap();
+            assert!(format!("{s:?}").starts_with(&format!("{kind} ")), "{s:?}");
+        }
     }
 
     #[test]

@@ -26,7 +26,10 @@ mod service;
 mod tracker;
 
 pub(crate) use path::EnginePathSelector;
-pub use path::{PathPacket, PathSelector, QpnHash, Spray};
+pub use path::{
+    Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,
+    Spray,
+};
 pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
     Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
@@ -34,7 +37,8 @@ pub use scheduler::{
 };
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
-    Bitmap256, Bitmaps, OffsetList, OffsetLists, ReceiveTracker, TrackerFactory, TrackerMemory,
+    Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
+    ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,
 };
 
 use crate::control::{Controller, NoControl};

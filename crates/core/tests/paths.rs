@@ -1,0 +1,247 @@
+//! Property tests of the path selectors, driven directly (no engine):
+//!
+//! - Every multipath selector keeps each queue pair's ports among its `paths` ports (those
+//!   round-robin spraying cycles through), in the dynamic range.
+//! - Random spraying is a function of its seed: the same seed and packets, the same ports.
+//! - Flowlets: a queue pair's port changes exactly when the time since its previous packet
+//!   is above the gap (with more than one path), and never otherwise.
+//! - PLB: a queue pair's port changes exactly on its `rounds`th congested round in a row
+//!   (ECN, or an RTT above the threshold), as a counter model says.
+//! - RTT probing, with probes answered late or lost at random: a queue pair's packets
+//!   always take the live probed port of lowest smoothed RTT (its own before any is
+//!   measured), and a port is probed again only once its last probe is answered or given
+//!   up on.
+//!
+//! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
+//! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
+//! sequence that still fails.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+
+use sluice_core::policy::{
+    Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, RandomSpray, RttProbe, Spray,
+};
+use sluice_core::{Instant, QpNum};
+use sluice_wire::{Opcode, Psn};
+
+fn packet(qpn: u32, psn: u32) -> PathPacket {
+    PathPacket {
+        qpn: QpNum(qpn),
+        psn: Psn::new(psn & 0xFF_FFFF),
+        opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+    }
+}
+
+/// The ports round-robin spraying gives queue pair `qpn` over `paths`.
+fn spray_ports(qpn: u32, paths: u16) -> BTreeSet<u16> {
+    let mut rr = Spray { paths };
+    (0..u32::from(paths))
+        .map(|psn| rr.source_port(0, &packet(qpn, psn)))
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    paths: u16,
+    seed: u64,
+    /// (queue pair, QPN low bits, ns since its previous packet or round, congested by ECN,
+    /// RTT µs)
+    events: Vec<(u32, u32, u64, bool, u64)>,
+    gap: u64,
+    rounds: u32,
+    delay: Option<u64>,
+}
+
+fn any_case() -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![Just(1u16), 2u16..6, Just(64u16)],
+        any::<u64>(),
+        proptest::collection::vec(
+            (0u32..3, 0u32..4, 0u64..4000, any::<bool>(), 1u64..60),
+            0..200,
+        ),
+        0u64..2000,
+        1u32..5,
+        proptest::option::of(5u64..40),
+    )
+        .prop_map(|(paths, seed, events, gap, rounds, delay)| Case {
+            paths,
+            seed,
+            events,
+            gap,
+            rounds,
+            delay,
+        })
+}
+
+/// Queue pair `qp`'s QPN: fixed per queue pair, so that its ports are one set.
+fn qpn(qp: u32) -> u32 {
+    0x100 + qp * 7
+}
+
+fn check(case: Case) -> Result<(), TestCaseError> {
+    let ports: Vec<BTreeSet<u16>> = (0..3).map(|qp| spray_ports(qpn(qp), case.paths)).collect();
+    let own = |qp: u32| Spray { paths: 1 }.source_port(0, &packet(qpn(qp), 0));
+
+    // Random spraying: within the set, and the same again from the same seed.
+    let draw = |seed| {
+        let mut s = RandomSpray::new(case.paths, seed);
+        case.events
+            .iter()
+            .map(|&(qp, psn, ..)| s.source_port(qp, &packet(qpn(qp), psn)))
+            .collect::<Vec<u16>>()
+    };
+    let drawn = draw(case.seed);
+    prop_assert_eq!(&drawn, &draw(case.seed));
+    for (&port, &(qp, ..)) in drawn.iter().zip(&case.events) {
+        prop_assert!(ports[qp as usize].contains(&port) && port >= 0xC000);
+    }
+
+    // Flowlets against a model: the last send time per queue pair.
+    let gap = Duration::from_nanos(case.gap);
+    let mut f = Flowlet::new(case.paths, gap, case.seed);
+    let mut now = [0u64; 3];
+    let mut last: [Option<(u64, u16)>; 3] = [None; 3];
+    for (i, &(qp, psn, dt, ..)) in case.events.iter().enumerate() {
+        let q = qp as usize;
+        now[q] += dt;
+        let port = f.source_port_at(qp, Instant::from_nanos(now[q]), &packet(qpn(qp), psn));
+        prop_assert!(ports[q].contains(&port), "event {}", i);
+        match last[q] {
+            None => prop_assert_eq!(port, own(qp), "event {}: the first flowlet", i),
+            Some((t, previous)) => {
+                let new_flowlet = now[q] - t > case.gap && case.paths > 1;
+                prop_assert_eq!(port != previous, new_flowlet, "event {}", i);
+            }
+        }
+        last[q] = Some((now[q], port));
+    }
+
+    // PLB against a counter of congested rounds in a row.
+    let delay = case.delay.map(Duration::from_micros);
+    let mut p = Plb::new(case.paths, case.rounds, delay, case.seed);
+    let mut run = [0u32; 3];
+    for (i, &(qp, _, _, ecn, rtt)) in case.events.iter().enumerate() {
+        let q = qp as usize;
+        let before = p.source_port(qp, &packet(qpn(qp), 0));
+        let signal = PathSignal {
+            ecn,
+            rtt: Some(Duration::from_micros(rtt)),
+        };
+        p.on_signal(qp, Instant::ZERO, &signal);
+        let after = p.source_port(qp, &packet(qpn(qp), 0));
+        let congested = ecn || case.delay.is_some_and(|d| rtt > d);
+        run[q] = if congested { run[q] + 1 } else { 0 };
+        let moves = run[q] == case.rounds;
+        if moves {
+            run[q] = 0;
+        }
+        prop_assert!(ports[q].contains(&after), "event {}", i);
+        prop_assert_eq!(after != before, moves && case.paths > 1, "event {}", i);
+    }
+
+    // RTT probing: each event is a µs of time; its fields pick the probes' fates.
+    let paths = case.paths.min(8);
+    let mut r = RttProbe::new(
+        paths,
+        Duration::from_micros(3),
+        Duration::from_micros(20),
+        case.seed,
+    );
+    for qp in 0..3 {
+        prop_assert_eq!(r.source_port(qp, &packet(qpn(qp), 0)), own(qp));
+    }
+    let mut flight: Vec<(u64, PathProbe)> = Vec::new();
+    let mut sent = std::collections::BTreeMap::new();
+    let mut answered = BTreeSet::new();
+    for (i, &(_, psn, dt, lost, rtt)) in case.events.iter().enumerate() {
+        let us = i as u64;
+        let now = Instant::from_nanos(us * 1000);
+        let mut arrived = Vec::new();
+        flight.retain(|&(at, probe)| {
+            if at <= us {
+                arrived.push(probe);
+            }
+            at > us
+        });
+        for probe in arrived {
+            r.on_probe_reply(probe, now);
+            answered.insert((probe.qp, probe.port, probe.seq));
+        }
+        let mut k = 0;
+        while let Some(probe) = r.next_probe(now) {
+            // A port is probed again only once its last probe is answered or given up on.
+            if let Some(&(sent_at, _)) = sent.get(&(probe.qp, probe.port)) {
+                prop_assert!(
+                    answered.contains(&(probe.qp, probe.port, probe.seq - 1)) || us >= sent_at + 20,
+                    "event {}: {:?} probed again too soon",
+                    i,
+                    probe
+                );
+            }
+            sent.insert((probe.qp, probe.port), (us, probe.seq));
+            // Some lost, the rest back after 1..60 µs, varied per probe.
+            if !(lost && (dt + k) % 3 == 0) {
+                flight.push((us + 1 + (rtt + u64::from(psn) * k) % 60, probe));
+            }
+            k += 1;
+        }
+        for qp in 0..3 {
+            let probed = r.ports(qp);
+            let port = r.source_port(qp, &packet(qpn(qp), psn));
+            prop_assert!(probed.contains(&port), "event {}", i);
+            let best = probed.iter().filter_map(|&q| r.rtt(qp, q)).min();
+            match best {
+                None => prop_assert_eq!(port, own(qp), "event {}", i),
+                Some(best) => prop_assert_eq!(r.rtt(qp, port), Some(best), "event {}", i),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs case `case`, generated from its number alone; the smallest failing case if it fails.
+fn run_case(case: u64) -> Result<(), String> {
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters: 500,
+        ..Config::default()
+    };
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&case.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    match runner.run(&any_case(), check) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(why, case)) => Err(format!("{why}\nsmallest failing: {case:#?}")),
+        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
+    }
+}
+
+fn cases(default: u64) -> Vec<u64> {
+    if let Some(case) = std::env::var("SLUICE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![case];
+    }
+    let n = std::env::var("SLUICE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+#[test]
+fn every_selector_stays_on_its_paths_and_moves_exactly_when_its_rule_says() {
+    for case in cases(64) {
+        if let Err(why) = run_case(case) {
+            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
+        }
+    }
+}
