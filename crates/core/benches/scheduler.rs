@@ -96,10 +96,7 @@ impl Bench {
             (_, true) => Opcode::RC_RDMA_WRITE_LAST,
             _ => Opcode::RC_RDMA_WRITE_MIDDLE,
         };
-        Served {
-            opcode,
-            payload_len: 1024,
-        }
+        Served::new(opcode, 1024)
     }
 
     /// `n` decisions.
@@ -124,7 +121,7 @@ impl Bench {
                 self.s.wake(qp);
             }
             // 100 Gbit/s: 0.08 ns per byte, in 1/1024 ns.
-            self.now += u64::from(p.link_len()) * 1024 * 8 / 100;
+            self.now += u64::from(p.link_len) * 1024 * 8 / 100;
             done += 1;
         }
     }

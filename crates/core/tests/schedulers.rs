@@ -91,7 +91,7 @@ struct Link {
 
 /// The payload bytes per ns a flow's `demand` stands for, from a fraction of C in link bytes.
 fn packet_period(demand: f64) -> f64 {
-    f64::from(packet(0, 1).link_len()) / (demand * C)
+    f64::from(packet(0, 1).link_len) / (demand * C)
 }
 
 fn packet(sent: u64, message: u32) -> Served {
@@ -103,10 +103,7 @@ fn packet(sent: u64, message: u32) -> Served {
         (false, true) => Opcode::RC_RDMA_WRITE_LAST,
         (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
     };
-    Served {
-        opcode,
-        payload_len: PAYLOAD,
-    }
+    Served::new(opcode, PAYLOAD)
 }
 
 impl Link {
@@ -228,7 +225,7 @@ impl Link {
         self.s
             .served(qp, Instant::from_nanos(self.now), Some(p), more);
         self.held[i] = more;
-        let len = u64::from(p.link_len());
+        let len = u64::from(p.link_len);
         if self.now >= self.measure_from {
             self.bytes[i] += len;
         }
@@ -361,7 +358,7 @@ fn drr_never_starves(flows: Vec<Flow>) -> Result<(), TestCaseError> {
     for f in &flows {
         weight[f.tenant as usize] = f.weight;
     }
-    let packet = u64::from(packet(0, 1).link_len()) + 16;
+    let packet = u64::from(packet(0, 1).link_len) + 16;
     for t in 0..3 {
         if weight[t] == 0 {
             continue;
@@ -605,4 +602,69 @@ fn only_the_hardware_model_favours_large_messages() {
 fn max_min_in_closed_form() {
     let fair = max_min(10.0, &[Some(1.0), None, Some(6.0), None]);
     assert_eq!(fair, [1.0, 3.0, 3.0, 3.0]);
+}
+
+/// Round robin that records the link size the engine says each packet it served took.
+#[derive(Debug, Default)]
+struct Recording {
+    inner: RoundRobin,
+    sizes: std::sync::Arc<std::sync::Mutex<Vec<(Opcode, u32, u32)>>>,
+}
+
+impl Scheduler for Recording {
+    fn reset(&mut self, qp: u32) {
+        self.inner.reset(qp)
+    }
+    fn wake(&mut self, qp: u32) {
+        self.inner.wake(qp)
+    }
+    fn next(&mut self, now: Instant) -> Option<u32> {
+        self.inner.next(now)
+    }
+    fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
+        if let Some(s) = sent {
+            let mut sizes = self.sizes.lock().unwrap();
+            sizes.push((s.opcode, s.payload_len, s.link_len));
+        }
+        self.inner.served(qp, now, sent, more)
+    }
+    fn remove(&mut self, qp: u32) {
+        self.inner.remove(qp)
+    }
+}
+
+#[test]
+fn the_engine_tells_the_scheduler_each_packets_size_on_the_link_ccx_included() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+    use sluice_wire::CcxLayout;
+
+    for ccx in [None, Some(CcxLayout::Timestamps)] {
+        let recording = Recording::default();
+        let sizes = recording.sizes.clone();
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.engines[0] = Engine::with_policies(
+            EngineConfig::default(),
+            Policies {
+                scheduler: Box::new(recording),
+                ..Policies::default()
+            },
+        );
+        let options = PairOptions {
+            ccx: [ccx; 2],
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut world, &options);
+        pair.post_write(&mut world, 1, 0, 10000);
+        let cq = pair.send_cq[0];
+        assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+        let sizes = sizes.lock().unwrap();
+        assert!(!sizes.is_empty());
+        for &(opcode, payload_len, link_len) in sizes.iter() {
+            let bare = Served::new(opcode, payload_len).link_len;
+            let ccx_len = ccx.map_or(0, CcxLayout::wire_len);
+            assert_eq!(link_len, bare + ccx_len as u32, "{opcode:?} {ccx:?}");
+        }
+    }
 }

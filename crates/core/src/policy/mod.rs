@@ -27,11 +27,11 @@ mod tracker;
 
 pub(crate) use path::EnginePathSelector;
 pub use path::{PathPacket, PathSelector, QpnHash, Spray};
-pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
     Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
     StaticShare, Tenant, WaterFilling,
 };
+pub(crate) use scheduler::{EngineScheduler, Sent};
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
     Bitmap256, Bitmaps, OffsetList, OffsetLists, ReceiveTracker, TrackerFactory, TrackerMemory,

@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 
-use sluice_wire::{BTH_LEN, ICRC_LEN, Opcode, Operation, Position, pad_for, roce_link_len};
+use sluice_wire::{
+    BTH_LEN, CcxLayout, ICRC_LEN, Opcode, Operation, Position, pad_for, roce_link_len,
+};
 
 use crate::Instant;
 
@@ -95,6 +97,11 @@ pub struct Served {
     pub opcode: Opcode,
     /// Payload bytes of the packet.
     pub payload_len: u32,
+    /// Byte times the packet takes on an Ethernet link ([`sluice_wire::RoceHeaders::link_len`]: headers,
+    /// padding, ICRC and the frame's overhead included, over the queue pair's IP version and
+    /// with its CC extension header), which is what schedulers that count bytes charge a
+    /// queue pair for it.
+    pub link_len: u32,
 }
 
 impl Served {
@@ -121,15 +128,27 @@ impl Served {
             .is_none_or(|i| matches!(i.position, Position::Last | Position::Only))
     }
 
-    /// Byte times the packet takes on an Ethernet link ([`roce_link_len`]: headers, padding,
-    /// ICRC and the frame's overhead included), over IPv4 and without a CCX, which is what
-    /// schedulers that count bytes charge a queue pair for it.
+    /// A packet of `opcode` with `payload_len` bytes of payload over IPv4 without a CC
+    /// extension header (for models and tests: the engine gives the packet's own size).
+    pub fn new(opcode: Opcode, payload_len: u32) -> Served {
+        Served::on_link(opcode, payload_len, false, None)
+    }
+
+    /// A packet of `opcode` with `payload_len` bytes of payload, over IPv6 if `ipv6`, with a
+    /// CC extension header of layout `ccx` if any: [`sluice_wire::RoceHeaders::wire_len`]'s sum from the
+    /// opcode alone (the extension headers' lengths follow from it), framed by
+    /// [`roce_link_len`].
     #[inline]
-    pub fn link_len(&self) -> u32 {
-        let ext = self.opcode.info().map_or(0, |i| i.ext_len);
-        let payload = self.payload_len as usize;
-        let roce = BTH_LEN + ext + payload + pad_for(payload) as usize + ICRC_LEN;
-        roce_link_len(false, roce) as u32
+    pub fn on_link(opcode: Opcode, payload_len: u32, ipv6: bool, ccx: Option<CcxLayout>) -> Served {
+        let ext = opcode.info().map_or(0, |i| i.ext_len);
+        let payload = payload_len as usize;
+        let headers = BTH_LEN + ccx.map_or(0, CcxLayout::wire_len) + ext;
+        let roce = headers + payload + pad_for(payload) as usize + ICRC_LEN;
+        Served {
+            opcode,
+            payload_len,
+            link_len: roce_link_len(ipv6, roce) as u32,
+        }
     }
 }
 
@@ -243,36 +262,56 @@ mod tests {
     const NOW: Instant = Instant::ZERO;
 
     fn packet(message_end: bool) -> Served {
-        Served {
-            opcode: if message_end {
+        Served::new(
+            if message_end {
                 Opcode::RC_RDMA_WRITE_LAST
             } else {
                 Opcode::RC_RDMA_WRITE_MIDDLE
             },
-            payload_len: 1024,
-        }
+            1024,
+        )
     }
 
     #[test]
     fn a_served_packet_says_what_it_was() {
-        let write_only = Served {
-            opcode: Opcode::RC_RDMA_WRITE_ONLY,
-            payload_len: 8,
-        };
+        let write_only = Served::new(Opcode::RC_RDMA_WRITE_ONLY, 8);
         assert!(write_only.message_end() && !write_only.response());
         // BTH 12 + RETH 16 + 8 + ICRC 4, IPv4 20 + UDP 8, Ethernet 14 + FCS 4, preamble 8
         // and gap 12.
-        assert_eq!(write_only.link_len(), 106);
-        let read_middle = Served {
-            opcode: Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-            payload_len: 4096,
-        };
+        assert_eq!(write_only.link_len, 106);
+        let read_middle = Served::new(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 4096);
         assert!(!read_middle.message_end() && read_middle.response());
-        let ack = Served {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            payload_len: 0,
-        };
+        let ack = Served::new(Opcode::RC_ACKNOWLEDGE, 0);
         assert!(ack.message_end() && ack.response());
+    }
+
+    #[test]
+    fn a_served_packets_size_is_the_wires_with_its_ip_version_and_ccx() {
+        use sluice_wire::{Bth, Ccx, ExtHeaders, Psn, RoceHeaders};
+        for opcode in [
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_ACKNOWLEDGE,
+        ] {
+            for ipv6 in [false, true] {
+                for ccx in [None, Some(Ccx::Credit { granted_total: 0 })] {
+                    let headers = RoceHeaders {
+                        bth: Bth::new(opcode, 0x11, Psn::new(0)),
+                        ccx,
+                        ext: ExtHeaders::default(),
+                    };
+                    let payload = if opcode == Opcode::RC_ACKNOWLEDGE {
+                        0
+                    } else {
+                        1021
+                    };
+                    let wire = headers.link_len(ipv6, payload as usize).unwrap() as u32;
+                    let layout = ccx.map(|c| c.layout());
+                    let served = Served::on_link(opcode, payload, ipv6, layout);
+                    assert_eq!(served.link_len, wire, "{opcode:?} {ipv6} {ccx:?}");
+                }
+            }
+        }
     }
 
     /// Visits `s` `n` times, each queue pair sending a packet that ends a message every
@@ -375,11 +414,27 @@ impl EngineScheduler {
         }
     }
 
+    /// [`Scheduler::served`] with the packet sent, if any: its size on the link is worked
+    /// out only for a scheduler that may look (round robin does not). `Sent` is small and
+    /// taken by value: a reference to the packet itself, which is returned right after,
+    /// made the compiler keep it in memory and copy it out.
     #[inline]
-    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
+    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Sent>, more: bool) {
         match self {
-            EngineScheduler::RoundRobin(s) => s.served(qp, now, sent, more),
-            EngineScheduler::Other(s) => s.served(qp, now, sent, more),
+            EngineScheduler::RoundRobin(s) => s.served(qp, now, None, more),
+            EngineScheduler::Other(s) => {
+                let sent = sent.map(|t| Served::on_link(t.opcode, t.payload_len, t.ipv6, t.ccx));
+                s.served(qp, now, sent, more)
+            }
         }
     }
+}
+
+/// What the engine knows of a packet it sent, for [`EngineScheduler::served`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    pub(crate) opcode: Opcode,
+    pub(crate) payload_len: u32,
+    pub(crate) ipv6: bool,
+    pub(crate) ccx: Option<CcxLayout>,
 }

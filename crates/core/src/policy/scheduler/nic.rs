@@ -139,10 +139,7 @@ mod tests {
             (false, true) => Opcode::RC_RDMA_WRITE_LAST,
             (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
         };
-        Served {
-            opcode,
-            payload_len: 1024,
-        }
+        Served::new(opcode, 1024)
     }
 
     /// Gbit/s of payload each of two always-busy writers of `messages` bytes gets on a
@@ -162,7 +159,7 @@ mod tests {
             let p = packet(sent[q], messages[q]);
             sent[q] = (sent[q] + 1024) % messages[q];
             payload[q] += 1024;
-            now += (f64::from(p.link_len()) * 8.0 / 100.0).round() as u64;
+            now += (f64::from(p.link_len) * 8.0 / 100.0).round() as u64;
             s.served(qp, Instant::from_nanos(now), Some(p), true);
         }
         payload.map(|b| b as f64 * 8.0 / now as f64)

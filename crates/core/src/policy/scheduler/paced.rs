@@ -302,7 +302,7 @@ impl<A: Allocator> Paced<A> {
         let ci = c as usize;
         let mut cost = self.alloc.cost(c);
         if let Some(s) = sent {
-            let bytes = s.link_len();
+            let bytes = s.link_len;
             let full = self.now as f64 - self.burst * cost;
             let class = &mut self.classes[ci];
             class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;

@@ -314,17 +314,14 @@ mod tests {
         for qp in 0..3 {
             s.wake(qp);
         }
-        let packet = Served {
-            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-            payload_len: 1024,
-        };
+        let packet = Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, 1024);
         let mut now = 0.0f64;
         while now < 2e6 {
             let t = Instant::from_nanos(now as u64);
             match s.next(t) {
                 Some(qp) => {
                     s.served(qp, t, Some(packet), true);
-                    now += f64::from(packet.link_len()) / 12.5;
+                    now += f64::from(packet.link_len) / 12.5;
                 }
                 None => now = s.next_timeout().unwrap().as_nanos() as f64,
             }
@@ -356,10 +353,7 @@ mod tests {
             s.reset(qp);
             s.wake(qp);
         }
-        let packet = Served {
-            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-            payload_len: 1024,
-        };
+        let packet = Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, 1024);
         let fair = 12.5 / 8.0;
         let close = 2.0 * step as f64 / 8e9;
         let mut now = 0.0f64;
@@ -371,7 +365,7 @@ mod tests {
             match s.next(t) {
                 Some(qp) => {
                     s.served(qp, t, Some(packet), true);
-                    now += f64::from(packet.link_len()) / 12.5;
+                    now += f64::from(packet.link_len) / 12.5;
                 }
                 None => now = s.next_timeout().unwrap().as_nanos() as f64,
             }
