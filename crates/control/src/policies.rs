@@ -255,9 +255,9 @@ fn gbps_to_bps(gbps: f64) -> u64 {
 /// The pacing schedulers' common parameters ([`Pacing`]); rates in Gbit/s.
 #[derive(Debug, Clone, Copy)]
 pub struct PacingParams {
-    /// The link's capacity C, Gbit/s.
-    pub link: f64,
-    /// The lowest rate, Gbit/s; `None`: 1% of `link`.
+    /// The link's capacity C, Gbit/s; `None`: the engine's line rate.
+    pub link: Option<f64>,
+    /// The lowest rate, Gbit/s; `None`: 1% of the link.
     pub floor: Option<f64>,
     /// Share among tenants (by weight) rather than queue pairs.
     pub by_tenant: bool,
@@ -270,7 +270,7 @@ pub struct PacingParams {
 impl Default for PacingParams {
     fn default() -> Self {
         PacingParams {
-            link: 100.0,
+            link: None,
             floor: None,
             by_tenant: false,
             burst: 16384,
@@ -283,11 +283,11 @@ impl Default for PacingParams {
 const PACING_INFO: [ParamInfo; 5] = [
     ParamInfo {
         name: "link",
-        help: "the link capacity C the rates share, Gbit/s (the scheduler is not told the engine's line rate: set it to the port's or the virtual link's), 0.001..=10000 (default 100)",
+        help: "the link capacity C the rates share, Gbit/s (e.g. a virtual link's, for a scaled-down experiment), 0.001..=10000 (default the engine's line rate)",
     },
     ParamInfo {
         name: "floor",
-        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most `link` (default 1% of link)",
+        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most the link (default 1% of the link)",
     },
     ParamInfo {
         name: "by",
@@ -307,7 +307,7 @@ impl PacingParams {
     /// Sets `name` if it is a pacing parameter; `None` if it is not one.
     fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
         let r = match name {
-            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = v),
+            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = Some(v)),
             "floor" => parse_f64_in(name, value, 0.0, 10000.0).map(|v| self.floor = Some(v)),
             "by" => match value.trim() {
                 "qp" | "tenant" => {
@@ -327,10 +327,15 @@ impl PacingParams {
         Some(r)
     }
 
-    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`).
+    /// The largest rate the link may be, Gbit/s: the given link, else any line rate.
+    fn link_bound(&self) -> f64 {
+        self.link.unwrap_or(10000.0)
+    }
+
+    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`; a
+    /// floor above the engine's line rate, when no link is given, is cut to it).
     fn pacing(&self) -> Result<Pacing, ParamError> {
-        let floor = self.floor.unwrap_or(self.link / 100.0);
-        if floor > self.link {
+        if let Some(floor) = self.floor.filter(|&f| f > self.link_bound()) {
             return Err(ParamError::Invalid {
                 name: "floor".into(),
                 value: floor.to_string(),
@@ -338,8 +343,8 @@ impl PacingParams {
             });
         }
         Ok(Pacing {
-            link: gbps_to_bps(self.link),
-            floor: gbps_to_bps(floor),
+            link: self.link.map(gbps_to_bps),
+            floor: self.floor.map(gbps_to_bps),
             by_tenant: self.by_tenant,
             burst: self.burst,
             linger: Duration::from_nanos((self.linger_us * 1e3).round() as u64),
@@ -462,7 +467,7 @@ impl WaterParams {
     fn build(&self) -> Result<WaterFilling, ParamError> {
         let pacing = self.pacing.pacing()?;
         for (name, v) in [("step", self.step), ("initial", self.initial)] {
-            if v > self.pacing.link {
+            if v > self.pacing.link_bound() {
                 return Err(ParamError::Invalid {
                     name: name.into(),
                     value: v.to_string(),
@@ -488,8 +493,8 @@ pub struct NicParams {
     pub burst: u32,
     /// Byte times per work request.
     pub wqe: u32,
-    /// The link, Gbit/s.
-    pub link: f64,
+    /// The link, Gbit/s; `None`: the engine's line rate.
+    pub link: Option<f64>,
 }
 
 impl Default for NicParams {
@@ -497,7 +502,7 @@ impl Default for NicParams {
         NicParams {
             burst: 8192,
             wqe: 256,
-            link: 100.0,
+            link: None,
         }
     }
 }
@@ -514,7 +519,7 @@ impl Params for NicParams {
         },
         ParamInfo {
             name: "link",
-            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default 100)",
+            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default the engine's line rate)",
         },
     ];
 
@@ -522,7 +527,7 @@ impl Params for NicParams {
         match name {
             "burst" => self.burst = parse_u64_in(name, value, 1, 1 << 24)? as u32,
             "wqe" => self.wqe = parse_u64_in(name, value, 0, 1 << 20)? as u32,
-            "link" => self.link = parse_f64_in(name, value, 0.001, 10000.0)?,
+            "link" => self.link = Some(parse_f64_in(name, value, 0.001, 10000.0)?),
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -577,8 +582,9 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             params: NicParams::INFO,
             both_ends: false,
             build: |p| {
-                params::<NicParams>(p)
-                    .map(|n| Box::new(NicDefault::new(n.burst, n.wqe, gbps_to_bps(n.link))) as _)
+                params::<NicParams>(p).map(|n| {
+                    Box::new(NicDefault::new(n.burst, n.wqe, n.link.map(gbps_to_bps))) as _
+                })
             },
         },
     ],
@@ -750,7 +756,10 @@ mod tests {
             ),
             (
                 SCHEDULERS
-                    .build("water-filling", &[("step".into(), "200".into())])
+                    .build(
+                        "water-filling",
+                        &[("link".into(), "100".into()), ("step".into(), "200".into())],
+                    )
                     .err(),
                 "step",
                 "200",

@@ -38,8 +38,8 @@ const NAMES: [&str; 5] = [
 /// times over and every bucket would always allow; without, the rates sum to C and the
 /// buckets decide who is eligible at every decision.
 const PACING: Pacing = Pacing {
-    link: 100_000_000_000,
-    floor: 0,
+    link: Some(100_000_000_000),
+    floor: Some(0),
     by_tenant: false,
     burst: 16384,
     linger: Duration::from_millis(1),

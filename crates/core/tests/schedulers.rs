@@ -668,3 +668,59 @@ fn the_engine_tells_the_scheduler_each_packets_size_on_the_link_ccx_included() {
         }
     }
 }
+
+/// How long one queue pair's 4 MiB WRITE takes through an engine with `scheduler`, whose line
+/// rate is `line` bit/s, over a 100 Gbit/s link, in µs.
+fn write_time_us(line: u64, scheduler: Box<dyn Scheduler>) -> f64 {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let link = Impairments {
+        gbps: 100,
+        ..Impairments::CLEAN
+    };
+    let mut world = World::new(2, 7, link);
+    world.engines[0] = Engine::with_policies(
+        EngineConfig {
+            line_rate_bps: line,
+            ..EngineConfig::default()
+        },
+        Policies {
+            scheduler,
+            ..Policies::default()
+        },
+    );
+    let options = PairOptions {
+        mr_len: 4 << 20,
+        ..PairOptions::default()
+    };
+    let pair = Pair::connect(&mut world, &options);
+    let start = world.now;
+    pair.post_write(&mut world, 1, 0, 4 << 20);
+    let cq = pair.send_cq[0];
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+    (world.now.as_nanos() - start.as_nanos()) as f64 / 1e3
+}
+
+#[test]
+fn a_pacing_scheduler_paces_to_the_engines_line_rate_unless_given_a_link() {
+    // 4 MiB and its headers at 25 Gbit/s: about 1,390 µs; at 100, a quarter of it.
+    let at_25 = 1390.0;
+    let given = |link: Option<u64>| Pacing {
+        link,
+        ..Pacing::default()
+    };
+    let t = write_time_us(25_000_000_000, Box::new(StaticShare::new(given(None))));
+    assert!((t / at_25 - 1.0).abs() < 0.05, "static: {t} µs");
+    let water = WaterFilling::new(given(None), Filling::default());
+    let t = write_time_us(25_000_000_000, Box::new(water));
+    assert!((t / at_25 - 1.0).abs() < 0.05, "water-filling: {t} µs");
+    // A link given wins over the engine's line rate.
+    let s = StaticShare::new(given(Some(100_000_000_000)));
+    let t = write_time_us(25_000_000_000, Box::new(s));
+    assert!(
+        (t / (at_25 / 4.0) - 1.0).abs() < 0.1,
+        "static, link given: {t} µs"
+    );
+}

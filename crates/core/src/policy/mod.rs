@@ -28,8 +28,8 @@ mod tracker;
 pub(crate) use path::EnginePathSelector;
 pub use path::{PathPacket, PathSelector, QpnHash, Spray};
 pub use scheduler::{
-    Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
-    StaticShare, Tenant, WaterFilling,
+    DEFAULT_LINK, Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin,
+    Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};

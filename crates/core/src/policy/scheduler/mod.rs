@@ -33,11 +33,13 @@ pub use water::{Filling, WaterFilling};
 /// next packet when the bucket holds the packet's bytes on the link ([`Served::link_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacing {
-    /// The link's capacity C, bit/s, which the rates share (the engine's line rate, or the
-    /// virtual link a scaled-down experiment paces to).
-    pub link: u64,
-    /// No class is paced below this, bit/s (SCR's 1 Gbit/s at 100 Gbit/s).
-    pub floor: u64,
+    /// The link's capacity C, bit/s, which the rates share; `None`: the engine's line rate
+    /// ([`Scheduler::set_link`]; 100 Gbit/s until told). Given, it wins over the engine's
+    /// (a scaled-down experiment paces to a virtual link).
+    pub link: Option<u64>,
+    /// No class is paced below this, bit/s (SCR's 1 Gbit/s at 100 Gbit/s); `None`: 1% of
+    /// the link. Never above the link.
+    pub floor: Option<u64>,
     /// Classes are tenants, weighed by their weights, rather than queue pairs.
     pub by_tenant: bool,
     /// A bucket's depth, bytes: what a class that waited may send back to back.
@@ -46,12 +48,16 @@ pub struct Pacing {
     pub linger: std::time::Duration,
 }
 
+/// The link a scheduler assumes until the engine tells it its line rate.
+pub const DEFAULT_LINK: u64 = 100_000_000_000;
+
 impl Default for Pacing {
-    /// 100 Gbit/s, a 1 Gbit/s floor, per queue pair, 16 KiB buckets, 1 ms linger.
+    /// The engine's line rate, a floor of 1% of it, per queue pair, 16 KiB buckets, 1 ms
+    /// linger.
     fn default() -> Self {
         Pacing {
-            link: 100_000_000_000,
-            floor: 1_000_000_000,
+            link: None,
+            floor: None,
             by_tenant: false,
             burst: 16384,
             linger: std::time::Duration::from_millis(1),
@@ -60,12 +66,21 @@ impl Default for Pacing {
 }
 
 impl Pacing {
-    pub(crate) fn link_bytes_per_ns(&self) -> f64 {
-        self.link as f64 / 8e9
+    /// The link, bit/s, on an engine whose line rate is `line` (bit/s).
+    pub(crate) fn link_on(&self, line: u64) -> u64 {
+        self.link.unwrap_or(line).max(1)
     }
 
-    pub(crate) fn floor_bytes_per_ns(&self) -> f64 {
-        (self.floor as f64 / 8e9).max(1e-9)
+    /// The link, bytes per ns, on an engine whose line rate is `line`.
+    pub(crate) fn link_bytes_per_ns(&self, line: u64) -> f64 {
+        self.link_on(line) as f64 / 8e9
+    }
+
+    /// The floor, bytes per ns, on an engine whose line rate is `line`.
+    pub(crate) fn floor_bytes_per_ns(&self, line: u64) -> f64 {
+        let link = self.link_on(line);
+        let floor = self.floor.unwrap_or(link / 100).min(link);
+        (floor as f64 / 8e9).max(1e-9)
     }
 
     pub(crate) fn linger_ns(&self) -> u64 {
@@ -180,6 +195,13 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
     /// Queue pair `qp` belongs to `tenant` from now on.
     fn set_tenant(&mut self, qp: u32, tenant: Tenant) {
         let _ = (qp, tenant);
+    }
+
+    /// The engine's line rate, bit/s ([`crate::EngineConfig::line_rate_bps`]), told once as
+    /// the engine is made, before any queue pair exists: a scheduler that needs the link's
+    /// capacity uses it unless it was given one of its own.
+    fn set_link(&mut self, bits_per_second: u64) {
+        let _ = bits_per_second;
     }
 
     /// When a held queue pair next becomes eligible, for a scheduler that paces; `None`

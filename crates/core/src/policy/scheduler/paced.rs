@@ -27,6 +27,8 @@ pub(crate) trait Allocator: std::fmt::Debug + 'static {
     fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
         let _ = (class, bytes, now, backlogged);
     }
+    /// The link is `link` bytes per ns and the floor `floor` (told before any class joins).
+    fn set_link(&mut self, link: f64, floor: f64);
 }
 
 /// What a class is doing.
@@ -372,7 +374,8 @@ fn ceil_ns_rounds_up() {
     );
 }
 
-/// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`].
+/// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`] and
+/// `pacing` the [`super::Pacing`] it was made with.
 macro_rules! paced_scheduler {
     ($t:ty) => {
         impl $crate::policy::Scheduler for $t {
@@ -405,6 +408,14 @@ macro_rules! paced_scheduler {
             }
             fn next_timeout(&self) -> Option<$crate::Instant> {
                 self.paced.next_timeout()
+            }
+            fn set_link(&mut self, bits_per_second: u64) {
+                // A link given in the parameters wins.
+                if self.pacing.link.is_none() {
+                    let link = self.pacing.link_bytes_per_ns(bits_per_second);
+                    let floor = self.pacing.floor_bytes_per_ns(bits_per_second);
+                    self.paced.alloc.set_link(link, floor);
+                }
             }
         }
     };

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::lists::NIL;
 use super::paced::{Allocator, Paced, paced_scheduler};
-use super::{Pacing, RateEstimate};
+use super::{DEFAULT_LINK, Pacing, RateEstimate};
 
 /// How [`WaterFilling`] fills.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,6 +64,7 @@ impl Default for Filling {
 #[derive(Debug)]
 pub struct WaterFilling {
     paced: Paced<Fill>,
+    pacing: Pacing,
 }
 
 impl WaterFilling {
@@ -71,8 +72,8 @@ impl WaterFilling {
     pub fn new(pacing: Pacing, filling: Filling) -> WaterFilling {
         let per_ns = |bps: u64| bps as f64 / 8e9;
         let fill = Fill {
-            link: pacing.link_bytes_per_ns(),
-            floor: pacing.floor_bytes_per_ns(),
+            link: pacing.link_bytes_per_ns(DEFAULT_LINK),
+            floor: pacing.floor_bytes_per_ns(DEFAULT_LINK),
             step: per_ns(filling.step).max(1e-9),
             reset: filling.reset_on_join,
             initial: per_ns(filling.initial),
@@ -86,6 +87,7 @@ impl WaterFilling {
         };
         WaterFilling {
             paced: Paced::new(fill, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            pacing,
         }
     }
 
@@ -248,6 +250,13 @@ impl Allocator for Fill {
         }
     }
 
+    fn set_link(&mut self, link: f64, floor: f64) {
+        (self.link, self.floor) = (link, floor);
+        // A step or starting rate above the link would overshoot it.
+        self.step = self.step.min(link);
+        self.initial = self.initial.min(link);
+    }
+
     #[inline]
     fn rate(&self, class: u32) -> f64 {
         self.flows[class as usize].rate
@@ -340,7 +349,7 @@ mod tests {
         use sluice_wire::Opcode;
 
         let pacing = Pacing {
-            floor: 0,
+            floor: Some(0),
             ..Pacing::default()
         };
         let filling = Filling {
@@ -394,7 +403,7 @@ mod tests {
     #[test]
     fn reset_on_join_starts_everyone_again_from_the_initial_rate() {
         let pacing = Pacing {
-            floor: 0,
+            floor: Some(0),
             ..Pacing::default()
         };
         let filling = Filling {
