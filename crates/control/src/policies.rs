@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use sluice_core::policy::{
-    Bitmaps, ByteCount, Drr, Filling, NicDefault, OffsetLists, Pacing, PathSelector, PerMessage,
-    QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory, WaterFilling,
-    XorPayload,
+    Bitmaps, ByteCount, Drr, Filling, Join, NicDefault, OffsetLists, Pacing, PathSelector,
+    PerMessage, QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory,
+    WaterFilling, XorPayload,
 };
 
 use crate::params::{
@@ -376,8 +376,8 @@ pub struct WaterParams {
     pub pacing: PacingParams,
     /// A step, Gbit/s.
     pub step: f64,
-    /// Every rate starts again from `initial` on a join.
-    pub reset_on_join: bool,
+    /// What a join does to the rates.
+    pub join: Join,
     /// The rate everyone starts again from on a join with `join=reset`, Gbit/s.
     pub initial: f64,
     /// The least time between two adjustments of a rate, µs.
@@ -391,7 +391,7 @@ impl Default for WaterParams {
         WaterParams {
             pacing: PacingParams::default(),
             step: 0.4,
-            reset_on_join: false,
+            join: Join::Share,
             initial: 0.5,
             interval_us: 4.0,
             gain: 0.125,
@@ -411,7 +411,7 @@ const WATER_INFO: [ParamInfo; 10] = [
     },
     ParamInfo {
         name: "join",
-        help: "on a join: `share` (the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
+        help: "on a join (SCR Fig 9): `halve` (a: the others halve, the newcomer starts at the floor), `scale` (b: the others keep (n-1)/n, the newcomer starts at the floor), `share` (c: the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
     },
     ParamInfo {
         name: "initial",
@@ -436,16 +436,17 @@ impl Params for WaterParams {
         }
         match name {
             "step" => self.step = parse_positive(name, value)?,
-            "join" => match value.trim() {
-                "share" | "reset" => self.reset_on_join = value.trim() == "reset",
-                _ => {
-                    return Err(ParamError::Invalid {
+            "join" => {
+                self.join = Join::ALL
+                    .iter()
+                    .find(|(n, _)| *n == value.trim())
+                    .map(|&(_, j)| j)
+                    .ok_or_else(|| ParamError::Invalid {
                         name: name.into(),
                         value: value.into(),
-                        expected: "`share` or `reset`",
-                    });
-                }
-            },
+                        expected: "`halve`, `scale`, `share` or `reset`",
+                    })?
+            }
             "initial" => self.initial = parse_f64(name, value)?,
             "interval" => self.interval_us = parse_f64_in(name, value, 0.0, 1e6)?,
             "gain" => {
@@ -477,7 +478,7 @@ impl WaterParams {
         }
         let filling = Filling {
             step: gbps_to_bps(self.step),
-            reset_on_join: self.reset_on_join,
+            join: self.join,
             initial: gbps_to_bps(self.initial),
             interval: Duration::from_nanos((self.interval_us * 1e3).round() as u64),
             gain: self.gain,
@@ -702,6 +703,20 @@ mod tests {
     }
 
     #[test]
+    fn water_filling_takes_every_join_strategy_by_name() {
+        for (name, join) in Join::ALL {
+            let mut p = WaterParams::default();
+            p.set("join", name).unwrap();
+            assert_eq!(p.join, join);
+            assert!(
+                SCHEDULERS
+                    .build("water-filling", &[("join".into(), name.into())])
+                    .is_ok()
+            );
+        }
+    }
+
+    #[test]
     fn out_of_range_parameters_are_refused() {
         for (registry_build, name, value) in [
             (
@@ -773,10 +788,10 @@ mod tests {
             ),
             (
                 SCHEDULERS
-                    .build("water-filling", &[("join".into(), "halve".into())])
+                    .build("water-filling", &[("join".into(), "split".into())])
                     .err(),
                 "join",
-                "halve",
+                "split",
             ),
             (
                 SCHEDULERS

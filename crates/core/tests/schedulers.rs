@@ -310,7 +310,7 @@ fn schedulers() -> Vec<(&'static str, Box<dyn Scheduler>, bool)> {
             Box::new(WaterFilling::new(
                 Pacing::default(),
                 Filling {
-                    reset_on_join: true,
+                    join: sluice_core::policy::Join::Reset,
                     ..Filling::default()
                 },
             )),

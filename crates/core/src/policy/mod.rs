@@ -28,7 +28,7 @@ mod tracker;
 pub(crate) use path::EnginePathSelector;
 pub use path::{PathPacket, PathSelector, QpnHash, Spray};
 pub use scheduler::{
-    DEFAULT_LINK, Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin,
+    DEFAULT_LINK, Drr, Filling, Join, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin,
     Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};

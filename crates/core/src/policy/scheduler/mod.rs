@@ -26,7 +26,7 @@ pub use drr::Drr;
 pub use estimate::RateEstimate;
 pub use nic::NicDefault;
 pub use static_share::StaticShare;
-pub use water::{Filling, WaterFilling};
+pub use water::{Filling, Join, WaterFilling};
 
 /// How the pacing schedulers ([`StaticShare`], [`WaterFilling`]) pace: each class (a queue
 /// pair, or a tenant) has a token bucket filled at the rate it is allocated, and may send its
