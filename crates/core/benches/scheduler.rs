@@ -4,7 +4,7 @@
 //!
 //! A decision is `next` and `served` (the queue pair staying held), and one in 16 ends a
 //! 16-packet message with the queue pair dropped and woken again at once (`wake`). When a
-//! pacing scheduler has no one eligible, the clock jumps to its `next_timeout` (that call
+//! pacing scheduler has no one eligible, the clock jumps to its `eligible_at` (that call
 //! is in the time). Every queue pair always has something to send; with 1, 1,024 and
 //! 16,384 of them, ns per decision and the ratio to round robin measured in the same run.
 //!
@@ -107,7 +107,7 @@ impl Bench {
             let Some(qp) = self.s.next(now) else {
                 let t = self
                     .s
-                    .next_timeout()
+                    .eligible_at()
                     .expect("busy queue pairs wait for a time");
                 self.now = self.now.max(t.as_nanos() << 10);
                 continue;

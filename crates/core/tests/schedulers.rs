@@ -2,7 +2,7 @@
 //! one packet at a time at its capacity C, with a simulated clock.
 //!
 //! - Every scheduler is work-conserving: `next` returns nothing while it holds queue pairs
-//!   only when none is eligible, and then `next_timeout` names a time in the future at which
+//!   only when none is eligible, and then `eligible_at` names a time in the future at which
 //!   one is. Without pacing, it returns nothing only when it holds nothing; the static
 //!   scheduler gives every backlogged queue pair its C/N (so its buckets, not the scheduler,
 //!   are what holds them back).
@@ -14,7 +14,7 @@
 //!   rates never sum above C.
 //!
 //! - Through an engine: every scheduler carries two tenants' WRITEs to completion (the
-//!   pacing ones through the engine's `next_timeout`).
+//!   pacing ones through the engine's `next_transmit_at`).
 //!
 //! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
@@ -179,7 +179,7 @@ impl Link {
             let now = Instant::from_nanos(self.now);
             let Some(qp) = self.s.next(now) else {
                 let holding = self.held.iter().any(|&h| h);
-                let timeout = self.s.next_timeout();
+                let timeout = self.s.eligible_at();
                 if holding {
                     prop_assert!(
                         self.paces,
@@ -190,7 +190,7 @@ impl Link {
                     let t = timeout.map(Instant::as_nanos);
                     prop_assert!(
                         t.is_some_and(|t| t > self.now),
-                        "nothing eligible at {} but next_timeout is {t:?}",
+                        "nothing eligible at {} but eligible_at is {t:?}",
                         self.now
                     );
                     let t = t.unwrap().min(self.next_arrival());
@@ -723,4 +723,42 @@ fn a_pacing_scheduler_paces_to_the_engines_line_rate_unless_given_a_link() {
         (t / (at_25 / 4.0) - 1.0).abs() < 0.1,
         "static, link given: {t} µs"
     );
+}
+
+/// A pacing scheduler's wait is a time to ask `poll_transmit` again, not a timer: once the
+/// engine has sent what it may, `next_transmit_at` is later than now, `next_timeout` has
+/// only the engine's own timers (the retransmission's, later), and at that time a packet
+/// goes.
+#[test]
+fn a_paced_queue_pairs_wait_is_a_transmit_time_not_a_timer() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let mut world = World::new(2, 7, Impairments::CLEAN);
+    world.engines[0] = Engine::with_policies(
+        EngineConfig::default(),
+        Policies {
+            scheduler: Box::new(StaticShare::new(Pacing::default())),
+            ..Policies::default()
+        },
+    );
+    let options = PairOptions {
+        mr_len: 1 << 20,
+        ..PairOptions::default()
+    };
+    let pair = Pair::connect(&mut world, &options);
+    pair.post_write(&mut world, 1, 0, 1 << 20);
+    let mut now = world.now;
+    let e = &mut world.engines[0];
+    let mut buffer = [0u8; 4096];
+    for _ in 0..8 {
+        while e.poll_transmit(now, &mut buffer).is_some() {}
+        let at = e.next_transmit_at().expect("a paced queue pair waits");
+        assert!(at > now, "{at:?} after {now:?}");
+        assert!(e.next_timeout().is_none_or(|t| t > at));
+        assert!(!e.timeout_due(at));
+        now = at;
+        assert!(e.poll_transmit(now, &mut buffer).is_some());
+    }
 }

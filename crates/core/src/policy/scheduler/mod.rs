@@ -174,6 +174,13 @@ impl Served {
 /// [`Scheduler::next`] asked for it calls [`Scheduler::served`], saying whether the queue
 /// pair may send more (then the scheduler keeps it) or not (it forgets it). Queue pairs are
 /// named by their index in the engine (dense, reused after a queue pair is destroyed).
+///
+/// A scheduler has no timers: nothing in it happens at a time of its own. One that holds
+/// queue pairs back (pacing, an arbiter's busy time) says when `next` may next answer
+/// ([`Scheduler::eligible_at`]); the engine passes that on to its driver as the time
+/// [`crate::Engine::poll_transmit`] may next produce a packet
+/// ([`crate::Engine::next_transmit_at`]), apart from its timers
+/// ([`crate::Engine::next_timeout`]).
 pub trait Scheduler: std::fmt::Debug + std::any::Any {
     /// A new queue pair at `qp`: forget anything an earlier one at this index left.
     fn reset(&mut self, qp: u32);
@@ -204,9 +211,14 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
         let _ = bits_per_second;
     }
 
-    /// When a held queue pair next becomes eligible, for a scheduler that paces; `None`
-    /// when it does not pace or nothing waits.
-    fn next_timeout(&self) -> Option<Instant> {
+    /// When [`Scheduler::next`] may next return a queue pair, for a scheduler that holds
+    /// queue pairs back: the earliest time one it holds becomes eligible, a time already
+    /// passed if one is eligible now (the driver's link was busy, or `next` was not asked
+    /// since). `None` when it holds none back: it holds nothing, or `next` returns what it
+    /// holds at any time (the round robins, DRR), so only an event that gives a queue pair
+    /// something to send makes a difference. Not a deadline: nothing happens in the
+    /// scheduler when it passes.
+    fn eligible_at(&self) -> Option<Instant> {
         None
     }
 }

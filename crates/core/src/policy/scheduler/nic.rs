@@ -132,7 +132,7 @@ impl Scheduler for NicDefault {
         self.ready.retain(|&i| i != qp);
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
+    fn eligible_at(&self) -> Option<Instant> {
         (!self.ready.is_empty()).then_some(Instant::from_nanos(self.busy_until))
     }
 
@@ -170,7 +170,7 @@ mod tests {
         let mut payload = [0u64; 2];
         while now < 10_000_000 {
             let Some(qp) = s.next(Instant::from_nanos(now)) else {
-                now = s.next_timeout().unwrap().as_nanos();
+                now = s.eligible_at().unwrap().as_nanos();
                 continue;
             };
             let q = qp as usize;

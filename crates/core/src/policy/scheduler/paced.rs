@@ -351,7 +351,7 @@ impl<A: Allocator> Paced<A> {
         }
     }
 
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+    pub(crate) fn eligible_at(&self) -> Option<Instant> {
         if !self.ready.is_empty() {
             return Some(Instant::from_nanos(self.now));
         }
@@ -406,8 +406,8 @@ macro_rules! paced_scheduler {
             fn set_tenant(&mut self, qp: u32, tenant: $crate::policy::Tenant) {
                 self.paced.set_tenant(qp, tenant)
             }
-            fn next_timeout(&self) -> Option<$crate::Instant> {
-                self.paced.next_timeout()
+            fn eligible_at(&self) -> Option<$crate::Instant> {
+                self.paced.eligible_at()
             }
             fn set_link(&mut self, bits_per_second: u64) {
                 // A link given in the parameters wins.

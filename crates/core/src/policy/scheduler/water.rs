@@ -364,7 +364,7 @@ mod tests {
                     s.served(qp, t, Some(packet), true);
                     now += f64::from(packet.link_len) / 12.5;
                 }
-                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
             }
         }
         let (a, b) = (s.rate(0), s.rate(1));
@@ -408,7 +408,7 @@ mod tests {
                     s.served(qp, t, Some(packet), true);
                     now += f64::from(packet.link_len) / 12.5;
                 }
-                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
             }
         }
         panic!(
@@ -466,7 +466,7 @@ mod tests {
                     s.served(qp, t, Some(packet), true);
                     now += f64::from(packet.link_len) / 12.5;
                 }
-                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
             }
         }
     }
