@@ -185,7 +185,10 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
     /// A new queue pair at `qp`: forget anything an earlier one at this index left.
     fn reset(&mut self, qp: u32);
 
-    /// Queue pair `qp` may have something to send and is not held.
+    /// Queue pair `qp` may have something to send and is not held. No time: the verbs that
+    /// give a queue pair work (`post_send`, `modify_qp`) are given none; a scheduler that
+    /// needs one takes the latest that `next` or `served` saw (`served` charges a packet at
+    /// its own `now`).
     fn wake(&mut self, qp: u32);
 
     /// The queue pair to visit at `now`, if one is eligible. It stays held until
