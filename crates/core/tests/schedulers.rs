@@ -735,30 +735,36 @@ fn a_paced_queue_pairs_wait_is_a_transmit_time_not_a_timer() {
     use sluice_core::{Engine, EngineConfig};
     use sluice_testkit::{Impairments, Pair, PairOptions, World};
 
-    let mut world = World::new(2, 7, Impairments::CLEAN);
-    world.engines[0] = Engine::with_policies(
-        EngineConfig::default(),
-        Policies {
-            scheduler: Box::new(StaticShare::new(Pacing::default())),
-            ..Policies::default()
-        },
-    );
-    let options = PairOptions {
-        mr_len: 1 << 20,
-        ..PairOptions::default()
-    };
-    let pair = Pair::connect(&mut world, &options);
-    pair.post_write(&mut world, 1, 0, 1 << 20);
-    let mut now = world.now;
-    let e = &mut world.engines[0];
-    let mut buffer = [0u8; 4096];
-    for _ in 0..8 {
-        while e.poll_transmit(now, &mut buffer).is_some() {}
-        let at = e.next_transmit_at().expect("a paced queue pair waits");
-        assert!(at > now, "{at:?} after {now:?}");
-        assert!(e.next_timeout().is_none_or(|t| t > at));
-        assert!(!e.timeout_due(at));
-        now = at;
-        assert!(e.poll_transmit(now, &mut buffer).is_some());
+    let pacing: [Box<dyn Scheduler>; 2] = [
+        Box::new(StaticShare::new(Pacing::default())),
+        Box::new(WaterFilling::new(Pacing::default(), Filling::default())),
+    ];
+    for scheduler in pacing {
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.engines[0] = Engine::with_policies(
+            EngineConfig::default(),
+            Policies {
+                scheduler,
+                ..Policies::default()
+            },
+        );
+        let options = PairOptions {
+            mr_len: 1 << 20,
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut world, &options);
+        pair.post_write(&mut world, 1, 0, 1 << 20);
+        let mut now = world.now;
+        let e = &mut world.engines[0];
+        let mut buffer = [0u8; 4096];
+        for _ in 0..8 {
+            while e.poll_transmit(now, &mut buffer).is_some() {}
+            let at = e.next_transmit_at().expect("a paced queue pair waits");
+            assert!(at > now, "{at:?} after {now:?}");
+            assert!(e.next_timeout().is_none_or(|t| t > at));
+            assert!(!e.timeout_due(at));
+            now = at;
+            assert!(e.poll_transmit(now, &mut buffer).is_some());
+        }
     }
 }

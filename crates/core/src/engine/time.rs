@@ -50,7 +50,8 @@ impl Engine {
     /// only an event (a packet handled, a verb, [`Engine::handle_timeout`]) gives it more
     /// to send. Not a timer: nothing is to be handled at it, and a time already passed means
     /// a packet may go as soon as the driver's link takes one (ask `poll_transmit` then,
-    /// not again at once). A driver that sleeps wakes at the earlier of this (when its link
+    /// not again at once). Right after `poll_transmit(now)` returned `None` it is `None` or
+    /// later than `now`. A driver that sleeps wakes at the earlier of this (when its link
     /// can take a packet) and [`Engine::next_timeout`].
     pub fn next_transmit_at(&self) -> Option<Instant> {
         self.nic.scheduler.get_ref().eligible_at()

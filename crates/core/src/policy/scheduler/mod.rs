@@ -220,7 +220,8 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
     /// since). `None` when it holds none back: it holds nothing, or `next` returns what it
     /// holds at any time (the round robins, DRR), so only an event that gives a queue pair
     /// something to send makes a difference. Not a deadline: nothing happens in the
-    /// scheduler when it passes.
+    /// scheduler when it passes. Right after `next(now)` returned `None` it is `None` or
+    /// later than `now`, so that a driver that waits for it never waits for no time.
     fn eligible_at(&self) -> Option<Instant> {
         None
     }
