@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use sluice_core::policy::{
-    Bitmaps, ByteCount, Drr, Filling, NicDefault, OffsetLists, Pacing, PathSelector, PerMessage,
-    QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory, WaterFilling,
-    XorPayload,
+    Bitmaps, ByteCount, Drr, Filling, Join, NicDefault, OffsetLists, Pacing, PathSelector,
+    PerMessage, QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory,
+    WaterFilling, XorPayload,
 };
 
 use sluice_core::policy::{Flowlet, Left, LeftConfig, Plb, RandomSpray, RttProbe};
@@ -570,9 +570,9 @@ fn gbps_to_bps(gbps: f64) -> u64 {
 /// The pacing schedulers' common parameters ([`Pacing`]); rates in Gbit/s.
 #[derive(Debug, Clone, Copy)]
 pub struct PacingParams {
-    /// The link's capacity C, Gbit/s.
-    pub link: f64,
-    /// The lowest rate, Gbit/s; `None`: 1% of `link`.
+    /// The link's capacity C, Gbit/s; `None`: the engine's line rate.
+    pub link: Option<f64>,
+    /// The lowest rate, Gbit/s; `None`: 1% of the link.
     pub floor: Option<f64>,
     /// Share among tenants (by weight) rather than queue pairs.
     pub by_tenant: bool,
@@ -585,7 +585,7 @@ pub struct PacingParams {
 impl Default for PacingParams {
     fn default() -> Self {
         PacingParams {
-            link: 100.0,
+            link: None,
             floor: None,
             by_tenant: false,
             burst: 16384,
@@ -598,11 +598,11 @@ impl Default for PacingParams {
 const PACING_INFO: [ParamInfo; 5] = [
     ParamInfo {
         name: "link",
-        help: "the link capacity C the rates share, Gbit/s (the scheduler is not told the engine's line rate: set it to the port's or the virtual link's), 0.001..=10000 (default 100)",
+        help: "the link capacity C the rates share, Gbit/s (e.g. a virtual link's, for a scaled-down experiment), 0.001..=10000 (default the engine's line rate)",
     },
     ParamInfo {
         name: "floor",
-        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most `link` (default 1% of link)",
+        help: "no rate below this, Gbit/s (SCR's 1 Gbit/s at 100), at most the link (default 1% of the link)",
     },
     ParamInfo {
         name: "by",
@@ -622,7 +622,7 @@ impl PacingParams {
     /// Sets `name` if it is a pacing parameter; `None` if it is not one.
     fn set(&mut self, name: &str, value: &str) -> Option<Result<(), ParamError>> {
         let r = match name {
-            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = v),
+            "link" => parse_f64_in(name, value, 0.001, 10000.0).map(|v| self.link = Some(v)),
             "floor" => parse_f64_in(name, value, 0.0, 10000.0).map(|v| self.floor = Some(v)),
             "by" => match value.trim() {
                 "qp" | "tenant" => {
@@ -642,10 +642,15 @@ impl PacingParams {
         Some(r)
     }
 
-    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`).
+    /// The largest rate the link may be, Gbit/s: the given link, else any line rate.
+    fn link_bound(&self) -> f64 {
+        self.link.unwrap_or(10000.0)
+    }
+
+    /// The pacing, checked as a whole (a floor above the link is refused, naming `floor`; a
+    /// floor above the engine's line rate, when no link is given, is cut to it).
     fn pacing(&self) -> Result<Pacing, ParamError> {
-        let floor = self.floor.unwrap_or(self.link / 100.0);
-        if floor > self.link {
+        if let Some(floor) = self.floor.filter(|&f| f > self.link_bound()) {
             return Err(ParamError::Invalid {
                 name: "floor".into(),
                 value: floor.to_string(),
@@ -653,8 +658,8 @@ impl PacingParams {
             });
         }
         Ok(Pacing {
-            link: gbps_to_bps(self.link),
-            floor: gbps_to_bps(floor),
+            link: self.link.map(gbps_to_bps),
+            floor: self.floor.map(gbps_to_bps),
             by_tenant: self.by_tenant,
             burst: self.burst,
             linger: Duration::from_nanos((self.linger_us * 1e3).round() as u64),
@@ -686,8 +691,8 @@ pub struct WaterParams {
     pub pacing: PacingParams,
     /// A step, Gbit/s.
     pub step: f64,
-    /// Every rate starts again from `initial` on a join.
-    pub reset_on_join: bool,
+    /// What a join does to the rates.
+    pub join: Join,
     /// The rate everyone starts again from on a join with `join=reset`, Gbit/s.
     pub initial: f64,
     /// The least time between two adjustments of a rate, µs.
@@ -701,7 +706,7 @@ impl Default for WaterParams {
         WaterParams {
             pacing: PacingParams::default(),
             step: 0.4,
-            reset_on_join: false,
+            join: Join::Share,
             initial: 0.5,
             interval_us: 4.0,
             gain: 0.125,
@@ -721,7 +726,7 @@ const WATER_INFO: [ParamInfo; 10] = [
     },
     ParamInfo {
         name: "join",
-        help: "on a join: `share` (the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
+        help: "on a join (SCR Fig 9): `halve` (a: the others halve, the newcomer starts at the floor), `scale` (b: the others keep (n-1)/n, the newcomer starts at the floor), `share` (c: the others keep (n-1)/n, the newcomer starts at C/n) or `reset` (everyone starts again from `initial`, SCR Fig 16) (default share)",
     },
     ParamInfo {
         name: "initial",
@@ -746,16 +751,17 @@ impl Params for WaterParams {
         }
         match name {
             "step" => self.step = parse_positive(name, value)?,
-            "join" => match value.trim() {
-                "share" | "reset" => self.reset_on_join = value.trim() == "reset",
-                _ => {
-                    return Err(ParamError::Invalid {
+            "join" => {
+                self.join = Join::ALL
+                    .iter()
+                    .find(|(n, _)| *n == value.trim())
+                    .map(|&(_, j)| j)
+                    .ok_or_else(|| ParamError::Invalid {
                         name: name.into(),
                         value: value.into(),
-                        expected: "`share` or `reset`",
-                    });
-                }
-            },
+                        expected: "`halve`, `scale`, `share` or `reset`",
+                    })?
+            }
             "initial" => self.initial = parse_f64(name, value)?,
             "interval" => self.interval_us = parse_f64_in(name, value, 0.0, 1e6)?,
             "gain" => {
@@ -777,7 +783,7 @@ impl WaterParams {
     fn build(&self) -> Result<WaterFilling, ParamError> {
         let pacing = self.pacing.pacing()?;
         for (name, v) in [("step", self.step), ("initial", self.initial)] {
-            if v > self.pacing.link {
+            if v > self.pacing.link_bound() {
                 return Err(ParamError::Invalid {
                     name: name.into(),
                     value: v.to_string(),
@@ -787,7 +793,7 @@ impl WaterParams {
         }
         let filling = Filling {
             step: gbps_to_bps(self.step),
-            reset_on_join: self.reset_on_join,
+            join: self.join,
             initial: gbps_to_bps(self.initial),
             interval: Duration::from_nanos((self.interval_us * 1e3).round() as u64),
             gain: self.gain,
@@ -803,8 +809,8 @@ pub struct NicParams {
     pub burst: u32,
     /// Byte times per work request.
     pub wqe: u32,
-    /// The link, Gbit/s.
-    pub link: f64,
+    /// The link, Gbit/s; `None`: the engine's line rate.
+    pub link: Option<f64>,
 }
 
 impl Default for NicParams {
@@ -812,7 +818,7 @@ impl Default for NicParams {
         NicParams {
             burst: 8192,
             wqe: 256,
-            link: 100.0,
+            link: None,
         }
     }
 }
@@ -829,7 +835,7 @@ impl Params for NicParams {
         },
         ParamInfo {
             name: "link",
-            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default 100)",
+            help: "the link, Gbit/s, to turn `wqe` into time, 0.001..=10000 (default the engine's line rate)",
         },
     ];
 
@@ -837,7 +843,7 @@ impl Params for NicParams {
         match name {
             "burst" => self.burst = parse_u64_in(name, value, 1, 1 << 24)? as u32,
             "wqe" => self.wqe = parse_u64_in(name, value, 0, 1 << 20)? as u32,
-            "link" => self.link = parse_f64_in(name, value, 0.001, 10000.0)?,
+            "link" => self.link = Some(parse_f64_in(name, value, 0.001, 10000.0)?),
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -892,8 +898,9 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             params: NicParams::INFO,
             both_ends: false,
             build: |p| {
-                params::<NicParams>(p)
-                    .map(|n| Box::new(NicDefault::new(n.burst, n.wqe, gbps_to_bps(n.link))) as _)
+                params::<NicParams>(p).map(|n| {
+                    Box::new(NicDefault::new(n.burst, n.wqe, n.link.map(gbps_to_bps))) as _
+                })
             },
         },
     ],
@@ -1111,6 +1118,20 @@ mod tests {
     }
 
     #[test]
+    fn water_filling_takes_every_join_strategy_by_name() {
+        for (name, join) in Join::ALL {
+            let mut p = WaterParams::default();
+            p.set("join", name).unwrap();
+            assert_eq!(p.join, join);
+            assert!(
+                SCHEDULERS
+                    .build("water-filling", &[("join".into(), name.into())])
+                    .is_ok()
+            );
+        }
+    }
+
+    #[test]
     fn out_of_range_parameters_are_refused() {
         for (registry_build, name, value) in [
             (
@@ -1165,7 +1186,10 @@ mod tests {
             ),
             (
                 SCHEDULERS
-                    .build("water-filling", &[("step".into(), "200".into())])
+                    .build(
+                        "water-filling",
+                        &[("link".into(), "100".into()), ("step".into(), "200".into())],
+                    )
                     .err(),
                 "step",
                 "200",
@@ -1179,10 +1203,10 @@ mod tests {
             ),
             (
                 SCHEDULERS
-                    .build("water-filling", &[("join".into(), "halve".into())])
+                    .build("water-filling", &[("join".into(), "split".into())])
                     .err(),
                 "join",
-                "halve",
+                "split",
             ),
             (
                 SCHEDULERS

@@ -4,7 +4,7 @@
 //!
 //! A decision is `next` and `served` (the queue pair staying held), and one in 16 ends a
 //! 16-packet message with the queue pair dropped and woken again at once (`wake`). When a
-//! pacing scheduler has no one eligible, the clock jumps to its `next_timeout` (that call
+//! pacing scheduler has no one eligible, the clock jumps to its `eligible_at` (that call
 //! is in the time). Every queue pair always has something to send; with 1, 1,024 and
 //! 16,384 of them, ns per decision and the ratio to round robin measured in the same run.
 //!
@@ -38,8 +38,8 @@ const NAMES: [&str; 5] = [
 /// times over and every bucket would always allow; without, the rates sum to C and the
 /// buckets decide who is eligible at every decision.
 const PACING: Pacing = Pacing {
-    link: 100_000_000_000,
-    floor: 0,
+    link: Some(100_000_000_000),
+    floor: Some(0),
     by_tenant: false,
     burst: 16384,
     linger: Duration::from_millis(1),
@@ -96,10 +96,7 @@ impl Bench {
             (_, true) => Opcode::RC_RDMA_WRITE_LAST,
             _ => Opcode::RC_RDMA_WRITE_MIDDLE,
         };
-        Served {
-            opcode,
-            payload_len: 1024,
-        }
+        Served::new(opcode, 1024)
     }
 
     /// `n` decisions.
@@ -110,7 +107,7 @@ impl Bench {
             let Some(qp) = self.s.next(now) else {
                 let t = self
                     .s
-                    .next_timeout()
+                    .eligible_at()
                     .expect("busy queue pairs wait for a time");
                 self.now = self.now.max(t.as_nanos() << 10);
                 continue;
@@ -124,7 +121,7 @@ impl Bench {
                 self.s.wake(qp);
             }
             // 100 Gbit/s: 0.08 ns per byte, in 1/1024 ns.
-            self.now += u64::from(p.link_len()) * 1024 * 8 / 100;
+            self.now += u64::from(p.link_len) * 1024 * 8 / 100;
             done += 1;
         }
     }

@@ -2,7 +2,7 @@
 //! one packet at a time at its capacity C, with a simulated clock.
 //!
 //! - Every scheduler is work-conserving: `next` returns nothing while it holds queue pairs
-//!   only when none is eligible, and then `next_timeout` names a time in the future at which
+//!   only when none is eligible, and then `eligible_at` names a time in the future at which
 //!   one is. Without pacing, it returns nothing only when it holds nothing; the static
 //!   scheduler gives every backlogged queue pair its C/N (so its buckets, not the scheduler,
 //!   are what holds them back).
@@ -14,7 +14,7 @@
 //!   rates never sum above C.
 //!
 //! - Through an engine: every scheduler carries two tenants' WRITEs to completion (the
-//!   pacing ones through the engine's `next_timeout`).
+//!   pacing ones through the engine's `next_transmit_at`).
 //!
 //! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
@@ -91,7 +91,7 @@ struct Link {
 
 /// The payload bytes per ns a flow's `demand` stands for, from a fraction of C in link bytes.
 fn packet_period(demand: f64) -> f64 {
-    f64::from(packet(0, 1).link_len()) / (demand * C)
+    f64::from(packet(0, 1).link_len) / (demand * C)
 }
 
 fn packet(sent: u64, message: u32) -> Served {
@@ -103,10 +103,7 @@ fn packet(sent: u64, message: u32) -> Served {
         (false, true) => Opcode::RC_RDMA_WRITE_LAST,
         (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
     };
-    Served {
-        opcode,
-        payload_len: PAYLOAD,
-    }
+    Served::new(opcode, PAYLOAD)
 }
 
 impl Link {
@@ -182,7 +179,7 @@ impl Link {
             let now = Instant::from_nanos(self.now);
             let Some(qp) = self.s.next(now) else {
                 let holding = self.held.iter().any(|&h| h);
-                let timeout = self.s.next_timeout();
+                let timeout = self.s.eligible_at();
                 if holding {
                     prop_assert!(
                         self.paces,
@@ -193,7 +190,7 @@ impl Link {
                     let t = timeout.map(Instant::as_nanos);
                     prop_assert!(
                         t.is_some_and(|t| t > self.now),
-                        "nothing eligible at {} but next_timeout is {t:?}",
+                        "nothing eligible at {} but eligible_at is {t:?}",
                         self.now
                     );
                     let t = t.unwrap().min(self.next_arrival());
@@ -228,7 +225,7 @@ impl Link {
         self.s
             .served(qp, Instant::from_nanos(self.now), Some(p), more);
         self.held[i] = more;
-        let len = u64::from(p.link_len());
+        let len = u64::from(p.link_len);
         if self.now >= self.measure_from {
             self.bytes[i] += len;
         }
@@ -313,7 +310,7 @@ fn schedulers() -> Vec<(&'static str, Box<dyn Scheduler>, bool)> {
             Box::new(WaterFilling::new(
                 Pacing::default(),
                 Filling {
-                    reset_on_join: true,
+                    join: sluice_core::policy::Join::Reset,
                     ..Filling::default()
                 },
             )),
@@ -361,7 +358,7 @@ fn drr_never_starves(flows: Vec<Flow>) -> Result<(), TestCaseError> {
     for f in &flows {
         weight[f.tenant as usize] = f.weight;
     }
-    let packet = u64::from(packet(0, 1).link_len()) + 16;
+    let packet = u64::from(packet(0, 1).link_len) + 16;
     for t in 0..3 {
         if weight[t] == 0 {
             continue;
@@ -605,4 +602,169 @@ fn only_the_hardware_model_favours_large_messages() {
 fn max_min_in_closed_form() {
     let fair = max_min(10.0, &[Some(1.0), None, Some(6.0), None]);
     assert_eq!(fair, [1.0, 3.0, 3.0, 3.0]);
+}
+
+/// Round robin that records the link size the engine says each packet it served took.
+#[derive(Debug, Default)]
+struct Recording {
+    inner: RoundRobin,
+    sizes: std::sync::Arc<std::sync::Mutex<Vec<(Opcode, u32, u32)>>>,
+}
+
+impl Scheduler for Recording {
+    fn reset(&mut self, qp: u32) {
+        self.inner.reset(qp)
+    }
+    fn wake(&mut self, qp: u32) {
+        self.inner.wake(qp)
+    }
+    fn next(&mut self, now: Instant) -> Option<u32> {
+        self.inner.next(now)
+    }
+    fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
+        if let Some(s) = sent {
+            let mut sizes = self.sizes.lock().unwrap();
+            sizes.push((s.opcode, s.payload_len, s.link_len));
+        }
+        self.inner.served(qp, now, sent, more)
+    }
+    fn remove(&mut self, qp: u32) {
+        self.inner.remove(qp)
+    }
+}
+
+#[test]
+fn the_engine_tells_the_scheduler_each_packets_size_on_the_link_ccx_included() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+    use sluice_wire::CcxLayout;
+
+    for ccx in [None, Some(CcxLayout::Timestamps)] {
+        let recording = Recording::default();
+        let sizes = recording.sizes.clone();
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.engines[0] = Engine::with_policies(
+            EngineConfig::default(),
+            Policies {
+                scheduler: Box::new(recording),
+                ..Policies::default()
+            },
+        );
+        let options = PairOptions {
+            ccx: [ccx; 2],
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut world, &options);
+        pair.post_write(&mut world, 1, 0, 10000);
+        let cq = pair.send_cq[0];
+        assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+        let sizes = sizes.lock().unwrap();
+        assert!(!sizes.is_empty());
+        for &(opcode, payload_len, link_len) in sizes.iter() {
+            let bare = Served::new(opcode, payload_len).link_len;
+            let ccx_len = ccx.map_or(0, CcxLayout::wire_len);
+            assert_eq!(link_len, bare + ccx_len as u32, "{opcode:?} {ccx:?}");
+        }
+    }
+}
+
+/// How long one queue pair's 4 MiB WRITE takes through an engine with `scheduler`, whose line
+/// rate is `line` bit/s, over a 100 Gbit/s link, in µs.
+fn write_time_us(line: u64, scheduler: Box<dyn Scheduler>) -> f64 {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let link = Impairments {
+        gbps: 100,
+        ..Impairments::CLEAN
+    };
+    let mut world = World::new(2, 7, link);
+    world.engines[0] = Engine::with_policies(
+        EngineConfig {
+            line_rate_bps: line,
+            ..EngineConfig::default()
+        },
+        Policies {
+            scheduler,
+            ..Policies::default()
+        },
+    );
+    let options = PairOptions {
+        mr_len: 4 << 20,
+        ..PairOptions::default()
+    };
+    let pair = Pair::connect(&mut world, &options);
+    let start = world.now;
+    pair.post_write(&mut world, 1, 0, 4 << 20);
+    let cq = pair.send_cq[0];
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+    (world.now.as_nanos() - start.as_nanos()) as f64 / 1e3
+}
+
+#[test]
+fn a_pacing_scheduler_paces_to_the_engines_line_rate_unless_given_a_link() {
+    // 4 MiB and its headers at 25 Gbit/s: about 1,390 µs; at 100, a quarter of it.
+    let at_25 = 1390.0;
+    let given = |link: Option<u64>| Pacing {
+        link,
+        ..Pacing::default()
+    };
+    let t = write_time_us(25_000_000_000, Box::new(StaticShare::new(given(None))));
+    assert!((t / at_25 - 1.0).abs() < 0.05, "static: {t} µs");
+    let water = WaterFilling::new(given(None), Filling::default());
+    let t = write_time_us(25_000_000_000, Box::new(water));
+    assert!((t / at_25 - 1.0).abs() < 0.05, "water-filling: {t} µs");
+    // A link given wins over the engine's line rate.
+    let s = StaticShare::new(given(Some(100_000_000_000)));
+    let t = write_time_us(25_000_000_000, Box::new(s));
+    assert!(
+        (t / (at_25 / 4.0) - 1.0).abs() < 0.1,
+        "static, link given: {t} µs"
+    );
+}
+
+/// A pacing scheduler's wait is a time to ask `poll_transmit` again, not a timer: once the
+/// engine has sent what it may, `next_transmit_at` is later than now, `next_timeout` has
+/// only the engine's own timers (the retransmission's, later), and at that time a packet
+/// goes.
+#[test]
+fn a_paced_queue_pairs_wait_is_a_transmit_time_not_a_timer() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let pacing: [Box<dyn Scheduler>; 2] = [
+        Box::new(StaticShare::new(Pacing::default())),
+        Box::new(WaterFilling::new(Pacing::default(), Filling::default())),
+    ];
+    for scheduler in pacing {
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.engines[0] = Engine::with_policies(
+            EngineConfig::default(),
+            Policies {
+                scheduler,
+                ..Policies::default()
+            },
+        );
+        let options = PairOptions {
+            mr_len: 1 << 20,
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut world, &options);
+        pair.post_write(&mut world, 1, 0, 1 << 20);
+        let mut now = world.now;
+        let e = &mut world.engines[0];
+        let mut buffer = [0u8; 4096];
+        for _ in 0..8 {
+            while e.poll_transmit(now, &mut buffer).is_some() {}
+            let at = e.next_transmit_at().expect("a paced queue pair waits");
+            assert!(at > now, "{at:?} after {now:?}");
+            assert!(e.next_timeout().is_none_or(|t| t > at));
+            assert!(!e.timeout_due(at));
+            now = at;
+            assert!(e.poll_transmit(now, &mut buffer).is_some());
+        }
+    }
 }

@@ -192,8 +192,6 @@ struct Host {
     timers: Vec<Ps>,
     /// With apps of laws of their own: which law the next queue pair takes.
     next_law: Option<NextLaw>,
-    /// The instant of its last `HostTimer`, and how many it has had at that instant.
-    timer_rounds: (Ps, u32),
 }
 
 #[derive(Debug)]
@@ -422,7 +420,6 @@ impl<'a> Network<'a> {
                 mr,
                 timers: Vec::new(),
                 next_law,
-                timer_rounds: (Ps::MAX, 0),
             });
         }
         let mut port_base = Vec::with_capacity(topo.nodes.len());
@@ -1114,17 +1111,20 @@ impl<'a> Network<'a> {
             self.complete(&c);
         }
         self.kick_host(host);
-        let port_free = self.ports[self.port_index(host, 0)].busy_until;
         let h = &mut self.hosts[host as usize];
-        if let Some(due) = h.engine.next_timeout() {
-            let mut at = from_instant(due).max(self.now);
-            // Still due after its timers ran twice at this instant: what is due is a send
-            // (a scheduler whose arbiter is free again) that waits for the port, or one the
-            // engine could not make. Asking again at the same instant would never end; the
-            // port's `TxDone` asks when it is free, and a nanosecond on otherwise.
-            if at == self.now && h.timer_rounds.0 == self.now && h.timer_rounds.1 >= 2 {
-                at = port_free.max(self.now + PS_PER_NS);
-            }
+        let timer = h
+            .engine
+            .next_timeout()
+            .map(|t| from_instant(t).max(self.now));
+        // When the scheduler lets a queue pair it holds back send: the engine is asked then.
+        // A time not after now is a packet that waits for the port (`kick_host` asked while
+        // it was free, or it is paused), which the port's `TxDone` or resume asks for.
+        let send = h
+            .engine
+            .next_transmit_at()
+            .map(from_instant)
+            .filter(|&t| t > self.now);
+        if let Some(at) = timer.into_iter().chain(send).min() {
             // An event already pending at or before `at` will do: the engine is asked again
             // then. Pushing one per call would leave a stale event per pacing step.
             if h.timers.iter().all(|&t| t > at) {
@@ -1139,10 +1139,6 @@ impl<'a> Network<'a> {
         if let Some(k) = h.timers.iter().position(|&t| t == self.now) {
             h.timers.swap_remove(k);
         }
-        h.timer_rounds = match h.timer_rounds {
-            (t, n) if t == self.now => (t, n + 1),
-            _ => (self.now, 1),
-        };
         h.engine.handle_timeout(to_instant(self.now));
         self.after_engine(host);
     }

@@ -65,16 +65,21 @@ impl Direct {
         }
     }
 
-    /// [`Direct::pump`], moving time on to the next timer whenever both engines are quiet,
-    /// for at most `limit` of time.
+    /// [`Direct::pump`], moving time on to the next timer (or the next time a scheduler lets
+    /// a queue pair send) whenever both engines are quiet, for at most `limit` of time.
     pub fn run_for(&mut self, limit: Duration) {
         let end = self.now + limit;
         loop {
             self.pump();
+            let now = self.now;
             let next = self
                 .engines
                 .iter_mut()
-                .filter_map(|e| e.next_timeout())
+                .flat_map(|e| {
+                    let send = e.next_transmit_at().filter(|&t| t > now);
+                    [e.next_timeout(), send]
+                })
+                .flatten()
                 .min();
             match next {
                 Some(t) if t <= end => {

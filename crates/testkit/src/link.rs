@@ -400,10 +400,17 @@ impl World {
                 return true;
             }
             let next_packet = self.in_flight.peek().map(|Reverse((at, ..))| *at);
+            // The engines' timers, and when a scheduler lets a queue pair it holds back send
+            // (`transmit` took everything that could go now).
+            let now = self.now;
             let next_timer = self
                 .engines
                 .iter_mut()
-                .filter_map(|e| e.next_timeout())
+                .flat_map(|e| {
+                    let send = e.next_transmit_at().filter(|&t| t > now);
+                    [e.next_timeout(), send]
+                })
+                .flatten()
                 .min();
             let next_wake = self
                 .awake_at
@@ -420,7 +427,10 @@ impl World {
                 // (posted, resumed a drained queue pair), which only a transmit shows.
                 self.transmit();
                 let moving = !self.in_flight.is_empty()
-                    || self.engines.iter_mut().any(|e| e.next_timeout().is_some());
+                    || self
+                        .engines
+                        .iter_mut()
+                        .any(|e| e.next_timeout().is_some() || e.next_transmit_at().is_some());
                 if !moving {
                     return done(self);
                 }

@@ -64,7 +64,9 @@ pub struct EngineConfig {
     /// (a standard RoCE requester asks at the end of a message and every so many packets),
     /// e.g. 1 for the per-packet ACKs that HPCC's INT echo and Swift's delay sample best.
     pub ack_every_packets: u32,
-    /// The line rate control laws start from ([`Event::Start`]), in bits per second.
+    /// The line rate control laws start from ([`Event::Start`]), and the link's capacity
+    /// the scheduler shares unless it was given one ([`crate::policy::Scheduler::set_link`]),
+    /// in bits per second.
     pub line_rate_bps: u64,
 }
 
@@ -406,10 +408,11 @@ impl Nic {
     pub(crate) fn new(config: EngineConfig, policies: Policies) -> Nic {
         let Policies {
             controller,
-            scheduler,
+            mut scheduler,
             path,
             tracker,
         } = policies;
+        scheduler.set_link(config.line_rate_bps);
         Nic {
             config,
             rng: Rng::new(config.seed),

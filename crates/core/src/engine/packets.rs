@@ -8,7 +8,7 @@ use sluice_wire::{Opcode, OpcodeInfo, Operation, Psn, RoceHeaders};
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
 use crate::control::Event;
-use crate::policy::{Direction, Served, ServicePacket, Verdict};
+use crate::policy::{Direction, Sent, ServicePacket, Verdict};
 use crate::qp::QpNum;
 
 impl Engine {
@@ -329,21 +329,23 @@ impl Engine {
             // gives it work schedules it again).
             let more = qp.may_send_more();
             qp.scheduled = more;
-            let served = Served {
-                opcode: t.headers.bth.opcode,
-                payload_len: t.payload_len,
-            };
             // The builders put a payload services must see in the buffer (see `Qp::services`).
             if self.nic.any_services && qp.attrs.services && t.payload_len > 0 {
                 let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
                 // The builders put a payload with bytes in the buffer; one left in its
                 // region is length-only memory (the simulator's): only its length shows.
                 let bytes = (t.payload_at == PayloadAt::Buffer).then(|| &mut payload[..len]);
-                self.serve_outgoing(index, psn, served.opcode, len as u32, bytes);
+                self.serve_outgoing(index, psn, t.headers.bth.opcode, len as u32, bytes);
             }
-            self.nic.scheduler.served(index, now, Some(served), more);
+            let sent = Sent {
+                opcode: t.headers.bth.opcode,
+                payload_len: t.payload_len,
+                ipv6: t.dst.is_ipv6(),
+                ccx: t.headers.ccx.map(|c| c.layout()),
+            };
+            self.nic.scheduler.served(index, now, Some(sent), more);
             self.nic.counters.tx_packets += 1;
-            self.nic.counters.tx_bytes += u64::from(served.payload_len);
+            self.nic.counters.tx_bytes += u64::from(t.payload_len);
             return Some(t);
         }
         None

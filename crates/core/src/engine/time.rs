@@ -6,7 +6,10 @@ use crate::Instant;
 impl Engine {
     /// When [`Engine::handle_timeout`] should next be called: a time when there is
     /// something to do (see `Timers::settle`), so that a driver that sleeps until it does
-    /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon.
+    /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon. Only
+    /// the engine's timers and the control law's: once `handle_timeout` ran at `now`, the
+    /// answer is later than `now` (unless a law's own timer does not move on). When a
+    /// scheduler lets a paced queue pair send is [`Engine::next_transmit_at`].
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (qps, live) = (&self.qps, &self.live);
         let need = |index: u32| {
@@ -18,7 +21,6 @@ impl Engine {
         };
         [
             self.nic.controller.next_timeout(),
-            self.nic.scheduler.get_ref().next_timeout(),
             self.nic.timers.settle(need),
         ]
         .into_iter()
@@ -35,12 +37,24 @@ impl Engine {
     pub fn timeout_due(&mut self, now: Instant) -> bool {
         [
             self.nic.controller.next_timeout(),
-            self.nic.scheduler.get_ref().next_timeout(),
             self.nic.timers.earliest(),
         ]
         .into_iter()
         .flatten()
         .any(|at| at <= now)
+    }
+
+    /// When [`Engine::poll_transmit`] may next produce a packet without anything happening
+    /// first: the scheduler's [`crate::policy::Scheduler::eligible_at`], for a scheduler that
+    /// holds queue pairs back (static, water-filling, nic-default); `None` otherwise, when
+    /// only an event (a packet handled, a verb, [`Engine::handle_timeout`]) gives it more
+    /// to send. Not a timer: nothing is to be handled at it, and a time already passed means
+    /// a packet may go as soon as the driver's link takes one (ask `poll_transmit` then,
+    /// not again at once). Right after `poll_transmit(now)` returned `None` it is `None` or
+    /// later than `now`. A driver that sleeps wakes at the earlier of this (when its link
+    /// can take a packet) and [`Engine::next_timeout`].
+    pub fn next_transmit_at(&self) -> Option<Instant> {
+        self.nic.scheduler.get_ref().eligible_at()
     }
 
     /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and

@@ -30,11 +30,11 @@ pub use path::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,
     Spray,
 };
-pub(crate) use scheduler::EngineScheduler;
 pub use scheduler::{
-    Drr, Filling, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin, Scheduler, Served,
-    StaticShare, Tenant, WaterFilling,
+    DEFAULT_LINK, Drr, Filling, Join, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin,
+    Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
+pub(crate) use scheduler::{EngineScheduler, Sent};
 pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
     Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,

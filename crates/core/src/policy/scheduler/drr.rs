@@ -113,7 +113,7 @@ impl Scheduler for Drr {
         let t = self.tenants.of[qp as usize];
         let ti = t as usize;
         if let Some(s) = sent {
-            self.deficit[ti] -= i64::from(s.link_len());
+            self.deficit[ti] -= i64::from(s.link_len);
         }
         if more {
             self.qps.push_back(t, qp);
@@ -155,10 +155,7 @@ mod tests {
     use sluice_wire::Opcode;
 
     fn packet(payload_len: u32) -> Served {
-        Served {
-            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-            payload_len,
-        }
+        Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, payload_len)
     }
 
     /// Bytes each tenant (0 and 1) sends in `n` visits when every queue pair stays busy.
@@ -167,7 +164,7 @@ mod tests {
         for _ in 0..n {
             let qp = s.next(Instant::ZERO).expect("busy");
             let p = packet(1024);
-            bytes[s.tenants.of[qp as usize] as usize] += u64::from(p.link_len());
+            bytes[s.tenants.of[qp as usize] as usize] += u64::from(p.link_len);
             s.served(qp, Instant::ZERO, Some(p), true);
         }
         bytes

@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 
-use sluice_wire::{BTH_LEN, ICRC_LEN, Opcode, Operation, Position, pad_for, roce_link_len};
+use sluice_wire::{
+    BTH_LEN, CcxLayout, ICRC_LEN, Opcode, Operation, Position, pad_for, roce_link_len,
+};
 
 use crate::Instant;
 
@@ -24,18 +26,20 @@ pub use drr::Drr;
 pub use estimate::RateEstimate;
 pub use nic::NicDefault;
 pub use static_share::StaticShare;
-pub use water::{Filling, WaterFilling};
+pub use water::{Filling, Join, WaterFilling};
 
 /// How the pacing schedulers ([`StaticShare`], [`WaterFilling`]) pace: each class (a queue
 /// pair, or a tenant) has a token bucket filled at the rate it is allocated, and may send its
 /// next packet when the bucket holds the packet's bytes on the link ([`Served::link_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacing {
-    /// The link's capacity C, bit/s, which the rates share (the engine's line rate, or the
-    /// virtual link a scaled-down experiment paces to).
-    pub link: u64,
-    /// No class is paced below this, bit/s (SCR's 1 Gbit/s at 100 Gbit/s).
-    pub floor: u64,
+    /// The link's capacity C, bit/s, which the rates share; `None`: the engine's line rate
+    /// ([`Scheduler::set_link`]; 100 Gbit/s until told). Given, it wins over the engine's
+    /// (a scaled-down experiment paces to a virtual link).
+    pub link: Option<u64>,
+    /// No class is paced below this, bit/s (SCR's 1 Gbit/s at 100 Gbit/s); `None`: 1% of
+    /// the link. Never above the link.
+    pub floor: Option<u64>,
     /// Classes are tenants, weighed by their weights, rather than queue pairs.
     pub by_tenant: bool,
     /// A bucket's depth, bytes: what a class that waited may send back to back.
@@ -44,12 +48,16 @@ pub struct Pacing {
     pub linger: std::time::Duration,
 }
 
+/// The link a scheduler assumes until the engine tells it its line rate.
+pub const DEFAULT_LINK: u64 = 100_000_000_000;
+
 impl Default for Pacing {
-    /// 100 Gbit/s, a 1 Gbit/s floor, per queue pair, 16 KiB buckets, 1 ms linger.
+    /// The engine's line rate, a floor of 1% of it, per queue pair, 16 KiB buckets, 1 ms
+    /// linger.
     fn default() -> Self {
         Pacing {
-            link: 100_000_000_000,
-            floor: 1_000_000_000,
+            link: None,
+            floor: None,
             by_tenant: false,
             burst: 16384,
             linger: std::time::Duration::from_millis(1),
@@ -58,12 +66,21 @@ impl Default for Pacing {
 }
 
 impl Pacing {
-    pub(crate) fn link_bytes_per_ns(&self) -> f64 {
-        self.link as f64 / 8e9
+    /// The link, bit/s, on an engine whose line rate is `line` (bit/s).
+    pub(crate) fn link_on(&self, line: u64) -> u64 {
+        self.link.unwrap_or(line).max(1)
     }
 
-    pub(crate) fn floor_bytes_per_ns(&self) -> f64 {
-        (self.floor as f64 / 8e9).max(1e-9)
+    /// The link, bytes per ns, on an engine whose line rate is `line`.
+    pub(crate) fn link_bytes_per_ns(&self, line: u64) -> f64 {
+        self.link_on(line) as f64 / 8e9
+    }
+
+    /// The floor, bytes per ns, on an engine whose line rate is `line`.
+    pub(crate) fn floor_bytes_per_ns(&self, line: u64) -> f64 {
+        let link = self.link_on(line);
+        let floor = self.floor.unwrap_or(link / 100).min(link);
+        (floor as f64 / 8e9).max(1e-9)
     }
 
     pub(crate) fn linger_ns(&self) -> u64 {
@@ -95,6 +112,11 @@ pub struct Served {
     pub opcode: Opcode,
     /// Payload bytes of the packet.
     pub payload_len: u32,
+    /// Byte times the packet takes on an Ethernet link ([`sluice_wire::RoceHeaders::link_len`]: headers,
+    /// padding, ICRC and the frame's overhead included, over the queue pair's IP version and
+    /// with its CC extension header), which is what schedulers that count bytes charge a
+    /// queue pair for it.
+    pub link_len: u32,
 }
 
 impl Served {
@@ -121,15 +143,27 @@ impl Served {
             .is_none_or(|i| matches!(i.position, Position::Last | Position::Only))
     }
 
-    /// Byte times the packet takes on an Ethernet link ([`roce_link_len`]: headers, padding,
-    /// ICRC and the frame's overhead included), over IPv4 and without a CCX, which is what
-    /// schedulers that count bytes charge a queue pair for it.
+    /// A packet of `opcode` with `payload_len` bytes of payload over IPv4 without a CC
+    /// extension header (for models and tests: the engine gives the packet's own size).
+    pub fn new(opcode: Opcode, payload_len: u32) -> Served {
+        Served::on_link(opcode, payload_len, false, None)
+    }
+
+    /// A packet of `opcode` with `payload_len` bytes of payload, over IPv6 if `ipv6`, with a
+    /// CC extension header of layout `ccx` if any: [`sluice_wire::RoceHeaders::wire_len`]'s sum from the
+    /// opcode alone (the extension headers' lengths follow from it), framed by
+    /// [`roce_link_len`].
     #[inline]
-    pub fn link_len(&self) -> u32 {
-        let ext = self.opcode.info().map_or(0, |i| i.ext_len);
-        let payload = self.payload_len as usize;
-        let roce = BTH_LEN + ext + payload + pad_for(payload) as usize + ICRC_LEN;
-        roce_link_len(false, roce) as u32
+    pub fn on_link(opcode: Opcode, payload_len: u32, ipv6: bool, ccx: Option<CcxLayout>) -> Served {
+        let ext = opcode.info().map_or(0, |i| i.ext_len);
+        let payload = payload_len as usize;
+        let headers = BTH_LEN + ccx.map_or(0, CcxLayout::wire_len) + ext;
+        let roce = headers + payload + pad_for(payload) as usize + ICRC_LEN;
+        Served {
+            opcode,
+            payload_len,
+            link_len: roce_link_len(ipv6, roce) as u32,
+        }
     }
 }
 
@@ -140,11 +174,21 @@ impl Served {
 /// [`Scheduler::next`] asked for it calls [`Scheduler::served`], saying whether the queue
 /// pair may send more (then the scheduler keeps it) or not (it forgets it). Queue pairs are
 /// named by their index in the engine (dense, reused after a queue pair is destroyed).
+///
+/// A scheduler has no timers: nothing in it happens at a time of its own. One that holds
+/// queue pairs back (pacing, an arbiter's busy time) says when `next` may next answer
+/// ([`Scheduler::eligible_at`]); the engine passes that on to its driver as the time
+/// [`crate::Engine::poll_transmit`] may next produce a packet
+/// ([`crate::Engine::next_transmit_at`]), apart from its timers
+/// ([`crate::Engine::next_timeout`]).
 pub trait Scheduler: std::fmt::Debug + std::any::Any {
     /// A new queue pair at `qp`: forget anything an earlier one at this index left.
     fn reset(&mut self, qp: u32);
 
-    /// Queue pair `qp` may have something to send and is not held.
+    /// Queue pair `qp` may have something to send and is not held. No time: the verbs that
+    /// give a queue pair work (`post_send`, `modify_qp`) are given none; a scheduler that
+    /// needs one takes the latest that `next` or `served` saw (`served` charges a packet at
+    /// its own `now`).
     fn wake(&mut self, qp: u32);
 
     /// The queue pair to visit at `now`, if one is eligible. It stays held until
@@ -163,9 +207,22 @@ pub trait Scheduler: std::fmt::Debug + std::any::Any {
         let _ = (qp, tenant);
     }
 
-    /// When a held queue pair next becomes eligible, for a scheduler that paces; `None`
-    /// when it does not pace or nothing waits.
-    fn next_timeout(&self) -> Option<Instant> {
+    /// The engine's line rate, bit/s ([`crate::EngineConfig::line_rate_bps`]), told once as
+    /// the engine is made, before any queue pair exists: a scheduler that needs the link's
+    /// capacity uses it unless it was given one of its own.
+    fn set_link(&mut self, bits_per_second: u64) {
+        let _ = bits_per_second;
+    }
+
+    /// When [`Scheduler::next`] may next return a queue pair, for a scheduler that holds
+    /// queue pairs back: the earliest time one it holds becomes eligible, a time already
+    /// passed if one is eligible now (the driver's link was busy, or `next` was not asked
+    /// since). `None` when it holds none back: it holds nothing, or `next` returns what it
+    /// holds at any time (the round robins, DRR), so only an event that gives a queue pair
+    /// something to send makes a difference. Not a deadline: nothing happens in the
+    /// scheduler when it passes. Right after `next(now)` returned `None` it is `None` or
+    /// later than `now`, so that a driver that waits for it never waits for no time.
+    fn eligible_at(&self) -> Option<Instant> {
         None
     }
 }
@@ -243,36 +300,56 @@ mod tests {
     const NOW: Instant = Instant::ZERO;
 
     fn packet(message_end: bool) -> Served {
-        Served {
-            opcode: if message_end {
+        Served::new(
+            if message_end {
                 Opcode::RC_RDMA_WRITE_LAST
             } else {
                 Opcode::RC_RDMA_WRITE_MIDDLE
             },
-            payload_len: 1024,
-        }
+            1024,
+        )
     }
 
     #[test]
     fn a_served_packet_says_what_it_was() {
-        let write_only = Served {
-            opcode: Opcode::RC_RDMA_WRITE_ONLY,
-            payload_len: 8,
-        };
+        let write_only = Served::new(Opcode::RC_RDMA_WRITE_ONLY, 8);
         assert!(write_only.message_end() && !write_only.response());
         // BTH 12 + RETH 16 + 8 + ICRC 4, IPv4 20 + UDP 8, Ethernet 14 + FCS 4, preamble 8
         // and gap 12.
-        assert_eq!(write_only.link_len(), 106);
-        let read_middle = Served {
-            opcode: Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-            payload_len: 4096,
-        };
+        assert_eq!(write_only.link_len, 106);
+        let read_middle = Served::new(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 4096);
         assert!(!read_middle.message_end() && read_middle.response());
-        let ack = Served {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            payload_len: 0,
-        };
+        let ack = Served::new(Opcode::RC_ACKNOWLEDGE, 0);
         assert!(ack.message_end() && ack.response());
+    }
+
+    #[test]
+    fn a_served_packets_size_is_the_wires_with_its_ip_version_and_ccx() {
+        use sluice_wire::{Bth, Ccx, ExtHeaders, Psn, RoceHeaders};
+        for opcode in [
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_ACKNOWLEDGE,
+        ] {
+            for ipv6 in [false, true] {
+                for ccx in [None, Some(Ccx::Credit { granted_total: 0 })] {
+                    let headers = RoceHeaders {
+                        bth: Bth::new(opcode, 0x11, Psn::new(0)),
+                        ccx,
+                        ext: ExtHeaders::default(),
+                    };
+                    let payload = if opcode == Opcode::RC_ACKNOWLEDGE {
+                        0
+                    } else {
+                        1021
+                    };
+                    let wire = headers.link_len(ipv6, payload as usize).unwrap() as u32;
+                    let layout = ccx.map(|c| c.layout());
+                    let served = Served::on_link(opcode, payload, ipv6, layout);
+                    assert_eq!(served.link_len, wire, "{opcode:?} {ipv6} {ccx:?}");
+                }
+            }
+        }
     }
 
     /// Visits `s` `n` times, each queue pair sending a packet that ends a message every
@@ -375,11 +452,27 @@ impl EngineScheduler {
         }
     }
 
+    /// [`Scheduler::served`] with the packet sent, if any: its size on the link is worked
+    /// out only for a scheduler that may look (round robin does not). `Sent` is small and
+    /// taken by value: a reference to the packet itself, which is returned right after,
+    /// made the compiler keep it in memory and copy it out.
     #[inline]
-    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Served>, more: bool) {
+    pub(crate) fn served(&mut self, qp: u32, now: Instant, sent: Option<Sent>, more: bool) {
         match self {
-            EngineScheduler::RoundRobin(s) => s.served(qp, now, sent, more),
-            EngineScheduler::Other(s) => s.served(qp, now, sent, more),
+            EngineScheduler::RoundRobin(s) => s.served(qp, now, None, more),
+            EngineScheduler::Other(s) => {
+                let sent = sent.map(|t| Served::on_link(t.opcode, t.payload_len, t.ipv6, t.ccx));
+                s.served(qp, now, sent, more)
+            }
         }
     }
+}
+
+/// What the engine knows of a packet it sent, for [`EngineScheduler::served`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    pub(crate) opcode: Opcode,
+    pub(crate) payload_len: u32,
+    pub(crate) ipv6: bool,
+    pub(crate) ccx: Option<CcxLayout>,
 }

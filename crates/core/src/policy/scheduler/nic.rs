@@ -27,12 +27,16 @@ use crate::Instant;
 /// would instead give SCR Fig 11's 16:1; the burst is a parameter.)
 ///
 /// Parameters: `burst` (payload bytes per turn, default 8192), `wqe` (byte times per work
-/// request, default 256), `link` (to turn byte times into time; default 100 Gbit/s, in
-/// Gbit/s by name in the registry).
+/// request, default 256), `link` (to turn byte times into time; default the engine's line
+/// rate, in Gbit/s by name in the registry).
 #[derive(Debug, Clone)]
 pub struct NicDefault {
     ready: VecDeque<u32>,
     burst: u32,
+    /// Byte times the arbiter spends per work request.
+    wqe: u32,
+    /// The link was given (else the engine's line rate is).
+    link_given: bool,
     /// Nanoseconds the arbiter spends per work request.
     wqe_ns: u64,
     /// Payload bytes the queue pair holding the turn sent in it.
@@ -43,21 +47,29 @@ pub struct NicDefault {
 
 impl NicDefault {
     /// The model with `burst` payload bytes per turn and `wqe` byte times per work request on
-    /// a link of `link` bit/s.
-    pub fn new(burst: u32, wqe: u32, link: u64) -> NicDefault {
+    /// a link of `link` bit/s (`None`: the engine's line rate, [`super::DEFAULT_LINK`] until
+    /// told).
+    pub fn new(burst: u32, wqe: u32, link: Option<u64>) -> NicDefault {
         NicDefault {
             ready: VecDeque::new(),
             burst: burst.max(1),
-            wqe_ns: (f64::from(wqe) * 8e9 / link.max(1) as f64).round() as u64,
+            wqe,
+            link_given: link.is_some(),
+            wqe_ns: wqe_ns(wqe, link.unwrap_or(super::DEFAULT_LINK)),
             turn: 0,
             busy_until: 0,
         }
     }
 }
 
+/// Nanoseconds `wqe` byte times take on a link of `link` bit/s.
+fn wqe_ns(wqe: u32, link: u64) -> u64 {
+    (f64::from(wqe) * 8e9 / link.max(1) as f64).round() as u64
+}
+
 impl Default for NicDefault {
     fn default() -> Self {
-        NicDefault::new(8192, 256, 100_000_000_000)
+        NicDefault::new(8192, 256, None)
     }
 }
 
@@ -120,8 +132,14 @@ impl Scheduler for NicDefault {
         self.ready.retain(|&i| i != qp);
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
+    fn eligible_at(&self) -> Option<Instant> {
         (!self.ready.is_empty()).then_some(Instant::from_nanos(self.busy_until))
+    }
+
+    fn set_link(&mut self, bits_per_second: u64) {
+        if !self.link_given {
+            self.wqe_ns = wqe_ns(self.wqe, bits_per_second);
+        }
     }
 }
 
@@ -139,10 +157,7 @@ mod tests {
             (false, true) => Opcode::RC_RDMA_WRITE_LAST,
             (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
         };
-        Served {
-            opcode,
-            payload_len: 1024,
-        }
+        Served::new(opcode, 1024)
     }
 
     /// Gbit/s of payload each of two always-busy writers of `messages` bytes gets on a
@@ -155,14 +170,14 @@ mod tests {
         let mut payload = [0u64; 2];
         while now < 10_000_000 {
             let Some(qp) = s.next(Instant::from_nanos(now)) else {
-                now = s.next_timeout().unwrap().as_nanos();
+                now = s.eligible_at().unwrap().as_nanos();
                 continue;
             };
             let q = qp as usize;
             let p = packet(sent[q], messages[q]);
             sent[q] = (sent[q] + 1024) % messages[q];
             payload[q] += 1024;
-            now += (f64::from(p.link_len()) * 8.0 / 100.0).round() as u64;
+            now += (f64::from(p.link_len) * 8.0 / 100.0).round() as u64;
             s.served(qp, Instant::from_nanos(now), Some(p), true);
         }
         payload.map(|b| b as f64 * 8.0 / now as f64)
@@ -176,5 +191,16 @@ mod tests {
         let [a, b] = table2([4096, 4096]);
         assert!((a - b).abs() < 0.5, "{a} {b}");
         assert!((40.0..46.0).contains(&a), "{a}");
+    }
+
+    #[test]
+    fn the_work_request_cost_follows_the_engines_line_rate_unless_given_a_link() {
+        let mut s = NicDefault::new(8192, 256, None);
+        assert_eq!(s.wqe_ns, 20);
+        s.set_link(25_000_000_000);
+        assert_eq!(s.wqe_ns, 82);
+        let mut given = NicDefault::new(8192, 256, Some(100_000_000_000));
+        given.set_link(25_000_000_000);
+        assert_eq!(given.wqe_ns, 20);
     }
 }

@@ -27,6 +27,8 @@ pub(crate) trait Allocator: std::fmt::Debug + 'static {
     fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
         let _ = (class, bytes, now, backlogged);
     }
+    /// The link is `link` bytes per ns and the floor `floor` (told before any class joins).
+    fn set_link(&mut self, link: f64, floor: f64);
 }
 
 /// What a class is doing.
@@ -302,7 +304,7 @@ impl<A: Allocator> Paced<A> {
         let ci = c as usize;
         let mut cost = self.alloc.cost(c);
         if let Some(s) = sent {
-            let bytes = s.link_len();
+            let bytes = s.link_len;
             let full = self.now as f64 - self.burst * cost;
             let class = &mut self.classes[ci];
             class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
@@ -349,7 +351,7 @@ impl<A: Allocator> Paced<A> {
         }
     }
 
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+    pub(crate) fn eligible_at(&self) -> Option<Instant> {
         if !self.ready.is_empty() {
             return Some(Instant::from_nanos(self.now));
         }
@@ -372,7 +374,8 @@ fn ceil_ns_rounds_up() {
     );
 }
 
-/// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`].
+/// Implements [`super::Scheduler`] for a wrapper `$t` whose field `paced` is a [`Paced`] and
+/// `pacing` the [`super::Pacing`] it was made with.
 macro_rules! paced_scheduler {
     ($t:ty) => {
         impl $crate::policy::Scheduler for $t {
@@ -403,8 +406,16 @@ macro_rules! paced_scheduler {
             fn set_tenant(&mut self, qp: u32, tenant: $crate::policy::Tenant) {
                 self.paced.set_tenant(qp, tenant)
             }
-            fn next_timeout(&self) -> Option<$crate::Instant> {
-                self.paced.next_timeout()
+            fn eligible_at(&self) -> Option<$crate::Instant> {
+                self.paced.eligible_at()
+            }
+            fn set_link(&mut self, bits_per_second: u64) {
+                // A link given in the parameters wins.
+                if self.pacing.link.is_none() {
+                    let link = self.pacing.link_bytes_per_ns(bits_per_second);
+                    let floor = self.pacing.floor_bytes_per_ns(bits_per_second);
+                    self.paced.alloc.set_link(link, floor);
+                }
             }
         }
     };

@@ -1,7 +1,7 @@
 //! SCR's static fairness scheduler: the link divided evenly among whoever sends.
 
-use super::Pacing;
 use super::paced::{Allocator, Paced, paced_scheduler};
+use super::{DEFAULT_LINK, Pacing};
 
 /// SCR's "Static" scheduler (§5.1): every active queue pair is paced at C/N, C the link's
 /// capacity and N the active queue pairs, recomputed as queue pairs join and leave; or, with
@@ -15,20 +15,20 @@ use super::paced::{Allocator, Paced, paced_scheduler};
 /// queue) leaves it unused, and one that could use more is held at C/N.
 ///
 /// Parameters ([`Pacing`]; rates in Gbit/s by name in the registry): `link` (C, default
-/// 100 Gbit/s: the scheduler is not told the engine's line rate), `floor` (default 1% of
-/// C), `by` (`qp` or `tenant`), `burst` (a bucket's depth, bytes) and `linger` (how long a
+/// the engine's line rate), `floor` (default 1% of C), `by` (`qp` or `tenant`), `burst` (a bucket's depth, bytes) and `linger` (how long a
 /// queue pair with nothing to send keeps its share).
 #[derive(Debug)]
 pub struct StaticShare {
     paced: Paced<Even>,
+    pacing: Pacing,
 }
 
 impl StaticShare {
     /// The static scheduler over `pacing`.
     pub fn new(pacing: Pacing) -> StaticShare {
         let even = Even {
-            link: pacing.link_bytes_per_ns(),
-            floor: pacing.floor_bytes_per_ns(),
+            link: pacing.link_bytes_per_ns(DEFAULT_LINK),
+            floor: pacing.floor_bytes_per_ns(DEFAULT_LINK),
             weight: Vec::new(),
             total: 0,
             uniform: !pacing.by_tenant,
@@ -37,6 +37,7 @@ impl StaticShare {
         };
         StaticShare {
             paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            pacing,
         }
     }
 
@@ -85,6 +86,11 @@ impl Allocator for Even {
 
     fn leave(&mut self, class: u32, _now: u64) {
         self.total -= u64::from(std::mem::take(&mut self.weight[class as usize]));
+        self.update();
+    }
+
+    fn set_link(&mut self, link: f64, floor: f64) {
+        (self.link, self.floor) = (link, floor);
         self.update();
     }
 

@@ -4,17 +4,46 @@ use std::time::Duration;
 
 use super::lists::NIL;
 use super::paced::{Allocator, Paced, paced_scheduler};
-use super::{Pacing, RateEstimate};
+use super::{DEFAULT_LINK, Pacing, RateEstimate};
+
+/// What [`WaterFilling`] does to the rates when a class joins: SCR Fig 9's three strategies
+/// and Fig 16's reset. With n members counting the newcomer (by tenant, weights: a member of
+/// weight w stands for w of the n).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Join {
+    /// Strategy (a): the others halve their rates and the newcomer starts at the floor (SCR:
+    /// at 0), filling up by steps.
+    Halve,
+    /// Strategy (b): the others keep (n-1)/n of their rates and the newcomer starts at the
+    /// floor, filling up by steps into the 1/n the others gave up.
+    Scale,
+    /// Strategy (c), the one SCR chose: the others keep (n-1)/n and the newcomer starts at
+    /// C/n.
+    #[default]
+    Share,
+    /// Every rate, the newcomer's too, starts again from [`Filling::initial`] (Fig 16's
+    /// trace, "scale down to 0; start from 0").
+    Reset,
+}
+
+impl Join {
+    /// Every strategy, by the name the registry gives it.
+    pub const ALL: [(&'static str, Join); 4] = [
+        ("halve", Join::Halve),
+        ("scale", Join::Scale),
+        ("share", Join::Share),
+        ("reset", Join::Reset),
+    ];
+}
 
 /// How [`WaterFilling`] fills.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Filling {
     /// What one step adds to a rate, bit/s (SCR: 0.02, 0.05 or 0.1 GB/s at 100 Gbit/s).
     pub step: u64,
-    /// On a join every rate starts again from `initial` (SCR Fig 16's trace), rather than
-    /// the others keeping (n-1)/n of theirs and the newcomer starting at C/n.
-    pub reset_on_join: bool,
-    /// Where rates start again when `reset_on_join`, bit/s (SCR: 0.5 Gbit/s).
+    /// What a join does to the rates.
+    pub join: Join,
+    /// Where rates start again with [`Join::Reset`], bit/s (SCR: 0.5 Gbit/s).
     pub initial: u64,
     /// The least time between two adjustments of one class's rate (SCR processes a TX
     /// event in about 4 µs: one step per processed event).
@@ -29,7 +58,7 @@ impl Default for Filling {
     fn default() -> Self {
         Filling {
             step: 400_000_000,
-            reset_on_join: false,
+            join: Join::Share,
             initial: 500_000_000,
             interval: Duration::from_micros(4),
             gain: 0.125,
@@ -40,9 +69,10 @@ impl Default for Filling {
 /// SCR's "Water Filling" scheduler (§5.1, A.4): progressive filling towards max-min fair
 /// rates, each class (queue pair, or tenant) paced at its rate by a token bucket.
 ///
-/// - Join: the other members keep (n-1)/n of their rates and the newcomer starts at C/n
-///   (SCR Fig 9's strategy (c)); or, with `reset_on_join`, every rate starts again from
-///   `initial` and fills up (Fig 16).
+/// - Join ([`Join`]): the other members keep (n-1)/n of their rates and the newcomer starts
+///   at C/n (SCR Fig 9's strategy (c)); or the others halve (a) or keep (n-1)/n (b) and the
+///   newcomer starts at the floor; or every rate starts again from `initial` and fills up
+///   (Fig 16).
 /// - Each class's bandwidth is estimated from its packets ([`RateEstimate`]); at most every
 ///   `interval` its rate is adjusted: a class using its rate gets a `step` more while the
 ///   rates sum below C; a class using well under its rate (estimate below 80% of it) is
@@ -59,11 +89,13 @@ impl Default for Filling {
 /// - No rate drops below the floor (SCR's 1 Gbit/s; a fraction of C when C is scaled down).
 ///
 /// Parameters: [`Pacing`] (`link`, `floor`, `by`, `burst`, `linger`, as for
-/// [`super::StaticShare`]) and [`Filling`] (`step`, `join` = `share` or `reset`, `initial`,
+/// [`super::StaticShare`]) and [`Filling`] (`step`, `join` = `halve`, `scale`, `share` or
+/// `reset`, `initial`,
 /// `interval`, `gain`); rates in Gbit/s by name in the registry.
 #[derive(Debug)]
 pub struct WaterFilling {
     paced: Paced<Fill>,
+    pacing: Pacing,
 }
 
 impl WaterFilling {
@@ -71,10 +103,10 @@ impl WaterFilling {
     pub fn new(pacing: Pacing, filling: Filling) -> WaterFilling {
         let per_ns = |bps: u64| bps as f64 / 8e9;
         let fill = Fill {
-            link: pacing.link_bytes_per_ns(),
-            floor: pacing.floor_bytes_per_ns(),
+            link: pacing.link_bytes_per_ns(DEFAULT_LINK),
+            floor: pacing.floor_bytes_per_ns(DEFAULT_LINK),
             step: per_ns(filling.step).max(1e-9),
-            reset: filling.reset_on_join,
+            join: filling.join,
             initial: per_ns(filling.initial),
             interval: u64::try_from(filling.interval.as_nanos()).unwrap_or(u64::MAX),
             gain: filling.gain.clamp(0.0, 1.0),
@@ -86,6 +118,7 @@ impl WaterFilling {
         };
         WaterFilling {
             paced: Paced::new(fill, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            pacing,
         }
     }
 
@@ -108,7 +141,7 @@ struct Fill {
     link: f64,
     floor: f64,
     step: f64,
-    reset: bool,
+    join: Join,
     initial: f64,
     interval: u64,
     gain: f64,
@@ -200,25 +233,26 @@ impl Allocator for Fill {
     }
 
     fn join(&mut self, class: u32, weight: u32, now: u64) {
-        // The join rule by weight: with equal weights, the others keep (n-1)/n and the
-        // newcomer gets C/n.
+        // The join rules by weight: with equal weights, (n-1)/n and C/n.
         let weight = f64::from(weight.max(1));
         self.weights += weight;
         let keep = (self.weights - weight) / self.weights;
         let mut others = 0.0;
         for &g in &self.members {
             let g = &mut self.flows[g as usize];
-            g.set(if self.reset {
-                self.initial.max(self.floor)
-            } else {
-                (g.rate * keep).max(self.floor)
+            g.set(match self.join {
+                Join::Halve => (g.rate * 0.5).max(self.floor),
+                Join::Scale | Join::Share => (g.rate * keep).max(self.floor),
+                Join::Reset => self.initial.max(self.floor),
             });
             others += g.rate;
         }
-        let rate = if self.reset {
-            self.initial
-        } else {
-            (self.link * weight / self.weights).min(self.link - others)
+        let rate = match self.join {
+            // SCR starts the newcomer at 0; a paced rate cannot be 0, and none is below
+            // the floor.
+            Join::Halve | Join::Scale => self.floor,
+            Join::Share => (self.link * weight / self.weights).min(self.link - others),
+            Join::Reset => self.initial,
         }
         .max(self.floor);
         self.flows[class as usize] = Flow {
@@ -246,6 +280,13 @@ impl Allocator for Fill {
             self.allocated = 0.0;
             self.weights = 0.0;
         }
+    }
+
+    fn set_link(&mut self, link: f64, floor: f64) {
+        (self.link, self.floor) = (link, floor);
+        // A step or starting rate above the link would overshoot it.
+        self.step = self.step.min(link);
+        self.initial = self.initial.min(link);
     }
 
     #[inline]
@@ -314,19 +355,16 @@ mod tests {
         for qp in 0..3 {
             s.wake(qp);
         }
-        let packet = Served {
-            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-            payload_len: 1024,
-        };
+        let packet = Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, 1024);
         let mut now = 0.0f64;
         while now < 2e6 {
             let t = Instant::from_nanos(now as u64);
             match s.next(t) {
                 Some(qp) => {
                     s.served(qp, t, Some(packet), true);
-                    now += f64::from(packet.link_len()) / 12.5;
+                    now += f64::from(packet.link_len) / 12.5;
                 }
-                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
             }
         }
         let (a, b) = (s.rate(0), s.rate(1));
@@ -343,12 +381,12 @@ mod tests {
         use sluice_wire::Opcode;
 
         let pacing = Pacing {
-            floor: 0,
+            floor: Some(0),
             ..Pacing::default()
         };
         let filling = Filling {
             step,
-            reset_on_join: true,
+            join: Join::Reset,
             ..Filling::default()
         };
         let mut s = WaterFilling::new(pacing, filling);
@@ -356,10 +394,7 @@ mod tests {
             s.reset(qp);
             s.wake(qp);
         }
-        let packet = Served {
-            opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-            payload_len: 1024,
-        };
+        let packet = Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, 1024);
         let fair = 12.5 / 8.0;
         let close = 2.0 * step as f64 / 8e9;
         let mut now = 0.0f64;
@@ -371,9 +406,9 @@ mod tests {
             match s.next(t) {
                 Some(qp) => {
                     s.served(qp, t, Some(packet), true);
-                    now += f64::from(packet.link_len()) / 12.5;
+                    now += f64::from(packet.link_len) / 12.5;
                 }
-                None => now = s.next_timeout().unwrap().as_nanos() as f64,
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
             }
         }
         panic!(
@@ -398,13 +433,13 @@ mod tests {
     }
 
     #[test]
-    fn reset_on_join_starts_everyone_again_from_the_initial_rate() {
+    fn join_reset_starts_everyone_again_from_the_initial_rate() {
         let pacing = Pacing {
-            floor: 0,
+            floor: Some(0),
             ..Pacing::default()
         };
         let filling = Filling {
-            reset_on_join: true,
+            join: Join::Reset,
             ..Filling::default()
         };
         let mut s = WaterFilling::new(pacing, filling);
@@ -413,5 +448,71 @@ mod tests {
             s.wake(qp);
         }
         assert!((s.rate(0) - 0.0625).abs() < 1e-9 && (s.rate(1) - 0.0625).abs() < 1e-9);
+    }
+
+    /// Drives `s` with the queue pairs it holds always backlogged, 1 KiB WRITE packets on a
+    /// link at C, from `from` to `to` ns.
+    fn backlogged(s: &mut WaterFilling, from: u64, to: u64) {
+        use crate::Instant;
+        use crate::policy::Served;
+        use sluice_wire::Opcode;
+
+        let packet = Served::new(Opcode::RC_RDMA_WRITE_MIDDLE, 1024);
+        let mut now = from as f64;
+        while now < to as f64 {
+            let t = Instant::from_nanos(now as u64);
+            match s.next(t) {
+                Some(qp) => {
+                    s.served(qp, t, Some(packet), true);
+                    now += f64::from(packet.link_len) / 12.5;
+                }
+                None => now = s.eligible_at().unwrap().as_nanos() as f64,
+            }
+        }
+    }
+
+    /// Three queue pairs join 2 ms apart under `join`; the rates (bytes per ns) just after
+    /// the second and the third join, and 2 ms after the third.
+    fn fig_9(join: Join) -> [Vec<f64>; 3] {
+        let mut s = WaterFilling::new(
+            Pacing::default(),
+            Filling {
+                join,
+                ..Filling::default()
+            },
+        );
+        for qp in 0..3 {
+            s.reset(qp);
+        }
+        let rates = |s: &WaterFilling| (0..3).map(|qp| s.rate(qp)).collect::<Vec<_>>();
+        s.wake(0);
+        backlogged(&mut s, 0, 2_000_000);
+        s.wake(1);
+        let second = rates(&s);
+        backlogged(&mut s, 2_000_000, 4_000_000);
+        s.wake(2);
+        let third = rates(&s);
+        backlogged(&mut s, 4_000_000, 6_000_000);
+        [second, third, rates(&s)]
+    }
+
+    #[test]
+    fn fig_9_strategies_a_and_b_start_the_newcomer_at_the_floor() {
+        let floor = 0.125;
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.1);
+        // (a): the others halve.
+        let [second, third, settled] = fig_9(Join::Halve);
+        assert!(close(&second[..2], &[6.25, floor]), "{second:?}");
+        assert!(close(&third, &[3.125, 3.125, floor]), "{third:?}");
+        assert!(close(&settled, &[12.5 / 3.0; 3]), "{settled:?}");
+        // (b): the others keep (n-1)/n.
+        let [second, third, settled] = fig_9(Join::Scale);
+        assert!(close(&second[..2], &[6.25, floor]), "{second:?}");
+        assert!(close(&third, &[12.5 / 3.0, 12.5 / 3.0, floor]), "{third:?}");
+        assert!(close(&settled, &[12.5 / 3.0; 3]), "{settled:?}");
+        // (c): the newcomer starts at its share.
+        let [second, third, _] = fig_9(Join::Share);
+        assert!(close(&second[..2], &[6.25, 6.25]), "{second:?}");
+        assert!(close(&third, &[12.5 / 3.0; 3]), "{third:?}");
     }
 }
