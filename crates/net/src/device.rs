@@ -286,7 +286,8 @@ impl Device {
     }
 
     /// Blocks until a datagram arrives, the socket can take packets that are waiting, the
-    /// engine's next timer is due, or `timeout` passes, whichever comes first. Datagrams
+    /// engine's next timer is due, a queue pair its scheduler paces may send again
+    /// (`Engine::next_transmit_at`), or `timeout` passes, whichever comes first. Datagrams
     /// that arrive may be handed to the engine here already (call [`Device::poll`] after,
     /// as always, to send what they call for). A `timeout` of 10 ms or more may be overrun
     /// by up to two scheduler ticks (8 ms at 250 Hz); shorter ones and engine timers are
@@ -295,10 +296,20 @@ impl Device {
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
         let now = engine_time(self.epoch, wall);
-        let timer = self
-            .engine
-            .next_timeout()
-            .map(|t| t.as_nanos().saturating_sub(now.as_nanos()));
+        let waiting = self.tx_msgs.get(self.tx_sent).map(|m| m.source);
+        // A scheduler that paces (static, water-filling, nic-default) says when a queue
+        // pair may send again: a wake-up too, unless packets already wait for room on the
+        // link (its room wakes the wait then, and the next poll sends).
+        let transmit = if waiting.is_none() {
+            self.engine.next_transmit_at()
+        } else {
+            None
+        };
+        let timer = match (self.engine.next_timeout(), transmit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|t| t.as_nanos().saturating_sub(now.as_nanos()));
         let limit = timeout.map(|d| d.as_nanos() as u64);
         let ns = match (timer, limit) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -307,7 +318,6 @@ impl Device {
         if ns == Some(0) {
             return Ok(());
         }
-        let waiting = self.tx_msgs.get(self.tx_sent).map(|m| m.source);
         let udp = match &mut self.link {
             Link::Udp(udp) => udp,
             Link::Xdp { link, .. } => {
@@ -344,7 +354,10 @@ impl Device {
     /// When the engine next needs [`Device::poll`] even if no datagram arrives (for callers
     /// that wait on the socket themselves, e.g. in an async runtime).
     pub fn next_deadline(&mut self) -> Option<std::time::Instant> {
-        let t = self.engine.next_timeout()?;
+        let t = match (self.engine.next_timeout(), self.engine.next_transmit_at()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         Some(self.epoch + Duration::from_nanos(t.as_nanos()))
     }
 

@@ -454,6 +454,66 @@ fn waiting_takes_in_what_arrives_and_ends_at_the_timeout() {
     assert_eq!(complete(&mut a, &mut b).status, WcStatus::Success);
 }
 
+/// A queue pair held back by a pacing scheduler wakes a sleeping device when it may send
+/// again: `wait` sleeps until the scheduler's `next_transmit_at`, not until a datagram or
+/// the retransmit timer (67 ms here) comes.
+#[test]
+fn a_paced_queue_pair_wakes_the_device_when_it_may_send() {
+    let paced = |ip| {
+        let mut config = DeviceConfig::new(ip);
+        config.local.set_port(0);
+        let pacing = sluice_core::policy::Pacing {
+            link: Some(1_000_000_000),
+            ..Default::default()
+        };
+        let policies = sluice_core::Policies {
+            scheduler: Box::new(sluice_core::policy::StaticShare::new(pacing)),
+            ..Default::default()
+        };
+        let mut dev = Device::open_with_policies(config, policies).unwrap();
+        let e = dev.engine();
+        let pd = e.alloc_pd();
+        let mr = e
+            .register_mr(
+                pd,
+                BASE,
+                Memory::Bytes(vec![7; 1 << 16].into()),
+                Access::ALL,
+            )
+            .unwrap();
+        let cq = e.create_cq(1024).unwrap();
+        let qp = e
+            .create_qp(QpConfig {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                caps: Default::default(),
+            })
+            .unwrap();
+        End { dev, mr, cq, qp }
+    };
+    let (mut a, mut b) = connect(LO, paced(LO), paced(LO), Mtu::M1024);
+    // 64 KiB at 1 Gbit/s: 16 KiB of bucket at once, then a packet about every 8 us.
+    post_write(&mut a, &b, 1, 1 << 16);
+    a.dev.flush().unwrap();
+    let sent = a.dev.counters().tx_datagrams;
+    assert!(
+        a.dev.engine_ref().next_transmit_at().is_some(),
+        "the scheduler holds the rest back"
+    );
+    // B does not answer: nothing but the scheduler can wake A.
+    let start = Instant::now();
+    a.dev.wait(Some(Duration::from_secs(1))).unwrap();
+    let slept = start.elapsed();
+    assert!(slept < Duration::from_millis(20), "slept {slept:?}");
+    a.dev.flush().unwrap();
+    assert!(
+        a.dev.counters().tx_datagrams > sent,
+        "sent more after the wait"
+    );
+    assert_eq!(complete(&mut a, &mut b).status, WcStatus::Success);
+}
+
 #[test]
 fn a_reply_leaves_before_the_ack_it_travels_with() {
     // B owes A an ACK when it posts its own WRITE: both leave in one GSO send, the WRITE
