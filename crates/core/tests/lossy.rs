@@ -23,6 +23,8 @@
 //! takes the failure to come from it), so a failure found only at the end, when every
 //! request has completed, shows one step more than it needs.
 
+mod common;
+
 use std::cell::RefCell;
 use std::ops::Range;
 use std::time::Duration;
@@ -892,11 +894,7 @@ fn run_case(case: u64) -> Result<Outcome, String> {
 
 #[test]
 fn every_request_completes_once_with_its_bytes_in_place() {
-    let count = std::env::var("SLUICE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
-    let cases = seeds(count);
+    let cases = common::cases(300);
     let (mut succeeded, mut drained, mut requests) = (0, 0, 0);
     // Cases per loss rate and recovery (go-back-N, selective repeat).
     let mut links = [[0usize; 2]; LOSS.len()];

@@ -16,11 +16,12 @@
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
 //! sequence that still fails.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 
 use sluice_core::policy::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, RandomSpray, RttProbe, Spray,
@@ -204,44 +205,7 @@ fn check(case: Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs case `case`, generated from its number alone; the smallest failing case if it fails.
-fn run_case(case: u64) -> Result<(), String> {
-    let config = Config {
-        cases: 1,
-        failure_persistence: None,
-        max_shrink_iters: 500,
-        ..Config::default()
-    };
-    let mut seed = [0u8; 32];
-    seed[..8].copy_from_slice(&case.to_le_bytes());
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
-    let mut runner = TestRunner::new_with_rng(config, rng);
-    match runner.run(&any_case(), check) {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(why, case)) => Err(format!("{why}\nsmallest failing: {case:#?}")),
-        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
-    }
-}
-
-fn cases(default: u64) -> Vec<u64> {
-    if let Some(case) = std::env::var("SLUICE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![case];
-    }
-    let n = std::env::var("SLUICE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
-
 #[test]
 fn every_selector_stays_on_its_paths_and_moves_exactly_when_its_rule_says() {
-    for case in cases(64) {
-        if let Err(why) = run_case(case) {
-            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
-        }
-    }
+    common::check_cases(64, &any_case(), 500, check);
 }

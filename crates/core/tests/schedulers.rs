@@ -20,10 +20,11 @@
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
 //! demand set that still fails.
 
+mod common;
+
 use std::any::Any;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use std::time::Duration;
 
 use sluice_core::Instant;
@@ -456,50 +457,8 @@ fn water_filling_is_max_min_fair(flows: Vec<Flow>) -> Result<(), TestCaseError> 
     Ok(())
 }
 
-/// Runs property `check` on case `case`'s demand set, generated from its number alone;
-/// returns the smallest failing set if it fails.
-fn run_case(
-    case: u64,
-    max_flows: usize,
-    check: fn(Vec<Flow>) -> Result<(), TestCaseError>,
-) -> Result<(), String> {
-    let config = Config {
-        cases: 1,
-        failure_persistence: None,
-        max_shrink_iters: 200,
-        ..Config::default()
-    };
-    let mut seed = [0u8; 32];
-    seed[..8].copy_from_slice(&case.to_le_bytes());
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
-    let mut runner = TestRunner::new_with_rng(config, rng);
-    match runner.run(&flows(max_flows), check) {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(why, flows)) => Err(format!("{why}\nsmallest failing: {flows:#?}")),
-        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
-    }
-}
-
-fn cases(default: u64) -> Vec<u64> {
-    if let Some(case) = std::env::var("SLUICE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![case];
-    }
-    let n = std::env::var("SLUICE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
-
 fn check_all(max_flows: usize, default: u64, check: fn(Vec<Flow>) -> Result<(), TestCaseError>) {
-    for case in cases(default) {
-        if let Err(why) = run_case(case, max_flows, check) {
-            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
-        }
-    }
+    common::check_cases(default, &flows(max_flows), 200, check);
 }
 
 #[test]

@@ -19,11 +19,12 @@
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
 //! sequence that still fails.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 
 use sluice_core::Instant;
 use sluice_core::policy::{
@@ -331,47 +332,9 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs case `case`, generated from its number alone; the smallest failing case if it fails.
-fn run_case(case: u64) -> Result<(), String> {
-    let config = Config {
-        cases: 1,
-        failure_persistence: None,
-        max_shrink_iters: 500,
-        ..Config::default()
-    };
-    let mut seed = [0u8; 32];
-    seed[..8].copy_from_slice(&case.to_le_bytes());
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
-    let mut runner = TestRunner::new_with_rng(config, rng);
-    match runner.run(&any_case(), check_case) {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(why, case)) => Err(format!("{why}\nsmallest failing: {case:#?}")),
-        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
-    }
-}
-
-fn cases(default: u64) -> Vec<u64> {
-    if let Some(case) = std::env::var("SLUICE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![case];
-    }
-    let n = std::env::var("SLUICE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
-
 #[test]
 fn every_tracker_agrees_with_a_set_of_received_psns_and_the_pool_never_leaks() {
-    let cases = cases(64);
-    for &case in &cases {
-        if let Err(why) = run_case(case) {
-            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
-        }
-    }
+    let cases = common::check_cases(64, &any_case(), 500, check_case);
     if cases.len() >= 32 {
         for (what, n) in [
             ("refusal for want of blocks", &EXHAUSTED),

@@ -1,0 +1,68 @@
+//! What the seeded property tests share: each case is generated from its number alone, so
+//! that `SLUICE_SEED=N` replays case N, and a failing case is shrunk to the smallest one.
+// Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use std::fmt::Debug;
+
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+/// The cases to run: 1 to `SLUICE_SEEDS` (default `default`), or only `SLUICE_SEED`.
+pub(crate) fn cases(default: u64) -> Vec<u64> {
+    let count = std::env::var("SLUICE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    sluice_testkit::seeds(count)
+}
+
+/// Runs `check` on the value `strategy` draws for case `case`; if it fails, shrinks it (at
+/// most `max_shrink_iters` steps) and returns the smallest failing value with the reason.
+pub(crate) fn run_case<S>(
+    case: u64,
+    strategy: &S,
+    max_shrink_iters: u32,
+    check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) -> Result<(), String>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters,
+        ..Config::default()
+    };
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&case.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    match runner.run(strategy, check) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(why, value)) => Err(format!("{why}\nsmallest failing: {value:#?}")),
+        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
+    }
+}
+
+/// Runs every case of [`cases`]`(default)`, panicking on the first that fails with how to
+/// replay it.
+pub(crate) fn check_cases<S>(
+    default: u64,
+    strategy: &S,
+    max_shrink_iters: u32,
+    check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) -> Vec<u64>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let cases = cases(default);
+    for &case in &cases {
+        if let Err(why) = run_case(case, strategy, max_shrink_iters, &check) {
+            panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}");
+        }
+    }
+    cases
+}
