@@ -511,6 +511,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 if !report.tenants.is_empty() {
                     println!("{}", report.tenant_rows(o.report_gbits));
                 }
+                if let Some(p) = &report.pacer {
+                    println!("{}", p.row());
+                }
             }
         }
         reports.push(report);

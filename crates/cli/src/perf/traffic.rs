@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
+use sluice_core::weir::{Decision, Doorbell, Weir, WeirConfig, WeirError};
 use sluice_core::{Completion, SendOp, SendWr, Sge, WcStatus};
 
+use super::pacer::PacerReport;
 use super::session::{QpEnd, Session};
 use super::verify;
 use super::{Options, PerfError, Role, Verb};
@@ -22,6 +24,8 @@ pub(crate) struct Measured {
     /// With `--tenant`, each QP's message latencies (post to completion, nanoseconds): a
     /// latency tenant's QPs (`lat`) only; empty for the others.
     pub(crate) qp_samples: Vec<Vec<u64>>,
+    /// `--pacer weir`: what the pacer did.
+    pub(crate) pacer: Option<PacerReport>,
 }
 
 /// The most latency samples a QP keeps (8 bytes each).
@@ -49,6 +53,12 @@ struct Flow {
 /// Time is the poll's own clock reading (`Device::polled_at`): a spinning side reads the
 /// clock once per round, not three times.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
+    pump_until(s, None)
+}
+
+/// [`pump`], with a sleep that ends by `due` too (the pacer's next credit): past it, no
+/// sleep at all.
+fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
         return Ok(());
@@ -67,7 +77,14 @@ fn pump(s: &mut Session) -> Result<(), PerfError> {
     if now - *s.idle_since.get_or_insert(now) < s.spin {
         return Ok(());
     }
-    s.dev.wait(Some(Duration::from_millis(10)))?;
+    let mut cap = Duration::from_millis(10);
+    if let Some(due) = due {
+        if due <= now {
+            return Ok(());
+        }
+        cap = cap.min(due - now);
+    }
+    s.dev.wait(Some(cap))?;
     // Spin again the next time there is nothing to do: the wait may have handed what
     // arrived to the engine itself, so the next poll finds nothing and could not say so.
     s.idle_since = None;
@@ -313,6 +330,109 @@ pub(crate) fn bw_tenants(s: &mut Session, o: &Options) -> Result<Measured, PerfE
     drive(s, o, &flows)
 }
 
+/// `--pacer weir` in the requester's loop: the pacer, and each QP's posts it holds (their
+/// operation and buffer, by `seq` mod the QP's depth), to post their pieces from.
+///
+/// A slot is free again once its post completed for the application, which comes after
+/// every piece of it was doorbelled: `drive` posts `seq + depth` only after `seq`
+/// completed.
+struct Paced {
+    weir: Weir,
+    held: Vec<Vec<(SendOp, Buffer)>>,
+    /// The rate (bit/s) and delay (ns) after the last completion that left work in flight,
+    /// and the lowest rate: Weir goes back to line rate and forgets its delay once the
+    /// run drains, so its state at the end says nothing of the run.
+    busy: Option<(u64, Option<f64>)>,
+    lowest: u64,
+}
+
+impl Paced {
+    /// One pacer for the session's engine, sized for its QPNs and the flows' depths.
+    fn new(s: &Session, cfg: &WeirConfig, flows: &[Flow]) -> Result<Paced, PerfError> {
+        let depth = flows.iter().map(|f| f.depth).max().unwrap_or(1);
+        let max_qpn = s.qps.iter().map(|q| q.qpn.0 + 1).max().unwrap_or(1);
+        let weir = Weir::new(WeirConfig {
+            max_qpn,
+            // The application's queue per QP, and the pieces in flight on the engine: the
+            // send queue was sized for `depth` WRs, and every piece is one.
+            max_wqes: depth,
+            sq_depth: depth,
+            ..*cfg
+        })
+        .map_err(|e| PerfError::Usage(format!("--pacer weir: {e}")))?;
+        let held = flows
+            .iter()
+            .map(|f| vec![(SendOp::Send, (0, 0)); f.depth as usize])
+            .collect();
+        let lowest = weir.rate();
+        Ok(Paced {
+            weir,
+            held,
+            busy: None,
+            lowest,
+        })
+    }
+
+    /// Posts doorbell `d` to the engine: its piece of the held post, signaled, with the
+    /// pacer's tag as the engine's `wr_id`.
+    fn ring(&self, s: &mut Session, d: Doorbell, inline_size: u32) -> Result<(), PerfError> {
+        let q = s.index_of(d.qp);
+        let slots = self.held[q].len() as u64;
+        let (op, (lkey, addr)) = self.held[q][(d.wr_id % slots) as usize];
+        let at = u64::from(d.offset);
+        let op = match op {
+            SendOp::Write { remote_addr, rkey } => SendOp::Write {
+                remote_addr: remote_addr + at,
+                rkey,
+            },
+            SendOp::Read { remote_addr, rkey } => SendOp::Read {
+                remote_addr: remote_addr + at,
+                rkey,
+            },
+            // A SEND is never split (`validate`), nor an atomic paced.
+            other => other,
+        };
+        post(s, q, op, (lkey, addr + at), d.len, d.tag, true, inline_size)
+    }
+
+    /// Rings every doorbell that is due now.
+    fn ring_due(&mut self, s: &mut Session, inline_size: u32) -> Result<(), PerfError> {
+        let now = s.dev.polled_at();
+        while let Some(d) = self.weir.poll_doorbell(now) {
+            self.ring(s, d, inline_size)?;
+        }
+        Ok(())
+    }
+
+    /// The application's completion for the engine's `c`, if it gets one. The engine's
+    /// completions carry no timestamp yet: the time of the poll that found it stands for
+    /// it, and one clock serves as both the NIC's and the host's, so the delay includes
+    /// this loop's polling lag.
+    fn complete(
+        &mut self,
+        s: &Session,
+        mut c: Completion,
+    ) -> Result<Option<Completion>, WeirError> {
+        let now = s.dev.polled_at();
+        if self.weir.sync_due() {
+            self.weir.sync(now, now);
+        }
+        let app = self
+            .weir
+            .on_completion(c.qp, c.wr_id, now, c.status == WcStatus::Success)?;
+        if self.weir.active_qps() > 0 {
+            let rate = self.weir.rate();
+            self.busy = Some((rate, self.weir.delay()));
+            self.lowest = self.lowest.min(rate);
+        }
+        Ok(app.map(|a| {
+            c.wr_id = a.wr_id;
+            c.byte_len = a.len;
+            c
+        }))
+    }
+}
+
 /// Keeps each QP's `depth` messages in flight until it completed its iterations (or the
 /// duration passed).
 fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfError> {
@@ -346,6 +466,10 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
     let stop_at = o.duration.map(|d| start + d);
     let mut last_progress = start;
     let mut stopping = false;
+    let mut paced = match &o.pacer {
+        Some(cfg) => Some(Paced::new(s, cfg, flows)?),
+        None => None,
+    };
     loop {
         if let Some(t) = stop_at {
             if !stopping && Instant::now() >= t {
@@ -377,7 +501,19 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                     sent_at[q][(seq % u64::from(depth)) as usize] =
                         start.elapsed().as_nanos() as u64;
                 }
-                post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
+                match paced.as_mut() {
+                    None => post(s, q, op, buffer, size, seq, signaled, o.inline_size)?,
+                    Some(p) => {
+                        p.held[q][(seq % u64::from(depth)) as usize] = (op, buffer);
+                        let qpn = s.qps[q].qpn;
+                        let now = s.dev.polled_at();
+                        match p.weir.post(qpn, seq, size, signaled, now) {
+                            Ok(Decision::Ring(d)) => p.ring(s, d, o.inline_size)?,
+                            Ok(Decision::Hold { .. }) => {}
+                            Err(e) => return Err(PerfError::Usage(format!("--pacer weir: {e}"))),
+                        }
+                    }
+                }
                 posted[q] += 1;
                 if signaled {
                     last_signaled[q] = seq + 1;
@@ -387,8 +523,23 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                 }
             }
         }
-        pump(s)?;
+        if let Some(p) = paced.as_mut() {
+            p.ring_due(s, o.inline_size)?;
+        }
+        pump_until(s, paced.as_ref().and_then(|p| p.weir.next_timeout()))?;
         while let Some(c) = next_completion(s)? {
+            let c = match paced.as_mut() {
+                None => c,
+                Some(p) => match p
+                    .complete(s, c)
+                    .map_err(|e| s.transport_error(format!("--pacer weir: {e}")))?
+                {
+                    Some(c) => c,
+                    // A piece's or an unsignaled post's: the engine's send queue has room
+                    // again, which the next turn's doorbells use.
+                    None => continue,
+                },
+            };
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
             finished_at[q] = start.elapsed();
@@ -425,6 +576,7 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
         samples: Vec::new(),
         per_qp: completed.into_iter().zip(finished_at).collect(),
         qp_samples: samples,
+        pacer: paced.map(|p| PacerReport::of(&p.weir, p.busy, p.lowest)),
     })
 }
 
@@ -493,6 +645,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
         samples: Vec::new(),
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -531,6 +684,7 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -585,6 +739,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -618,6 +773,7 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
