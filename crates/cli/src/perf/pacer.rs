@@ -86,6 +86,20 @@ pub fn parse(name: &str, params: &[(String, String)]) -> Result<Option<WeirConfi
     Ok(Some(c))
 }
 
+/// Send-queue entries per QP with the pacer: room for every piece of `tx_depth` posts of
+/// `max_size` bytes (each piece is a WR of its own), up to 8,192 per QP and 2^19 over all
+/// QPs, so that the completion queue (at most 2^20 entries) holds every piece in flight;
+/// never fewer than `tx_depth`.
+pub(crate) fn send_depth(c: &WeirConfig, tx_depth: u32, qps: u32, max_size: u32) -> u32 {
+    let pieces = if c.split_bytes == 0 {
+        1
+    } else {
+        max_size.div_ceil(c.split_bytes).max(1)
+    };
+    let cap = 8192.min((1 << 19) / qps.max(1));
+    tx_depth.saturating_mul(pieces).min(cap).max(tx_depth)
+}
+
 /// What the pacer did over one result line, for the table and the JSON.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PacerReport {
