@@ -56,8 +56,12 @@ fn pump(s: &mut Session) -> Result<(), PerfError> {
     pump_until(s, None)
 }
 
-/// [`pump`], with a sleep that ends by `due` too (the pacer's next credit): past it, no
-/// sleep at all.
+/// A sleep shorter than this ends late (a wake-up costs several microseconds in a VM, and
+/// each is a system call): a pacer credit due sooner is waited for by spinning.
+const SHORTEST_SLEEP: Duration = Duration::from_micros(20);
+
+/// [`pump`], with a sleep that ends by `due` too (the pacer's next credit): when that is
+/// less than [`SHORTEST_SLEEP`] away, no sleep at all.
 fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
@@ -79,7 +83,7 @@ fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), 
     }
     let mut cap = Duration::from_millis(10);
     if let Some(due) = due {
-        if due <= now {
+        if due <= now || due - now < SHORTEST_SLEEP {
             return Ok(());
         }
         cap = cap.min(due - now);
@@ -344,6 +348,8 @@ struct Paced {
     /// run drains, so its state at the end says nothing of the run.
     busy: Option<(u64, Option<f64>)>,
     lowest: u64,
+    /// The poll time of the last turn's doorbells.
+    last_turn: sluice_core::Instant,
 }
 
 impl Paced {
@@ -370,6 +376,7 @@ impl Paced {
             held,
             busy: None,
             lowest,
+            last_turn: s.dev.polled_at(),
         })
     }
 
@@ -395,30 +402,26 @@ impl Paced {
         post(s, q, op, (lkey, addr + at), d.len, d.tag, true, inline_size)
     }
 
-    /// Rings every doorbell that is due now.
+    /// Rings every doorbell whose credit fell due by this turn's poll.
     ///
     /// A credit falls due `size / rate` after the doorbell before it and does not
-    /// accumulate, so with the poll's clock reading alone this would ring one doorbell per
-    /// loop turn (a turn is a microsecond or more; a 512 B credit at 100 Gbit/s, 41 ns),
-    /// and the engine would send one packet per system call. While a credit is pending the
-    /// clock is read again: posting a piece takes longer than most credits, so the turn
-    /// rings what the rate allows over the time it takes.
+    /// accumulate, and the engine sends what was posted only at the next poll. Handed the
+    /// poll's time, Weir would release one doorbell per loop turn (a turn is microseconds,
+    /// a 4 KiB credit at 100 Gbit/s 328 ns), one packet per system call. So each credit
+    /// that fell due since the last turn is spent at its own due time: a turn rings what
+    /// the rate allows over the time since the last one, and no more. A doorbell's time is
+    /// then up to one turn before the poll that hands it to the engine, which the delay
+    /// Weir measures includes.
     fn ring_due(&mut self, s: &mut Session, inline_size: u32) -> Result<(), PerfError> {
-        let mut now = s.dev.polled_at();
-        loop {
-            while let Some(d) = self.weir.poll_doorbell(now) {
-                self.ring(s, d, inline_size)?;
-            }
-            match self.weir.next_timeout() {
-                Some(due) if due > now => {
-                    now = s.dev.now();
-                    if due > now {
-                        return Ok(());
-                    }
-                }
-                _ => return Ok(()),
-            }
+        let now = s.dev.polled_at();
+        while let Some(due) = self.weir.next_timeout().filter(|&due| due <= now) {
+            let Some(d) = self.weir.poll_doorbell(due.max(self.last_turn)) else {
+                break;
+            };
+            self.ring(s, d, inline_size)?;
         }
+        self.last_turn = now;
+        Ok(())
     }
 
     /// The application's completion for the engine's `c`, if it gets one. The engine's
