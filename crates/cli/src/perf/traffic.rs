@@ -348,8 +348,12 @@ struct Paced {
     /// run drains, so its state at the end says nothing of the run.
     busy: Option<(u64, Option<f64>)>,
     lowest: u64,
-    /// The poll time of the last turn's doorbells.
+    /// The time of the last turn's doorbells.
     last_turn: sluice_core::Instant,
+    /// The clock, read at the start of each turn and after its pump: a poll's own reading
+    /// (`Device::polled_at`) may be from before a sleep, or before the run's setup, and
+    /// would add that to every delay Weir measures.
+    now: sluice_core::Instant,
 }
 
 impl Paced {
@@ -376,7 +380,8 @@ impl Paced {
             held,
             busy: None,
             lowest,
-            last_turn: s.dev.polled_at(),
+            last_turn: s.dev.now(),
+            now: s.dev.now(),
         })
     }
 
@@ -409,13 +414,19 @@ impl Paced {
     /// poll's time, Weir would release one doorbell per loop turn (a turn is microseconds,
     /// a 4 KiB credit at 100 Gbit/s 328 ns), one packet per system call. So each credit
     /// that fell due since the last turn is spent at its own due time: a turn rings what
-    /// the rate allows over the time since the last one, and no more. A doorbell's time is
-    /// then up to one turn before the poll that hands it to the engine, which the delay
+    /// the rate allows over the time since the last one, and no more. That time is capped
+    /// at [`SHORTEST_SLEEP`], so that a slow turn (one that posted thousands of WRs) does not
+    /// release a burst Weir's non-accumulating credit is there to prevent. A doorbell's time
+    /// is then up to one turn before the poll that hands it to the engine, which the delay
     /// Weir measures includes.
     fn ring_due(&mut self, s: &mut Session, inline_size: u32) -> Result<(), PerfError> {
-        let now = s.dev.polled_at();
+        let now = self.now;
+        let since = self.last_turn.max(sluice_core::Instant::from_nanos(
+            now.as_nanos()
+                .saturating_sub(SHORTEST_SLEEP.as_nanos() as u64),
+        ));
         while let Some(due) = self.weir.next_timeout().filter(|&due| due <= now) {
-            let Some(d) = self.weir.poll_doorbell(due.max(self.last_turn)) else {
+            let Some(d) = self.weir.poll_doorbell(due.max(since)) else {
                 break;
             };
             self.ring(s, d, inline_size)?;
@@ -428,12 +439,8 @@ impl Paced {
     /// completions carry no timestamp yet: the time of the poll that found it stands for
     /// it, and one clock serves as both the NIC's and the host's, so the delay includes
     /// this loop's polling lag.
-    fn complete(
-        &mut self,
-        s: &Session,
-        mut c: Completion,
-    ) -> Result<Option<Completion>, WeirError> {
-        let now = s.dev.polled_at();
+    fn complete(&mut self, mut c: Completion) -> Result<Option<Completion>, WeirError> {
+        let now = self.now;
         if self.weir.sync_due() {
             self.weir.sync(now, now);
         }
@@ -496,6 +503,9 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                 stopping = true;
             }
         }
+        if let Some(p) = paced.as_mut() {
+            p.now = s.dev.now();
+        }
         for q in room.drain(..) {
             let Flow {
                 verb,
@@ -526,8 +536,7 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                     Some(p) => {
                         p.held[q][(seq % u64::from(depth)) as usize] = (op, buffer);
                         let qpn = s.qps[q].qpn;
-                        let now = s.dev.polled_at();
-                        match p.weir.post(qpn, seq, size, signaled, now) {
+                        match p.weir.post(qpn, seq, size, signaled, p.now) {
                             Ok(Decision::Ring(d)) => p.ring(s, d, o.inline_size)?,
                             Ok(Decision::Hold { .. }) => {}
                             Err(e) => return Err(PerfError::Usage(format!("--pacer weir: {e}"))),
@@ -547,11 +556,14 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
             p.ring_due(s, o.inline_size)?;
         }
         pump_until(s, paced.as_ref().and_then(|p| p.weir.next_timeout()))?;
+        if let Some(p) = paced.as_mut() {
+            p.now = s.dev.now();
+        }
         while let Some(c) = next_completion(s)? {
             let c = match paced.as_mut() {
                 None => c,
                 Some(p) => match p
-                    .complete(s, c)
+                    .complete(c)
                     .map_err(|e| s.transport_error(format!("--pacer weir: {e}")))?
                 {
                     Some(c) => c,
