@@ -883,6 +883,34 @@ fn the_weir_pacer_completes_every_message() {
         assert_eq!(r[0]["iterations"], 400, "{test}");
         assert_eq!(r[0]["pacer"]["doorbells"], 400, "{test}");
     }
+    // Tenants: each QP its own operation, size and depth; a latency tenant's every
+    // message reaches the application.
+    let r = loopback(
+        &[
+            "write-bw",
+            "-n",
+            "100",
+            "--tenant",
+            "op=write,size=10000,qps=2",
+            "--tenant",
+            "op=read,size=512,depth=16",
+            "--tenant",
+            "op=write,size=512,depth=1,lat",
+            "--pacer",
+            "weir",
+        ],
+        24_804,
+    );
+    let client = r.iter().find(|r| r["role"] == "client").unwrap();
+    let iterations: Vec<_> = client["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["iterations"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations, [200, 100, 100]);
+    // 200 posts of 3 pieces, 200 of one.
+    assert_eq!(client["pacer"]["doorbells"], 800);
 }
 
 /// A post longer than split_bytes goes out in pieces, and the run counts the application's

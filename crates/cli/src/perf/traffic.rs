@@ -407,11 +407,11 @@ impl Paced {
         post(s, q, op, (lkey, addr + at), d.len, d.tag, true, inline_size)
     }
 
-    /// Rings every doorbell whose credit fell due by this turn's poll.
+    /// Rings every doorbell whose credit fell due by the turn's clock reading.
     ///
     /// A credit falls due `size / rate` after the doorbell before it and does not
-    /// accumulate, and the engine sends what was posted only at the next poll. Handed the
-    /// poll's time, Weir would release one doorbell per loop turn (a turn is microseconds,
+    /// accumulate, and the engine sends what was posted only at the next poll. Handed one
+    /// time per turn, Weir would release one doorbell per loop turn (a turn is microseconds,
     /// a 4 KiB credit at 100 Gbit/s 328 ns), one packet per system call. So each credit
     /// that fell due since the last turn is spent at its own due time: a turn rings what
     /// the rate allows over the time since the last one, and no more. That time is capped
@@ -436,9 +436,9 @@ impl Paced {
     }
 
     /// The application's completion for the engine's `c`, if it gets one. The engine's
-    /// completions carry no timestamp yet: the time of the poll that found it stands for
-    /// it, and one clock serves as both the NIC's and the host's, so the delay includes
-    /// this loop's polling lag.
+    /// completions carry no timestamp yet: the clock read after the pump that found it
+    /// stands for it, and one clock serves as both the NIC's and the host's, so the delay
+    /// includes this loop's polling lag.
     fn complete(&mut self, mut c: Completion) -> Result<Option<Completion>, WeirError> {
         let now = self.now;
         if self.weir.sync_due() {
