@@ -226,6 +226,14 @@ struct PerfArgs {
     /// A parameter of the scheduler, NAME=VALUE (repeatable).
     #[arg(long = "sched-param", value_name = "NAME=VALUE")]
     sched_param: Vec<String>,
+    /// A doorbell pacer between the bandwidth requester and the engine: none or weir
+    /// (`--pacer list` shows what each does and its parameters; docs/weir.md). Bandwidth
+    /// tests of WRITE, READ and SEND.
+    #[arg(long, default_value = "none")]
+    pacer: String,
+    /// A parameter of the pacer, NAME=VALUE (repeatable).
+    #[arg(long = "pacer-param", value_name = "NAME=VALUE")]
+    pacer_param: Vec<String>,
     /// Each packet's UDP source port: ecmp (one per queue pair), spray (`--path list`).
     #[arg(long, default_value = "ecmp")]
     path: String,
@@ -587,6 +595,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
             corrupt_qp: a.test_corrupt_qp,
         },
         tenants: a.tenant.clone(),
+        pacer: perf::parse_pacer(&a.pacer, &name_values("--pacer-param", &a.pacer_param)?)?,
         ..perf::Options::new(test)
     })
 }
@@ -602,6 +611,8 @@ fn policy_listing(a: &PerfArgs) -> Option<String> {
         Some(TRACKERS.listing())
     } else if a.services.iter().any(|s| s == "list") {
         Some(SERVICES.listing())
+    } else if a.pacer == "list" {
+        Some(perf::PACER_LISTING.to_string())
     } else {
         None
     }

@@ -851,3 +851,154 @@ fn a_server_serves_the_next_client_after_one_that_failed() {
     refused(&["write-bw", "--serve", "0"], "--serve");
     refused(&["write-bw", "--loopback", "--serve", "2"], "--serve");
 }
+
+/// `--pacer weir`: write-bw completes every iteration, as many messages as without the
+/// pacer, with every post doorbelled once (no split at 512 B); read-bw and send-bw run
+/// through it too.
+#[test]
+fn the_weir_pacer_completes_every_message() {
+    let args = ["write-bw", "-s", "512", "-n", "300", "-q", "2"];
+    let plain = loopback(&args, 24_800);
+    let paced = loopback(&[&args[..], &["--pacer", "weir"]].concat(), 24_801);
+    assert_eq!(plain[0]["iterations"], 600);
+    assert_eq!(paced[0]["iterations"], plain[0]["iterations"]);
+    assert!(plain[0].get("pacer").is_none());
+    let p = &paced[0]["pacer"];
+    assert_eq!(p["name"], "weir");
+    assert_eq!(p["posts"], 600);
+    assert_eq!(p["doorbells"], 600);
+    assert_eq!(p["cqes"], 600);
+    assert_eq!(p["splits"], 0);
+    // -Q 100 (the default): the 3 signaled posts of each QP reach the application.
+    assert_eq!(p["app_completions"], 6);
+    assert_eq!(p["swallowed"], 594);
+    assert!(p["rate_gbps"].as_f64().unwrap() > 0.0);
+    for (i, test) in ["read-bw", "send-bw"].into_iter().enumerate() {
+        let r = loopback(
+            &[
+                test, "-s", "1024", "-n", "200", "-q", "2", "--pacer", "weir",
+            ],
+            24_802 + i as u16,
+        );
+        assert_eq!(r[0]["iterations"], 400, "{test}");
+        assert_eq!(r[0]["pacer"]["doorbells"], 400, "{test}");
+    }
+    // Tenants: each QP its own operation, size and depth; a latency tenant's every
+    // message reaches the application.
+    let r = loopback(
+        &[
+            "write-bw",
+            "-n",
+            "100",
+            "--tenant",
+            "op=write,size=10000,qps=2",
+            "--tenant",
+            "op=read,size=512,depth=16",
+            "--tenant",
+            "op=write,size=512,depth=1,lat",
+            "--pacer",
+            "weir",
+        ],
+        24_804,
+    );
+    let client = r.iter().find(|r| r["role"] == "client").unwrap();
+    let iterations: Vec<_> = client["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["iterations"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations, [200, 100, 100]);
+    // 200 posts of 3 pieces, 200 of one.
+    assert_eq!(client["pacer"]["doorbells"], 800);
+}
+
+/// A post longer than split_bytes goes out in pieces, and the run counts the application's
+/// messages, not the pieces.
+#[test]
+fn the_weir_pacer_splits_large_posts_and_counts_messages() {
+    for (i, test) in ["write-bw", "read-bw"].into_iter().enumerate() {
+        let r = loopback(
+            &[
+                test, "-s", "10000", "-n", "100", "-q", "2", "-Q", "1", "--pacer", "weir",
+            ],
+            24_810 + i as u16,
+        );
+        assert_eq!(r[0]["iterations"], 200, "{test}");
+        let p = &r[0]["pacer"];
+        assert_eq!(p["posts"], 200, "{test}");
+        assert_eq!(p["splits"], 200, "{test}");
+        // 4,096 + 4,096 + 1,808 bytes.
+        assert_eq!(p["doorbells"], 600, "{test}");
+        assert_eq!(p["cqes"], 600, "{test}");
+        assert_eq!(p["app_completions"], 200, "{test}");
+        assert_eq!(p["swallowed"], 400, "{test}");
+    }
+    // Not split at split_bytes=0.
+    let r = loopback(
+        &[
+            "write-bw",
+            "-s",
+            "10000",
+            "-n",
+            "50",
+            "--pacer",
+            "weir",
+            "--pacer-param",
+            "split_bytes=0",
+        ],
+        24_812,
+    );
+    assert_eq!(r[0]["iterations"], 50);
+    assert_eq!(r[0]["pacer"]["doorbells"], 50);
+}
+
+#[test]
+fn bad_pacer_options_are_refused_naming_what_is_wrong() {
+    let weir = |param: &str| {
+        vec![
+            "write-bw",
+            "--loopback",
+            "--pacer",
+            "weir",
+            "--pacer-param",
+            param,
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+    };
+    for (param, says) in [
+        ("base_delay_us=0", "base_delay_us"),
+        ("ewma_weight=1.5", "ewma_weight"),
+        ("split_bytes=-1", "split_bytes"),
+        ("min_rate_gbps=500", "min_rate"),
+        ("init_beta=3", "init_beta"),
+        ("inc_mbps=fast", "inc_mbps"),
+        ("nope=1", "nope"),
+        ("base_delay_us", "NAME=VALUE"),
+    ] {
+        let args = weir(param);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, says);
+    }
+    refused(
+        &["write-bw", "--loopback", "--pacer", "fast"],
+        "--pacer fast",
+    );
+    refused(
+        &["write-bw", "--loopback", "--pacer-param", "split_bytes=0"],
+        "--pacer none takes no parameters",
+    );
+    for test in ["write-lat", "read-lat", "send-lat", "atomic-bw"] {
+        refused(&[test, "--loopback", "--pacer", "weir"], "bandwidth tests");
+    }
+    refused(
+        &["send-bw", "--loopback", "-s", "8192", "--pacer", "weir"],
+        "split_bytes",
+    );
+    refused(
+        &["write-bw", "--loopback", "--verify", "--pacer", "weir"],
+        "--verify",
+    );
+}

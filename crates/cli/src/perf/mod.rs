@@ -1,6 +1,7 @@
 //! `sluice perf`: perftest's tests (`ib_write_bw` and friends) over Sluice's own datapath,
 //! able to stand in for either end of a perftest run against Linux Soft-RoCE or a RoCE NIC.
 
+mod pacer;
 mod report;
 mod session;
 mod traffic;
@@ -10,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use pacer::{LISTING as PACER_LISTING, PacerReport, parse as parse_pacer};
 pub use report::Report;
 
 pub use sluice_perftest::{Role, Test, Verb};
@@ -95,6 +97,10 @@ pub struct Options {
     /// count, TX depth and scheduler weight, run at once (bandwidth tests; both ends
     /// Sluice given the same groups). Empty: the test's one group, as perftest.
     pub tenants: Vec<TenantSpec>,
+    /// `--pacer weir`: the bandwidth requester's posts go through Weir
+    /// (`sluice_core::weir`), which rings the engine's doorbells at a paced rate. Its
+    /// depths and QPN range are set from the run's when the traffic starts.
+    pub pacer: Option<sluice_core::weir::WeirConfig>,
 }
 
 /// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
@@ -407,6 +413,7 @@ impl Options {
             verify: false,
             faults: TestFaults::default(),
             tenants: Vec::new(),
+            pacer: None,
         }
     }
 
@@ -618,6 +625,44 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             if t.tx_depth.is_none_or(|d| d == 0 || d > 8192) {
                 return usage(format!("--tenant {i}: depth between 1 and 8192"));
             }
+        }
+    }
+    if let Some(w) = &o.pacer {
+        if o.test.is_latency() || o.test.verb() == Verb::Atomic {
+            return usage(
+                "--pacer weir: bandwidth tests of WRITE, READ and SEND only (write-bw, read-bw, \
+                 send-bw); a latency test has one message in flight, nothing to pace"
+                    .into(),
+            );
+        }
+        if o.verify {
+            return usage(
+                "--pacer weir: not with --verify (a split WRITE with immediate would land as \
+                 several checked messages)"
+                    .into(),
+            );
+        }
+        let split = |s: u32| w.split_bytes != 0 && s > w.split_bytes;
+        let run_size = o.size.unwrap_or(o.test.default_size() as u32);
+        let send_sizes: Vec<u32> = if o.tenants.is_empty() {
+            if o.test.verb() == Verb::Send {
+                o.sizes()
+            } else {
+                Vec::new()
+            }
+        } else {
+            o.tenants
+                .iter()
+                .filter(|t| t.verb == Verb::Send)
+                .map(|t| t.size.unwrap_or(run_size))
+                .collect()
+        };
+        if send_sizes.into_iter().any(split) {
+            return usage(format!(
+                "--pacer weir: a SEND longer than split_bytes ({}) would reach the receiver as \
+                 several messages; set --pacer-param split_bytes=0 or at least -s",
+                w.split_bytes
+            ));
         }
     }
     if o.qps == 0 || o.qps > 1 << 16 {

@@ -70,6 +70,9 @@ pub struct Report {
     /// one took everything).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jain_index: Option<f64>,
+    /// `--pacer weir` (the requester): what the pacer did over this line's run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacer: Option<super::PacerReport>,
 }
 
 /// One tenant's results.
@@ -193,6 +196,7 @@ impl Report {
             services: Default::default(),
             tenants: Vec::new(),
             jain_index: None,
+            pacer: m.pacer.take(),
         };
         if !m.samples.is_empty() {
             let s = &mut m.samples;

@@ -54,6 +54,9 @@ pub(crate) struct Session {
     pub(crate) write_imm: bool,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
+    /// Each QP's send queue depth: `-t`, or with `--pacer weir` room for the pieces of
+    /// split posts (`pacer::send_depth`).
+    pub(crate) send_depth: u32,
     /// For peeking: has the peer started the end-of-test exchange?
     stream: TcpStream,
     exchange: Exchange,
@@ -511,6 +514,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 if !report.tenants.is_empty() {
                     println!("{}", report.tenant_rows(o.report_gbits));
                 }
+                if let Some(p) = &report.pacer {
+                    println!("{}", p.row());
+                }
             }
         }
         reports.push(report);
@@ -616,10 +622,13 @@ fn open(
         Access::ALL | Access::LOCAL_WRITE,
     )?;
     let qps = o.qps;
-    let cq_entries = (qps * (o.tx_depth + o.rx_depth + 8)).clamp(64, 1 << 20);
+    let send_depth = o.pacer.as_ref().map_or(o.tx_depth, |w| {
+        super::pacer::send_depth(w, o.tx_depth, qps, max_size)
+    });
+    let cq_entries = (qps * (send_depth + o.rx_depth + 8)).clamp(64, 1 << 20);
     let cq = engine.create_cq(cq_entries)?;
     let caps = QpCaps {
-        max_send_wr: o.tx_depth.max(2),
+        max_send_wr: send_depth.max(2),
         max_recv_wr: o.rx_depth.max(2),
         max_inline: o.inline_size.max(256),
         ..QpCaps::default()
@@ -745,6 +754,7 @@ fn open(
         verify,
         write_imm,
         last_error_completion: None,
+        send_depth,
         stream,
         exchange,
         index,

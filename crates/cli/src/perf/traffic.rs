@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
+use sluice_core::weir::{Decision, Doorbell, Weir, WeirConfig, WeirError};
 use sluice_core::{Completion, SendOp, SendWr, Sge, WcStatus};
 
+use super::pacer::PacerReport;
 use super::session::{QpEnd, Session};
 use super::verify;
 use super::{Options, PerfError, Role, Verb};
@@ -22,6 +24,8 @@ pub(crate) struct Measured {
     /// With `--tenant`, each QP's message latencies (post to completion, nanoseconds): a
     /// latency tenant's QPs (`lat`) only; empty for the others.
     pub(crate) qp_samples: Vec<Vec<u64>>,
+    /// `--pacer weir`: what the pacer did.
+    pub(crate) pacer: Option<PacerReport>,
 }
 
 /// The most latency samples a QP keeps (8 bytes each).
@@ -49,6 +53,16 @@ struct Flow {
 /// Time is the poll's own clock reading (`Device::polled_at`): a spinning side reads the
 /// clock once per round, not three times.
 fn pump(s: &mut Session) -> Result<(), PerfError> {
+    pump_until(s, None)
+}
+
+/// A sleep shorter than this ends late (a wake-up costs several microseconds in a VM, and
+/// each is a system call): a pacer credit due sooner is waited for by spinning.
+const SHORTEST_SLEEP: Duration = Duration::from_micros(20);
+
+/// [`pump`], with a sleep that ends by `due` too (the pacer's next credit): when that is
+/// less than [`SHORTEST_SLEEP`] away, no sleep at all.
+fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), PerfError> {
     if s.dev.poll()? {
         s.idle_since = None;
         return Ok(());
@@ -67,7 +81,14 @@ fn pump(s: &mut Session) -> Result<(), PerfError> {
     if now - *s.idle_since.get_or_insert(now) < s.spin {
         return Ok(());
     }
-    s.dev.wait(Some(Duration::from_millis(10)))?;
+    let mut cap = Duration::from_millis(10);
+    if let Some(due) = due {
+        if due <= now || due - now < SHORTEST_SLEEP {
+            return Ok(());
+        }
+        cap = cap.min(due - now);
+    }
+    s.dev.wait(Some(cap))?;
     // Spin again the next time there is nothing to do: the wait may have handed what
     // arrived to the engine itself, so the next poll finds nothing and could not say so.
     s.idle_since = None;
@@ -313,6 +334,132 @@ pub(crate) fn bw_tenants(s: &mut Session, o: &Options) -> Result<Measured, PerfE
     drive(s, o, &flows)
 }
 
+/// `--pacer weir` in the requester's loop: the pacer, and each QP's posts it holds (their
+/// operation and buffer, by `seq` mod the QP's depth), to post their pieces from.
+///
+/// A slot is free again once its post completed for the application, which comes after
+/// every piece of it was doorbelled: `drive` posts `seq + depth` only after `seq`
+/// completed.
+struct Paced {
+    weir: Weir,
+    held: Vec<Vec<(SendOp, Buffer)>>,
+    /// The rate (bit/s) and delay (ns) after the last completion that left work in flight,
+    /// and the lowest rate: Weir goes back to line rate and forgets its delay once the
+    /// run drains, so its state at the end says nothing of the run.
+    busy: Option<(u64, Option<f64>)>,
+    lowest: u64,
+    /// The time of the last turn's doorbells.
+    last_turn: sluice_core::Instant,
+    /// The clock, read at the start of each turn and after its pump: a poll's own reading
+    /// (`Device::polled_at`) may be from before a sleep, or before the run's setup, and
+    /// would add that to every delay Weir measures.
+    now: sluice_core::Instant,
+}
+
+impl Paced {
+    /// One pacer for the session's engine, sized for its QPNs and the flows' depths.
+    fn new(s: &Session, cfg: &WeirConfig, flows: &[Flow]) -> Result<Paced, PerfError> {
+        let depth = flows.iter().map(|f| f.depth).max().unwrap_or(1);
+        let max_qpn = s.qps.iter().map(|q| q.qpn.0 + 1).max().unwrap_or(1);
+        let weir = Weir::new(WeirConfig {
+            max_qpn,
+            // The application's queue per QP, and the pieces in flight on the engine: as
+            // many as its send queue holds, every piece a WR of its own.
+            max_wqes: depth,
+            sq_depth: s.send_depth,
+            ..*cfg
+        })
+        .map_err(|e| PerfError::Usage(format!("--pacer weir: {e}")))?;
+        let held = flows
+            .iter()
+            .map(|f| vec![(SendOp::Send, (0, 0)); f.depth as usize])
+            .collect();
+        let lowest = weir.rate();
+        Ok(Paced {
+            weir,
+            held,
+            busy: None,
+            lowest,
+            last_turn: s.dev.now(),
+            now: s.dev.now(),
+        })
+    }
+
+    /// Posts doorbell `d` to the engine: its piece of the held post, signaled, with the
+    /// pacer's tag as the engine's `wr_id`.
+    fn ring(&self, s: &mut Session, d: Doorbell, inline_size: u32) -> Result<(), PerfError> {
+        let q = s.index_of(d.qp);
+        let slots = self.held[q].len() as u64;
+        let (op, (lkey, addr)) = self.held[q][(d.wr_id % slots) as usize];
+        let at = u64::from(d.offset);
+        let op = match op {
+            SendOp::Write { remote_addr, rkey } => SendOp::Write {
+                remote_addr: remote_addr + at,
+                rkey,
+            },
+            SendOp::Read { remote_addr, rkey } => SendOp::Read {
+                remote_addr: remote_addr + at,
+                rkey,
+            },
+            // A SEND is never split (`validate`), nor an atomic paced.
+            other => other,
+        };
+        post(s, q, op, (lkey, addr + at), d.len, d.tag, true, inline_size)
+    }
+
+    /// Rings every doorbell whose credit fell due by the turn's clock reading.
+    ///
+    /// A credit falls due `size / rate` after the doorbell before it and does not
+    /// accumulate, and the engine sends what was posted only at the next poll. Handed one
+    /// time per turn, Weir would release one doorbell per loop turn (a turn is microseconds,
+    /// a 4 KiB credit at 100 Gbit/s 328 ns), one packet per system call. So each credit
+    /// that fell due since the last turn is spent at its own due time: a turn rings what
+    /// the rate allows over the time since the last one, and no more. That time is capped
+    /// at [`SHORTEST_SLEEP`], so that a slow turn (one that posted thousands of WRs) does not
+    /// release a burst Weir's non-accumulating credit is there to prevent. A doorbell's time
+    /// is then up to one turn before the poll that hands it to the engine, which the delay
+    /// Weir measures includes.
+    fn ring_due(&mut self, s: &mut Session, inline_size: u32) -> Result<(), PerfError> {
+        let now = self.now;
+        let since = self.last_turn.max(sluice_core::Instant::from_nanos(
+            now.as_nanos()
+                .saturating_sub(SHORTEST_SLEEP.as_nanos() as u64),
+        ));
+        while let Some(due) = self.weir.next_timeout().filter(|&due| due <= now) {
+            let Some(d) = self.weir.poll_doorbell(due.max(since)) else {
+                break;
+            };
+            self.ring(s, d, inline_size)?;
+        }
+        self.last_turn = now;
+        Ok(())
+    }
+
+    /// The application's completion for the engine's `c`, if it gets one. The engine's
+    /// completions carry no timestamp yet: the clock read after the pump that found it
+    /// stands for it, and one clock serves as both the NIC's and the host's, so the delay
+    /// includes this loop's polling lag.
+    fn complete(&mut self, mut c: Completion) -> Result<Option<Completion>, WeirError> {
+        let now = self.now;
+        if self.weir.sync_due() {
+            self.weir.sync(now, now);
+        }
+        let app = self
+            .weir
+            .on_completion(c.qp, c.wr_id, now, c.status == WcStatus::Success)?;
+        if self.weir.active_qps() > 0 {
+            let rate = self.weir.rate();
+            self.busy = Some((rate, self.weir.delay()));
+            self.lowest = self.lowest.min(rate);
+        }
+        Ok(app.map(|a| {
+            c.wr_id = a.wr_id;
+            c.byte_len = a.len;
+            c
+        }))
+    }
+}
+
 /// Keeps each QP's `depth` messages in flight until it completed its iterations (or the
 /// duration passed).
 fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfError> {
@@ -346,11 +493,18 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
     let stop_at = o.duration.map(|d| start + d);
     let mut last_progress = start;
     let mut stopping = false;
+    let mut paced = match &o.pacer {
+        Some(cfg) => Some(Paced::new(s, cfg, flows)?),
+        None => None,
+    };
     loop {
         if let Some(t) = stop_at {
             if !stopping && Instant::now() >= t {
                 stopping = true;
             }
+        }
+        if let Some(p) = paced.as_mut() {
+            p.now = s.dev.now();
         }
         for q in room.drain(..) {
             let Flow {
@@ -377,7 +531,18 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                     sent_at[q][(seq % u64::from(depth)) as usize] =
                         start.elapsed().as_nanos() as u64;
                 }
-                post(s, q, op, buffer, size, seq, signaled, o.inline_size)?;
+                match paced.as_mut() {
+                    None => post(s, q, op, buffer, size, seq, signaled, o.inline_size)?,
+                    Some(p) => {
+                        p.held[q][(seq % u64::from(depth)) as usize] = (op, buffer);
+                        let qpn = s.qps[q].qpn;
+                        match p.weir.post(qpn, seq, size, signaled, p.now) {
+                            Ok(Decision::Ring(d)) => p.ring(s, d, o.inline_size)?,
+                            Ok(Decision::Hold { .. }) => {}
+                            Err(e) => return Err(PerfError::Usage(format!("--pacer weir: {e}"))),
+                        }
+                    }
+                }
                 posted[q] += 1;
                 if signaled {
                     last_signaled[q] = seq + 1;
@@ -387,8 +552,26 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                 }
             }
         }
-        pump(s)?;
+        if let Some(p) = paced.as_mut() {
+            p.ring_due(s, o.inline_size)?;
+        }
+        pump_until(s, paced.as_ref().and_then(|p| p.weir.next_timeout()))?;
+        if let Some(p) = paced.as_mut() {
+            p.now = s.dev.now();
+        }
         while let Some(c) = next_completion(s)? {
+            let c = match paced.as_mut() {
+                None => c,
+                Some(p) => match p
+                    .complete(c)
+                    .map_err(|e| s.transport_error(format!("--pacer weir: {e}")))?
+                {
+                    Some(c) => c,
+                    // A piece's or an unsignaled post's: the engine's send queue has room
+                    // again, which the next turn's doorbells use.
+                    None => continue,
+                },
+            };
             let q = s.index_of(c.qp);
             completed[q] = completed[q].max(c.wr_id + 1);
             finished_at[q] = start.elapsed();
@@ -425,6 +608,7 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
         samples: Vec::new(),
         per_qp: completed.into_iter().zip(finished_at).collect(),
         qp_samples: samples,
+        pacer: paced.map(|p| PacerReport::of(&p.weir, p.busy, p.lowest)),
     })
 }
 
@@ -493,6 +677,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
         samples: Vec::new(),
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -531,6 +716,7 @@ fn round_trips(s: &mut Session, o: &Options, size: u32) -> Result<Measured, Perf
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -585,6 +771,7 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
@@ -618,6 +805,7 @@ fn send_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, P
         samples,
         per_qp: Vec::new(),
         qp_samples: Vec::new(),
+        pacer: None,
     })
 }
 
