@@ -234,14 +234,16 @@ struct PerfArgs {
     /// A parameter of the pacer, NAME=VALUE (repeatable).
     #[arg(long = "pacer-param", value_name = "NAME=VALUE")]
     pacer_param: Vec<String>,
-    /// Each packet's UDP source port: ecmp (one per queue pair), spray (`--path list`).
+    /// Each packet's UDP source port: ecmp (one per queue pair), spray, flowlet, plb,
+    /// rtt-probe (`--path list`; through the engine today flowlet, plb and rtt-probe keep
+    /// the queue pair's own port: the engine does not yet give them time, signals or probes).
     #[arg(long, default_value = "ecmp")]
     path: String,
     /// A parameter of the path selector, NAME=VALUE (repeatable).
     #[arg(long = "path-param", value_name = "NAME=VALUE")]
     path_param: Vec<String>,
-    /// How a selective-repeat queue pair tracks packets past a gap: bitmap, offset-list
-    /// (`--tracker list`).
+    /// How a selective-repeat queue pair tracks packets past a gap: bitmap, offset-list, left,
+    /// left-nogather, melo (`--tracker list`).
     #[arg(long, default_value = "bitmap")]
     tracker: String,
     /// A parameter of the receive tracker, NAME=VALUE (repeatable).
