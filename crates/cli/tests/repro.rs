@@ -156,6 +156,10 @@ fn scr_fig16_join_share_converges_fastest_and_steps_set_the_pace() {
         "{out}"
     );
     assert!(
+        out.contains("PASS    Fig 9: strategy (c), share, converges fastest of (a), (b) and (c)"),
+        "{out}"
+    );
+    assert!(
         out.contains("PASS    Table 5: larger steps converge faster"),
         "{out}"
     );

@@ -53,7 +53,7 @@ pub(super) const FIG17: Entry = Entry {
 pub(super) const FIG16: Entry = Entry {
     name: "scr-fig16",
     source: "SCR Fig 9, Fig 16 and Table 5 (A.4)",
-    summary: "water-filling as 8 queue pairs join: join rules (share vs reset) and convergence time by step size",
+    summary: "water-filling as 8 queue pairs join: join rules (Fig 9 (a), (b), (c) and reset) and convergence time by step size",
     run: fig16,
     needs: &[WATER],
 };
@@ -1178,6 +1178,20 @@ fn fig16(scale: Scale) -> Result<Report, String> {
             ),
         ));
     }
+    // SCR Fig 9's strategies (a) and (b): the others halve, or scale to (n-1)/n, and the
+    // newcomer starts at the floor (a paced rate cannot be 0) and fills.
+    for join in ["halve", "scale"] {
+        let name = format!("scr-fig16-join-{join}");
+        scenarios.push((
+            name.clone(),
+            join_scenario(
+                &name,
+                &format!("join = \"{join}\", step = 0.4, {floor}"),
+                join_us,
+                stop,
+            ),
+        ));
+    }
     let mut report = Report::default();
     let runs = simulate_all(&mut report, scenarios)?;
     let joins: Vec<(f64, usize)> = (0..FIG16_QPS)
@@ -1185,7 +1199,9 @@ fn fig16(scale: Scale) -> Result<Report, String> {
         .collect();
     let share = settling(&runs[0][0], &joins, stop);
     let reset = settling(&runs[1][0], &joins, stop);
-    let table5: Vec<Option<f64>> = runs[2..]
+    let halve = settling(&runs[5][0], &joins, stop);
+    let scale = settling(&runs[6][0], &joins, stop);
+    let table5: Vec<Option<f64>> = runs[2..5]
         .iter()
         .map(|r| settling(&r[0], &[(0.0, FIG16_QPS as usize)], table5_us)[0].convergence_us)
         .collect();
@@ -1198,9 +1214,11 @@ fn fig16(scale: Scale) -> Result<Report, String> {
         "join=reset: convergence (us)",
         "mean Jain",
         "link used",
+        "(a) halve: us",
+        "(b) scale: us",
         "paper",
     ]);
-    for (a, b) in share.iter().zip(&reset) {
+    for (((a, b), h), s) in share.iter().zip(&reset).zip(&halve).zip(&scale) {
         report.table.row(vec![
             a.members.to_string(),
             show(a.convergence_us, join_us),
@@ -1209,6 +1227,8 @@ fn fig16(scale: Scale) -> Result<Report, String> {
             show(b.convergence_us, join_us),
             f(b.jain, 3),
             format!("{}%", f(b.used * 100.0, 0)),
+            show(h.convergence_us, join_us),
+            show(s.convergence_us, join_us),
             if a.members == 2 {
                 "Fig 9: strategy (c), share, converges fastest and fairest".into()
             } else {
@@ -1223,6 +1243,8 @@ fn fig16(scale: Scale) -> Result<Report, String> {
             String::new(),
             String::new(),
             show(*t, table5_us),
+            String::new(),
+            String::new(),
             String::new(),
             String::new(),
             format!("{paper} us"),
@@ -1245,6 +1267,21 @@ fn fig16(scale: Scale) -> Result<Report, String> {
             f(tr, 0),
             f(join_us, 0),
             share.iter().all(|s| s.convergence_us.is_some())
+        ),
+    ));
+    let (th, tc) = (total(&halve), total(&scale));
+    report.checks.push(Check::shape(
+        "Fig 9: strategy (c), share, converges fastest of (a), (b) and (c)",
+        ts < th && ts < tc,
+        format!(
+            "summed over the joins: (a) halve {} us, (b) scale {} us, (c) share {} us; mean \
+             Jain {} / {} / {}",
+            f(th, 0),
+            f(tc, 0),
+            f(ts, 0),
+            f(mean_jain(&halve), 3),
+            f(mean_jain(&scale), 3),
+            f(mean_jain(&share), 3)
         ),
     ));
     let (js, jr) = (mean_jain(&share), mean_jain(&reset));
@@ -1332,9 +1369,10 @@ fn fig16(scale: Scale) -> Result<Report, String> {
          stays so until the next join. Joins are {} us apart here against SCR's 50 ms. \
          Steps of 0.16 / 0.4 / 0.8 Gbit/s are SCR's 0.02 / 0.05 / 0.10 GB/s; a rate is \
          adjusted at most every 4 us (SCR's one processed TX event) and only when its queue \
-         pair sends a packet; the floor is SCR's 0.5 Gbit/s initial rate. SCR's strategies \
-         (a) and (b) of Fig 9 (the newcomer starting at 0) are not in the scheduler: share is \
-         (c), reset is Fig 16's trace.",
+         pair sends a packet; the floor is SCR's 0.5 Gbit/s initial rate. Fig 9's strategies: \
+         (a) `halve` (the others halve), (b) `scale` (the others keep (n-1)/n), both with the \
+         newcomer at the floor where SCR starts it at 0, and (c) `share` (the newcomer at \
+         C/n); reset is Fig 16's trace.",
         f(FIG16_SMOOTH as f64 * FIG16_SAMPLE_US, 0),
         f(FIG16_TOLERANCE * 100.0, 0),
         f(join_us, 0)
