@@ -47,13 +47,26 @@ fn try_end_controlled(
 }
 
 fn try_end_configured(
-    mut config: DeviceConfig,
+    config: DeviceConfig,
     len: usize,
     fill: impl Fn(usize) -> u8,
     controller: Box<dyn Controller>,
 ) -> Option<End> {
+    let policies = sluice_core::Policies {
+        controller,
+        ..Default::default()
+    };
+    try_end_with_policies(config, len, fill, policies)
+}
+
+fn try_end_with_policies(
+    mut config: DeviceConfig,
+    len: usize,
+    fill: impl Fn(usize) -> u8,
+    policies: sluice_core::Policies,
+) -> Option<End> {
     config.local.set_port(0);
-    let mut dev = Device::open_with_controller(config, controller).ok()?;
+    let mut dev = Device::open_with_policies(config, policies).ok()?;
     let e = dev.engine();
     let pd = e.alloc_pd();
     let bytes: Vec<u8> = (0..len).map(fill).collect();
@@ -460,8 +473,6 @@ fn waiting_takes_in_what_arrives_and_ends_at_the_timeout() {
 #[test]
 fn a_paced_queue_pair_wakes_the_device_when_it_may_send() {
     let paced = |ip| {
-        let mut config = DeviceConfig::new(ip);
-        config.local.set_port(0);
         let pacing = sluice_core::policy::Pacing {
             link: Some(1_000_000_000),
             ..Default::default()
@@ -470,27 +481,8 @@ fn a_paced_queue_pair_wakes_the_device_when_it_may_send() {
             scheduler: Box::new(sluice_core::policy::StaticShare::new(pacing)),
             ..Default::default()
         };
-        let mut dev = Device::open_with_policies(config, policies).unwrap();
-        let e = dev.engine();
-        let pd = e.alloc_pd();
-        let mr = e
-            .register_mr(
-                pd,
-                BASE,
-                Memory::Bytes(vec![7; 1 << 16].into()),
-                Access::ALL,
-            )
-            .unwrap();
-        let cq = e.create_cq(1024).unwrap();
-        let qp = e
-            .create_qp(QpConfig {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                caps: Default::default(),
-            })
-            .unwrap();
-        End { dev, mr, cq, qp }
+        try_end_with_policies(DeviceConfig::new(ip), 1 << 16, |_| 7, policies)
+            .expect("a device on 127.0.0.1")
     };
     let (mut a, mut b) = connect(LO, paced(LO), paced(LO), Mtu::M1024);
     // 64 KiB at 1 Gbit/s: 16 KiB of bucket at once, then a packet about every 8 us.
