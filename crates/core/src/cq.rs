@@ -64,6 +64,12 @@ pub struct Completion {
     /// The immediate data of a receive consumed by a SEND or WRITE with immediate; `None`
     /// otherwise.
     pub imm: Option<u32>,
+    /// When the engine completed it, on the engine's clock: the `now` of the call that
+    /// completed it (a packet handled, a packet sent, a timeout), or for one a verb
+    /// completed (a flush), the latest `now` the engine had been given. A hardware NIC's
+    /// completion timestamp; what a doorbell pacer (Weir) measures a work request's delay
+    /// to.
+    pub time: crate::Instant,
 }
 
 impl Completion {
@@ -82,6 +88,7 @@ impl Completion {
             qp,
             byte_len: 0,
             imm: None,
+            time: crate::Instant::ZERO,
         }
     }
 }

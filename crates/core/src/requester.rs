@@ -947,6 +947,7 @@ impl Qp {
                     qp: num,
                     byte_len,
                     imm: None,
+                    time: Instant::ZERO,
                 };
                 nic.complete(self, cq, c);
             }

@@ -578,6 +578,7 @@ impl Qp {
                 qp: num,
                 byte_len,
                 imm,
+                time: crate::Instant::ZERO,
             },
         );
     }

@@ -149,3 +149,39 @@ fn send_write_read_atomics() {
     assert_eq!(bytes(&world, 1, b.lkey, 200_000, 8), 7u64.to_le_bytes());
     assert_eq!(world.engines[0].counters().retransmitted_packets, 0);
 }
+
+/// A completion carries the engine's time of the call that completed it: a receive's, the
+/// SEND's arrival; the SEND's own, the arrival of the ACK that followed it back. Both later
+/// than the post, none later than the world's clock.
+#[test]
+fn completions_carry_the_time_the_engine_completed_them() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (a, b) = (p.mr[0], p.mr[1]);
+    world.run_until(Duration::from_micros(10), |_| false);
+    let posted = world.now;
+    let sge = |mr: MrInfo| Sge {
+        lkey: mr.lkey,
+        addr: mr.addr,
+        len: 1000,
+    };
+    world.engines[1]
+        .post_recv(
+            p.qp[1],
+            &RecvWr {
+                wr_id: 1,
+                sgl: &[sge(b)],
+            },
+        )
+        .unwrap();
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(2, SendOp::Send, &[sge(a)]))
+        .unwrap();
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 1));
+    let recv = Pair::completions(&mut world, 1, p.recv_cq[1])[0];
+    let send = Pair::completions(&mut world, 0, cq)[0];
+    assert!(recv.time > posted, "{recv:?} posted at {posted:?}");
+    assert!(send.time > recv.time, "{send:?} after {recv:?}");
+    assert!(send.time <= world.now, "{send:?} at {:?}", world.now);
+}

@@ -435,10 +435,10 @@ impl Paced {
         Ok(())
     }
 
-    /// The application's completion for the engine's `c`, if it gets one. The engine's
-    /// completions carry no timestamp yet: the clock read after the pump that found it
-    /// stands for it, and one clock serves as both the NIC's and the host's, so the delay
-    /// includes this loop's polling lag.
+    /// The application's completion for the engine's `c`, if it gets one, timed by the
+    /// engine's stamp (`Completion::time`: the engine's clock when the packet that completed
+    /// it was handled). The engine's clock is the device's, the host's here too, so the
+    /// clocks are synchronised as one.
     fn complete(&mut self, mut c: Completion) -> Result<Option<Completion>, WeirError> {
         let now = self.now;
         if self.weir.sync_due() {
@@ -446,7 +446,7 @@ impl Paced {
         }
         let app = self
             .weir
-            .on_completion(c.qp, c.wr_id, now, c.status == WcStatus::Success)?;
+            .on_completion(c.qp, c.wr_id, c.time, c.status == WcStatus::Success)?;
         if self.weir.active_qps() > 0 {
             let rate = self.weir.rate();
             self.busy = Some((rate, self.weir.delay()));

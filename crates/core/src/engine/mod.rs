@@ -279,6 +279,8 @@ pub(crate) struct Nic {
     pub(crate) inline_spare: Vec<Box<[u8]>>,
     /// Asynchronous events not yet polled: QP indexes, at most one each (`async_pending`).
     async_events: VecDeque<u32>,
+    /// The latest `now` the engine was given, which stamps completions.
+    pub(crate) clock: Instant,
 }
 
 impl Qp {
@@ -433,6 +435,7 @@ impl Nic {
             echoed_rtt: None,
             inline_spare: Vec::new(),
             async_events: VecDeque::new(),
+            clock: Instant::ZERO,
         }
     }
 
@@ -529,7 +532,8 @@ impl Nic {
     }
 
     /// Adds a completion; on a CQ overrun the queue pair goes to the error state.
-    pub(crate) fn complete(&mut self, qp: &mut Qp, cq: crate::CqId, c: Completion) {
+    pub(crate) fn complete(&mut self, qp: &mut Qp, cq: crate::CqId, mut c: Completion) {
+        c.time = self.clock;
         let pushed = self.cqs[cq.0 as usize]
             .as_mut()
             .expect("a queue pair's CQ outlives it")

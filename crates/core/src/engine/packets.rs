@@ -27,6 +27,7 @@ impl Engine {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
+        self.nic.clock = now;
         if self.nic.any_services {
             self.handle_served_packet(now, from, ce, headers, payload);
         } else {
@@ -306,6 +307,7 @@ impl Engine {
         // Nothing to send is the common answer when a driver polls: given before the visit's
         // set-up.
         let first = self.nic.scheduler.next(now)?;
+        self.nic.clock = now;
         self.visit_from(first, now, payload)
     }
 

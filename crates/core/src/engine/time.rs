@@ -60,6 +60,7 @@ impl Engine {
     /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
     /// the control plane's own (law timers, decoupled processing).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.nic.clock = now;
         if self
             .nic
             .controller
