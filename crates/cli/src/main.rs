@@ -235,8 +235,8 @@ struct PerfArgs {
     #[arg(long = "pacer-param", value_name = "NAME=VALUE")]
     pacer_param: Vec<String>,
     /// Each packet's UDP source port: ecmp (one per queue pair), spray, flowlet, plb,
-    /// rtt-probe (`--path list`; through the engine today flowlet, plb and rtt-probe keep
-    /// the queue pair's own port: the engine does not yet give them time, signals or probes).
+    /// rtt-probe (`--path list`; through the engine today plb and rtt-probe keep the queue
+    /// pair's own port: the engine does not yet give them congestion signals or probes).
     #[arg(long, default_value = "ecmp")]
     path: String,
     /// A parameter of the path selector, NAME=VALUE (repeatable).

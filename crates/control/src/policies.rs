@@ -926,7 +926,7 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
         },
         PolicyInfo {
             name: "flowlet",
-            summary: "a queue pair keeps its port while it sends back to back, a new one after an idle gap (needs the engine to pass send times)",
+            summary: "a queue pair keeps its port while it sends back to back, a new one after an idle gap",
             params: FlowletParams::INFO,
             both_ends: false,
             build: |p| {

@@ -209,3 +209,45 @@ fn check(case: Case) -> Result<(), TestCaseError> {
 fn every_selector_stays_on_its_paths_and_moves_exactly_when_its_rule_says() {
     common::check_cases(64, &any_case(), 500, check);
 }
+
+/// Through an engine: `flowlet` is given each packet's send time, so a queue pair keeps its
+/// port while it sends back to back and moves after an idle gap.
+#[test]
+fn flowlet_moves_a_queue_pair_after_an_idle_gap_through_an_engine() {
+    use sluice_core::{Engine, Policies, SendOp, SendWr, Sge};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let policies = Policies {
+        path: Box::new(Flowlet::new(4, Duration::from_micros(50), 7)),
+        ..Policies::default()
+    };
+    world.engines[0] = Engine::with_policies(World::engine_config(1, 0), policies);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let (a, b) = (p.mr[0], p.mr[1]);
+    let mut payload = vec![0; 4096];
+    // One 100-byte WRITE posted and sent at `at_us`; the port its packet left from.
+    let mut send = |wr_id: u64, at_us: u64| {
+        let e = &mut world.engines[0];
+        let sge = [Sge {
+            lkey: a.lkey,
+            addr: a.addr,
+            len: 100,
+        }];
+        let write = SendOp::Write {
+            remote_addr: b.addr,
+            rkey: b.rkey,
+        };
+        e.post_send(p.qp[0], &SendWr::new(wr_id, write, &sge))
+            .unwrap();
+        let t = e
+            .poll_transmit(Instant::from_nanos(at_us * 1000), &mut payload)
+            .expect("the WRITE leaves");
+        t.src_port
+    };
+    let first = send(1, 100);
+    assert_eq!(send(2, 110), first, "10 us later: the same flowlet");
+    let moved = send(3, 1000);
+    assert_ne!(moved, first, "after 890 us idle: a new flowlet");
+    assert_eq!(send(4, 1020), moved, "back to back again");
+}

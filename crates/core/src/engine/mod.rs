@@ -507,7 +507,10 @@ impl Nic {
     pub(crate) fn source_port(&mut self, qp: &Qp, psn: Psn, opcode: Opcode) -> u16 {
         match qp.path {
             Some(port) => port,
-            None => self.path.source_port(qp.index(), qp.num, psn, opcode),
+            // Packets are built in `poll_transmit`, which set the clock to its `now`.
+            None => self
+                .path
+                .source_port(qp.index(), qp.num, psn, opcode, self.clock),
         }
     }
 

@@ -507,20 +507,35 @@ impl EnginePathSelector {
         }
     }
 
-    /// The source port of a packet of queue pair `qp` (its index), numbered `qpn`.
+    /// The source port of a packet of queue pair `qp` (its index), numbered `qpn`, sent
+    /// at `now`.
     #[inline]
-    pub(crate) fn source_port(&mut self, qp: u32, qpn: QpNum, psn: Psn, opcode: Opcode) -> u16 {
+    pub(crate) fn source_port(
+        &mut self,
+        qp: u32,
+        qpn: QpNum,
+        psn: Psn,
+        opcode: Opcode,
+        now: Instant,
+    ) -> u16 {
         match self {
             EnginePathSelector::QpnHash => QpnHash::port(qpn),
-            EnginePathSelector::Other(s) => Self::ask(&mut **s, qp, qpn, psn, opcode),
+            EnginePathSelector::Other(s) => Self::ask(&mut **s, qp, qpn, psn, opcode, now),
         }
     }
 
     /// Out of line, so that the packet's description is built only for a selector that
     /// reads it.
     #[inline(never)]
-    fn ask(s: &mut dyn PathSelector, qp: u32, qpn: QpNum, psn: Psn, opcode: Opcode) -> u16 {
-        s.source_port(qp, &PathPacket { qpn, psn, opcode })
+    fn ask(
+        s: &mut dyn PathSelector,
+        qp: u32,
+        qpn: QpNum,
+        psn: Psn,
+        opcode: Opcode,
+        now: Instant,
+    ) -> u16 {
+        s.source_port_at(qp, now, &PathPacket { qpn, psn, opcode })
     }
 }
 
