@@ -196,3 +196,34 @@ fn a_run_repeats_byte_for_byte() {
     };
     assert_eq!(report("a"), report("b"));
 }
+
+#[test]
+fn left_fig7_left_is_a_small_fraction_of_per_connection_bitmaps() {
+    // No scenario: the trackers are driven directly, so `quick` (which wants one) is not used.
+    let dir = scratch("left-fig7");
+    let out = sluice(&[
+        "repro",
+        "left-fig7",
+        "--quick",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("PASS    LEFT holds a small fraction of per-connection bitmaps"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("PASS    the extra structures cost: MELO+ <= LEFT- <= LEFT"),
+        "{stdout}"
+    );
+    let svg = std::fs::read_to_string(dir.join("left-fig7.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    assert!(
+        std::fs::read_to_string(dir.join("report.md"))
+            .unwrap()
+            .contains("27 KB")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

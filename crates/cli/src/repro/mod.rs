@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod left;
 mod scr;
 mod swcc;
 
@@ -216,6 +217,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG16,
     scr::FIG17,
     scr::FIG18,
+    left::FIG7,
 ];
 
 /// The entry called `name`.
