@@ -50,6 +50,7 @@ pub struct Flow {
 
 pub mod event;
 mod ideal;
+pub mod links;
 pub mod network;
 pub mod report;
 pub mod result;

@@ -83,6 +83,16 @@ enum Ev {
         pause: bool,
     },
     Sample,
+    /// A link changes state (`[links]`): the link of `port` of `node`, both ways.
+    Link {
+        node: NodeId,
+        port: u16,
+        up: bool,
+    },
+    /// The receive pipeline of `host` (`[reorder_cost]`) has finished its packet.
+    RxDone {
+        host: NodeId,
+    },
 }
 
 /// What the fabric reads of a packet at every hop, kept apart from its RoCE headers (which
@@ -179,6 +189,8 @@ struct PortState {
     ingress_bytes: u64,
     /// This switch has paused the peer behind this port.
     xoff_sent: bool,
+    /// Its link has failed (`[links]`).
+    down: bool,
 }
 
 #[derive(Debug)]
@@ -281,6 +293,77 @@ pub struct Network<'a> {
     ccx: Option<sluice_wire::CcxLayout>,
     cc_control: bool,
     scratch: Box<[u8]>,
+    /// Link ends down now (`[links]`); while none is, routing never looks at link state.
+    links_down: u32,
+    /// Routes without the failed links, while some are down.
+    rerouted: Option<Rerouted>,
+    /// The receive pipelines (`[reorder_cost]`), if modelled.
+    rx: Option<RxPipelines>,
+}
+
+/// Routes computed on the fabric without its failed links, and for each node the port of
+/// the whole fabric that each of its remaining ports is.
+#[derive(Debug)]
+struct Rerouted {
+    routes: Routes,
+    old_port: Vec<Vec<u16>>,
+}
+
+impl Rerouted {
+    /// Routes over `topo` without the ports `down` says have failed.
+    fn new(topo: &Topology, down: impl Fn(NodeId, u16) -> bool) -> Rerouted {
+        let mut old_port: Vec<Vec<u16>> = Vec::with_capacity(topo.nodes.len());
+        let mut new_port: Vec<Vec<u16>> = Vec::with_capacity(topo.nodes.len());
+        for (n, ports) in topo.nodes.iter().enumerate() {
+            let mut olds = Vec::new();
+            let mut news = vec![u16::MAX; ports.len()];
+            for k in 0..ports.len() as u16 {
+                if !down(n as NodeId, k) {
+                    news[k as usize] = olds.len() as u16;
+                    olds.push(k);
+                }
+            }
+            old_port.push(olds);
+            new_port.push(news);
+        }
+        let nodes = topo
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, ports)| {
+                old_port[n]
+                    .iter()
+                    .map(|&k| {
+                        let p = ports[k as usize];
+                        Port {
+                            peer_port: new_port[p.peer as usize][p.peer_port as usize],
+                            ..p
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let pruned = Topology {
+            hosts: topo.hosts,
+            nodes,
+            roles: topo.roles.clone(),
+        };
+        Rerouted {
+            routes: pruned.routes(),
+            old_port,
+        }
+    }
+}
+
+/// Each host's receive pipeline (`[reorder_cost]`): data packets wait in arrival order and
+/// are handed to the engine one at a time, each keeping the pipeline busy for the reorder
+/// work its tracker did.
+#[derive(Debug)]
+struct RxPipelines {
+    cost: crate::links::ReorderCost,
+    waiting: Vec<VecDeque<u32>>,
+    busy: Vec<bool>,
+    counters: crate::result::ReceiveCounters,
 }
 
 fn host_ip(h: NodeId) -> IpAddr {
@@ -332,6 +415,9 @@ pub enum RunError {
     /// An `[[app]]` names a host the fabric does not have.
     #[error("{0}")]
     App(String),
+    /// A `[links]` entry does not fit the fabric.
+    #[error("{0}")]
+    Links(String),
     /// `transport.mtu` is not one RoCE allows.
     #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
     Mtu(u32),
@@ -436,6 +522,20 @@ impl<'a> Network<'a> {
         };
         let mut dependents = vec![Vec::new(); flows.len()];
         let mut events = EventQueue::default();
+        let link_events = scenario
+            .links
+            .port_events(topo)
+            .map_err(|e| RunError::Links(e.to_string()))?;
+        for e in link_events {
+            events.push(
+                e.at,
+                Ev::Link {
+                    node: e.node,
+                    port: e.port,
+                    up: e.up,
+                },
+            );
+        }
         for f in flows {
             match f.after {
                 Some(before) if (before as usize) < flows.len() => {
@@ -579,6 +679,14 @@ impl<'a> Network<'a> {
             ccx,
             cc_control: law_info.is_some_and(|i| i.control_packets),
             scratch: vec![0u8; 4096].into_boxed_slice(),
+            links_down: 0,
+            rerouted: None,
+            rx: scenario.reorder_cost.map(|cost| RxPipelines {
+                cost,
+                waiting: vec![VecDeque::new(); topo.hosts as usize],
+                busy: vec![false; topo.hosts as usize],
+                counters: Default::default(),
+            }),
         })
     }
 
@@ -605,6 +713,8 @@ impl<'a> Network<'a> {
                 }
                 Ev::HostTimer { host } => self.host_timer(host),
                 Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
+                Ev::Link { node, port, up } => self.set_link(node, port, up),
+                Ev::RxDone { host } => self.rx_done(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -645,6 +755,12 @@ impl<'a> Network<'a> {
             self.counters.cnps += c.cnps_sent;
             self.counters.retransmissions += c.retransmitted_packets;
             self.counters.timeouts += c.retransmit_timeouts;
+        }
+        if let Some(rx) = &mut self.rx {
+            for host in &self.hosts {
+                crate::links::add_work(&mut rx.counters.work, &host.engine.tracker_work());
+            }
+            self.counters.receive = Some(rx.counters);
         }
         let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
         let flows = self
@@ -1296,7 +1412,7 @@ impl<'a> Network<'a> {
     #[inline]
     fn kick_switch(&mut self, node: NodeId, port: u16, i: usize) {
         let st = &mut self.ports[i];
-        if self.now >= st.busy_until {
+        if self.now >= st.busy_until && !st.down {
             let class = if !st.queue[CONTROL].is_empty() {
                 CONTROL
             } else if !st.queue[DATA].is_empty() && !st.paused {
@@ -1309,7 +1425,7 @@ impl<'a> Network<'a> {
         }
         let st = &mut self.ports[i];
         let waiting = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
-        if waiting && !st.wake_pending {
+        if waiting && !st.wake_pending && !st.down {
             st.wake_pending = true;
             let at = st.busy_until.max(self.now);
             self.events.push(at, Ev::TxDone { node, port });
@@ -1364,11 +1480,19 @@ impl<'a> Network<'a> {
     }
 
     fn arrive(&mut self, node: NodeId, port: u16, pkt: u32) {
+        if self.links_down > 0 && self.ports[self.port_index(node, port)].down {
+            // It was on the link when the link failed.
+            self.counters.link_drops += 1;
+            self.free_packet(pkt);
+            return;
+        }
         if self.is_host(node) {
-            if self.packets[pkt as usize].dst == node {
-                self.deliver(node, pkt);
-            } else {
+            if self.packets[pkt as usize].dst != node {
                 self.free_packet(pkt);
+            } else if self.rx.is_some() && self.packets[pkt as usize].class == DATA as u8 {
+                self.rx_arrive(node, pkt);
+            } else {
+                self.deliver(node, pkt);
             }
             return;
         }
@@ -1385,6 +1509,9 @@ impl<'a> Network<'a> {
 
     /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
     fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
+        if self.links_down > 0 {
+            return self.route_around(node, pkt, dst);
+        }
         let cands = self.routes.candidates(node, dst);
         match cands.len() {
             0 => return None,
@@ -1433,6 +1560,137 @@ impl<'a> Network<'a> {
             }
         };
         Some(cands[pick])
+    }
+
+    /// [`Network::route`] while some link is down: the same choice among the candidates
+    /// of routes computed without the failed links (as if the fabric's routing had
+    /// converged at once), none if `dst` cannot be reached. Flowlet routing keeps a
+    /// flowlet's port while it is still a candidate.
+    fn route_around(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
+        let rr = self.rerouted.take().expect("rerouted while links are down");
+        let pick = self.pick_rerouted(&rr, node, pkt, dst);
+        self.rerouted = Some(rr);
+        pick
+    }
+
+    fn pick_rerouted(&mut self, rr: &Rerouted, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
+        let cands = rr.routes.candidates(node, dst);
+        let old = |k: usize| rr.old_port[node as usize][cands[k] as usize];
+        let n = cands.len() as u64;
+        if n == 0 {
+            return None;
+        }
+        let p = &self.packets[pkt as usize];
+        let flow_hash = hash(
+            (u64::from(p.src) << 40)
+                ^ (u64::from(p.dst) << 16)
+                ^ u64::from(p.src_port)
+                ^ (u64::from(node) << 56)
+                ^ self.seed,
+        );
+        let k = match self.switch.routing {
+            Routing::Ecmp => (flow_hash % n) as usize,
+            Routing::Spray => self.rng.below(n) as usize,
+            Routing::Adaptive => (0..cands.len())
+                .min_by_key(|&k| {
+                    let q = &self.ports[self.port_index(node, old(k))];
+                    q.queued[DATA] + q.queued[CONTROL]
+                })
+                .unwrap_or(0),
+            Routing::Flowlet => {
+                let s = (node - self.hosts_count) as usize;
+                let slot = (flow_hash as usize) % FLOWLET_SLOTS;
+                let (last, port) = self.flowlets[s][slot];
+                let kept = (port != u16::MAX
+                    && self.now.saturating_sub(last) <= self.flowlet_gap_ps)
+                    .then(|| (0..cands.len()).find(|&k| old(k) == port))
+                    .flatten();
+                let k = match kept {
+                    Some(k) => k,
+                    None => self.rng.below(n) as usize,
+                };
+                self.flowlets[s][slot] = (self.now, old(k));
+                k
+            }
+        };
+        Some(old(k))
+    }
+
+    /// Link events (`[links]`): the link of `port` of `node` fails or works again, both
+    /// ways. A failing link loses what waits for it at either end; what is on it is lost as
+    /// it arrives ([`Network::arrive`]).
+    fn set_link(&mut self, node: NodeId, port: u16, up: bool) {
+        self.counters.link_events += 1;
+        let link = self.topo.nodes[node as usize][port as usize];
+        for (n, p) in [(node, port), (link.peer, link.peer_port)] {
+            let i = self.port_index(n, p);
+            if self.ports[i].down != up {
+                // Already in that state.
+                continue;
+            }
+            self.ports[i].down = !up;
+            if up {
+                self.links_down -= 1;
+                self.kick_switch(n, p, i);
+                continue;
+            }
+            self.links_down += 1;
+            for class in [CONTROL, DATA] {
+                while let Some(pkt) = self.ports[i].queue[class].pop_front(&self.packets) {
+                    let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
+                    self.ports[i].queued[class] -= bytes;
+                    self.leave_switch(n, pkt, bytes);
+                    self.counters.link_drops += 1;
+                    self.free_packet(pkt);
+                }
+            }
+        }
+        // Routing converges at once: routes without the failed links, while any is.
+        self.rerouted = (self.links_down > 0).then(|| {
+            let ports = &self.ports;
+            let base = &self.port_base;
+            Rerouted::new(self.topo, |n, k| {
+                ports[(base[n as usize] + u32::from(k)) as usize].down
+            })
+        });
+    }
+
+    // ---- receive pipelines ([reorder_cost]) ----------------------------------------------
+
+    /// A data packet reached `host`: it waits for the receive pipeline.
+    fn rx_arrive(&mut self, host: NodeId, pkt: u32) {
+        let rx = self.rx.as_mut().expect("modelled");
+        rx.waiting[host as usize].push_back(pkt);
+        let depth = rx.waiting[host as usize].len() as u64;
+        rx.counters.max_waiting = rx.counters.max_waiting.max(depth);
+        if !rx.busy[host as usize] {
+            self.rx_next(host);
+        }
+    }
+
+    /// The pipeline of `host` is free: hands the next waiting packet to the engine and stays
+    /// busy for the reorder work that took.
+    fn rx_next(&mut self, host: NodeId) {
+        let Some(pkt) = self.rx.as_mut().expect("modelled").waiting[host as usize].pop_front()
+        else {
+            return;
+        };
+        let before = self.hosts[host as usize].engine.tracker_work();
+        self.deliver(host, pkt);
+        let work =
+            crate::links::work_since(&self.hosts[host as usize].engine.tracker_work(), &before);
+        let rx = self.rx.as_mut().expect("modelled");
+        let ns = rx.cost.nanos(&work);
+        rx.busy[host as usize] = true;
+        rx.counters.packets += 1;
+        rx.counters.busy_ns += ns;
+        self.events
+            .push(self.now + ns * PS_PER_NS, Ev::RxDone { host });
+    }
+
+    fn rx_done(&mut self, host: NodeId) {
+        self.rx.as_mut().expect("modelled").busy[host as usize] = false;
+        self.rx_next(host);
     }
 
     /// Admits `pkt` to egress `out` of switch `node` (or drops it), marks it, and counts it
@@ -1602,6 +1860,7 @@ fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
                 max_queue: 0,
                 ingress_bytes: 0,
                 xoff_sent: false,
+                down: false,
             });
         }
     }

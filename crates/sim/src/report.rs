@@ -261,6 +261,29 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             if !c.services.is_empty() {
                 run["services"] = json!(c.services);
             }
+            // Only with `[links]` events or `[reorder_cost]`, likewise.
+            if c.link_events > 0 {
+                run["link_events"] = json!(c.link_events);
+                run["link_drops"] = json!(c.link_drops);
+            }
+            if let Some(rx) = &c.receive {
+                let w = &rx.work;
+                run["receive"] = json!({
+                    "packets": rx.packets,
+                    "busy_ns": rx.busy_ns,
+                    "mean_ns": if rx.packets > 0 { round4(rx.busy_ns as f64 / rx.packets as f64) } else { 0.0 },
+                    "max_waiting": rx.max_waiting,
+                    "records": w.records,
+                    "cache_hits": w.cache_hits,
+                    "pool_walks": w.pool_walks,
+                    "pool_hops": w.pool_hops,
+                    "swaps": w.swaps,
+                    "swap_hops": w.swap_hops,
+                    "gathered": w.gathered,
+                    "flushes": w.flushes,
+                    "exhausted": w.exhausted,
+                });
+            }
             if !r.apps.is_empty() {
                 let tenants = tenant_stats(r);
                 let qp_rates: Vec<f64> = r.apps.iter().map(|q| q.bps()).collect();

@@ -59,6 +59,25 @@ pub struct FabricCounters {
     /// The payload services' counters (`policies.services`), summed over every queue pair,
     /// by "service.counter".
     pub services: std::collections::BTreeMap<String, u64>,
+    /// Link state changes applied (`[links]`), one per link.
+    pub link_events: u64,
+    /// Packets lost to failed links (`[links]`): on the link or waiting for it.
+    pub link_drops: u64,
+    /// The receive pipelines' figures, when modelled (`[reorder_cost]`).
+    pub receive: Option<ReceiveCounters>,
+}
+
+/// What the receive pipelines (`[reorder_cost]`) did, over every host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiveCounters {
+    /// Data packets handed to the engines.
+    pub packets: u64,
+    /// Time the pipelines were busy, summed over hosts, ns.
+    pub busy_ns: u64,
+    /// The most data packets waiting at one host.
+    pub max_waiting: u64,
+    /// The trackers' work over the run, summed over hosts.
+    pub work: sluice_core::policy::TrackerWork,
 }
 
 impl FabricCounters {

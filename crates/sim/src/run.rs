@@ -35,7 +35,8 @@ pub fn run_scenario(
     progress: &(dyn Fn(usize, u64) + Sync),
 ) -> Result<Vec<RunResult>, SimError> {
     scenario.check()?;
-    let topo = scenario.topology.build()?;
+    let mut topo = scenario.topology.build()?;
+    scenario.links.apply_delays(&mut topo)?;
     let routes = topo.routes();
     let flows = scenario.workload.generate(
         topo.hosts,

@@ -47,6 +47,13 @@ pub struct Scenario {
     /// What is sampled besides flow completion times.
     #[serde(default)]
     pub output: OutputConfig,
+    /// Per-link delays and link failures (default none: every link as its topology builds it).
+    #[serde(default)]
+    pub links: crate::links::LinksConfig,
+    /// The receiving NIC's per-packet reorder cost, from its tracker's work (default none:
+    /// packets are handed to the engine as they arrive).
+    #[serde(default)]
+    pub reorder_cost: Option<crate::links::ReorderCost>,
     /// The directory relative paths in the scenario (CDF and flow files) start from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -616,6 +623,10 @@ impl Scenario {
                 )
                 .map_err(|e| ScenarioError::Invalid(format!("app[{i}].cc: {e}")))?;
             }
+        }
+        self.links.check()?;
+        if let Some(cost) = &self.reorder_cost {
+            cost.check()?;
         }
         if self.apps.iter().filter(|a| a.cc.is_some()).count() > 254 {
             return bad("app: at most 254 apps may have a `cc` of their own".into());

@@ -381,6 +381,13 @@ impl Engine {
         }
     }
 
+    /// The operations the receive trackers carried out so far (see
+    /// [`crate::policy::TrackerWork`]; none counted for per-queue-pair bitmaps), so that a
+    /// simulator can charge them their cost in hardware.
+    pub fn tracker_work(&self) -> crate::policy::TrackerWork {
+        self.nic.trackers.work()
+    }
+
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
         self.set_cc_control(qpn, c.cc_control)?;

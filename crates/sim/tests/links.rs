@@ -1,0 +1,247 @@
+//! Per-link delays, link failures and the receive pipeline's reorder cost (`[links]`,
+//! `[reorder_cost]`), and sender-side path selection through the engine's selector: the
+//! UDP source ports it picks are what switches' ECMP hashes, so spraying over two unequal
+//! paths needs no switch-side mode.
+
+mod common;
+
+use common::*;
+use sluice_sim::RunResult;
+
+/// Two hosts (0, 1) on two leaves (2, 3) joined through two spines (4, 5): two paths, each
+/// of a leaf-spine link either side. `extra` adds tables.
+fn two_paths(extra: &str) -> String {
+    format!(
+        r#"
+time_limit_us = 20000
+[topology]
+kind = "leaf-spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 1
+host_link_gbps = 100
+fabric_link_gbps = 100
+link_delay_ns = 500
+[transport]
+recovery = "selective-repeat"
+[output]
+sample_interval_us = 5
+{extra}
+"#
+    )
+}
+
+/// One flow from host 0 to host 1.
+fn one_flow(bytes: u64) -> String {
+    format!("[workload]\nkind = \"incast\"\nsenders = 1\nreceiver = 1\nbytes = {bytes}\n")
+}
+
+/// Bytes each switch port sent over the run, by "node.port".
+fn port_bytes(r: &RunResult, node: u32, port: u16) -> f64 {
+    let s = &r.series;
+    let k = s
+        .ports
+        .iter()
+        .position(|p| p.node == node && p.port == port)
+        .expect("the port has a series");
+    let n = s.ports.len();
+    s.port_bps
+        .iter()
+        .skip(k)
+        .step_by(n)
+        .map(|bps| bps * s.interval_ns as f64 / 8e9)
+        .sum()
+}
+
+/// Leaf 2's uplinks: port 1 to spine 4, port 2 to spine 5.
+const UP_A: (u32, u16) = (2, 1);
+const UP_B: (u32, u16) = (2, 2);
+/// Path B's two leaf-spine links 8 us each: its one-way delay 17 us against path A's 2 us.
+/// (Deeper skews at 100 Gbit/s put packets past the 256-PSN bitmap of a single queue pair,
+/// which the engine's selective repeat recovers from only slowly.)
+const SLOW_B: &str = "[[links.delay]]\na = 2\nb = 5\ndelay_ns = 8000\n\
+                      [[links.delay]]\na = 3\nb = 5\ndelay_ns = 8000\n";
+
+#[test]
+fn the_senders_selector_sprays_over_two_unequal_paths_through_ecmp() {
+    // ECMP alone (one entropy a queue pair): one path carries the flow.
+    let base = format!("{}{}", SLOW_B, one_flow(2_000_000));
+    let runs = run(&scenario(&two_paths(&base)));
+    let r = &runs[0];
+    assert_eq!(completed(r), 1);
+    let (a, b) = (port_bytes(r, UP_A.0, UP_A.1), port_bytes(r, UP_B.0, UP_B.1));
+    assert!(a.min(b) < 0.01 * a.max(b), "one path: {a} {b}");
+
+    // The engine's spray selector over 16 source ports: ECMP at the leaf spreads them over
+    // both spines, so the flow takes both paths; the receiver sees the slow path's packets
+    // late, holds what arrives ahead of them, and the flow still completes, exactly once.
+    let text =
+        format!("{base}[policies]\npath = {{ name = \"spray\", params = {{ paths = 16 }} }}\n");
+    let runs = run(&scenario(&two_paths(&text)));
+    let r = &runs[0];
+    assert_eq!(completed(r), 1, "{:?} {:?}", r.flows[0], r.counters);
+    let (a, b) = (port_bytes(r, UP_A.0, UP_A.1), port_bytes(r, UP_B.0, UP_B.1));
+    assert!(a.min(b) > 0.2 * a.max(b), "both paths: {a} {b}");
+    // Path B's 15 us more of flight shows in the completion time: its last packets and
+    // ACKs come that much later than over path A alone.
+    let fct = r.flows[0].finish_ns.unwrap() - r.flows[0].start_ns.unwrap();
+    assert!(
+        fct > r.flows[0].ideal_ns + 15_000,
+        "{fct} {}",
+        r.flows[0].ideal_ns
+    );
+}
+
+#[test]
+fn a_link_delay_moves_the_flows_completion_and_its_ideal_alike() {
+    let fast = run(&scenario(&two_paths(&one_flow(100_000))));
+    // Both spines' links slowed: whichever path ECMP picks is 4 x 10 us longer each way.
+    let slow_text = format!(
+        "{}{}",
+        "[[links.delay]]\na = 2\nb = 4\ndelay_ns = 10500\n\
+         [[links.delay]]\na = 3\nb = 4\ndelay_ns = 10500\n\
+         [[links.delay]]\na = 2\nb = 5\ndelay_ns = 10500\n\
+         [[links.delay]]\na = 3\nb = 5\ndelay_ns = 10500\n",
+        one_flow(100_000)
+    );
+    let slow = run(&scenario(&two_paths(&slow_text)));
+    let (f, s) = (&fast[0].flows[0], &slow[0].flows[0]);
+    let fct = |r: &sluice_sim::FlowRecord| r.finish_ns.unwrap() - r.start_ns.unwrap();
+    // 20 us more each way (two links of +10 us), the last ACK's way back included.
+    assert!(
+        fct(s) >= fct(f) + 40_000 && fct(s) <= fct(f) + 41_000,
+        "{} {}",
+        fct(f),
+        fct(s)
+    );
+    assert_eq!(s.ideal_ns - f.ideal_ns, 40_000);
+    // A lone flow meets its ideal.
+    assert!(
+        (fct(s) as f64) < 1.001 * s.ideal_ns as f64,
+        "{} {}",
+        fct(s),
+        s.ideal_ns
+    );
+}
+
+#[test]
+fn a_failed_link_loses_what_it_carries_and_routing_moves_off_it() {
+    // Spray in the switches so both spines carry the flow; spine 4's link to leaf 2 fails
+    // at 20 us and comes back at 200 us. The flow completes, packets were lost on the
+    // failed link, and while it was down its port sent nothing.
+    let text = format!(
+        "[switch]\nrouting = \"spray\"\n\
+         [[links.event]]\na = 2\nb = 4\nat_us = 20\nstate = \"down\"\n\
+         [[links.event]]\na = 4\nb = 2\nat_us = 200\nstate = \"up\"\n{}",
+        one_flow(10_000_000)
+    );
+    let runs = run(&scenario(&two_paths(&text)));
+    let r = &runs[0];
+    assert_eq!(completed(r), 1);
+    assert_eq!(r.counters.link_events, 2);
+    assert!(r.counters.link_drops > 0, "{:?}", r.counters);
+    let s = &r.series;
+    let n = s.ports.len();
+    let k = s
+        .ports
+        .iter()
+        .position(|p| (p.node, p.port) == UP_A)
+        .unwrap();
+    for (i, t) in s.times_ns.iter().enumerate() {
+        let bps = s.port_bps[i * n + k];
+        if *t > 25_000 && *t <= 200_000 {
+            assert_eq!(bps, 0.0, "sent at {t} ns while down");
+        }
+    }
+    let after: f64 = (0..s.times_ns.len())
+        .filter(|&i| s.times_ns[i] > 205_000)
+        .map(|i| s.port_bps[i * n + k])
+        .sum();
+    assert!(after > 0.0, "used again after recovery");
+
+    // Both uplinks down: nothing gets through until one recovers, and the flow then
+    // completes (the sender's timeouts retry).
+    let text = format!(
+        "[[links.event]]\na = 2\nb = 4\nat_us = 5\nstate = \"down\"\n\
+         [[links.event]]\na = 2\nb = 5\nat_us = 5\nstate = \"down\"\n\
+         [[links.event]]\na = 2\nb = 5\nat_us = 600\nstate = \"up\"\n{}",
+        one_flow(1_000_000)
+    );
+    let runs = run(&scenario(&two_paths(&text)));
+    let r = &runs[0];
+    assert_eq!(completed(r), 1, "{:?}", r.flows[0]);
+    assert!(r.flows[0].finish_ns.unwrap() > 600_000);
+    assert!(r.counters.drops > 0 || r.counters.link_drops > 0);
+}
+
+#[test]
+fn reorder_work_slower_than_the_link_limits_throughput() {
+    // 1 KB payloads at 100 Gbit/s arrive every 85 ns or so. A pipeline taking 200 ns a
+    // packet delivers about 1024 B / 200 ns = 41 Gbit/s; at LEFT's 10 ns it is not seen.
+    let bytes = 4_000_000u64;
+    let fct = |cost: &str| {
+        let text = format!("{cost}{}", one_flow(bytes));
+        let runs = run(&scenario(&two_paths(&text)));
+        let f = &runs[0].flows[0];
+        assert_eq!(completed(&runs[0]), 1);
+        let rx = runs[0].counters.receive;
+        (f.finish_ns.unwrap() - f.start_ns.unwrap(), f.ideal_ns, rx)
+    };
+    let (none, ideal, rx) = fct("");
+    assert!(rx.is_none());
+    let (cheap, _, rx) = fct("[reorder_cost]\n");
+    let rx = rx.expect("modelled");
+    assert_eq!(rx.packets, bytes.div_ceil(1024));
+    assert_eq!(rx.busy_ns, 10 * rx.packets);
+    assert!(
+        cheap as f64 <= 1.01 * none as f64,
+        "{none} {cheap} (ideal {ideal})"
+    );
+    let (slow, _, rx) = fct("[reorder_cost]\nbase_ns = 200\n");
+    let gbps = bytes as f64 * 8.0 / slow as f64;
+    assert!((38.0..41.5).contains(&gbps), "{gbps} Gbit/s");
+    assert!(rx.unwrap().max_waiting > 100);
+}
+
+#[test]
+fn spraying_with_left_charges_its_work_and_repeats_byte_for_byte() {
+    let text = format!(
+        "{SLOW_B}[policies]\npath = {{ name = \"spray\", params = {{ paths = 16 }} }}\n\
+         tracker = {{ name = \"left\" }}\n[reorder_cost]\n{}",
+        one_flow(2_000_000)
+    );
+    let a = run(&scenario(&two_paths(&text)));
+    let b = run(&scenario(&two_paths(&text)));
+    let rx = a[0].counters.receive.expect("modelled");
+    assert!(rx.work.records > 0, "{rx:?}");
+    // Every packet at least the base; the tracker's work on top of some.
+    assert!(rx.busy_ns > 10 * rx.packets, "{rx:?}");
+    assert_eq!(a[0].flows, b[0].flows);
+    assert_eq!(a[0].counters, b[0].counters);
+    assert_eq!(a[0].series, b[0].series);
+}
+
+#[test]
+fn bad_link_and_cost_tables_are_refused_with_the_field_named() {
+    let bad = |extra: &str| {
+        let text = two_paths(&format!("{extra}{}", one_flow(1000)));
+        let s = sluice_sim::Scenario::parse(&text, std::path::Path::new("."));
+        match s {
+            Err(e) => e.to_string(),
+            Ok(s) => sluice_sim::run_scenario(&s, &|_, _| {})
+                .map(|_| ())
+                .unwrap_err()
+                .to_string(),
+        }
+    };
+    let e = bad("[[links.delay]]\na = 2\nb = 40\ndelay_ns = 1\n");
+    assert!(e.contains("links.delay[0].b"), "{e}");
+    let e = bad("[[links.event]]\na = 0\nb = 2\nat_us = 1\nstate = \"down\"\n");
+    assert!(e.contains("links.event[0]") && e.contains("host"), "{e}");
+    let e = bad("[[links.event]]\na = 2\nb = 4\nat_us = 1\nstate = \"off\"\n");
+    assert!(e.contains("state") || e.contains("off"), "{e}");
+    let e = bad("[reorder_cost]\ncache_ns = 5000000\n");
+    assert!(e.contains("reorder_cost.cache_ns"), "{e}");
+    let e = bad("[reorder_cost]\nwhat = 1\n");
+    assert!(e.contains("what"), "{e}");
+}
