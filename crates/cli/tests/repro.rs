@@ -227,3 +227,20 @@ fn left_fig7_left_is_a_small_fraction_of_per_connection_bitmaps() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn left_fig6_melo_falls_as_the_paths_diverge_and_left_holds() {
+    let out = quick("left-fig6");
+    assert!(
+        out.contains("PASS    at equal paths every tracker runs near the ideal's rate"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    at 32x: ideal >= LEFT >= LEFT- >= MELO+"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    MELO+ loses throughput as the paths diverge"),
+        "{out}"
+    );
+}

@@ -266,3 +266,354 @@ fn fig7(scale: Scale) -> Result<Report, String> {
     ));
     Ok(report)
 }
+
+pub(super) const FIG6: Entry = Entry {
+    name: "left-fig6",
+    source: "LEFT Fig 6",
+    summary: "two paths, 5 connections at full speed, RTT ratio 1 ... 32: LEFT / LEFT- / MELO+ / ideal reorder, receive work charged at LEFT's FPGA figures",
+    run: fig6,
+    needs: &[],
+};
+
+/// The paper's throughput at a 32x RTT difference (§4.2), as fractions of line rate.
+const PAPER_32X: [(&str, f64); 3] = [("LEFT", 0.94), ("LEFT-", 0.505), ("MELO+", 0.33)];
+/// Host and fabric links, Gbit/s (the paper's 200 Gbit/s).
+const FIG6_GBPS: u64 = 200;
+
+/// One way of sizing the Fig 6 runs.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    /// For tables and file names.
+    name: &'static str,
+    /// Every link's delay, ns (path A is four of them).
+    link_ns: u64,
+    /// The LEFT trackers' parameters over their defaults (TOML inline table, or empty).
+    params: &'static str,
+    /// The ideal tracker's capacity (an offset list: no work counted).
+    capacity: u32,
+}
+
+/// The paper's tracker sizes (2 Kbit pool of 16-bit blocks, 3 caches of half a 512-packet
+/// BDP), with 250 ns links: path A 1 us one way, path B up to 32 us.
+const PAPER_SIZES: Setup = Setup {
+    name: "sizes",
+    link_ns: 250,
+    params: "",
+    capacity: 255,
+};
+/// The paper's 1 us links (§4.1): path A 4 us one way, path B up to 128 us. The reordering
+/// is then deeper than the paper's 512-packet BDP, so the trackers are sized for it: half a
+/// 2,048-packet BDP a cache, a pool of 512 blocks of 16 bits (8 Kbit).
+const PAPER_LINKS: Setup = Setup {
+    name: "links",
+    link_ns: 1000,
+    params: "bdp = 2048, blocks = 512",
+    capacity: 1023,
+};
+
+/// The trackers compared, by their `--tracker` names (the ideal: an offset list, which
+/// counts no work, so every packet costs the base 10 ns).
+const FIG6_TRACKERS: [(&str, &str); 4] = [
+    ("LEFT", "left"),
+    ("LEFT-", "left-nogather"),
+    ("MELO+", "melo"),
+    ("ideal", "offset-list"),
+];
+
+/// Two hosts (0, 1) under two leaves (2, 3) joined by two spines (4, 5): two paths of
+/// four links. Spine 5's two links are slowed so that path B's one-way delay is `ratio`
+/// times path A's; switches spray every packet at random over the two. Five queue pairs
+/// write 1 MB messages back to back from host 0 to host 1; the receiver's tracker is
+/// `tracker` and its receive pipeline charges every data packet its reorder work.
+fn fig6_scenario(setup: Setup, tracker: &str, ratio: u32, run_us: f64, warmup_us: f64) -> String {
+    let link = setup.link_ns;
+    let path_a = 4 * link;
+    let slow = (u64::from(ratio) * path_a - 2 * link) / 2;
+    let params = if tracker == "offset-list" {
+        format!("capacity = {}", setup.capacity)
+    } else {
+        setup.params.to_string()
+    };
+    format!(
+        r#"# LEFT Fig 6: two paths whose one-way delays differ {ratio}x ({} us and {} us),
+# per-packet spraying in the switches, 5 connections at full speed, tracker `{tracker}`,
+# every data packet charged its reorder work at LEFT's FPGA figures.
+name = "left-fig6-{}-{tracker}-{ratio}x"
+time_limit_us = {run_us}
+[topology]
+kind = "leaf-spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 1
+host_link_gbps = {FIG6_GBPS}
+fabric_link_gbps = {FIG6_GBPS}
+link_delay_ns = {link}
+[switch]
+routing = "spray"
+[transport]
+recovery = "selective-repeat"
+[policies]
+tracker = {{ name = "{tracker}", params = {{ {params} }} }}
+[reorder_cost]
+base_ns = 10
+cache_ns = 10
+first_block_ns = 15
+next_block_ns = 5
+[[links.delay]]
+a = 2
+b = 5
+delay_ns = {slow}
+[[links.delay]]
+a = 3
+b = 5
+delay_ns = {slow}
+[output]
+sample_interval_us = 10
+[[app]]
+label = "five"
+src = 0
+dst = 1
+qps = 5
+size = 1048576
+depth = 2
+warmup_us = {warmup_us}
+"#,
+        path_a as f64 / 1000.0,
+        (u64::from(ratio) * path_a) as f64 / 1000.0,
+        setup.name,
+    )
+}
+
+/// What one run of Fig 6 gave.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fig6Point {
+    gbps: f64,
+    mean_ns: f64,
+    retransmissions: u64,
+    swaps: u64,
+    hits: u64,
+    walks: u64,
+    exhausted: u64,
+}
+
+/// Runs every tracker at every ratio in `setup`: (ratio, tracker index, point).
+fn fig6_runs(
+    report: &mut Report,
+    setup: Setup,
+    ratios: &[u32],
+    run_us: f64,
+    warmup_us: f64,
+) -> Result<Vec<(u32, usize, Fig6Point)>, String> {
+    let mut scenarios = Vec::new();
+    for &r in ratios {
+        for (_, name) in FIG6_TRACKERS {
+            scenarios.push((
+                format!("left-fig6-{}-{name}-{r}x", setup.name),
+                fig6_scenario(setup, name, r, run_us, warmup_us),
+            ));
+        }
+    }
+    let runs = super::simulate_all(report, scenarios)?;
+    let mut points = Vec::new();
+    for (i, &r) in ratios.iter().enumerate() {
+        for j in 0..FIG6_TRACKERS.len() {
+            let run = &runs[i * FIG6_TRACKERS.len() + j][0];
+            let rx = run.counters.receive.unwrap_or_default();
+            points.push((
+                r,
+                j,
+                Fig6Point {
+                    gbps: run.apps.iter().map(|q| q.bps()).sum::<f64>() / 1e9,
+                    mean_ns: rx.busy_ns as f64 / rx.packets.max(1) as f64,
+                    retransmissions: run.counters.retransmissions,
+                    swaps: rx.work.swaps,
+                    hits: rx.work.cache_hits,
+                    walks: rx.work.pool_walks,
+                    exhausted: rx.work.exhausted,
+                },
+            ));
+        }
+    }
+    Ok(points)
+}
+
+fn fig6(scale: Scale) -> Result<Report, String> {
+    let (ratios, run_us, warmup_us, setups): (&[u32], f64, f64, &[Setup]) = match scale {
+        Scale::Quick => (&[1, 32], 700.0, 400.0, &[PAPER_LINKS]),
+        Scale::Full => (
+            &[1, 2, 4, 8, 16, 32],
+            2000.0,
+            600.0,
+            &[PAPER_LINKS, PAPER_SIZES],
+        ),
+    };
+    let mut report = Report {
+        table: Table::new(&[
+            "setup",
+            "RTT ratio",
+            "tracker",
+            "Gbit/s",
+            "of line",
+            "paper",
+            "ns/packet",
+            "cache hits",
+            "pool walks",
+            "swaps",
+            "refused",
+            "retransmitted",
+        ]),
+        ..Report::default()
+    };
+    let mut lines: Vec<Series> = Vec::new();
+    // at[setup][tracker](ratio) as a fraction of line rate.
+    let mut fractions: Vec<Vec<(u32, usize, f64)>> = Vec::new();
+    let mut line = 1.0;
+    for (k, &setup) in setups.iter().enumerate() {
+        let points = fig6_runs(&mut report, setup, ratios, run_us, warmup_us)?;
+        // Line rate in payload: the ideal tracker's throughput over two equal paths.
+        line = points
+            .iter()
+            .find(|(r, j, _)| *r == 1 && FIG6_TRACKERS[*j].0 == "ideal")
+            .map_or(1.0, |p| p.2.gbps)
+            .max(1e-9);
+        let first = lines.len();
+        for (l, _) in FIG6_TRACKERS {
+            lines.push(Series {
+                name: if k == 0 {
+                    l.to_string()
+                } else {
+                    format!("{l} ({})", setup.name)
+                },
+                points: Vec::new(),
+            });
+        }
+        let mut fr = Vec::new();
+        for (r, j, p) in &points {
+            let label = FIG6_TRACKERS[*j].0;
+            let paper = match (r, PAPER_32X.iter().find(|(l, _)| *l == label)) {
+                (32, Some((_, v))) => format!("{}%", f(v * 100.0, 1)),
+                _ => "-".into(),
+            };
+            report.table.row(vec![
+                setup.name.to_string(),
+                format!("{r}x"),
+                label.to_string(),
+                f(p.gbps, 1),
+                format!("{}%", f(p.gbps / line * 100.0, 1)),
+                paper,
+                f(p.mean_ns, 1),
+                p.hits.to_string(),
+                p.walks.to_string(),
+                p.swaps.to_string(),
+                p.exhausted.to_string(),
+                p.retransmissions.to_string(),
+            ]);
+            lines[first + *j]
+                .points
+                .push((f64::from(*r), p.gbps / line));
+            fr.push((*r, *j, p.gbps / line));
+        }
+        fractions.push(fr);
+    }
+    let at = |k: usize, r: u32, label: &str| {
+        fractions[k]
+            .iter()
+            .find(|(pr, j, _)| *pr == r && FIG6_TRACKERS[*j].0 == label)
+            .map_or(0.0, |p| p.2)
+    };
+    let top = *ratios.last().expect("ratios");
+    // The shape checks are on the first setup: the paper's link latency.
+    let (left, nogather, melo, ideal) = (
+        at(0, top, "LEFT"),
+        at(0, top, "LEFT-"),
+        at(0, top, "MELO+"),
+        at(0, top, "ideal"),
+    );
+    report.checks.push(Check::shape(
+        "at equal paths every tracker runs near the ideal's rate",
+        FIG6_TRACKERS.iter().all(|(l, _)| at(0, 1, l) >= 0.9),
+        FIG6_TRACKERS
+            .iter()
+            .map(|(l, _)| format!("{l} {}%", f(at(0, 1, l) * 100.0, 1)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ));
+    report.checks.push(Check::shape(
+        &format!("at {top}x: ideal >= LEFT >= LEFT- >= MELO+"),
+        ideal + 0.02 >= left && left + 0.02 >= nogather && nogather + 0.02 >= melo,
+        format!(
+            "ideal {}%, LEFT {}%, LEFT- {}%, MELO+ {}%",
+            f(ideal * 100.0, 1),
+            f(left * 100.0, 1),
+            f(nogather * 100.0, 1),
+            f(melo * 100.0, 1)
+        ),
+    ));
+    report.checks.push(Check::shape(
+        &format!("MELO+ loses throughput as the paths diverge (1x to {top}x), LEFT holds 90%"),
+        melo < at(0, 1, "MELO+") - 0.1 && left >= 0.9,
+        format!(
+            "MELO+ {}% at 1x, {}% at {top}x; LEFT {}% at {top}x",
+            f(at(0, 1, "MELO+") * 100.0, 1),
+            f(melo * 100.0, 1),
+            f(left * 100.0, 1)
+        ),
+    ));
+    for (label, paper) in PAPER_32X {
+        let got = at(0, top, label);
+        let tol = if label == "LEFT" { 0.04 } else { 0.1 };
+        report.checks.push(Check::number(
+            &format!("{label} at 32x about {}% of line rate", f(paper * 100.0, 1)),
+            top == 32 && (got - paper).abs() <= tol,
+            format!("{}% at {top}x", f(got * 100.0, 1)),
+        ));
+    }
+    if setups.len() > 1 {
+        report.notes.push(format!(
+            "Setup 'sizes' (the paper's tracker sizes, 250 ns links: path B at most 32 us one              way) at {top}x: LEFT {}%, LEFT- {}%, MELO+ {}%, ideal {}%. The reordering is              then too shallow for any tracker's work to exceed a packet's time on the link.",
+            f(at(1, top, "LEFT") * 100.0, 1),
+            f(at(1, top, "LEFT-") * 100.0, 1),
+            f(at(1, top, "MELO+") * 100.0, 1),
+            f(at(1, top, "ideal") * 100.0, 1)
+        ));
+    }
+    report.notes.push(format!(
+        "Topology: the paper puts two servers under two switches of one dragonfly group and \
+         adds a link of variable latency between the switches; here two hosts hang off two \
+         leaves joined through two spines, all links {FIG6_GBPS} Gbit/s, and spine 5's two \
+         links are slowed so that path B's one-way delay is the ratio times path A's. Setup \
+         'links' (the checks): every link 1 us as in the paper's §4.1, path A 4 us one way; \
+         its reordering (up to about 400 packets a connection at 32x) is deeper than the \
+         paper's 512-packet BDP allows, so the trackers are sized for a 2,048-packet BDP \
+         (caches of 1,024 bits, a pool of 512 blocks of 16 bits); the paper does not give \
+         Fig 6's delays. Switches spray each packet at random over the two spines (the \
+         paper: evenly). No congestion control (the paper's senders run at full speed); five \
+         queue pairs write 1 MB messages, two outstanding each; throughput over the last {} \
+         us of {run_us} us, as a fraction of the ideal tracker's over two equal paths ({} \
+         Gbit/s of payload in the last setup).",
+        run_us - warmup_us,
+        f(line, 1)
+    ));
+    report.notes.push(
+        "Receive cost: each data packet holds the receiver's pipeline for the reorder work its \
+         tracker counted (10 ns a cache access, 15 ns the first pool block of a walk or swap, \
+         5 ns each following block), at least 10 ns (the ideal reorder; the ideal line is an \
+         offset list, which counts no work). Packets wait in arrival order; \
+         the senders' windows bound the backlog. The engine's selective repeat still NAKs the \
+         first missing PSN of every gap, so spraying causes retransmissions the paper's LEFT \
+         would not send (the 'retransmitted' column): they cost every tracker alike."
+            .into(),
+    );
+    report.plots.push((
+        "left-fig6".into(),
+        Chart {
+            title: "LEFT Fig 6: throughput over two paths against their RTT ratio".into(),
+            x_label: "RTT ratio of the two paths".into(),
+            y_label: "throughput (fraction of line rate)".into(),
+            x_log: true,
+            y_log: false,
+            series: lines,
+        },
+    ));
+    Ok(report)
+}
