@@ -570,7 +570,9 @@ fn fig6(scale: Scale) -> Result<Report, String> {
     }
     if setups.len() > 1 {
         report.notes.push(format!(
-            "Setup 'sizes' (the paper's tracker sizes, 250 ns links: path B at most 32 us one              way) at {top}x: LEFT {}%, LEFT- {}%, MELO+ {}%, ideal {}%. The reordering is              then too shallow for any tracker's work to exceed a packet's time on the link.",
+            "Setup 'sizes' (the paper's tracker sizes, 250 ns links: path B at most 32 us one \
+             way) at {top}x: LEFT {}%, LEFT- {}%, MELO+ {}%, ideal {}%. The reordering is \
+             then too shallow for any tracker's work to exceed a packet's time on the link.",
             f(at(1, top, "LEFT") * 100.0, 1),
             f(at(1, top, "LEFT-") * 100.0, 1),
             f(at(1, top, "MELO+") * 100.0, 1),
