@@ -217,6 +217,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG16,
     scr::FIG17,
     scr::FIG18,
+    left::FIG1,
     left::FIG6,
     left::FIG7,
 ];
