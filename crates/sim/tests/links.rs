@@ -245,3 +245,19 @@ fn bad_link_and_cost_tables_are_refused_with_the_field_named() {
     let e = bad("[reorder_cost]\nwhat = 1\n");
     assert!(e.contains("what"), "{e}");
 }
+
+#[test]
+fn a_delay_equal_to_the_topologys_and_a_link_event_after_the_end_change_nothing() {
+    let plain = run(&scenario(&two_paths(&one_flow(500_000))));
+    let text = format!(
+        "[[links.delay]]\na = 2\nb = 5\ndelay_ns = 500\n\
+         [[links.event]]\na = 2\nb = 4\nat_us = 15000\nstate = \"down\"\n{}",
+        one_flow(500_000)
+    );
+    let same = run(&scenario(&two_paths(&text)));
+    assert_eq!(plain[0].flows, same[0].flows);
+    assert_eq!(plain[0].series, same[0].series);
+    // The event never came: the run ended first.
+    assert_eq!(same[0].counters.link_events, 0);
+    assert_eq!(plain[0].counters, same[0].counters);
+}
