@@ -261,3 +261,13 @@ fn a_delay_equal_to_the_topologys_and_a_link_event_after_the_end_change_nothing(
     assert_eq!(same[0].counters.link_events, 0);
     assert_eq!(plain[0].counters, same[0].counters);
 }
+
+#[test]
+fn the_two_path_example_runs_with_its_failure_and_charged_work() {
+    let runs = run(&example("left-two-paths.toml"));
+    let r = &runs[0];
+    assert_eq!(r.counters.link_events, 1);
+    let rx = r.counters.receive.expect("modelled");
+    assert!(rx.work.cache_hits > 0 && rx.work.gathered > 0, "{rx:?}");
+    assert!(r.apps.iter().map(|q| q.bps()).sum::<f64>() > 100e9);
+}
