@@ -231,9 +231,24 @@ pub struct AppQpRecord {
     pub max_outstanding: u32,
     /// It ended with an error completion.
     pub failed: bool,
+    /// Bytes of the messages completed within the window: goodput without the duplicates a
+    /// retransmission of a packet that was late, not lost, delivers (which `measured_bytes`
+    /// counts).
+    pub window_completed_bytes: u64,
 }
 
 impl AppQpRecord {
+    /// Goodput over the window from completed messages, in bit/s (see
+    /// `window_completed_bytes`; coarse when few messages complete in the window).
+    pub fn completed_bps(&self) -> f64 {
+        let span = self.window_ns.1.saturating_sub(self.window_ns.0);
+        if span == 0 {
+            0.0
+        } else {
+            self.window_completed_bytes as f64 * 8e9 / span as f64
+        }
+    }
+
     /// Throughput over the window, in bit/s.
     pub fn bps(&self) -> f64 {
         let span = self.window_ns.1.saturating_sub(self.window_ns.0);

@@ -1057,6 +1057,9 @@ impl<'a> Network<'a> {
         };
         a.rec.completed += 1;
         a.rec.completed_bytes += size;
+        if now >= a.from && now <= a.stop {
+            a.rec.window_completed_bytes += size;
+        }
         if posted >= a.from && posted < a.stop {
             a.rec.latencies_ns.push((now - posted) / PS_PER_NS);
         }
