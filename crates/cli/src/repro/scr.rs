@@ -81,6 +81,13 @@ const SCHEDULERS: [(&str, &str); 3] = [
 /// about 1:2, where the paper's Jain of about 0.56 means about 1:16.
 const FIG11_DEFAULT: &str = "burst = 65536";
 
+/// Figs 12 and 17: under SCR's schedulers the NIC's own arbiter still picks among the queue
+/// pairs whose rate limiters allow them, as `nic-default` does with [`FIG11_DEFAULT`]. While
+/// the rates bind (C/N above the floor) the limiters decide the shares; once the floors sum
+/// above C no limiter binds and the arbiter's preference for large messages decides again,
+/// which is SCR's explanation of Fig 12's fall past about 100 queue pairs.
+const FIG12_PACED: &str = "turn = 65536";
+
 /// The sending NIC's transmit buffer: what a small message waits behind when a bulk
 /// tenant keeps it full. A round value, of the size that makes Table 2's latency inflation
 /// of the paper's magnitude; it changes no throughput (the schedulers' pacing keeps it
@@ -812,7 +819,11 @@ fn many_qps(scale: Scale, op: &str, tag: &str, title: &str) -> Result<Report, St
             .collect();
         for (sched, _) in SCHEDULERS {
             let name = format!("{tag}-{n}qps-{sched}");
-            let params = if sched == DEFAULT { FIG11_DEFAULT } else { "" };
+            let params = if sched == DEFAULT {
+                FIG11_DEFAULT
+            } else {
+                FIG12_PACED
+            };
             scenarios.push((
                 name.clone(),
                 scenario_op(&name, sched, params, &tenants, warmup, stop, op),

@@ -117,7 +117,13 @@ impl WaterFilling {
             cursor: 0,
         };
         WaterFilling {
-            paced: Paced::new(fill, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            paced: Paced::new(
+                fill,
+                pacing.by_tenant,
+                pacing.burst,
+                pacing.linger_ns(),
+                pacing.turn,
+            ),
             pacing,
         }
     }
