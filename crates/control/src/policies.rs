@@ -1128,6 +1128,22 @@ mod tests {
     }
 
     #[test]
+    fn a_pacing_schedulers_turn_is_taken_in_range_and_refused_out_of_it() {
+        for name in ["static", "water-filling"] {
+            assert!(
+                SCHEDULERS
+                    .build(name, &[("turn".into(), "65536".into())])
+                    .is_ok()
+            );
+            refused(&SCHEDULERS, name, "turn", "-1");
+            refused(&SCHEDULERS, name, "turn", "33554432");
+        }
+        let mut p = PacingParams::default();
+        p.set("turn", "4096").unwrap().unwrap();
+        assert_eq!(p.pacing().unwrap().turn, 4096);
+    }
+
+    #[test]
     fn water_filling_takes_every_join_strategy_by_name() {
         for (name, join) in Join::ALL {
             let mut p = WaterParams::default();
