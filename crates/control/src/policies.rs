@@ -580,6 +580,8 @@ pub struct PacingParams {
     pub burst: u32,
     /// How long an idle queue pair keeps its share, µs.
     pub linger_us: f64,
+    /// Payload bytes a class may send per turn among those its bucket allows (0: a packet).
+    pub turn: u32,
 }
 
 impl Default for PacingParams {
@@ -590,12 +592,13 @@ impl Default for PacingParams {
             by_tenant: false,
             burst: 16384,
             linger_us: 1000.0,
+            turn: 0,
         }
     }
 }
 
 /// The pacing parameters' help, shared by `static` and `water-filling`.
-const PACING_INFO: [ParamInfo; 5] = [
+const PACING_INFO: [ParamInfo; 6] = [
     ParamInfo {
         name: "link",
         help: "the link capacity C the rates share, Gbit/s (e.g. a virtual link's, for a scaled-down experiment), 0.001..=10000 (default the engine's line rate)",
@@ -615,6 +618,10 @@ const PACING_INFO: [ParamInfo; 5] = [
     ParamInfo {
         name: "linger",
         help: "how long a queue pair with nothing to send keeps its share before it leaves, µs, 0..=10000000 (default 1000)",
+    },
+    ParamInfo {
+        name: "turn",
+        help: "how queue pairs their rates allow take turns: 0, a packet each; else a hardware NIC's arbiter (as nic-default's `burst`): one keeps the turn to its message's end or this many payload bytes, which decides the shares once the rates no longer bind, 0..=16777216 (default 0)",
     },
 ];
 
@@ -637,6 +644,7 @@ impl PacingParams {
             },
             "burst" => parse_u64_in(name, value, 1024, 1 << 24).map(|v| self.burst = v as u32),
             "linger" => parse_f64_in(name, value, 0.0, 1e7).map(|v| self.linger_us = v),
+            "turn" => parse_u64_in(name, value, 0, 1 << 24).map(|v| self.turn = v as u32),
             _ => return None,
         };
         Some(r)
@@ -663,6 +671,7 @@ impl PacingParams {
             by_tenant: self.by_tenant,
             burst: self.burst,
             linger: Duration::from_nanos((self.linger_us * 1e3).round() as u64),
+            turn: self.turn,
         })
     }
 }
@@ -714,12 +723,13 @@ impl Default for WaterParams {
     }
 }
 
-const WATER_INFO: [ParamInfo; 10] = [
+const WATER_INFO: [ParamInfo; 11] = [
     PACING_INFO[0],
     PACING_INFO[1],
     PACING_INFO[2],
     PACING_INFO[3],
     PACING_INFO[4],
+    PACING_INFO[5],
     ParamInfo {
         name: "step",
         help: "what one step adds to a rate, Gbit/s (SCR: 0.16, 0.4 or 0.8, its 0.02/0.05/0.1 GB/s), above 0 and at most `link` (default 0.4)",
@@ -1115,6 +1125,22 @@ mod tests {
                 .unwrap();
             assert!(format!("{s:?}").starts_with(&format!("{kind} ")), "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_pacing_schedulers_turn_is_taken_in_range_and_refused_out_of_it() {
+        for name in ["static", "water-filling"] {
+            assert!(
+                SCHEDULERS
+                    .build(name, &[("turn".into(), "65536".into())])
+                    .is_ok()
+            );
+            refused(&SCHEDULERS, name, "turn", "-1");
+            refused(&SCHEDULERS, name, "turn", "33554432");
+        }
+        let mut p = PacingParams::default();
+        p.set("turn", "4096").unwrap().unwrap();
+        assert_eq!(p.pacing().unwrap().turn, 4096);
     }
 
     #[test]

@@ -43,6 +43,7 @@ const PACING: Pacing = Pacing {
     by_tenant: false,
     burst: 16384,
     linger: Duration::from_millis(1),
+    turn: 0,
 };
 
 fn build(name: &str) -> Box<dyn Scheduler> {

@@ -46,6 +46,13 @@ pub struct Pacing {
     pub burst: u32,
     /// How long a queue pair with nothing to send keeps its share before it leaves.
     pub linger: std::time::Duration,
+    /// How classes whose buckets allow them take turns: 0, one packet each (a software
+    /// NIC's round robin, fair by construction); else as a hardware NIC's own arbiter
+    /// ([`NicDefault`]) under SCR's rate limiters: a class keeps the turn until its
+    /// message ends or it has sent `turn` payload bytes, while its bucket allows. It
+    /// matters once the rates no longer bind (the floors sum above C): then the NIC's
+    /// arbitration, favouring large messages, decides the shares again.
+    pub turn: u32,
 }
 
 /// The link a scheduler assumes until the engine tells it its line rate.
@@ -53,7 +60,7 @@ pub const DEFAULT_LINK: u64 = 100_000_000_000;
 
 impl Default for Pacing {
     /// The engine's line rate, a floor of 1% of it, per queue pair, 16 KiB buckets, 1 ms
-    /// linger.
+    /// linger, turns of one packet.
     fn default() -> Self {
         Pacing {
             link: None,
@@ -61,6 +68,7 @@ impl Default for Pacing {
             by_tenant: false,
             burst: 16384,
             linger: std::time::Duration::from_millis(1),
+            turn: 0,
         }
     }
 }

@@ -101,12 +101,19 @@ pub(crate) struct Paced<A> {
     waiting: Wheel,
     /// The bucket's depth, bytes: what a class that waited may send back to back.
     burst: f64,
+    /// How eligible classes take turns: 0, one packet each; else a class keeps the turn
+    /// until its message ends or it has sent this many payload bytes in it, while its
+    /// bucket allows (a hardware NIC's own arbiter under SCR's rate limiters, as
+    /// [`super::NicDefault`] arbitrates: it decides again once the rates no longer bind).
+    turn: u32,
+    /// Payload bytes the class served last sent in its current turn.
+    held: u32,
     /// The latest time seen (wake is not told the time).
     now: u64,
 }
 
 impl<A: Allocator> Paced<A> {
-    pub(crate) fn new(alloc: A, by_tenant: bool, burst: u32, linger: u64) -> Paced<A> {
+    pub(crate) fn new(alloc: A, by_tenant: bool, burst: u32, linger: u64, turn: u32) -> Paced<A> {
         Paced {
             alloc,
             by_tenant,
@@ -120,6 +127,8 @@ impl<A: Allocator> Paced<A> {
             ready: VecDeque::new(),
             waiting: Wheel::default(),
             burst: f64::from(burst),
+            turn,
+            held: 0,
             now: 0,
         }
     }
@@ -303,14 +312,23 @@ impl<A: Allocator> Paced<A> {
         let c = self.class(qp);
         let ci = c as usize;
         let mut cost = self.alloc.cost(c);
+        // Whether it keeps the turn (a NIC-like arbiter, `turn` above 0).
+        let mut keep = false;
         if let Some(s) = sent {
             let bytes = s.link_len;
             let full = self.now as f64 - self.burst * cost;
-            let class = &mut self.classes[ci];
-            class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
             let backlogged = more || self.has_waiting(c);
             self.alloc.sent(c, bytes, self.now, backlogged);
+            // The packet is paid for at the rate it leaves set (as a hardware limiter
+            // refills at a rate from the moment it is installed), not at the one before:
+            // else a step, which comes on a packet, would take effect a packet late.
             cost = self.alloc.cost(c);
+            let class = &mut self.classes[ci];
+            class.ready_at = class.ready_at.max(full) + f64::from(bytes) * cost;
+            if self.turn > 0 {
+                self.held = self.held.saturating_add(s.payload_len);
+                keep = more && !s.message_end() && self.held < self.turn;
+            }
         }
         if more {
             self.push(c, qp);
@@ -321,9 +339,15 @@ impl<A: Allocator> Paced<A> {
         if self.classes[ci].state != State::Queued {
             self.classes[ci].state = State::Idle;
             if self.has_waiting(c) {
+                if keep && ceil_ns(self.classes[ci].ready_at) <= self.now {
+                    self.classes[ci].state = State::Queued;
+                    self.ready.push_front(c);
+                    return;
+                }
                 self.enqueue(c, cost);
             }
         }
+        self.held = 0;
     }
 
     pub(crate) fn remove(&mut self, qp: u32) {

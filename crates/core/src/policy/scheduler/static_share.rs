@@ -36,7 +36,13 @@ impl StaticShare {
             cost: 0.0,
         };
         StaticShare {
-            paced: Paced::new(even, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            paced: Paced::new(
+                even,
+                pacing.by_tenant,
+                pacing.burst,
+                pacing.linger_ns(),
+                pacing.turn,
+            ),
             pacing,
         }
     }
@@ -166,5 +172,61 @@ mod tests {
         // Tenant 0 (two queue pairs) gets a quarter, tenant 5 three quarters.
         assert!((s.rate(0) - 12.5 / 4.0).abs() < 1e-9);
         assert!((s.rate(1) - 12.5 * 0.75).abs() < 1e-9);
+    }
+
+    /// Packets each of two always-backlogged queue pairs sends in 2 ms on a 100 Gbit/s link
+    /// at 1 KiB a packet, the first with `messages[0]` packets a message, the second with
+    /// `messages[1]`; a floor of `floor` bit/s.
+    fn packets(turn: u32, floor: u64, messages: [u64; 2]) -> [u64; 2] {
+        use crate::policy::Served;
+        use sluice_wire::Opcode;
+
+        let mut s = StaticShare::new(Pacing {
+            floor: Some(floor),
+            turn,
+            ..Pacing::default()
+        });
+        for qp in 0..2 {
+            s.reset(qp);
+            s.wake(qp);
+        }
+        let mut sent = [0u64; 2];
+        let mut now = 0.0f64;
+        while now < 2e6 {
+            let t = Instant::from_nanos(now as u64);
+            let Some(qp) = s.next(t) else {
+                now = s.eligible_at().unwrap().as_nanos() as f64;
+                continue;
+            };
+            let q = qp as usize;
+            sent[q] += 1;
+            let opcode = if sent[q] % messages[q] == 0 {
+                Opcode::RC_RDMA_WRITE_LAST
+            } else {
+                Opcode::RC_RDMA_WRITE_MIDDLE
+            };
+            let p = Served::new(opcode, 1024);
+            s.served(qp, t, Some(p), true);
+            now += f64::from(p.link_len) / 12.5;
+        }
+        sent
+    }
+
+    #[test]
+    fn with_a_nic_arbiter_large_messages_win_only_once_the_rates_no_longer_bind() {
+        // Rates that bind (C/2 each, no floor above it): even, whatever the turns.
+        for turn in [0, 65536] {
+            let [small, large] = packets(turn, 0, [1, 64]);
+            let ratio = large as f64 / small as f64;
+            assert!((ratio - 1.0).abs() < 0.05, "turn {turn}: {small} {large}");
+        }
+        // A floor of 2C: no rate binds. One packet each in turn is still even; the NIC's
+        // arbiter gives a queue pair its whole message (64 KiB, the turn's cap) in a turn,
+        // its bucket refilling faster than it sends.
+        let [small, large] = packets(0, 200_000_000_000, [1, 64]);
+        assert!(small.abs_diff(large) <= 1, "{small} {large}");
+        let [small, large] = packets(65536, 200_000_000_000, [1, 64]);
+        let ratio = large as f64 / small as f64;
+        assert!((55.0..70.0).contains(&ratio), "{small} {large}");
     }
 }

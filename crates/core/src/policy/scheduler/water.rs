@@ -117,7 +117,13 @@ impl WaterFilling {
             cursor: 0,
         };
         WaterFilling {
-            paced: Paced::new(fill, pacing.by_tenant, pacing.burst, pacing.linger_ns()),
+            paced: Paced::new(
+                fill,
+                pacing.by_tenant,
+                pacing.burst,
+                pacing.linger_ns(),
+                pacing.turn,
+            ),
             pacing,
         }
     }
@@ -170,6 +176,10 @@ struct Flow {
     position: u32,
     /// Its weight (1 for a queue pair; a tenant's weight by tenant).
     weight: f64,
+    /// Bytes sent since the estimate's last sample.
+    unsampled: u64,
+    /// It ran out of packets to send since its last adjustment.
+    emptied: bool,
 }
 
 impl Flow {
@@ -180,13 +190,15 @@ impl Flow {
 }
 
 impl Fill {
-    fn adjust(&mut self, c: usize, backlogged: bool) {
+    /// Adjusts class `c`'s rate; `hungry`: it had packets waiting throughout the interval,
+    /// so its bucket, not its demand, limited it.
+    fn adjust(&mut self, c: usize, hungry: bool) {
         let (used, rate) = (self.flows[c].estimate.rate(), self.flows[c].rate);
         // Steps and comparisons are per unit of weight: the filling ends max-min fair in
         // rate over weight.
         let weight = self.flows[c].weight;
         let step = self.step * weight;
-        if backlogged || used >= 0.95 * rate {
+        if hungry || used >= 0.95 * rate {
             let room = self.link - self.allocated;
             if room > 1e-12 {
                 let d = step.min(room);
@@ -226,6 +238,8 @@ impl Allocator for Fill {
                 adjusted: 0,
                 position: NIL,
                 weight: 1.0,
+                unsampled: 0,
+                emptied: false,
             };
             self.flows.resize(n, flow);
             self.members.reserve(n - self.members.len());
@@ -262,6 +276,8 @@ impl Allocator for Fill {
             adjusted: now,
             position: self.members.len() as u32,
             weight,
+            unsampled: 0,
+            emptied: false,
         };
         self.members.push(class);
         self.allocated = others + rate;
@@ -303,11 +319,25 @@ impl Allocator for Fill {
     fn sent(&mut self, class: u32, bytes: u32, now: u64, backlogged: bool) {
         let c = class as usize;
         let flow = &mut self.flows[c];
-        flow.estimate
-            .sample(crate::Instant::from_nanos(now), u64::from(bytes), self.gain);
+        flow.unsampled += u64::from(bytes);
+        flow.emptied |= !backlogged;
         if now.saturating_sub(flow.adjusted) >= self.interval && flow.position != NIL {
+            // One coalesced TX event per adjustment: its bytes over the time since the
+            // previous one. Sampled per packet, a burst's back-to-back packets are samples
+            // at line rate and the estimate of a class that sends a few packets per round
+            // trip sits far above what it uses.
+            flow.estimate.sample(
+                crate::Instant::from_nanos(now),
+                std::mem::take(&mut flow.unsampled),
+                self.gain,
+            );
+            // Hungry only if it had something waiting at every packet since the last
+            // adjustment: a latency tenant's burst leaves packets waiting behind its first
+            // ones, so "backlogged now" alone would count it as using its rate at every
+            // burst and never degrade it.
+            let hungry = backlogged && !std::mem::take(&mut flow.emptied);
             flow.adjusted = now;
-            self.adjust(c, backlogged);
+            self.adjust(c, hungry);
         }
     }
 }
