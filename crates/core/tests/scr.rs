@@ -247,3 +247,149 @@ fn granularity_is_invariant_once_flows_outnumber_processors() {
     let one = bytes_per_run(1, p, service, gbps);
     assert!(one > 3.0 * expected, "{one:.0}");
 }
+
+/// Drives `c` with TX events of `bytes` every `gap_ns` on `flows` queue pairs (round
+/// robin) for `n` events, then lets it finish.
+fn drive_tx(c: &mut dyn Controller, flows: u32, gap_ns: u64, bytes: u32, n: u64) {
+    let mut out = Vec::new();
+    let mut act = Actions::default();
+    for i in 0..n {
+        let now = Instant::from_nanos(i * gap_ns);
+        while let Some(at) = c.next_timeout().filter(|&at| at <= now) {
+            c.on_timeout(at, &mut out);
+        }
+        c.on_event(
+            now,
+            (i % u64::from(flows)) as u32,
+            &tx(i as u32 + 3, bytes),
+            &mut act,
+        );
+    }
+    while let Some(at) = c.next_timeout() {
+        c.on_timeout(at, &mut out);
+    }
+}
+
+#[test]
+fn the_statistics_add_up_and_say_each_processors_load() {
+    let config = ScrConfig {
+        processors: 3,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(2),
+        ..ScrConfig::default()
+    };
+    let mut c = Decoupled::new(Log::default(), config);
+    // Five flows on three processors (0: QPs 0 and 3, 1: QPs 1 and 4, 2: QP 2), an event
+    // every 100 ns: every processor saturated, most events merged.
+    drive_tx(&mut c, 5, 100, 1000, 10_000);
+    let d = c
+        .decoupled_stats()
+        .expect("a decoupled loop has statistics");
+    let t = d.totals;
+    assert_eq!(t.events, 10_000);
+    assert_eq!(t.queued() + t.coalesced, t.events);
+    // Every queued event was processed in the end (nothing was reset).
+    assert_eq!(t.processed(), t.queued());
+    assert_eq!(t.runs, t.tx_runs);
+    assert_eq!(t.tx_bytes, 10_000 * 1000, "accumulation loses no bytes");
+    assert_eq!(t.early_exits, 0);
+    assert_eq!(d.processors.len(), 3);
+    let runs: u64 = d.processors.iter().map(|p| p.runs).sum();
+    assert_eq!(runs, t.runs);
+    for p in &d.processors {
+        assert_eq!(p.busy, Duration::from_micros(2) * p.runs as u32);
+    }
+    // Saturated: each ran about once per 2 us over the 1 ms of events.
+    let util = d.utilisation(Duration::from_millis(1));
+    for u in &util {
+        assert!((0.95..=1.05).contains(u), "{util:?}");
+    }
+    // `since` takes differences; `add` sums processor by processor.
+    assert_eq!(d.since(&d).totals, Default::default());
+    let mut twice = d.clone();
+    twice.add(&d);
+    assert_eq!(twice.totals.events, 20_000);
+    assert_eq!(twice.loops, 2);
+    assert_eq!(
+        twice.utilisation(Duration::from_millis(1)),
+        util,
+        "the mean of two equal loops"
+    );
+    assert_eq!(twice.processors[2].runs, 2 * d.processors[2].runs);
+}
+
+#[test]
+fn an_inline_law_has_no_decoupled_statistics() {
+    let c = sluice_core::control::Inline::new(Log::default());
+    assert!(c.decoupled_stats().is_none());
+}
+
+#[test]
+fn early_exits_carry_tx_bytes_to_the_next_run_and_handle_more_events() {
+    let config = |early_exit| ScrConfig {
+        processors: 4,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(1),
+        early_exit,
+        ..ScrConfig::default()
+    };
+    let run = |early_exit| {
+        let mut c = Decoupled::new(Log::default(), config(early_exit));
+        // 64 flows, a 1 KiB TX event every 20 ns: far more than 4 processors can run.
+        drive_tx(&mut c, 64, 20, 1024, 200_000);
+        c.decoupled_stats().unwrap()
+    };
+    let hw = run(None);
+    // Hardware-only, a processor comes back to a flow every 16 us, when some 12.8 KB have
+    // accumulated: a threshold above that makes most visits early exits.
+    let sw = run(Some(sluice_core::control::EarlyExit {
+        bytes: 32 * 1024,
+        time: Duration::from_nanos(100),
+    }));
+    // Every full run covers at least the threshold (what was carried is added).
+    assert!(sw.totals.early_exits > 0);
+    let per_run = sw.totals.bytes_per_tx_run().unwrap();
+    assert!(per_run >= 32768.0, "{per_run}");
+    // Cheap exits: the processors take more events in the same time.
+    assert!(
+        sw.totals.processed() > hw.totals.processed() * 3 / 2,
+        "hw {} sw {}",
+        hw.totals.processed(),
+        sw.totals.processed()
+    );
+    // Bytes only carried when the flows stopped never reached the law; the rest did.
+    assert!(sw.totals.tx_bytes <= 200_000 * 1024);
+    assert!(sw.totals.tx_bytes >= 200_000 * 1024 - 64 * 32 * 1024);
+}
+
+#[test]
+fn a_retransmission_is_never_only_carried() {
+    let config = ScrConfig {
+        processors: 1,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(1),
+        early_exit: Some(sluice_core::control::EarlyExit {
+            bytes: 1 << 20,
+            time: Duration::ZERO,
+        }),
+        ..ScrConfig::default()
+    };
+    let log = Log::default();
+    let runs = log.runs.clone();
+    let mut c = Decoupled::new(log, config);
+    let mut out = Vec::new();
+    // tx(2, ..) is a retransmission (see `tx`): it runs the law with what was carried.
+    for (t, e) in [(0, tx(1, 100)), (10, tx(2, 50)), (20, tx(3, 10))] {
+        c.on_event(us(t), 0, &e, &mut Actions::default());
+        while let Some(at) = c.next_timeout() {
+            c.on_timeout(at, &mut out);
+        }
+    }
+    let runs = runs.borrow();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(
+        matches!(runs[0].1, Event::Tx { bytes: 150, .. }),
+        "{runs:?}"
+    );
+    assert_eq!(c.stats().early_exits, 2);
+}

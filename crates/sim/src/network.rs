@@ -645,6 +645,12 @@ impl<'a> Network<'a> {
             self.counters.cnps += c.cnps_sent;
             self.counters.retransmissions += c.retransmitted_packets;
             self.counters.timeouts += c.retransmit_timeouts;
+            if let Some(d) = host.engine.decoupled_stats() {
+                self.counters
+                    .decoupled
+                    .get_or_insert_with(Default::default)
+                    .add(&d);
+            }
         }
         let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
         let flows = self

@@ -59,6 +59,9 @@ pub struct FabricCounters {
     /// The payload services' counters (`policies.services`), summed over every queue pair,
     /// by "service.counter".
     pub services: std::collections::BTreeMap<String, u64>,
+    /// What the hosts' decoupled control loops did (SCR), summed over hosts, processor
+    /// `i` of every host together; `None` when the law runs inline.
+    pub decoupled: Option<sluice_core::control::DecoupledStats>,
 }
 
 impl FabricCounters {

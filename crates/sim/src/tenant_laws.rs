@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use sluice_core::Instant;
-use sluice_core::control::{Actions, Controller, Deferred, Event, EventMask, Gate};
+use sluice_core::control::{Actions, Controller, DecoupledStats, Deferred, Event, EventMask, Gate};
 use sluice_wire::CcxLayout;
 
 /// Which law the next queue pair the engine creates takes (0: the run's own).
@@ -101,5 +101,16 @@ impl Controller for TenantLaws {
 
     fn ccx(&self) -> Option<CcxLayout> {
         self.laws.first().and_then(|(l, _)| l.ccx())
+    }
+
+    fn decoupled_stats(&self) -> Option<DecoupledStats> {
+        // The laws' loops are separate pools; their counts add up processor by processor.
+        self.laws
+            .iter()
+            .filter_map(|(l, _)| l.decoupled_stats())
+            .reduce(|mut a, b| {
+                a.add(&b);
+                a
+            })
     }
 }

@@ -215,6 +215,11 @@ pub trait Controller: std::fmt::Debug {
 
     /// The CC extension header the law would have (see [`Law::ccx`]).
     fn ccx(&self) -> Option<CcxLayout>;
+
+    /// What SCR's decoupled loop did, if the law runs behind one (`None`: inline).
+    fn decoupled_stats(&self) -> Option<super::DecoupledStats> {
+        None
+    }
 }
 
 /// No control: line rate and the engine's window. Asks for no events at all.
