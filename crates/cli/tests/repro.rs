@@ -196,3 +196,23 @@ fn a_run_repeats_byte_for_byte() {
     };
     assert_eq!(report("a"), report("b"));
 }
+
+#[test]
+fn scr_fig10b_granularity_falls_to_the_processor_count_then_holds() {
+    let out = quick("scr-fig10b");
+    assert!(
+        out.contains("PASS    bytes per TX run fall until flows reach the processor count"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    then flat within 15%"), "{out}");
+}
+
+#[test]
+fn scr_fig10cd_software_coalescing_handles_more_events() {
+    let out = quick("scr-fig10cd");
+    assert!(
+        out.contains("PASS    software coalescing handles substantially more events"),
+        "{out}"
+    );
+    assert!(out.contains("hw+sw, exit 2 us"), "{out}");
+}

@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod ctl;
 mod scr;
 mod swcc;
 
@@ -216,6 +217,8 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG16,
     scr::FIG17,
     scr::FIG18,
+    ctl::SCR_FIG10B,
+    ctl::SCR_FIG10CD,
 ];
 
 /// The entry called `name`.
