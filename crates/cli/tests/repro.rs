@@ -216,3 +216,16 @@ fn scr_fig10cd_software_coalescing_handles_more_events() {
     );
     assert!(out.contains("hw+sw, exit 2 us"), "{out}");
 }
+
+#[test]
+fn swcc_fig12_hpcc_holds_the_smallest_queue_and_a_cpu_loop_a_larger_one() {
+    let out = quick("swcc-fig12");
+    assert!(
+        out.contains("PASS    HPCC holds the smallest queue at the highest throughput"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    a CPU-class loop lets every law build a larger queue"),
+        "{out}"
+    );
+}

@@ -413,3 +413,252 @@ fn fig10cd(scale: Scale) -> Result<Report, String> {
     ));
     Ok(report)
 }
+
+pub(super) const SWCC_FIG12: Entry = Entry {
+    name: "swcc-fig12",
+    source: "SwCC Figs 12-14",
+    summary: "2 senders x 5 flows of 2 KB writes into one 100 Gbit/s port: DCQCN, TIMELY and HPCC on a NIC-class and a CPU-class control loop",
+    run: fig12,
+    needs: &[],
+};
+
+/// The laws SwCC compares, in its order.
+const SWCC_LAWS: [&str; 3] = ["dcqcn", "timely", "hpcc"];
+/// The CPU-class loop's added delay: Soft-RoCE's 23 us loop (SwCC Table 1) less the
+/// fabric's part of a NIC-class one.
+const CPU_LOOP_US: f64 = 20.0;
+/// A queue counts as drained at or below this.
+const DRAINED: u64 = 10_000;
+
+/// SwCC's end-to-end workload (§5.7): hosts 0 and 1 start five flows each towards host 2 at
+/// once, 2 KB writes kept `depth` deep, every law on a NIC-class loop (inline) and on a
+/// CPU-class one (the decoupled loop with [`CPU_LOOP_US`] of delay and no service time, so
+/// that only the loop's length differs).
+fn fig12_scenario(depth: u32, stop_us: f64) -> String {
+    let mut text = format!(
+        r#"# SwCC Figs 12-14: 2 senders x 5 flows of 2 KB writes into one port at 100 Gbit/s.
+# RED as SwCC's (5 to 200 KB, at most 1%); DCQCN, TIMELY and HPCC with their defaults,
+# each on a NIC-class loop and on a CPU-class one ({CPU_LOOP_US} us added to every event).
+name = "swcc-fig12"
+time_limit_us = {stop_us}
+[topology]
+kind = "star"
+hosts = 3
+link_gbps = {LINE_GBPS}
+link_delay_ns = 1000
+[switch]
+ecn = {{ kmin_bytes = 5000, kmax_bytes = 200000, pmax = 0.01 }}
+[output]
+sample_interval_us = 2
+"#
+    );
+    for src in 0..2 {
+        text.push_str(&format!(
+            "[[app]]\nlabel = \"sender{src}\"\ntenant = 1\nsrc = {src}\ndst = 2\nsize = 2048\n\
+             depth = {depth}\nqps = 5\nstop_us = {stop_us}\n"
+        ));
+    }
+    for law in SWCC_LAWS {
+        text.push_str(&format!("[[cc]]\nname = \"{law}\"\nlabel = \"{law}\"\n"));
+    }
+    for law in SWCC_LAWS {
+        text.push_str(&format!(
+            "[[cc]]\nname = \"{law}\"\nlabel = \"{law}-cpu-loop\"\n\
+             decoupled = {{ processors = 16, loop_delay_us = {CPU_LOOP_US}, service_us = 0 }}\n"
+        ));
+    }
+    text
+}
+
+/// One run's figures.
+struct LawRun {
+    gbps: f64,
+    peak_kb: f64,
+    mean_kb: f64,
+    drain_us: Option<f64>,
+    latency_us: f64,
+    p99_us: f64,
+    jain: f64,
+}
+
+fn law_run(r: &RunResult) -> LawRun {
+    let s = &r.series;
+    let q = &s.max_queue_bytes;
+    let peak_at = q
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+    let drain_us = q[peak_at..]
+        .iter()
+        .position(|v| *v <= DRAINED)
+        .map(|k| s.times_ns[peak_at + k] as f64 / 1e3);
+    let t = sluice_sim::app::tenant_stats(r);
+    let t = t.first();
+    let rates: Vec<f64> = r.apps.iter().map(|q| q.bps()).collect();
+    LawRun {
+        gbps: t.map_or(0.0, |t| t.gbps),
+        peak_kb: q.iter().copied().max().unwrap_or(0) as f64 / 1e3,
+        mean_kb: q.iter().sum::<u64>() as f64 / q.len().max(1) as f64 / 1e3,
+        drain_us,
+        latency_us: t.and_then(|t| t.mean_latency_us).unwrap_or(f64::NAN),
+        p99_us: t.and_then(|t| t.latency_us).map_or(f64::NAN, |l| l.1),
+        jain: sluice_sim::report::jain_index(&rates).unwrap_or(0.0),
+    }
+}
+
+fn fig12(scale: Scale) -> Result<Report, String> {
+    let (depth, stop_us) = match scale {
+        Scale::Quick => (128, 500.0),
+        Scale::Full => (128, 2000.0),
+    };
+    let mut report = Report::default();
+    let runs = simulate_all(
+        &mut report,
+        vec![("swcc-fig12".into(), fig12_scenario(depth, stop_us))],
+    )?
+    .pop()
+    .unwrap_or_default();
+    if runs.len() != 2 * SWCC_LAWS.len() {
+        return Err(format!("swcc-fig12: {} runs, expected 6", runs.len()));
+    }
+    let figures: Vec<LawRun> = runs.iter().map(law_run).collect();
+    report.table = Table::new(&[
+        "law",
+        "loop",
+        "Gbit/s",
+        "peak queue (KB)",
+        "mean queue (KB)",
+        "queue drained at (us)",
+        "message latency mean / p99 (us)",
+        "Jain over flows",
+        "paper",
+    ]);
+    for (i, (r, x)) in runs.iter().zip(&figures).enumerate() {
+        let cpu = i >= SWCC_LAWS.len();
+        report.table.row(vec![
+            SWCC_LAWS[i % SWCC_LAWS.len()].to_string(),
+            if cpu {
+                format!("CPU-class (+{CPU_LOOP_US} us)")
+            } else {
+                "NIC-class".into()
+            },
+            f(x.gbps, 1),
+            f(x.peak_kb, 0),
+            f(x.mean_kb, 0),
+            x.drain_us
+                .map_or(format!("> {}", f(stop_us, 0)), |d| f(d, 0)),
+            format!("{} / {}", f(x.latency_us, 0), f(x.p99_us, 0)),
+            f(x.jain, 3),
+            match (cpu, r.algorithm.as_str()) {
+                (false, "hpcc") => "HPCC: near-empty queue at high throughput".into(),
+                (false, _) => "standing queue".into(),
+                (true, law) => format!(
+                    "slower drain, longer FCT (Soft-RoCE/SwCC FCT {}x)",
+                    paper_ratio(law)
+                ),
+            },
+        ]);
+    }
+    let (nic, cpu) = figures.split_at(SWCC_LAWS.len());
+    let (d, t, h) = (&nic[0], &nic[1], &nic[2]);
+    report.checks.push(Check::shape(
+        "HPCC holds the smallest queue at the highest throughput of the three",
+        h.mean_kb < d.mean_kb && h.mean_kb < t.mean_kb && h.gbps >= d.gbps && h.gbps >= t.gbps,
+        format!(
+            "mean queue HPCC {} KB, DCQCN {} KB, TIMELY {} KB; Gbit/s {}, {}, {}",
+            f(h.mean_kb, 0),
+            f(d.mean_kb, 0),
+            f(t.mean_kb, 0),
+            f(h.gbps, 1),
+            f(d.gbps, 1),
+            f(t.gbps, 1)
+        ),
+    ));
+    let bigger: Vec<String> = SWCC_LAWS
+        .iter()
+        .zip(nic.iter().zip(cpu))
+        .map(|(law, (n, c))| {
+            let at = |x: &LawRun| {
+                x.drain_us
+                    .map_or("never".into(), |d| format!("{} us", f(d, 0)))
+            };
+            format!(
+                "{law} {} -> {} KB, drained at {} -> {}",
+                f(n.peak_kb, 0),
+                f(c.peak_kb, 0),
+                at(n),
+                at(c)
+            )
+        })
+        .collect();
+    // A queue never drained counts as drained at the end of time.
+    let drained = |x: &LawRun| x.drain_us.unwrap_or(f64::INFINITY);
+    report.checks.push(Check::shape(
+        "a CPU-class loop lets every law build a larger queue and drain it later",
+        nic.iter()
+            .zip(cpu)
+            .all(|(n, c)| c.peak_kb > n.peak_kb && drained(c) > drained(n)),
+        bigger.join(", "),
+    ));
+    let ratios: Vec<f64> = nic
+        .iter()
+        .zip(cpu)
+        .map(|(n, c)| c.latency_us / n.latency_us)
+        .collect();
+    report.checks.push(Check::number(
+        "the CPU-class loop's latency penalty in the paper's order (HPCC >= DCQCN > TIMELY)",
+        ratios[2] >= ratios[0] && ratios[0] > ratios[1],
+        format!(
+            "mean message latency CPU / NIC loop: DCQCN {}x, TIMELY {}x, HPCC {}x; the paper's \
+             Soft-RoCE / SwCC FCT 39x, 14x, 42x",
+            f(ratios[0], 2),
+            f(ratios[1], 2),
+            f(ratios[2], 2)
+        ),
+    ));
+    let stride = (runs[0].series.times_ns.len() / 400).max(1);
+    report.plots.push((
+        "swcc-fig12".into(),
+        Chart {
+            title: "SwCC Figs 12-13: queue at the congested port, 2 x 5 flows at 100 Gbit/s".into(),
+            x_label: "time (us)".into(),
+            y_label: "queue (KB)".into(),
+            series: runs
+                .iter()
+                .map(|r| Series {
+                    name: r.algorithm.clone(),
+                    points: r
+                        .series
+                        .times_ns
+                        .iter()
+                        .zip(&r.series.max_queue_bytes)
+                        .step_by(stride)
+                        .map(|(t, q)| (*t as f64 / 1e3, *q as f64 / 1e3))
+                        .collect(),
+                })
+                .collect(),
+            ..Chart::default()
+        },
+    ));
+    report.notes.push(format!(
+        "SwCC runs this workload (each flow 2K messages of 2 KB) at 100 Gbit/s for DCQCN alone \
+         (Fig 12, against a CX-5) and at 10 Gbit/s for the three laws against Soft-RoCE (Figs \
+         13-14, base RTT 5 against 30 us); here all at 100 Gbit/s, the flows kept {depth} \
+         messages deep for the run instead of 2K messages each, and the CPU-class loop is \
+         {CPU_LOOP_US} us added to every event of the law, not Soft-RoCE's host stack (whose \
+         low throughput inflates the paper's FCT ratios). HPCC's ordering against DCQCN and \
+         TIMELY is HPCC's paper's headline (near-zero queues at high utilisation); SwCC gives \
+         no numbers for queues."
+    ));
+    Ok(report)
+}
+
+/// SwCC Fig 14: Soft-RoCE's FCT over SwCC's, by law.
+fn paper_ratio(law: &str) -> &'static str {
+    match law {
+        l if l.starts_with("dcqcn") => "39",
+        l if l.starts_with("timely") => "14",
+        _ => "42",
+    }
+}

@@ -219,6 +219,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG18,
     ctl::SCR_FIG10B,
     ctl::SCR_FIG10CD,
+    ctl::SWCC_FIG12,
 ];
 
 /// The entry called `name`.
