@@ -173,6 +173,10 @@ fn scr_fig18_swift_takes_what_the_background_leaves() {
         "{out}"
     );
     assert!(out.contains("PASS    without fabric congestion"), "{out}");
+    assert!(
+        out.contains("PASS    Swift's delay is near its target"),
+        "{out}"
+    );
 }
 
 #[test]

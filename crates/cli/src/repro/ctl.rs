@@ -662,3 +662,96 @@ fn paper_ratio(law: &str) -> &'static str {
         _ => "42",
     }
 }
+
+/// SCR Fig 18's Swift: the fixed part of its target (SCR's base target of 1 us and one hop
+/// of 2 us) and its flow-scaling range, with Swift's default flow-scaling bounds (windows of
+/// 0.1 and 100 packets), as `fig18_scenario` in `scr.rs` sets them.
+const SWIFT_FIXED_TARGET_US: f64 = 3.0;
+const SWIFT_FS_RANGE_US: f64 = 2.0;
+const SWIFT_FS_MIN_CWND: f64 = 0.1;
+const SWIFT_FS_MAX_CWND: f64 = 100.0;
+
+/// Swift's target delay, us, for a window of `cwnd` packets (Swift §3.5).
+fn swift_target_us(cwnd: f64) -> f64 {
+    let alpha =
+        SWIFT_FS_RANGE_US / (1.0 / SWIFT_FS_MIN_CWND.sqrt() - 1.0 / SWIFT_FS_MAX_CWND.sqrt());
+    let beta = -alpha / SWIFT_FS_MAX_CWND.sqrt();
+    SWIFT_FIXED_TARGET_US + (alpha / cwnd.max(1e-9).sqrt() + beta).clamp(0.0, SWIFT_FS_RANGE_US)
+}
+
+/// The round trip Swift measures on an empty path in SCR Fig 18's star: four link delays,
+/// and a data packet of `mtu` bytes and its ACK (both with Swift's timestamp header) each
+/// stored and forwarded at the switch, at 100 Gbit/s.
+fn swift_base_rtt_us(link_delay_ns: f64, mtu: usize) -> f64 {
+    let ccx = sluice_wire::CcxLayout::Timestamps.wire_len();
+    let data = sluice_wire::roce_link_len(false, sluice_wire::BTH_LEN + ccx + mtu + 4);
+    let ack = sluice_wire::roce_link_len(false, sluice_wire::BTH_LEN + ccx + 4 + 4);
+    let byte_ns = 8.0 / LINE_GBPS;
+    (4.0 * link_delay_ns + 2.0 * (data + ack) as f64 * byte_ns) / 1e3
+}
+
+/// SCR Fig 18's second criterion (E19: "delay near its target"): for each (background,
+/// Swift Gbit/s, mean queue in us) the delay Swift sees, the empty path's round trip plus
+/// the queue, against the target at the window that rate and delay make, within 20%.
+pub(super) fn swift_delay_near_target(
+    points: &[(u32, f64, f64)],
+    link_delay_ns: f64,
+    mtu: usize,
+) -> Check {
+    let base = swift_base_rtt_us(link_delay_ns, mtu);
+    let mut all_near = true;
+    let detail: Vec<String> = points
+        .iter()
+        .map(|&(bg, gbps, queue_us)| {
+            let delay = base + queue_us;
+            let cwnd = gbps * 1e3 * delay / (mtu as f64 * 8.0);
+            let target = swift_target_us(cwnd);
+            all_near &= (delay / target - 1.0).abs() <= 0.2;
+            format!(
+                "beside {bg}: {} us against {} us",
+                f(delay, 2),
+                f(target, 2)
+            )
+        })
+        .collect();
+    Check::shape(
+        "Swift's delay is near its target (within 20%)",
+        all_near,
+        format!(
+            "{} (delay: the empty path's {} us plus the mean queue; target at the window this \
+             rate and delay make)",
+            detail.join(", "),
+            f(base, 2)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swifts_target_spans_its_flow_scaling_range() {
+        assert!((swift_target_us(0.1) - 5.0).abs() < 1e-9);
+        assert!((swift_target_us(100.0) - 3.0).abs() < 1e-9);
+        assert!((swift_target_us(1000.0) - 3.0).abs() < 1e-9);
+        let mid = swift_target_us(10.0);
+        assert!(mid > 3.0 && mid < 5.0, "{mid}");
+    }
+
+    #[test]
+    fn the_empty_paths_round_trip_is_propagation_and_two_store_and_forwards() {
+        // 1024 B of payload: BTH 12 + CCX 20 + 1024 + ICRC 4, UDP 8, IPv4 20, Ethernet 14 +
+        // FCS 4 + preamble 8 + gap 12 = 1126 B; the ACK 40 + 66 = 106 B. At 100 Gbit/s,
+        // 2 x (1126 + 106) x 0.08 ns = 197.12 ns, plus 4 x 250 ns.
+        assert!((swift_base_rtt_us(250.0, 1024) - 1.19712).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_delay_far_from_the_target_fails_the_check() {
+        // 72 Gbit/s at the base RTT plus 1.9 us: near 3.1 us of target.
+        assert!(swift_delay_near_target(&[(20, 72.0, 1.9)], 250.0, 1024).passed);
+        assert!(!swift_delay_near_target(&[(20, 72.0, 0.2)], 250.0, 1024).passed);
+        assert!(!swift_delay_near_target(&[(20, 72.0, 6.0)], 250.0, 1024).passed);
+    }
+}
