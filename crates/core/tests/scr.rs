@@ -2,6 +2,8 @@
 //! granularity invariance principle (with more flows than processors, the bytes one run of
 //! the law covers stay the same as flows grow).
 
+mod common;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -392,4 +394,135 @@ fn a_retransmission_is_never_only_carried() {
         "{runs:?}"
     );
     assert_eq!(c.stats().early_exits, 2);
+}
+
+/// One step of a random drive: after `gap_ns`, an event of `kind` (0: TX of `bytes`, 1: TX
+/// retransmission, 2: RX, 3: CNP, 4: ACK) on `qp`, or a reset of `qp` (kind 5).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    gap_ns: u64,
+    qp: u32,
+    kind: u8,
+    bytes: u32,
+}
+
+#[derive(Debug, Clone)]
+struct LoopCase {
+    processors: u32,
+    delay_ns: u64,
+    service_ns: u64,
+    early_exit: Option<(u32, u64)>,
+    steps: Vec<Step>,
+}
+
+fn loop_case() -> impl proptest::strategy::Strategy<Value = LoopCase> {
+    use proptest::prelude::*;
+    let step =
+        (0u64..3_000, 0u32..6, 0u8..6, 1u32..9_000).prop_map(|(gap_ns, qp, kind, bytes)| Step {
+            gap_ns,
+            qp,
+            kind,
+            bytes,
+        });
+    (
+        1u32..5,
+        0u64..5_000,
+        0u64..4_000,
+        proptest::option::of((1u32..40_000, 0u64..1_000)),
+        proptest::collection::vec(step, 0..300),
+    )
+        .prop_map(
+            |(processors, delay_ns, service_ns, early_exit, steps)| LoopCase {
+                processors,
+                delay_ns,
+                service_ns,
+                early_exit,
+                steps,
+            },
+        )
+}
+
+/// Whatever arrives, resets included: every event is queued or coalesced, every queued one
+/// processed or dropped once the loop has drained, the processors' shares add up to the
+/// totals, their busy time is what they did, and no run covers TX bytes that never came.
+#[test]
+fn the_statistics_account_for_every_event_under_any_drive() {
+    use proptest::prelude::*;
+    common::check_cases(64, &loop_case(), 500, |c| {
+        let config = ScrConfig {
+            processors: c.processors,
+            loop_delay: Duration::from_nanos(c.delay_ns),
+            service_time: Duration::from_nanos(c.service_ns),
+            early_exit: c
+                .early_exit
+                .map(|(bytes, ns)| sluice_core::control::EarlyExit {
+                    bytes,
+                    time: Duration::from_nanos(ns),
+                }),
+            ..ScrConfig::default()
+        };
+        let mut l = Decoupled::new(Log::default(), config);
+        let mut now = 0;
+        let mut out = Vec::new();
+        let (mut events, mut tx_in) = (0u64, 0u64);
+        for s in &c.steps {
+            now += s.gap_ns;
+            let t = Instant::from_nanos(now);
+            while let Some(at) = l.next_timeout().filter(|&at| at <= t) {
+                l.on_timeout(at, &mut out);
+            }
+            let e = match s.kind {
+                0 | 1 => tx(if s.kind == 1 { 2 } else { 3 }, s.bytes),
+                2 => Event::Rx {
+                    psn: Psn::new(1),
+                    bytes: s.bytes,
+                    ce: false,
+                },
+                3 => Event::Cnp,
+                4 => Event::Ack {
+                    confirmed: Psn::new(1),
+                    packets: 1,
+                    rtt: None,
+                },
+                _ => {
+                    l.reset(s.qp);
+                    continue;
+                }
+            };
+            if let Event::Tx { bytes, .. } = e {
+                tx_in += u64::from(bytes);
+            }
+            events += 1;
+            l.on_event(t, s.qp, &e, &mut Actions::default());
+        }
+        while let Some(at) = l.next_timeout() {
+            l.on_timeout(at, &mut out);
+        }
+        let d = l.decoupled_stats().unwrap();
+        let t = d.totals;
+        prop_assert_eq!(t.events, events);
+        prop_assert_eq!(t.queued() + t.coalesced, t.events);
+        prop_assert_eq!(t.processed() + t.dropped, t.queued(), "{:?}", t);
+        prop_assert_eq!(d.processors.len(), c.processors as usize);
+        let sum = |f: fn(&sluice_core::control::ProcessorLoad) -> u64| {
+            d.processors.iter().map(f).sum::<u64>()
+        };
+        prop_assert_eq!(sum(|p| p.runs), t.runs);
+        prop_assert_eq!(sum(|p| p.processed), t.processed());
+        let exit_ns = c.early_exit.map_or(0, |e| e.1);
+        let busy: Duration = d.processors.iter().map(|p| p.busy).sum();
+        prop_assert_eq!(
+            busy,
+            Duration::from_nanos(t.runs * c.service_ns + t.early_exits * exit_ns)
+        );
+        prop_assert!(t.tx_bytes <= tx_in, "{} of {tx_in}", t.tx_bytes);
+        if c.early_exit.is_none() {
+            prop_assert_eq!(t.early_exits, 0);
+        }
+        // Without resets and early exits, accumulation loses no TX byte.
+        if c.early_exit.is_none() && c.steps.iter().all(|s| s.kind != 5) {
+            prop_assert_eq!(t.tx_bytes, tx_in);
+        }
+        Ok(())
+    });
 }
