@@ -233,3 +233,17 @@ fn swcc_fig12_hpcc_holds_the_smallest_queue_and_a_cpu_loop_a_larger_one() {
         "{out}"
     );
 }
+
+#[test]
+fn scr_fig20_credits_track_the_headroom_and_backpressure_saws() {
+    let out = quick("scr-fig20");
+    assert!(
+        out.contains("PASS    the credited flow gives up what each background sender takes"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    a small receiver queue"), "{out}");
+    assert!(
+        out.contains("PASS    backpressure: an MD/AI sawtooth"),
+        "{out}"
+    );
+}

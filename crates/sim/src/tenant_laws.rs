@@ -68,6 +68,14 @@ impl Controller for TenantLaws {
 
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
         let l = self.law(qp);
+        if let Event::Rx { bytes, .. } = *event {
+            // The host's other laws hear of it as a port signal.
+            for (k, (other, _)) in self.laws.iter_mut().enumerate() {
+                if k != l {
+                    other.on_foreign_rx(now, bytes);
+                }
+            }
+        }
         let (law, mask) = &mut self.laws[l];
         if mask.contains(event.kind()) {
             law.on_event(now, qp, event, act);

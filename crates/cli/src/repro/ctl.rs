@@ -726,6 +726,292 @@ pub(super) fn swift_delay_near_target(
     )
 }
 
+pub(super) const SCR_FIG20: Entry = Entry {
+    name: "scr-fig20",
+    source: "SCR Fig 20b/c (E21)",
+    summary: "receiver-driven rate credits against 16 background senders added one by one, then receiver backpressure with MD/AI",
+    run: fig20,
+    needs: &[],
+};
+
+/// Background senders of Fig 20b, and each one's rate on the wire (Gbit/s).
+const FIG20_SENDERS: u32 = 16;
+const FIG20_BACKGROUND_GBPS: f64 = 5.0;
+
+/// Fig 20b: host 0's flow under `rate-credit` towards host 17, and background senders 1 to
+/// 16 (a fixed-rate law of their own, as SCR's BF2 senders run no SCR) joining one every
+/// `step_us`.
+fn fig20b_scenario(step_us: f64) -> String {
+    let receiver = FIG20_SENDERS + 1;
+    let mut text = format!(
+        r#"# SCR Fig 20b: a flow under receiver-driven rate credits (host 0) and {FIG20_SENDERS}
+# background senders at {FIG20_BACKGROUND_GBPS} Gbit/s each joining one every {step_us} us,
+# all towards host {receiver}.
+name = "scr-fig20b"
+time_limit_us = {limit}
+[topology]
+kind = "star"
+hosts = {hosts}
+link_gbps = {LINE_GBPS}
+link_delay_ns = 1000
+[output]
+sample_interval_us = 5
+[[app]]
+label = "credited"
+tenant = 1
+src = 0
+dst = {receiver}
+size = 65536
+depth = 16
+"#,
+        limit = step_us * f64::from(FIG20_SENDERS + 1),
+        hosts = FIG20_SENDERS + 2,
+    );
+    for k in 1..=FIG20_SENDERS {
+        text.push_str(&format!(
+            "[[app]]\nlabel = \"background{k}\"\ntenant = 2\nsrc = {k}\ndst = {receiver}\n\
+             size = 65536\ndepth = 16\nstart_us = {}\n\
+             cc = {{ name = \"static\", params = {{ rate_gbps = {FIG20_BACKGROUND_GBPS} }} }}\n",
+            step_us * f64::from(k)
+        ));
+    }
+    text.push_str("[[cc]]\nname = \"rate-credit\"\n");
+    text
+}
+
+/// Fig 20c: one flow at line rate under `rate-credit` with backpressure when the receiver's
+/// port passes 90% of its capacity.
+fn fig20c_scenario(stop_us: f64) -> String {
+    format!(
+        r#"# SCR Fig 20c: one flow from host 0 to host 1 at line rate; the receiver sends
+# backpressure (a CNP) past 90% of its port, on which the sender halves its rate, then adds
+# 1 Gbit/s every 10 us.
+name = "scr-fig20c"
+time_limit_us = {stop_us}
+[topology]
+kind = "star"
+hosts = 2
+link_gbps = {LINE_GBPS}
+link_delay_ns = 1000
+[output]
+sample_interval_us = 10
+[[app]]
+label = "credited"
+src = 0
+dst = 1
+size = 65536
+depth = 16
+[[cc]]
+name = "rate-credit"
+params = {{ bp_threshold = 0.9 }}
+"#
+    )
+}
+
+/// The mean over samples in (from_us, to_us] of app queue pair `app`'s payload Gbit/s.
+fn app_mean(r: &RunResult, app: usize, from_us: f64, to_us: f64) -> f64 {
+    let s = &r.series;
+    let n = r.apps.len();
+    let v: Vec<f64> = s
+        .times_ns
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| (**t as f64) > from_us * 1e3 && (**t as f64) <= to_us * 1e3)
+        .map(|(i, _)| s.app_bps[i * n + app] / 1e9)
+        .collect();
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// The slope of the least-squares line through `points`.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (mx, my) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    sxy / sxx.max(1e-12)
+}
+
+fn fig20(scale: Scale) -> Result<Report, String> {
+    let (step_us, c_stop_us) = match scale {
+        Scale::Quick => (60.0, 1000.0),
+        Scale::Full => (200.0, 3000.0),
+    };
+    let mut report = Report::default();
+    let mut runs = simulate_all(
+        &mut report,
+        vec![
+            ("scr-fig20b".into(), fig20b_scenario(step_us)),
+            ("scr-fig20c".into(), fig20c_scenario(c_stop_us)),
+        ],
+    )?;
+    let c = runs
+        .pop()
+        .and_then(|mut r| r.pop())
+        .ok_or("scr-fig20c: no run")?;
+    let b = runs
+        .pop()
+        .and_then(|mut r| r.pop())
+        .ok_or("scr-fig20b: no run")?;
+    // The payload a full port carries: 1 KiB packets (the scenario's MTU) in their frames.
+    let payload_share = 1024.0 / sluice_wire::roce_link_len(false, 12 + 1024 + 4) as f64;
+    let capacity = LINE_GBPS * payload_share;
+    report.table = Table::new(&[
+        "background senders",
+        "credited flow (Gbit/s)",
+        "background (Gbit/s)",
+        "port used",
+        "C minus the background (Gbit/s)",
+        "paper",
+    ]);
+    let mut credited = Vec::new();
+    let mut background = Vec::new();
+    let mut used = Vec::new();
+    for k in 0..=FIG20_SENDERS {
+        // The second half of each step: after the credit has caught up with the join.
+        let (from, to) = (
+            step_us * (f64::from(k) + 0.5),
+            step_us * (f64::from(k) + 1.0),
+        );
+        let own = app_mean(&b, 0, from, to);
+        // (+ 0.0: an empty sum of f64 is -0.0.)
+        let bg: f64 = (1..=k as usize)
+            .map(|a| app_mean(&b, a, from, to))
+            .sum::<f64>()
+            + 0.0;
+        let share = (own + bg) / capacity;
+        report.table.row(vec![
+            k.to_string(),
+            f(own, 1),
+            f(bg, 1),
+            format!("{}%", f(share * 100.0, 0)),
+            f(capacity - bg, 1),
+            format!(
+                "about {} (derived: 100 - 5k on the wire)",
+                f(LINE_GBPS - FIG20_BACKGROUND_GBPS * f64::from(k), 0)
+            ),
+        ]);
+        credited.push((f64::from(k), own));
+        background.push((f64::from(k), bg));
+        used.push(share);
+    }
+    let (s_own, s_bg) = (slope(&credited), slope(&background));
+    report.checks.push(Check::shape(
+        "the credited flow gives up what each background sender takes (slopes within 20%)",
+        s_bg > 0.0 && ((-s_own) / s_bg - 1.0).abs() <= 0.2,
+        format!(
+            "{} Gbit/s per sender for the credited flow, {} for the background",
+            f(s_own, 2),
+            f(s_bg, 2)
+        ),
+    ));
+    let least = used.iter().copied().fold(f64::INFINITY, f64::min);
+    report.checks.push(Check::shape(
+        "the port stays busy at every step (at least 85% of its payload capacity)",
+        least >= 0.85,
+        format!("at least {}% used", f(least * 100.0, 0)),
+    ));
+    let q = &b.series.max_queue_bytes;
+    let mean_q = q.iter().sum::<u64>() as f64 / q.len().max(1) as f64;
+    let peak_q = q.iter().copied().max().unwrap_or(0) as f64;
+    report.checks.push(Check::shape(
+        "a small receiver queue (mean under 10 KB, peak under 100 KB)",
+        mean_q < 10e3 && peak_q < 100e3,
+        format!(
+            "mean {} KB, peak {} KB",
+            f(mean_q / 1e3, 1),
+            f(peak_q / 1e3, 0)
+        ),
+    ));
+    let last = credited.last().map_or(0.0, |p| p.1) / payload_share;
+    let derived = LINE_GBPS - FIG20_BACKGROUND_GBPS * f64::from(FIG20_SENDERS);
+    report.checks.push(Check::number(
+        "the credited flow beside 16 senders, on the wire",
+        (last / derived - 1.0).abs() <= 0.25,
+        format!(
+            "{} Gbit/s against the derived {} (the credits fill 95% of the port)",
+            f(last, 1),
+            f(derived, 0)
+        ),
+    ));
+    // Fig 20c: the sawtooth. A cut is a sample at most 70% of the one before.
+    let rates: Vec<(f64, f64)> = c
+        .series
+        .times_ns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (*t as f64 / 1e3, c.series.app_bps[i] / 1e9))
+        .collect();
+    let cuts: Vec<usize> = (1..rates.len())
+        .filter(|&i| rates[i].1 > 0.0 && rates[i].1 <= 0.7 * rates[i - 1].1)
+        .collect();
+    // Between two cuts the rate climbs: the sample before the next cut is well above the
+    // one after the cut.
+    let climbs = cuts
+        .windows(2)
+        .filter(|w| rates[w[1] - 1].1 >= rates[w[0]].1 * 1.3)
+        .count();
+    report.checks.push(Check::shape(
+        "backpressure: an MD/AI sawtooth (at least two cuts, the rate climbing between)",
+        cuts.len() >= 2 && climbs + 1 >= cuts.len(),
+        format!(
+            "{} cuts, at {} us; climbing between {} of {} pairs",
+            cuts.len(),
+            cuts.iter()
+                .map(|&i| f(rates[i].0, 0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            climbs,
+            cuts.len().saturating_sub(1)
+        ),
+    ));
+    let stride = (b.series.times_ns.len() / 400).max(1);
+    let line = |r: &RunResult, name: &str, pick: &dyn Fn(usize) -> f64| Series {
+        name: name.into(),
+        points: r
+            .series
+            .times_ns
+            .iter()
+            .enumerate()
+            .step_by(stride)
+            .map(|(i, t)| (*t as f64 / 1e3, pick(i)))
+            .collect(),
+    };
+    let n = b.apps.len();
+    let credited_line = line(&b, "credited flow (20b)", &|i| {
+        b.series.app_bps[i * n] / 1e9
+    });
+    let background_line = line(&b, "background (20b)", &|i| {
+        (1..n).map(|a| b.series.app_bps[i * n + a]).sum::<f64>() / 1e9
+    });
+    let sawtooth = Series {
+        name: "one flow with backpressure (20c)".into(),
+        points: rates.iter().step_by(stride.max(1)).copied().collect(),
+    };
+    report.plots.push((
+        "scr-fig20".into(),
+        Chart {
+            title: "SCR Fig 20: receiver-driven rate credits, then backpressure".into(),
+            x_label: "time (us)".into(),
+            y_label: "Gbit/s (payload)".into(),
+            series: vec![credited_line, background_line, sawtooth],
+            ..Chart::default()
+        },
+    ));
+    report.notes.push(format!(
+        "SCR adds a sender every 5 s; here every {step_us} us. SCR's credit is a rate the \
+         sender keeps; here the receiver grants that rate's bytes every 10 us over Sluice's \
+         credit channel and the sender paces at it (docs/control.md). The credits fill 95% of \
+         the port, so that a port delivering all it can does not hide a queue; SCR does not \
+         say how its receiver avoids that. Backpressure is a CNP; SCR gives neither its \
+         trigger nor its MD/AI constants (here: 90% of the port, a halving, 1 Gbit/s per 10 \
+         us). Rates are payload; the background's 5 Gbit/s is on the wire."
+    ));
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,7 @@ pub const ENTRIES: &[Entry] = &[
     ctl::SCR_FIG10B,
     ctl::SCR_FIG10CD,
     ctl::SWCC_FIG12,
+    ctl::SCR_FIG20,
 ];
 
 /// The entry called `name`.

@@ -502,6 +502,10 @@ impl<L: Law> Controller for Decoupled<L> {
         })
     }
 
+    fn on_foreign_rx(&mut self, now: Instant, bytes: u32) {
+        self.law.on_foreign_rx(now, bytes);
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
         if let Some(c) = self.carry.get_mut(qp as usize) {
