@@ -4,7 +4,8 @@
 //! then increases additively.
 //!
 //! ```text
-//! receiver, every interval while a flow arrives:
+//! receiver, once an interval has passed since its last credit (on the next arrival, or
+//! on the timer the first arrival after that credit armed):
 //!     port   = wire bit/s the port received (every queue pair of the host, the law's own
 //!              and, in the simulator, those other laws run: Law::on_foreign_rx)
 //!     others = port - this queue pair's own
@@ -15,7 +16,8 @@
 //!     on Start:    r = line; credit bytes = one interval at line rate
 //!     on Credit g: credit += g (at most two grants); credit_rate = g / interval
 //!     on CNP:      r = max(r x md, min_rate)                              (MD)
-//!     every interval without a CNP: r = min(r + ai, line)                 (AI)
+//!     per interval since the last CNP: r = min(r + ai, line)  (AI, applied when the
+//!                                                                sender next hears anything)
 //!     pace at min(r, 1.1 x credit_rate); send only credited bytes (gate)
 //! ```
 //!
@@ -28,6 +30,11 @@
 //! out-of-band peer message; here it is a RoCE CNP, the notification RoCE already has. SCR
 //! gives neither its MD/AI constants nor its trigger: the defaults here are a halving, 1
 //! Gbit/s per interval, and a port at 95% of capacity.
+//!
+//! No queue pair ticks while nothing happens: a receiver arms its timer only while data it
+//! has not credited yet is there (so a flow's last bytes are credited too, and credits clock
+//! the sender's next bytes), and a sender only for its stall check, pushed out by every
+//! grant. A host of many idle queue pairs costs nothing.
 
 use std::time::Duration;
 
@@ -127,7 +134,7 @@ impl Params for RateCreditParams {
     }
 }
 
-/// Per-queue-pair state: a sender half and a receiver half (under 128 bytes).
+/// Per-queue-pair state: a sender half and a receiver half (at most 128 bytes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RateCreditContext {
     /// Sender: the line rate (0 until Start: not a sender), bytes it may send, and its first
@@ -138,25 +145,26 @@ pub struct RateCreditContext {
     /// Sender: its MD/AI rate and the rate the latest grant makes, bit/s.
     rate: u64,
     credit_rate: u64,
-    /// Sender: the latest backpressure and the latest grant.
+    /// Sender: the latest backpressure, the latest additive increase, the latest grant.
     last_bp: Instant,
+    last_ai: Instant,
     last_grant: Instant,
     /// Receiver: wire bytes of this queue pair received so far, and the port's and its own
-    /// count at the last tick (`mark_at`).
+    /// count at the last credit (`mark_at`).
     own_wire: u64,
     own_mark: u64,
     port_mark: u64,
     mark_at: Instant,
-    last_rx: Instant,
-    /// Receiver: ticking (a flow arrived lately).
+    /// Receiver: a flow has arrived (marks set), and data arrived since the last credit.
     receiving: bool,
-    /// The next tick (either half), if armed.
+    uncredited: bool,
+    /// Sender: a stall check is due `stall` after the latest grant (armed by a grant, off
+    /// once a check finds the sender not short of credit: an idle sender does not tick).
+    stall_armed: bool,
+    /// The timer this context has armed (the earlier of the two halves' deadlines).
     tick_at: Option<Instant>,
 }
 
-/// A receiver stops crediting a flow that sent nothing for this many intervals (a sender
-/// starved of credit regains some after `stall_us`, which restarts it).
-const IDLE_INTERVALS: u32 = 8;
 /// The sender paces a little above the credit's rate: the gate holds it to the bytes.
 const PACE_MARGIN: f64 = 1.1;
 
@@ -206,21 +214,30 @@ impl RateCredit {
         (u128::from(bps) * self.interval.as_nanos() / 8_000_000_000) as u64
     }
 
-    fn arrived(&mut self, now: Instant, ctx: &mut RateCreditContext, bytes: u32) {
+    fn arrived(
+        &mut self,
+        now: Instant,
+        ctx: &mut RateCreditContext,
+        bytes: u32,
+        act: &mut Actions,
+    ) {
         let wire = wire_len(bytes);
         self.port_wire += wire;
         self.max_rx = self.max_rx.max(bytes);
         ctx.own_wire += wire;
-        ctx.last_rx = now;
         if !ctx.receiving {
             ctx.receiving = true;
             ctx.own_mark = ctx.own_wire - wire;
             ctx.port_mark = self.port_wire - wire;
             ctx.mark_at = now;
         }
+        ctx.uncredited = true;
+        if now - ctx.mark_at >= self.interval {
+            self.credit(now, ctx, act);
+        }
     }
 
-    /// The receiver's tick: credit what the others leave, backpressure past the threshold.
+    /// The receiver's credit: what the others leave, backpressure past the threshold.
     fn credit(&mut self, now: Instant, ctx: &mut RateCreditContext, act: &mut Actions) {
         let elapsed = (now - ctx.mark_at).as_nanos().max(1);
         let rate = |bytes: u64| (u128::from(bytes) * 8_000_000_000 / elapsed) as u64;
@@ -240,23 +257,22 @@ impl RateCredit {
         ctx.own_mark = ctx.own_wire;
         ctx.port_mark = self.port_wire;
         ctx.mark_at = now;
-        if now - ctx.last_rx > self.interval * IDLE_INTERVALS {
-            ctx.receiving = false;
-        }
+        ctx.uncredited = false;
     }
 
-    /// The sender's tick: additive increase without recent backpressure, stall recovery.
-    fn increase(&self, now: Instant, ctx: &mut RateCreditContext, act: &mut Actions) {
-        if now - ctx.last_bp >= self.interval {
-            ctx.rate = ctx.rate.saturating_add(self.ai_bps).min(ctx.line);
+    /// The sender's additive increase: one step per whole interval since the later of the
+    /// last backpressure and the last increase (applied whenever the sender hears anything).
+    fn catch_up(&self, now: Instant, ctx: &mut RateCreditContext) {
+        let from = ctx.last_bp.max(ctx.last_ai);
+        let steps = ((now - from).as_nanos() / self.interval.as_nanos().max(1)) as u64;
+        if steps > 0 {
+            ctx.rate = ctx
+                .rate
+                .saturating_add(self.ai_bps.saturating_mul(steps))
+                .min(ctx.line);
+            let step_ns = u64::try_from(self.interval.as_nanos()).unwrap_or(u64::MAX);
+            ctx.last_ai = from + Duration::from_nanos(step_ns.saturating_mul(steps));
         }
-        if now - ctx.last_grant >= self.stall && ctx.credit < ctx.first_credit {
-            ctx.credit = ctx.first_credit;
-            ctx.credit_rate = ctx.line;
-            ctx.last_grant = now;
-            act.wake();
-        }
-        self.pace(ctx, act);
     }
 
     fn pace(&self, ctx: &RateCreditContext, act: &mut Actions) {
@@ -308,42 +324,66 @@ impl Law for RateCredit {
                 ctx.rate = ctx.line;
                 ctx.credit_rate = ctx.line;
                 ctx.last_grant = now;
-                // No backpressure yet: increase from the first interval on.
-                ctx.last_bp = Instant::ZERO;
+                ctx.last_ai = now;
+                ctx.stall_armed = true;
                 act.unpace();
             }
-            Event::Rx { bytes, .. } => self.arrived(now, ctx, bytes),
+            Event::Rx { bytes, .. } => self.arrived(now, ctx, bytes, act),
             Event::Credit { bytes } => {
                 let cap = ctx.first_credit.max(bytes).saturating_mul(2);
                 ctx.credit = ctx.credit.saturating_add(bytes).min(cap);
                 ctx.credit_rate =
                     (u128::from(bytes) * 8_000_000_000 / self.interval.as_nanos()) as u64;
                 ctx.last_grant = now;
+                ctx.stall_armed = true;
                 if ctx.line > 0 {
+                    self.catch_up(now, ctx);
                     self.pace(ctx, act);
                 }
                 act.wake();
             }
             Event::Cnp if ctx.line > 0 => {
+                self.catch_up(now, ctx);
                 ctx.rate = ((ctx.rate as f64 * self.md) as u64).max(self.min_bps);
                 ctx.last_bp = now;
                 self.pace(ctx, act);
             }
             Event::Timer => {
-                ctx.tick_at = None;
-                if ctx.receiving {
+                ctx.tick_at = None; // it fired
+                if ctx.uncredited && now - ctx.mark_at >= self.interval {
                     self.credit(now, ctx, act);
                 }
-                if ctx.line > 0 {
-                    self.increase(now, ctx, act);
+                if ctx.line > 0 && ctx.stall_armed && now - ctx.last_grant >= self.stall {
+                    if ctx.credit < ctx.first_credit {
+                        // No grant for `stall` and short of credit: the first interval's
+                        // credit back (and another check after as long).
+                        ctx.credit = ctx.first_credit;
+                        ctx.credit_rate = ctx.line;
+                        ctx.last_grant = now;
+                        self.catch_up(now, ctx);
+                        self.pace(ctx, act);
+                        act.wake();
+                    } else {
+                        ctx.stall_armed = false;
+                    }
                 }
             }
             _ => {}
         }
-        if ctx.tick_at.is_none() && (ctx.line > 0 || ctx.receiving) {
-            let at = now + self.interval;
-            ctx.tick_at = Some(at);
-            act.arm_timer(at);
+        // One timer: the receiver's next credit while data is uncredited, the sender's
+        // stall check (both after now).
+        let credit_at = ctx.uncredited.then(|| ctx.mark_at + self.interval);
+        let stall_at = (ctx.line > 0 && ctx.stall_armed).then(|| ctx.last_grant + self.stall);
+        let want = match (credit_at, stall_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if want != ctx.tick_at {
+            match want {
+                Some(at) => act.arm_timer(at),
+                None => act.cancel_timer(),
+            }
+            ctx.tick_at = want;
         }
     }
 
@@ -459,11 +499,19 @@ mod tests {
         assert_eq!(act.rate(), Some(Some(LINE / 2)));
         let act = ev(&mut law, &mut ctx, 2, Event::Cnp);
         assert_eq!(act.rate(), Some(Some(LINE / 4)));
-        // One interval after the last CNP, 1 Gbit/s more per tick.
-        let act = ev(&mut law, &mut ctx, 12, Event::Timer);
+        // 1 Gbit/s more per whole interval since the last CNP, applied when the sender
+        // next hears anything (here grants of a full interval at line rate).
+        let grant = Event::Credit { bytes: 125_000 };
+        let act = ev(&mut law, &mut ctx, 11, grant);
+        assert_eq!(act.rate(), Some(Some(LINE / 4)), "not a whole interval yet");
+        let act = ev(&mut law, &mut ctx, 12, grant);
         assert_eq!(act.rate(), Some(Some(LINE / 4 + 1_000_000_000)));
-        let act = ev(&mut law, &mut ctx, 22, Event::Timer);
-        assert_eq!(act.rate(), Some(Some(LINE / 4 + 2_000_000_000)));
+        let act = ev(&mut law, &mut ctx, 42, grant);
+        assert_eq!(act.rate(), Some(Some(LINE / 4 + 4_000_000_000)));
+        // A CNP restarts the count.
+        ev(&mut law, &mut ctx, 45, Event::Cnp);
+        let act = ev(&mut law, &mut ctx, 54, grant);
+        assert_eq!(act.rate(), Some(Some((LINE / 4 + 4_000_000_000) / 2)));
     }
 
     #[test]
@@ -508,6 +556,33 @@ mod tests {
         let act = ev(&mut law, &mut ctx, 50, Event::Timer);
         assert!(act.woken());
         assert_eq!(law.gate(at(50), &mut ctx, 1024), Gate::Send);
+    }
+
+    #[test]
+    fn idle_queue_pairs_arm_no_timer() {
+        let mut law = RateCredit::new(RateCreditParams::default());
+        // A receiver credits the data that came, then stops.
+        let mut r = RateCreditContext::default();
+        assert_eq!(
+            ev(&mut law, &mut r, 0, rx(1024)).timer(),
+            Some(Some(at(10)))
+        );
+        let act = ev(&mut law, &mut r, 10, Event::Timer);
+        assert!(act.granted() > 0);
+        assert!(
+            !matches!(act.timer(), Some(Some(_))),
+            "nothing uncredited: no new timer"
+        );
+        // A sender with credit to spare checks for a stall once, then stops.
+        let mut s = RateCreditContext::default();
+        let e = Event::Start {
+            mtu: 1024,
+            line_rate_bps: LINE,
+        };
+        assert_eq!(ev(&mut law, &mut s, 0, e).timer(), Some(Some(at(1000))));
+        let act = ev(&mut law, &mut s, 1000, Event::Timer);
+        assert!(!act.woken());
+        assert!(!matches!(act.timer(), Some(Some(_))), "no new timer");
     }
 
     #[test]
