@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice_control::registry::{LAWS, Mode, build};
 use sluice_core::Instant;
 use sluice_core::control::{
-    Actions, Controller, Event, IntHop, IntPath, NakKind, ScrConfig,
+    Actions, Controller, EarlyExit, Event, IntHop, IntPath, NakKind, ScrConfig,
 };
 use sluice_wire::Psn;
 
@@ -120,6 +120,15 @@ fuzz_target!(|data: &[u8]| {
             Mode::Inline,
             Mode::Decoupled(ScrConfig {
                 processors: 2,
+                ..ScrConfig::default()
+            }),
+            // With software coalescing: TX runs only every 16 KiB, the rest carried.
+            Mode::Decoupled(ScrConfig {
+                processors: 2,
+                early_exit: Some(EarlyExit {
+                    bytes: 16 * 1024,
+                    time: std::time::Duration::from_nanos(100),
+                }),
                 ..ScrConfig::default()
             }),
         ] {

@@ -1010,3 +1010,29 @@ fn bad_pacer_options_are_refused_naming_what_is_wrong() {
         "--verify",
     );
 }
+
+/// `--cc-decoupled`: the decoupled loop's statistics are in the JSON (and absent inline).
+#[test]
+fn decoupled_control_reports_its_statistics() {
+    let args = [
+        "write-bw", "-s", "4096", "-n", "400", "-q", "3", "--cc", "dcqcn",
+    ];
+    let inline = loopback(&args, 24_860);
+    assert!(inline.iter().all(|r| r.get("decoupled").is_none()));
+    let r = loopback(&[&args[..], &["--cc-decoupled", "2,1,1"]].concat(), 24_861);
+    let client = r.iter().find(|r| r["role"] == "client").unwrap();
+    assert_eq!(client["iterations"], 1200);
+    let d = &client["decoupled"];
+    let n = |k: &str| d[k].as_u64().unwrap_or_else(|| panic!("{k}: {d}"));
+    assert!(n("events") > 0, "{d}");
+    assert_eq!(n("queued") + n("coalesced"), n("events"), "{d}");
+    assert!(n("processed") <= n("queued"), "{d}");
+    let procs = d["processors"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{d}");
+    let runs: u64 = procs.iter().map(|p| p["runs"].as_u64().unwrap()).sum();
+    assert_eq!(runs, n("runs"), "{d}");
+    assert!(
+        procs.iter().all(|p| p["load"].as_f64().unwrap() >= 0.0),
+        "{d}"
+    );
+}

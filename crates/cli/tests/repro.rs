@@ -173,6 +173,10 @@ fn scr_fig18_swift_takes_what_the_background_leaves() {
         "{out}"
     );
     assert!(out.contains("PASS    without fabric congestion"), "{out}");
+    assert!(
+        out.contains("PASS    Swift's delay is near its target"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -257,6 +261,53 @@ fn left_fig1_gbn_collapses_under_spraying_and_nothing_loses_below_the_knee() {
     );
     assert!(
         out.contains("PASS    GBN under per-packet spraying collapses"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig10b_granularity_falls_to_the_processor_count_then_holds() {
+    let out = quick("scr-fig10b");
+    assert!(
+        out.contains("PASS    bytes per TX run fall until flows reach the processor count"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    then flat within 15%"), "{out}");
+}
+
+#[test]
+fn scr_fig10cd_software_coalescing_handles_more_events() {
+    let out = quick("scr-fig10cd");
+    assert!(
+        out.contains("PASS    software coalescing handles substantially more events"),
+        "{out}"
+    );
+    assert!(out.contains("hw+sw, exit 2 us"), "{out}");
+}
+
+#[test]
+fn swcc_fig12_hpcc_holds_the_smallest_queue_and_a_cpu_loop_a_larger_one() {
+    let out = quick("swcc-fig12");
+    assert!(
+        out.contains("PASS    HPCC holds the smallest queue at the highest throughput"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    a CPU-class loop lets every law build a larger queue"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scr_fig20_credits_track_the_headroom_and_backpressure_saws() {
+    let out = quick("scr-fig20");
+    assert!(
+        out.contains("PASS    the credited flow gives up what each background sender takes"),
+        "{out}"
+    );
+    assert!(out.contains("PASS    a small receiver queue"), "{out}");
+    assert!(
+        out.contains("PASS    backpressure: an MD/AI sawtooth"),
         "{out}"
     );
 }

@@ -146,7 +146,7 @@ fn main() {
          loop delay, 200 ns service time, events 100 ns apart)"
     );
     println!(
-        "{:8} {:>10} {:>12} {:>8} {:>15} {:>9}",
+        "{:11} {:>10} {:>12} {:>8} {:>15} {:>9}",
         "law", "inline 1QP", "inline 16kQP", "16k/1", "decoupled 16kQP", "dec/inl"
     );
     for law in LAWS {
@@ -154,7 +154,7 @@ fn main() {
         let steps = stream(probe.as_mut(), 4096);
         if steps.is_empty() {
             println!(
-                "{:8} asks for no per-packet event: costs nothing per packet",
+                "{:11} asks for no per-packet event: costs nothing per packet",
                 law.name
             );
             continue;
@@ -172,7 +172,7 @@ fn main() {
             run(c.as_mut(), &steps, 16_384, events)
         });
         println!(
-            "{:8} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2}",
+            "{:11} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2}",
             law.name,
             one,
             many,

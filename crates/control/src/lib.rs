@@ -14,6 +14,7 @@ pub mod dctcp;
 pub mod hpcc;
 pub mod line_rate;
 pub mod notification;
+pub mod rate_credit;
 pub mod static_rate;
 pub mod swift;
 pub mod timely;

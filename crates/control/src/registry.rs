@@ -3,7 +3,7 @@
 use sluice_core::control::{Controller, Decoupled, Inline, Law, ScrConfig};
 
 use crate::params::{ParamError, ParamInfo, Params};
-use crate::{credit, dcqcn, dctcp, hpcc, line_rate, static_rate, swift, timely};
+use crate::{credit, dcqcn, dctcp, hpcc, line_rate, rate_credit, static_rate, swift, timely};
 
 /// How a law runs: on the event's own path (SwCC), or behind SCR's coalescing queues and
 /// processor pool.
@@ -90,6 +90,13 @@ pub const LAWS: &[LawInfo] = &[
         params: credit::CreditParams::INFO,
         control_packets: true,
         build: |p, m| make(credit::Credit::new, p, m),
+    },
+    LawInfo {
+        name: "rate-credit",
+        summary: "SCR's receiver-driven control: the receiver credits each sender with the port's headroom; optional backpressure (CNP) with MD/AI at the sender; both ends must run it",
+        params: rate_credit::RateCreditParams::INFO,
+        control_packets: true,
+        build: |p, m| make(rate_credit::RateCredit::new, p, m),
     },
 ];
 
@@ -207,6 +214,7 @@ mod tests {
             ("swift", include_str!("swift.rs")),
             ("hpcc", include_str!("hpcc.rs")),
             ("credit", include_str!("credit.rs")),
+            ("rate-credit", include_str!("rate_credit.rs")),
         ];
         assert_eq!(sources.len(), LAWS.len());
         for (law, source) in sources {

@@ -2,6 +2,8 @@
 //! granularity invariance principle (with more flows than processors, the bytes one run of
 //! the law covers stay the same as flows grow).
 
+mod common;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -246,4 +248,281 @@ fn granularity_is_invariant_once_flows_outnumber_processors() {
     // Fewer flows than processors: idle processors, coarser runs (SCR's Fig. 10b).
     let one = bytes_per_run(1, p, service, gbps);
     assert!(one > 3.0 * expected, "{one:.0}");
+}
+
+/// Drives `c` with TX events of `bytes` every `gap_ns` on `flows` queue pairs (round
+/// robin) for `n` events, then lets it finish.
+fn drive_tx(c: &mut dyn Controller, flows: u32, gap_ns: u64, bytes: u32, n: u64) {
+    let mut out = Vec::new();
+    let mut act = Actions::default();
+    for i in 0..n {
+        let now = Instant::from_nanos(i * gap_ns);
+        while let Some(at) = c.next_timeout().filter(|&at| at <= now) {
+            c.on_timeout(at, &mut out);
+        }
+        c.on_event(
+            now,
+            (i % u64::from(flows)) as u32,
+            &tx(i as u32 + 3, bytes),
+            &mut act,
+        );
+    }
+    while let Some(at) = c.next_timeout() {
+        c.on_timeout(at, &mut out);
+    }
+}
+
+#[test]
+fn the_statistics_add_up_and_say_each_processors_load() {
+    let config = ScrConfig {
+        processors: 3,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(2),
+        ..ScrConfig::default()
+    };
+    let mut c = Decoupled::new(Log::default(), config);
+    // Five flows on three processors (0: QPs 0 and 3, 1: QPs 1 and 4, 2: QP 2), an event
+    // every 100 ns: every processor saturated, most events merged.
+    drive_tx(&mut c, 5, 100, 1000, 10_000);
+    let d = c
+        .decoupled_stats()
+        .expect("a decoupled loop has statistics");
+    let t = d.totals;
+    assert_eq!(t.events, 10_000);
+    assert_eq!(t.queued() + t.coalesced, t.events);
+    // Every queued event was processed in the end (nothing was reset).
+    assert_eq!(t.processed(), t.queued());
+    assert_eq!(t.runs, t.tx_runs);
+    assert_eq!(t.tx_bytes, 10_000 * 1000, "accumulation loses no bytes");
+    assert_eq!(t.early_exits, 0);
+    assert_eq!(d.processors.len(), 3);
+    let runs: u64 = d.processors.iter().map(|p| p.runs).sum();
+    assert_eq!(runs, t.runs);
+    for p in &d.processors {
+        assert_eq!(p.busy, Duration::from_micros(2) * p.runs as u32);
+    }
+    // Saturated: each ran about once per 2 us over the 1 ms of events.
+    let util = d.utilisation(Duration::from_millis(1));
+    for u in &util {
+        assert!((0.95..=1.05).contains(u), "{util:?}");
+    }
+    // `since` takes differences; `add` sums processor by processor.
+    assert_eq!(d.since(&d).totals, Default::default());
+    let mut twice = d.clone();
+    twice.add(&d);
+    assert_eq!(twice.totals.events, 20_000);
+    assert_eq!(twice.loops, 2);
+    assert_eq!(
+        twice.utilisation(Duration::from_millis(1)),
+        util,
+        "the mean of two equal loops"
+    );
+    assert_eq!(twice.processors[2].runs, 2 * d.processors[2].runs);
+}
+
+#[test]
+fn an_inline_law_has_no_decoupled_statistics() {
+    let c = sluice_core::control::Inline::new(Log::default());
+    assert!(c.decoupled_stats().is_none());
+}
+
+#[test]
+fn early_exits_carry_tx_bytes_to_the_next_run_and_handle_more_events() {
+    let config = |early_exit| ScrConfig {
+        processors: 4,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(1),
+        early_exit,
+        ..ScrConfig::default()
+    };
+    let run = |early_exit| {
+        let mut c = Decoupled::new(Log::default(), config(early_exit));
+        // 64 flows, a 1 KiB TX event every 20 ns: far more than 4 processors can run.
+        drive_tx(&mut c, 64, 20, 1024, 200_000);
+        c.decoupled_stats().unwrap()
+    };
+    let hw = run(None);
+    // Hardware-only, a processor comes back to a flow every 16 us, when some 12.8 KB have
+    // accumulated: a threshold above that makes most visits early exits.
+    let sw = run(Some(sluice_core::control::EarlyExit {
+        bytes: 32 * 1024,
+        time: Duration::from_nanos(100),
+    }));
+    // Every full run covers at least the threshold (what was carried is added).
+    assert!(sw.totals.early_exits > 0);
+    let per_run = sw.totals.bytes_per_tx_run().unwrap();
+    assert!(per_run >= 32768.0, "{per_run}");
+    // Cheap exits: the processors take more events in the same time.
+    assert!(
+        sw.totals.processed() > hw.totals.processed() * 3 / 2,
+        "hw {} sw {}",
+        hw.totals.processed(),
+        sw.totals.processed()
+    );
+    // Bytes only carried when the flows stopped never reached the law; the rest did.
+    assert!(sw.totals.tx_bytes <= 200_000 * 1024);
+    assert!(sw.totals.tx_bytes >= 200_000 * 1024 - 64 * 32 * 1024);
+}
+
+#[test]
+fn a_retransmission_is_never_only_carried() {
+    let config = ScrConfig {
+        processors: 1,
+        loop_delay: Duration::ZERO,
+        service_time: Duration::from_micros(1),
+        early_exit: Some(sluice_core::control::EarlyExit {
+            bytes: 1 << 20,
+            time: Duration::ZERO,
+        }),
+        ..ScrConfig::default()
+    };
+    let log = Log::default();
+    let runs = log.runs.clone();
+    let mut c = Decoupled::new(log, config);
+    let mut out = Vec::new();
+    // tx(2, ..) is a retransmission (see `tx`): it runs the law with what was carried.
+    for (t, e) in [(0, tx(1, 100)), (10, tx(2, 50)), (20, tx(3, 10))] {
+        c.on_event(us(t), 0, &e, &mut Actions::default());
+        while let Some(at) = c.next_timeout() {
+            c.on_timeout(at, &mut out);
+        }
+    }
+    let runs = runs.borrow();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(
+        matches!(runs[0].1, Event::Tx { bytes: 150, .. }),
+        "{runs:?}"
+    );
+    assert_eq!(c.stats().early_exits, 2);
+}
+
+/// One step of a random drive: after `gap_ns`, an event of `kind` (0: TX of `bytes`, 1: TX
+/// retransmission, 2: RX, 3: CNP, 4: ACK) on `qp`, or a reset of `qp` (kind 5).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    gap_ns: u64,
+    qp: u32,
+    kind: u8,
+    bytes: u32,
+}
+
+#[derive(Debug, Clone)]
+struct LoopCase {
+    processors: u32,
+    delay_ns: u64,
+    service_ns: u64,
+    early_exit: Option<(u32, u64)>,
+    steps: Vec<Step>,
+}
+
+fn loop_case() -> impl proptest::strategy::Strategy<Value = LoopCase> {
+    use proptest::prelude::*;
+    let step =
+        (0u64..3_000, 0u32..6, 0u8..6, 1u32..9_000).prop_map(|(gap_ns, qp, kind, bytes)| Step {
+            gap_ns,
+            qp,
+            kind,
+            bytes,
+        });
+    (
+        1u32..5,
+        0u64..5_000,
+        0u64..4_000,
+        proptest::option::of((1u32..40_000, 0u64..1_000)),
+        proptest::collection::vec(step, 0..300),
+    )
+        .prop_map(
+            |(processors, delay_ns, service_ns, early_exit, steps)| LoopCase {
+                processors,
+                delay_ns,
+                service_ns,
+                early_exit,
+                steps,
+            },
+        )
+}
+
+/// Whatever arrives, resets included: every event is queued or coalesced, every queued one
+/// processed or dropped once the loop has drained, the processors' shares add up to the
+/// totals, their busy time is what they did, and no run covers TX bytes that never came.
+#[test]
+fn the_statistics_account_for_every_event_under_any_drive() {
+    use proptest::prelude::*;
+    common::check_cases(64, &loop_case(), 500, |c| {
+        let config = ScrConfig {
+            processors: c.processors,
+            loop_delay: Duration::from_nanos(c.delay_ns),
+            service_time: Duration::from_nanos(c.service_ns),
+            early_exit: c
+                .early_exit
+                .map(|(bytes, ns)| sluice_core::control::EarlyExit {
+                    bytes,
+                    time: Duration::from_nanos(ns),
+                }),
+            ..ScrConfig::default()
+        };
+        let mut l = Decoupled::new(Log::default(), config);
+        let mut now = 0;
+        let mut out = Vec::new();
+        let (mut events, mut tx_in) = (0u64, 0u64);
+        for s in &c.steps {
+            now += s.gap_ns;
+            let t = Instant::from_nanos(now);
+            while let Some(at) = l.next_timeout().filter(|&at| at <= t) {
+                l.on_timeout(at, &mut out);
+            }
+            let e = match s.kind {
+                0 | 1 => tx(if s.kind == 1 { 2 } else { 3 }, s.bytes),
+                2 => Event::Rx {
+                    psn: Psn::new(1),
+                    bytes: s.bytes,
+                    ce: false,
+                },
+                3 => Event::Cnp,
+                4 => Event::Ack {
+                    confirmed: Psn::new(1),
+                    packets: 1,
+                    rtt: None,
+                },
+                _ => {
+                    l.reset(s.qp);
+                    continue;
+                }
+            };
+            if let Event::Tx { bytes, .. } = e {
+                tx_in += u64::from(bytes);
+            }
+            events += 1;
+            l.on_event(t, s.qp, &e, &mut Actions::default());
+        }
+        while let Some(at) = l.next_timeout() {
+            l.on_timeout(at, &mut out);
+        }
+        let d = l.decoupled_stats().unwrap();
+        let t = d.totals;
+        prop_assert_eq!(t.events, events);
+        prop_assert_eq!(t.queued() + t.coalesced, t.events);
+        prop_assert_eq!(t.processed() + t.dropped, t.queued(), "{:?}", t);
+        prop_assert_eq!(d.processors.len(), c.processors as usize);
+        let sum = |f: fn(&sluice_core::control::ProcessorLoad) -> u64| {
+            d.processors.iter().map(f).sum::<u64>()
+        };
+        prop_assert_eq!(sum(|p| p.runs), t.runs);
+        prop_assert_eq!(sum(|p| p.processed), t.processed());
+        let exit_ns = c.early_exit.map_or(0, |e| e.1);
+        let busy: Duration = d.processors.iter().map(|p| p.busy).sum();
+        prop_assert_eq!(
+            busy,
+            Duration::from_nanos(t.runs * c.service_ns + t.early_exits * exit_ns)
+        );
+        prop_assert!(t.tx_bytes <= tx_in, "{} of {tx_in}", t.tx_bytes);
+        if c.early_exit.is_none() {
+            prop_assert_eq!(t.early_exits, 0);
+        }
+        // Without resets and early exits, accumulation loses no TX byte.
+        if c.early_exit.is_none() && c.steps.iter().all(|s| s.kind != 5) {
+            prop_assert_eq!(t.tx_bytes, tx_in);
+        }
+        Ok(())
+    });
 }

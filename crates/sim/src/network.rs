@@ -755,6 +755,12 @@ impl<'a> Network<'a> {
             self.counters.cnps += c.cnps_sent;
             self.counters.retransmissions += c.retransmitted_packets;
             self.counters.timeouts += c.retransmit_timeouts;
+            if let Some(d) = host.engine.decoupled_stats() {
+                self.counters
+                    .decoupled
+                    .get_or_insert_with(Default::default)
+                    .add(&d);
+            }
         }
         if let Some(rx) = &mut self.rx {
             for host in &self.hosts {

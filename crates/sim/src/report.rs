@@ -177,7 +177,77 @@ pub fn table(runs: &[RunResult]) -> String {
     if runs.iter().any(|r| !r.apps.is_empty()) {
         out.push_str(&tenant_table(runs));
     }
+    if runs.iter().any(|r| r.counters.decoupled.is_some()) {
+        out.push_str(&decoupled_table(runs));
+    }
     out
+}
+
+/// Per algorithm run behind SCR's decoupled loop: events handed in, queued, merged into
+/// one waiting (coalesced), taken by a processor (runs of the law and early exits), TX
+/// bytes per run, and the processors' busy fractions of the run (the counts summed over
+/// hosts, the loads their mean: processor `i` of every host together).
+pub fn decoupled_table(runs: &[RunResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  processor load (%)",
+        "algorithm", "events", "queued", "coalesced", "processed", "runs", "exits", "B/tx run"
+    );
+    for r in runs {
+        let Some(d) = &r.counters.decoupled else {
+            continue;
+        };
+        let t = &d.totals;
+        let load: Vec<String> = d
+            .utilisation(std::time::Duration::from_nanos(r.simulated_ns))
+            .iter()
+            .map(|u| format!("{:.0}", u * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  {}",
+            r.algorithm,
+            t.events,
+            t.queued(),
+            t.coalesced,
+            t.processed(),
+            t.runs,
+            t.early_exits,
+            t.bytes_per_tx_run()
+                .map_or("-".to_string(), |b| format!("{b:.0}")),
+            load.join(" ")
+        );
+    }
+    out
+}
+
+/// The decoupled loop's statistics as JSON (see [`decoupled_table`]).
+fn decoupled_json(
+    d: &sluice_core::control::DecoupledStats,
+    simulated_ns: u64,
+) -> serde_json::Value {
+    let t = &d.totals;
+    let util = d.utilisation(std::time::Duration::from_nanos(simulated_ns));
+    json!({
+        "events": t.events,
+        "queued": t.queued(),
+        "coalesced": t.coalesced,
+        "processed": t.processed(),
+        "runs": t.runs,
+        "early_exits": t.early_exits,
+        "dropped": t.dropped,
+        "loops": d.loops,
+        "tx_runs": t.tx_runs,
+        "tx_bytes": t.tx_bytes,
+        "bytes_per_tx_run": t.bytes_per_tx_run().map(round4),
+        "processors": d.processors.iter().zip(&util).map(|(p, u)| json!({
+            "processed": p.processed,
+            "runs": p.runs,
+            "busy_ns": p.busy.as_nanos() as u64,
+            "load": round4(*u),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Per algorithm and tenant: throughput, latency percentiles, and Jain's index over the
@@ -283,6 +353,9 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                     "flushes": w.flushes,
                     "exhausted": w.exhausted,
                 });
+            }
+            if let Some(d) = &c.decoupled {
+                run["decoupled"] = decoupled_json(d, r.simulated_ns);
             }
             if !r.apps.is_empty() {
                 let tenants = tenant_stats(r);

@@ -65,6 +65,9 @@ pub struct FabricCounters {
     pub link_drops: u64,
     /// The receive pipelines' figures, when modelled (`[reorder_cost]`).
     pub receive: Option<ReceiveCounters>,
+    /// What the hosts' decoupled control loops did (SCR), summed over hosts, processor
+    /// `i` of every host together; `None` when the law runs inline.
+    pub decoupled: Option<sluice_core::control::DecoupledStats>,
 }
 
 /// What the receive pipelines (`[reorder_cost]`) did, over every host.

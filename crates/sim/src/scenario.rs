@@ -254,6 +254,12 @@ pub struct DecoupledConfig {
     pub loop_delay_us: Option<f64>,
     /// A processor's time per run, in us (0 ..= 1 s).
     pub service_us: Option<f64>,
+    /// SCR's software coalescing of TX events (`sluice_core::control::EarlyExit`): a run
+    /// of the law covers at least this many TX bytes; a processor that takes fewer only
+    /// carries them, in `early_exit_us`. Absent: hardware-only accumulation.
+    pub early_exit_bytes: Option<u32>,
+    /// A processor's time for an early exit, in us (0 ..= 1 s; default 0.1).
+    pub early_exit_us: Option<f64>,
 }
 
 impl DecoupledConfig {
@@ -275,10 +281,33 @@ impl DecoupledConfig {
                 "cc.decoupled.processors: expected 1 ..= 1024, got {processors}"
             )));
         }
+        let exit_time = us(
+            self.early_exit_us,
+            "early_exit_us",
+            std::time::Duration::from_nanos(100),
+        )?;
+        let early_exit = match self.early_exit_bytes {
+            None if self.early_exit_us.is_some() => {
+                return Err(ScenarioError::Invalid(
+                    "cc.decoupled.early_exit_us: needs early_exit_bytes".into(),
+                ));
+            }
+            None => None,
+            Some(0) => {
+                return Err(ScenarioError::Invalid(
+                    "cc.decoupled.early_exit_bytes: expected at least 1".into(),
+                ));
+            }
+            Some(bytes) => Some(sluice_core::control::EarlyExit {
+                bytes,
+                time: exit_time,
+            }),
+        };
         Ok(sluice_core::control::ScrConfig {
             processors,
             loop_delay: us(self.loop_delay_us, "loop_delay_us", d.loop_delay)?,
             service_time: us(self.service_us, "service_us", d.service_time)?,
+            early_exit,
             ..d
         })
     }

@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use sluice_core::Instant;
-use sluice_core::control::{Actions, Controller, Deferred, Event, EventMask, Gate};
+use sluice_core::control::{Actions, Controller, DecoupledStats, Deferred, Event, EventMask, Gate};
 use sluice_wire::CcxLayout;
 
 /// Which law the next queue pair the engine creates takes (0: the run's own).
@@ -68,6 +68,14 @@ impl Controller for TenantLaws {
 
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
         let l = self.law(qp);
+        if let Event::Rx { bytes, .. } = *event {
+            // The host's other laws hear of it as a port signal.
+            for (k, (other, _)) in self.laws.iter_mut().enumerate() {
+                if k != l {
+                    other.on_foreign_rx(now, bytes);
+                }
+            }
+        }
         let (law, mask) = &mut self.laws[l];
         if mask.contains(event.kind()) {
             law.on_event(now, qp, event, act);
@@ -101,5 +109,16 @@ impl Controller for TenantLaws {
 
     fn ccx(&self) -> Option<CcxLayout> {
         self.laws.first().and_then(|(l, _)| l.ccx())
+    }
+
+    fn decoupled_stats(&self) -> Option<DecoupledStats> {
+        // The laws' loops are separate pools; their counts add up processor by processor.
+        self.laws
+            .iter()
+            .filter_map(|(l, _)| l.decoupled_stats())
+            .reduce(|mut a, b| {
+                a.add(&b);
+                a
+            })
     }
 }

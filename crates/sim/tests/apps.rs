@@ -122,6 +122,23 @@ fn decoupled_control_is_selectable_and_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cc.decoupled.processors"), "{e}");
+    for (bad, field) in [
+        ("early_exit_us = 1", "cc.decoupled.early_exit_us"),
+        ("early_exit_bytes = 0", "cc.decoupled.early_exit_bytes"),
+        (
+            "early_exit_bytes = 1, early_exit_us = -1",
+            "cc.decoupled.early_exit_us",
+        ),
+    ] {
+        let text = two_hosts(
+            &app(0, "write", 1, 1, 1, 10.0),
+            &format!("[[cc]]\nname = \"dcqcn\"\ndecoupled = {{ {bad} }}\n"),
+        );
+        let e = sluice_sim::Scenario::parse(&text, std::path::Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{bad}: {e}");
+    }
     let bad = two_hosts(&app(0, "write", 1, 1, 1, 10.0), "").replace("dst = 1", "dst = 7");
     let e = sluice_sim::run_scenario(
         &sluice_sim::Scenario::parse(&bad, std::path::Path::new(".")).unwrap(),
@@ -130,6 +147,51 @@ fn decoupled_control_is_selectable_and_checked() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("app[0].dst: 7 is not a host"), "{e}");
+}
+
+#[test]
+fn decoupled_statistics_reach_the_summaries() {
+    let cc = "[[cc]]\nname = \"dcqcn\"\nlabel = \"scr\"\n\
+              decoupled = { processors = 3, loop_delay_us = 1, service_us = 1 }\n\
+              [[cc]]\nname = \"dcqcn\"\nlabel = \"inline\"\n";
+    let runs = run(&scenario(&two_hosts(
+        &app(0, "write", 65536, 8, 4, 200.0),
+        cc,
+    )));
+    let d = runs[0]
+        .counters
+        .decoupled
+        .as_ref()
+        .expect("decoupled stats");
+    assert!(runs[1].counters.decoupled.is_none(), "inline has none");
+    let t = &d.totals;
+    assert!(t.events > 0 && t.coalesced > 0, "{t:?}");
+    // Every queued event is processed, dropped, or still waiting at the end (a few).
+    assert!(t.processed() + t.dropped <= t.queued(), "{t:?}");
+    assert!(t.queued() - t.processed() - t.dropped <= 3 * 8, "{t:?}");
+    assert_eq!(d.processors.len(), 3);
+    assert_eq!(d.processors.iter().map(|p| p.runs).sum::<u64>(), t.runs);
+    // Both hosts run the law: their loads are averaged.
+    assert_eq!(d.loops, 2);
+    let summary = sluice_sim::report::summary_json("t", &runs);
+    let j = &summary["algorithms"][0]["decoupled"];
+    assert_eq!(j["events"], t.events, "{j}");
+    assert_eq!(j["processed"], t.processed());
+    assert_eq!(j["processors"].as_array().unwrap().len(), 3);
+    let load = j["processors"][0]["load"].as_f64().unwrap();
+    assert!(load > 0.1 && load <= 1.0, "{j}");
+    assert!(summary["algorithms"][1].get("decoupled").is_none());
+    let table = sluice_sim::report::table(&runs);
+    assert!(
+        table.contains("coalesced") && table.contains("processor load"),
+        "{table}"
+    );
+    let section: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.contains("processor load"))
+        .collect();
+    assert_eq!(section.len(), 2, "a row for scr, none for inline: {table}");
+    assert!(section[1].starts_with("scr "), "{table}");
 }
 
 #[test]

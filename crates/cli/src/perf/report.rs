@@ -73,6 +73,9 @@ pub struct Report {
     /// `--pacer weir` (the requester): what the pacer did over this line's run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacer: Option<super::PacerReport>,
+    /// `--cc-decoupled`: what SCR's decoupled control loop did over this line's run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decoupled: Option<super::DecoupledReport>,
 }
 
 /// One tenant's results.
@@ -197,6 +200,7 @@ impl Report {
             tenants: Vec::new(),
             jain_index: None,
             pacer: m.pacer.take(),
+            decoupled: None,
         };
         if !m.samples.is_empty() {
             let s = &mut m.samples;

@@ -456,6 +456,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
     for (i, &size) in sizes.iter().enumerate() {
         let last = i + 1 == sizes.len() || passive_server;
         let before = *s.dev.engine().counters();
+        let loop_before = s.dev.engine_ref().decoupled_stats();
         let mut m: Measured = if passive_server {
             traffic::bw_responder(s)?
         } else if o.test.is_latency() {
@@ -480,6 +481,13 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
         report.services = service_counters(s);
+        if let Some(after) = s.dev.engine_ref().decoupled_stats() {
+            report.decoupled = Some(super::DecoupledReport::of(
+                loop_before.as_ref(),
+                &after,
+                report.duration_s,
+            ));
+        }
         if !m.per_qp.is_empty() && !o.tenants.is_empty() {
             report.add_tenants(o, &m);
         }
@@ -516,6 +524,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 }
                 if let Some(p) = &report.pacer {
                     println!("{}", p.row());
+                }
+                if let Some(d) = &report.decoupled {
+                    println!("{}", d.row());
                 }
             }
         }

@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod ctl;
 mod left;
 mod scr;
 mod swcc;
@@ -220,6 +221,10 @@ pub const ENTRIES: &[Entry] = &[
     left::FIG1,
     left::FIG6,
     left::FIG7,
+    ctl::SCR_FIG10B,
+    ctl::SCR_FIG10CD,
+    ctl::SWCC_FIG12,
+    ctl::SCR_FIG20,
 ];
 
 /// The entry called `name`.

@@ -695,6 +695,7 @@ fn fig18(scale: Scale) -> Result<Report, String> {
     let mut shares = Vec::new();
     let mut queues = Vec::new();
     let mut links = Vec::new();
+    let mut delays = Vec::new();
     for (&b, r) in backgrounds.iter().zip(&runs) {
         let r = &r[0];
         let (swift, bg) = (tenant(r, 1).gbps, tenant(r, 2).gbps);
@@ -712,6 +713,7 @@ fn fig18(scale: Scale) -> Result<Report, String> {
             format!("Swift converges to the left-over {} Gbit/s", 100 - b),
         ]);
         shares.push((b, swift));
+        delays.push((b, swift, queue_us));
         queues.push(queue_us);
         links.push(link);
     }
@@ -744,6 +746,10 @@ fn fig18(scale: Scale) -> Result<Report, String> {
             f(max_queue, 2)
         ),
     ));
+    // The scenario's link delay (ns) and MTU.
+    report
+        .checks
+        .push(super::ctl::swift_delay_near_target(&delays, 250.0, 1024));
     let labelled: Vec<(String, &RunResult)> = backgrounds
         .iter()
         .zip(&runs)

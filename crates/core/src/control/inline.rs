@@ -42,6 +42,10 @@ impl<L: Law> Controller for Inline<L> {
         self.store.reset(qp);
     }
 
+    fn on_foreign_rx(&mut self, now: Instant, bytes: u32) {
+        self.law.on_foreign_rx(now, bytes);
+    }
+
     #[inline]
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
         self.law.on_event(now, self.store.ctx(qp), event, act);

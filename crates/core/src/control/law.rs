@@ -49,6 +49,12 @@ pub trait Law: std::fmt::Debug {
     fn ccx(&self) -> Option<CcxLayout> {
         None
     }
+
+    /// `bytes` of request payload arrived on this host for a queue pair that another law
+    /// runs (a simulator host whose apps choose their own laws): a host-domain signal, for
+    /// a law that measures its port (SCR's receiver-driven control). Its own queue pairs'
+    /// arrivals come as [`Event::Rx`]. Default: ignored.
+    fn on_foreign_rx(&mut self, _now: Instant, _bytes: u32) {}
 }
 
 /// The answer of [`Law::gate`].
@@ -215,6 +221,14 @@ pub trait Controller: std::fmt::Debug {
 
     /// The CC extension header the law would have (see [`Law::ccx`]).
     fn ccx(&self) -> Option<CcxLayout>;
+
+    /// What SCR's decoupled loop did, if the law runs behind one (`None`: inline).
+    fn decoupled_stats(&self) -> Option<super::DecoupledStats> {
+        None
+    }
+
+    /// See [`Law::on_foreign_rx`]: passed straight to the law (a counter, not an event).
+    fn on_foreign_rx(&mut self, _now: Instant, _bytes: u32) {}
 }
 
 /// No control: line rate and the engine's window. Asks for no events at all.

@@ -18,4 +18,4 @@ mod store;
 pub use event::{Event, EventKind, EventMask, IntHop, IntPath, MAX_INT_HOPS, NakKind};
 pub use inline::Inline;
 pub use law::{Actions, Controller, Deferred, Gate, Law, MAX_CONTEXT_BYTES, NoControl};
-pub use scr::{Coalesce, Decoupled, ScrConfig, ScrStats};
+pub use scr::{Coalesce, Decoupled, DecoupledStats, EarlyExit, ProcessorLoad, ScrConfig, ScrStats};

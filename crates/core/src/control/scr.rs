@@ -110,6 +110,24 @@ pub struct ScrConfig {
     pub service_time: Duration,
     /// The coalescing rule of each event kind, indexed by `EventKind as usize`.
     pub coalesce: [Coalesce; EventKind::COUNT],
+    /// SCR's software coalescing of TX events on top of the queues' accumulation (its
+    /// "coverage of flow rates" strategy): `None` is hardware-only accumulation, where
+    /// every TX event a processor takes runs the law.
+    pub early_exit: Option<EarlyExit>,
+}
+
+/// SCR's early termination of TX runs (§4.3.2, Fig 10c/d): a processor that takes a TX
+/// event covering fewer than `bytes` (with what earlier early exits of its queue pair
+/// carried) only adds them to the queue pair's carry, which costs `time` instead of a run
+/// of the law; the next TX event that reaches `bytes` runs the law on the sum. A
+/// retransmission always runs the law. Bytes still carried when a flow stops sending
+/// never reach the law, as on SCR (the paper gives no flush).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyExit {
+    /// TX bytes a run of the law should cover at least.
+    pub bytes: u32,
+    /// A processor's time for an early exit (SCR: an enqueue and an add).
+    pub time: Duration,
 }
 
 impl Default for ScrConfig {
@@ -133,6 +151,7 @@ impl Default for ScrConfig {
             loop_delay: Duration::from_micros(2),
             service_time: Duration::from_micros(1),
             coalesce,
+            early_exit: None,
         }
     }
 }
@@ -150,6 +169,116 @@ pub struct ScrStats {
     pub tx_runs: u64,
     /// Payload bytes covered by the runs on a TX event.
     pub tx_bytes: u64,
+    /// TX events a processor took and only carried ([`EarlyExit`]): handled, not run.
+    pub early_exits: u64,
+    /// Events dropped while waiting because their queue pair was reset.
+    pub dropped: u64,
+}
+
+impl ScrStats {
+    /// Events that took a place in a queue (the rest merged into one waiting).
+    pub fn queued(&self) -> u64 {
+        self.events - self.coalesced
+    }
+
+    /// Events a processor took: runs of the law and early exits.
+    pub fn processed(&self) -> u64 {
+        self.runs + self.early_exits
+    }
+
+    /// TX payload bytes per run of the law on a TX event (SCR's coalescing granularity,
+    /// Fig 10b), if there was one.
+    pub fn bytes_per_tx_run(&self) -> Option<f64> {
+        (self.tx_runs > 0).then(|| self.tx_bytes as f64 / self.tx_runs as f64)
+    }
+
+    fn add(&mut self, o: &ScrStats) {
+        self.events += o.events;
+        self.coalesced += o.coalesced;
+        self.runs += o.runs;
+        self.tx_runs += o.tx_runs;
+        self.tx_bytes += o.tx_bytes;
+        self.early_exits += o.early_exits;
+        self.dropped += o.dropped;
+    }
+
+    fn sub(&mut self, o: &ScrStats) {
+        self.events -= o.events.min(self.events);
+        self.coalesced -= o.coalesced.min(self.coalesced);
+        self.runs -= o.runs.min(self.runs);
+        self.tx_runs -= o.tx_runs.min(self.tx_runs);
+        self.tx_bytes -= o.tx_bytes.min(self.tx_bytes);
+        self.early_exits -= o.early_exits.min(self.early_exits);
+        self.dropped -= o.dropped.min(self.dropped);
+    }
+}
+
+/// One processor's share of the work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessorLoad {
+    /// Events it took (runs and early exits).
+    pub processed: u64,
+    /// Runs of the law among them.
+    pub runs: u64,
+    /// Time it spent on them (modelled: service times and early-exit times).
+    pub busy: Duration,
+}
+
+/// What a decoupled control plane did: totals and each processor's load. Several
+/// controllers' (a simulator's hosts, a host's tenants) add up processor by processor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecoupledStats {
+    /// Totals over every processor.
+    pub totals: ScrStats,
+    /// By processor index.
+    pub processors: Vec<ProcessorLoad>,
+    /// How many loops these are the sum of (one per host and law).
+    pub loops: u32,
+}
+
+impl DecoupledStats {
+    /// Adds `other`'s counts, processor `i` to processor `i`.
+    pub fn add(&mut self, other: &DecoupledStats) {
+        self.totals.add(&other.totals);
+        self.loops += other.loops;
+        if self.processors.len() < other.processors.len() {
+            self.processors
+                .resize(other.processors.len(), ProcessorLoad::default());
+        }
+        for (mine, theirs) in self.processors.iter_mut().zip(&other.processors) {
+            mine.processed += theirs.processed;
+            mine.runs += theirs.runs;
+            mine.busy += theirs.busy;
+        }
+    }
+
+    /// What was done since `before` was taken (counts never go below zero).
+    pub fn since(&self, before: &DecoupledStats) -> DecoupledStats {
+        let mut out = self.clone();
+        out.totals.sub(&before.totals);
+        for (mine, theirs) in out.processors.iter_mut().zip(&before.processors) {
+            mine.processed -= theirs.processed.min(mine.processed);
+            mine.runs -= theirs.runs.min(mine.runs);
+            mine.busy = mine.busy.saturating_sub(theirs.busy);
+        }
+        out
+    }
+
+    /// Each processor's busy fraction of `elapsed`, the mean over the loops summed (0 when
+    /// nothing elapsed).
+    pub fn utilisation(&self, elapsed: Duration) -> Vec<f64> {
+        let span = elapsed.as_secs_f64() * f64::from(self.loops.max(1));
+        self.processors
+            .iter()
+            .map(|p| {
+                if span == 0.0 {
+                    0.0
+                } else {
+                    p.busy.as_secs_f64() / span
+                }
+            })
+            .collect()
+    }
 }
 
 const EMPTY: u32 = u32::MAX;
@@ -171,6 +300,7 @@ struct Processor {
     ready: VecDeque<(Instant, u32)>,
     /// Actions of finished runs, in the order they take effect.
     done: VecDeque<(Instant, u32, Actions)>,
+    load: ProcessorLoad,
 }
 
 impl Processor {
@@ -193,6 +323,8 @@ pub struct Decoupled<L: Law> {
     config: ScrConfig,
     /// Slot of the waiting event of each (queue pair, kind), or EMPTY.
     slot_of: Vec<[u32; EventKind::COUNT]>,
+    /// TX bytes early exits carried, by queue pair ([`EarlyExit`]).
+    carry: Vec<u32>,
     slots: Vec<Waiting>,
     free: Vec<u32>,
     processors: Vec<Processor>,
@@ -208,6 +340,7 @@ impl<L: Law> Decoupled<L> {
             store: Store::new(),
             config,
             slot_of: Vec::new(),
+            carry: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
             processors: (0..n).map(|_| Processor::default()).collect(),
@@ -225,6 +358,11 @@ impl<L: Law> Decoupled<L> {
         self.stats
     }
 
+    /// Each processor's load so far, by index.
+    pub fn loads(&self) -> Vec<ProcessorLoad> {
+        self.processors.iter().map(|p| p.load).collect()
+    }
+
     fn processor_of(&self, qp: u32) -> usize {
         qp as usize % self.processors.len()
     }
@@ -236,6 +374,7 @@ impl<L: Law> Decoupled<L> {
         if self.slot_of.len() <= qp as usize {
             self.slot_of
                 .resize(qp as usize + 1, [EMPTY; EventKind::COUNT]);
+            self.carry.resize(qp as usize + 1, 0);
         }
         let slot = self.slot_of[qp as usize][kind];
         if slot != EMPTY {
@@ -278,12 +417,22 @@ impl<L: Law> Decoupled<L> {
                     break;
                 }
                 self.processors[p].ready.pop_front();
-                let Waiting { qp, event } = self.slots[slot as usize];
+                let Waiting { qp, mut event } = self.slots[slot as usize];
                 self.free.push(slot);
                 if qp == ORPHAN {
+                    self.stats.dropped += 1;
                     continue; // its queue pair was reset while it waited
                 }
                 self.slot_of[qp as usize][event.kind() as usize] = EMPTY;
+                if self.carried(qp, &mut event) {
+                    let time = self.config.early_exit.map_or(Duration::ZERO, |e| e.time);
+                    self.stats.early_exits += 1;
+                    let proc = &mut self.processors[p];
+                    proc.busy_until = start + time;
+                    proc.load.processed += 1;
+                    proc.load.busy += time;
+                    continue;
+                }
                 let mut act = Actions::default();
                 self.law
                     .on_event(start, self.store.ctx(qp), &event, &mut act);
@@ -298,11 +447,41 @@ impl<L: Law> Decoupled<L> {
                 let end = start + self.config.service_time;
                 let proc = &mut self.processors[p];
                 proc.busy_until = end;
+                proc.load.processed += 1;
+                proc.load.runs += 1;
+                proc.load.busy += self.config.service_time;
                 if !act.is_empty() {
                     proc.done.push_back((end, qp, act));
                 }
             }
         }
+    }
+}
+
+impl<L: Law> Decoupled<L> {
+    /// With software coalescing on, whether TX `event` of `qp` is only carried (an early
+    /// exit); otherwise it leaves with what earlier exits carried added to its bytes.
+    fn carried(&mut self, qp: u32, event: &mut Event) -> bool {
+        let (
+            Some(exit),
+            Event::Tx {
+                bytes,
+                retransmission,
+                ..
+            },
+        ) = (self.config.early_exit, event)
+        else {
+            return false;
+        };
+        let carry = &mut self.carry[qp as usize];
+        let total = carry.saturating_add(*bytes);
+        if total < exit.bytes && !*retransmission {
+            *carry = total;
+            return true;
+        }
+        *carry = 0;
+        *bytes = total;
+        false
     }
 }
 
@@ -315,8 +494,23 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.ccx()
     }
 
+    fn decoupled_stats(&self) -> Option<DecoupledStats> {
+        Some(DecoupledStats {
+            totals: self.stats,
+            processors: self.loads(),
+            loops: 1,
+        })
+    }
+
+    fn on_foreign_rx(&mut self, now: Instant, bytes: u32) {
+        self.law.on_foreign_rx(now, bytes);
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
+        if let Some(c) = self.carry.get_mut(qp as usize) {
+            *c = 0;
+        }
         // Events still waiting for the old queue pair at this index are dropped.
         if let Some(slots) = self.slot_of.get_mut(qp as usize) {
             for s in slots.iter_mut() {

@@ -325,6 +325,11 @@ impl Engine {
         &self.nic.counters
     }
 
+    /// What the control law's decoupled loop did (`None`: the law runs inline).
+    pub fn decoupled_stats(&self) -> Option<crate::control::DecoupledStats> {
+        self.nic.controller.decoupled_stats()
+    }
+
     fn index(qpn: QpNum) -> Option<u32> {
         qpn.0.checked_sub(FIRST_QPN)
     }
