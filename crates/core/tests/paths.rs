@@ -6,7 +6,8 @@
 //! - Flowlets: a queue pair's port changes exactly when the time since its previous packet
 //!   is above the gap (with more than one path), and never otherwise.
 //! - PLB: a queue pair's port changes exactly on its `rounds`th congested round in a row
-//!   (ECN, or an RTT above the threshold), as a counter model says.
+//!   (ECN, or an RTT above the threshold; a round without either an ECN mark or a sample
+//!   skipped when there is a threshold), as a counter model says.
 //! - RTT probing, with probes answered late or lost at random: a queue pair's packets
 //!   always take the live probed port of lowest smoothed RTT (its own before any is
 //!   measured), and a port is probed again only once its last probe is answered or given
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use sluice_core::policy::QpnHash;
 use sluice_core::policy::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, RandomSpray, RttProbe, Spray,
 };
@@ -129,14 +131,22 @@ fn check(case: Case) -> Result<(), TestCaseError> {
     for (i, &(qp, _, _, ecn, rtt)) in case.events.iter().enumerate() {
         let q = qp as usize;
         let before = p.source_port(qp, &packet(qpn(qp), 0));
+        // One round in seven has no RTT sample.
+        let sample = (rtt % 7 != 0).then_some(rtt);
         let signal = PathSignal {
             ecn,
-            rtt: Some(Duration::from_micros(rtt)),
+            rtt: sample.map(Duration::from_micros),
         };
         p.on_signal(qp, Instant::ZERO, &signal);
         let after = p.source_port(qp, &packet(qpn(qp), 0));
-        let congested = ecn || case.delay.is_some_and(|d| rtt > d);
-        run[q] = if congested { run[q] + 1 } else { 0 };
+        let congested = ecn
+            || case
+                .delay
+                .is_some_and(|d| sample.is_some_and(|rtt| rtt > d));
+        let unknown = !ecn && sample.is_none() && case.delay.is_some();
+        if !unknown {
+            run[q] = if congested { run[q] + 1 } else { 0 };
+        }
         let moves = run[q] == case.rounds;
         if moves {
             run[q] = 0;
@@ -250,4 +260,115 @@ fn flowlet_moves_a_queue_pair_after_an_idle_gap_through_an_engine() {
     let moved = send(3, 1000);
     assert_ne!(moved, first, "after 890 us idle: a new flowlet");
     assert_eq!(send(4, 1020), moved, "back to back again");
+}
+
+/// A path selector that logs the port it gives each packet (and passes everything else on),
+/// so a test sees the paths an engine's packets took.
+#[derive(Debug)]
+struct Logged<S> {
+    inner: S,
+    ports: std::rc::Rc<std::cell::RefCell<Vec<u16>>>,
+}
+
+impl<S: PathSelector> PathSelector for Logged<S> {
+    fn reset(&mut self, qp: u32) {
+        self.inner.reset(qp);
+    }
+    fn source_port(&mut self, qp: u32, packet: &PathPacket) -> u16 {
+        let port = self.inner.source_port(qp, packet);
+        self.ports.borrow_mut().push(port);
+        port
+    }
+    fn source_port_at(&mut self, qp: u32, now: Instant, packet: &PathPacket) -> u16 {
+        let port = self.inner.source_port_at(qp, now, packet);
+        self.ports.borrow_mut().push(port);
+        port
+    }
+    fn on_signal(&mut self, qp: u32, now: Instant, signal: &PathSignal) {
+        self.inner.on_signal(qp, now, signal);
+    }
+    fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        self.inner.next_probe(now)
+    }
+    fn next_probe_at(&self) -> Option<Instant> {
+        self.inner.next_probe_at()
+    }
+    fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        self.inner.on_probe_reply(probe, now);
+    }
+}
+
+/// Through an engine, PLB with a delay threshold: host 1 acknowledges every packet and
+/// host 0 sends eight-packet WRITEs one at a time, so each WRITE is one round of eight
+/// acknowledgements. `threshold_us` against the link's round trip (2 x 5 µs and the
+/// packets' serialisation) decides whether every round is congested. The port each WRITE's
+/// packets took, one per WRITE (they must agree within a WRITE).
+fn plb_ports_per_write(threshold_us: u64, writes: u64, cnps: bool) -> Vec<u16> {
+    use sluice_core::Engine;
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    let ports = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let plb = Plb::new(4, 3, Some(Duration::from_micros(threshold_us)), 11);
+    let policies = sluice_core::Policies {
+        path: Box::new(Logged {
+            inner: plb,
+            ports: ports.clone(),
+        }),
+        ..sluice_core::Policies::default()
+    };
+    world.engines[0] = Engine::with_policies(World::engine_config(1, 0), policies);
+    world.configure(1, |c| c.ack_every_packets = 1);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mut per_write = Vec::new();
+    for _ in 0..writes {
+        ports.borrow_mut().clear();
+        if cnps {
+            // A CNP while the WRITE is in flight: its round is ECN-marked.
+            p.post_write(&mut world, 1, 0, 8 * 1024);
+            let cq = p.send_cq[0];
+            world.run_until(Duration::from_micros(2), |_| false);
+            let from = world.addrs[1];
+            let now = world.now;
+            world.engines[0].handle_packet(
+                now,
+                from,
+                false,
+                &p.cnp(),
+                sluice_core::Payload::Bytes(&[]),
+            );
+            assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+            Pair::completions(&mut world, 0, cq);
+        } else {
+            p.write_and_wait(&mut world, 8 * 1024);
+        }
+        let log = ports.borrow();
+        assert_eq!(log.len(), 8, "eight packets, none resent");
+        assert!(log.iter().all(|&q| q == log[0]), "one port within a WRITE");
+        per_write.push(log[0]);
+    }
+    per_write
+}
+
+/// The WRITEs (by number from 0) whose port differs from the one before.
+fn moves(ports: &[u16]) -> Vec<usize> {
+    (1..ports.len())
+        .filter(|&i| ports[i] != ports[i - 1])
+        .collect()
+}
+
+#[test]
+fn plb_repaths_after_three_congested_rounds_through_an_engine_and_stays_when_calm() {
+    let own = QpnHash::port(QpNum(0x11));
+    // Every round above a 2 µs threshold: a new port after every third round, never
+    // within a round however many acknowledgements it has.
+    let congested = plb_ports_per_write(2, 10, false);
+    assert_eq!(congested[0], own);
+    assert_eq!(moves(&congested), vec![3, 6, 9], "{congested:x?}");
+    // Under a 1 ms threshold: no round is congested, and the queue pair keeps its port.
+    let calm = plb_ports_per_write(1000, 10, false);
+    assert_eq!(calm, vec![own; 10]);
+    // A CNP in every round, under the 1 ms threshold: ECN alone re-paths it.
+    let marked = plb_ports_per_write(1000, 7, true);
+    assert_eq!(moves(&marked), vec![3, 6], "{marked:x?}");
 }

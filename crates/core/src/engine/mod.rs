@@ -514,6 +514,20 @@ impl Nic {
         }
     }
 
+    /// `qp`'s requester confirmed every PSN before `confirmed` at `now` (with an RTT sample
+    /// if the acknowledgement gave one): the path selector's round of signals (PLB).
+    #[inline]
+    pub(crate) fn path_ack(
+        &mut self,
+        qp: &Qp,
+        now: Instant,
+        confirmed: Psn,
+        rtt: Option<Duration>,
+    ) {
+        self.path
+            .on_ack(qp.index(), now, confirmed, qp.req.max_sent, rtt);
+    }
+
     /// Hands `qp` to the scheduler (if it does not hold it already).
     #[inline]
     pub(crate) fn schedule(&mut self, qp: &mut Qp) {

@@ -170,6 +170,7 @@ impl Engine {
             sluice_wire::Transport::Rc => {}
             sluice_wire::Transport::Cnp => {
                 self.nic.counters.cnps_received += 1;
+                self.nic.path.on_cnp(index);
                 self.emit(index, now, Event::Cnp);
                 self.schedule(index);
                 return None;
