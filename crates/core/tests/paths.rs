@@ -372,3 +372,146 @@ fn plb_repaths_after_three_congested_rounds_through_an_engine_and_stays_when_cal
     let marked = plb_ports_per_write(1000, 7, true);
     assert_eq!(moves(&marked), vec![3, 6], "{marked:x?}");
 }
+
+/// A selector the test shares with the engine it is given to, to read its state.
+#[derive(Debug)]
+struct Shared<S>(std::rc::Rc<std::cell::RefCell<S>>);
+
+impl<S: PathSelector> PathSelector for Shared<S> {
+    fn reset(&mut self, qp: u32) {
+        self.0.borrow_mut().reset(qp);
+    }
+    fn source_port(&mut self, qp: u32, packet: &PathPacket) -> u16 {
+        self.0.borrow_mut().source_port(qp, packet)
+    }
+    fn source_port_at(&mut self, qp: u32, now: Instant, packet: &PathPacket) -> u16 {
+        self.0.borrow_mut().source_port_at(qp, now, packet)
+    }
+    fn on_signal(&mut self, qp: u32, now: Instant, signal: &PathSignal) {
+        self.0.borrow_mut().on_signal(qp, now, signal);
+    }
+    fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        self.0.borrow_mut().next_probe(now)
+    }
+    fn next_probe_at(&self) -> Option<Instant> {
+        self.0.borrow().next_probe_at()
+    }
+    fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        self.0.borrow_mut().on_probe_reply(probe, now);
+    }
+}
+
+/// Two engines over the test kit's link, host 0 probing three paths with `rtt-probe` (every
+/// 10 µs, dead after 100 µs unanswered); `agree[h]`: whether host `h` agreed to probes.
+fn probing_world(
+    agree: [bool; 2],
+) -> (
+    sluice_testkit::World,
+    sluice_testkit::Pair,
+    std::rc::Rc<std::cell::RefCell<RttProbe>>,
+) {
+    use sluice_core::Engine;
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+
+    let mut world = World::new(2, 3, Impairments::CLEAN);
+    let probe = RttProbe::new(3, Duration::from_micros(10), Duration::from_micros(100), 21);
+    let shared = std::rc::Rc::new(std::cell::RefCell::new(probe));
+    let policies = sluice_core::Policies {
+        path: Box::new(Shared(shared.clone())),
+        ..sluice_core::Policies::default()
+    };
+    world.engines[0] = Engine::with_policies(World::engine_config(3, 0), policies);
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    for (h, agreed) in agree.into_iter().enumerate() {
+        world.engines[h].set_path_probes(p.qp[h], agreed).unwrap();
+    }
+    (world, p, shared)
+}
+
+/// The source port of the next WRITE host 0 sends (run to its completion).
+fn next_write_port(world: &mut sluice_testkit::World, p: &sluice_testkit::Pair) -> u16 {
+    let before = world.engines[0].counters().tx_packets;
+    let mut port = None;
+    p.post_write(world, 9, 0, 512);
+    let mut payload = vec![0u8; 4096];
+    // The WRITE is the first request packet out (probes aside).
+    while let Some(t) = world.engines[0].poll_transmit(world.now, &mut payload) {
+        if t.headers.bth.opcode != sluice_wire::Opcode::RC_CC_CONTROL {
+            port = Some(t.src_port);
+            break;
+        }
+    }
+    assert!(world.engines[0].counters().tx_packets > before);
+    port.expect("the WRITE left")
+}
+
+#[test]
+fn rtt_probe_takes_the_fastest_path_and_leaves_a_failed_one_through_an_engine() {
+    let (mut world, p, probe) = probing_world([true, true]);
+    // The first packet makes the queue pair's probed paths: its own and two others.
+    let own = next_write_port(&mut world, &p);
+    assert_eq!(own, QpnHash::port(p.qp[0]));
+    let ports = probe.borrow().ports(0);
+    assert_eq!((ports.len(), ports[0]), (3, own));
+    let (slow, middle, fast) = (ports[0], ports[1], ports[2]);
+    world.port_paths = vec![
+        (slow, Some(Duration::from_micros(30))),
+        (middle, Some(Duration::from_micros(10))),
+    ];
+    world.run_until(Duration::from_micros(300), |_| false);
+    let rtt = |port| probe.borrow().rtt(0, port).expect("measured");
+    // Each way: 5 µs of link and the path's extra delay.
+    assert!(rtt(fast) < rtt(middle) && rtt(middle) < rtt(slow));
+    assert!(rtt(slow) >= Duration::from_micros(70), "{:?}", rtt(slow));
+    assert!(rtt(fast) < Duration::from_micros(20), "{:?}", rtt(fast));
+    assert_eq!(next_write_port(&mut world, &p), fast);
+    // The fast path fails: its probes go unanswered, and after the timeout traffic moves to
+    // the fastest live one.
+    world.port_paths.push((fast, None));
+    world.run_until(Duration::from_micros(50), |_| false);
+    assert_eq!(next_write_port(&mut world, &p), fast, "not yet timed out");
+    world.run_until(Duration::from_micros(200), |_| false);
+    assert_eq!(probe.borrow().rtt(0, fast), None, "dead");
+    assert_eq!(next_write_port(&mut world, &p), middle);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert!(a.probes_sent > 30 && a.probe_replies_received > 20, "{a:?}");
+    // Replies on the failed path are lost, and the last few are on their way.
+    assert!(b.probe_replies_sent >= a.probe_replies_received);
+    assert_eq!((a.probes_unsent, b.drops_unexpected_opcode), (0, 0));
+    // Every WRITE completed, whichever path it took.
+    world.run_until(Duration::from_millis(1), |w| {
+        w.engines[0].cq_len(p.send_cq[0]) == 4
+    });
+    let done = sluice_testkit::Pair::completions(&mut world, 0, p.send_cq[0]);
+    assert!(
+        done.iter()
+            .all(|c| c.status == sluice_core::WcStatus::Success)
+    );
+}
+
+#[test]
+fn no_probe_goes_to_a_peer_that_did_not_agree() {
+    // Host 0 did not agree: its selector's probes never leave, and its packets keep their
+    // own port.
+    let (mut world, p, _) = probing_world([false, true]);
+    let own = next_write_port(&mut world, &p);
+    world.run_until(Duration::from_micros(500), |_| false);
+    assert_eq!(next_write_port(&mut world, &p), own);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!((a.probes_sent, b.probe_replies_sent), (0, 0));
+    assert!(a.probes_unsent > 0);
+    assert_eq!(
+        b.drops_unexpected_opcode, 0,
+        "no 0x18 packet reached the peer"
+    );
+    // The peer did not agree: it drops the probes (counted) and answers none.
+    let (mut world, p, probe) = probing_world([true, false]);
+    next_write_port(&mut world, &p);
+    world.run_until(Duration::from_micros(500), |_| false);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert!(a.probes_sent > 0);
+    assert_eq!(b.probe_replies_sent, 0);
+    // Every probe that arrived was dropped (the last few are on their way).
+    assert!(b.drops_unexpected_opcode > 0 && b.drops_unexpected_opcode <= a.probes_sent);
+    assert_eq!(probe.borrow().rtt(0, own), None);
+}

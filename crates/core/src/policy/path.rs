@@ -631,6 +631,31 @@ impl EnginePathSelector {
         selector.on_signal(qp, now, &signal);
     }
 
+    /// When the selector next has a probe to send or a probe's timeout falls
+    /// ([`PathSelector::next_probe_at`]); `None` for the default selector.
+    #[inline]
+    pub(crate) fn next_probe_at(&self) -> Option<Instant> {
+        match self {
+            EnginePathSelector::QpnHash => None,
+            EnginePathSelector::Other { selector, .. } => selector.next_probe_at(),
+        }
+    }
+
+    /// The next probe due at `now` ([`PathSelector::next_probe`]).
+    pub(crate) fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        match self {
+            EnginePathSelector::QpnHash => None,
+            EnginePathSelector::Other { selector, .. } => selector.next_probe(now),
+        }
+    }
+
+    /// The reply to one of queue pair `probe.qp`'s probes arrived at `now`.
+    pub(crate) fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        if let EnginePathSelector::Other { selector, .. } = self {
+            selector.on_probe_reply(probe, now);
+        }
+    }
+
     /// A CNP arrived for queue pair `qp`: its round is ECN-marked.
     #[inline]
     pub(crate) fn on_cnp(&mut self, qp: u32) {
