@@ -59,6 +59,9 @@ pub struct Counters {
     /// Probes the path selector asked for that were not sent: the queue pair did not agree
     /// to probes with its peer (or is not connected), or too many were waiting to leave.
     pub probes_unsent: u64,
+    /// Request packets that arrived past a gap (ahead of the expected PSN), in either
+    /// recovery mode: reordering (multipath spraying) or loss.
+    pub out_of_order_arrivals: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,
     /// Duplicate requests the responder answered again (or dropped).

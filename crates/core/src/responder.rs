@@ -106,6 +106,7 @@ impl Qp {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
+        nic.counters.out_of_order_arrivals += 1;
         if let Some(reorder) = &mut self.resp.reorder {
             let bytes = match payload {
                 Payload::Bytes(b) => Some(b),
