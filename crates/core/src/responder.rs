@@ -112,7 +112,9 @@ impl Qp {
                 Payload::Bytes(b) => Some(b),
                 Payload::Len(_) => None,
             };
-            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len()) {
+            // The engine set the clock to the packet's arrival.
+            let now = nic.clock;
+            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now) {
                 nic.counters.packets_held += 1;
             }
         }

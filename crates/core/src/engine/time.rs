@@ -25,6 +25,7 @@ impl Engine {
             self.nic.controller.next_timeout(),
             self.nic.timers.settle(need),
             self.nic.path.next_probe_at(),
+            self.nic.trackers.next_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -42,6 +43,7 @@ impl Engine {
             self.nic.controller.next_timeout(),
             self.nic.timers.earliest(),
             self.nic.path.next_probe_at(),
+            self.nic.trackers.next_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -68,6 +70,10 @@ impl Engine {
         self.nic.clock = now;
         if self.nic.path.next_probe_at().is_some_and(|at| at <= now) {
             self.take_probes(now);
+        }
+        // The receive trackers' waits (LEFT's gather FIFOs, emptied after their timeout).
+        if self.nic.trackers.next_timeout().is_some_and(|at| at <= now) {
+            self.nic.trackers.poll(now);
         }
         if self
             .nic

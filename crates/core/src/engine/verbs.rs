@@ -392,6 +392,13 @@ impl Engine {
         }
     }
 
+    /// The operations the receive trackers carried out so far (cache hits, pool walks,
+    /// gathered packets...), for a driver to charge their cost (LEFT's FPGA figures:
+    /// [`crate::policy::TrackerWork::nanos`]) or report work per packet.
+    pub fn tracker_work(&self) -> crate::policy::TrackerWork {
+        self.nic.trackers.work()
+    }
+
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
         self.set_cc_control(qpn, c.cc_control)?;
