@@ -334,6 +334,12 @@ pub struct RttProbe {
     timeout: Duration,
     rng: Rng,
     states: Vec<Option<ProbeState>>,
+    /// No later than the earliest probe or timeout due (`next_probe_at`), kept so that the
+    /// engine's `next_timeout`, which a driver asks at every poll, does not walk every queue
+    /// pair's paths: computed by the walk [`PathSelector::next_probe`] ends with, and only
+    /// ever moved earlier between walks (a reply makes it early, never late: an early wake
+    /// finds nothing due and walks again).
+    earliest: Option<Instant>,
 }
 
 impl RttProbe {
@@ -347,7 +353,23 @@ impl RttProbe {
             timeout,
             rng: Rng::new(seed),
             states: Vec::new(),
+            earliest: None,
         }
+    }
+
+    /// The earliest probe round or probe timeout of any queue pair (a walk over all).
+    fn walk_earliest(&self) -> Option<Instant> {
+        self.states
+            .iter()
+            .flatten()
+            .flat_map(|s| {
+                let expiries = s
+                    .paths
+                    .iter()
+                    .filter_map(|p| p.sent.map(|t| t + self.timeout));
+                std::iter::once(s.next_round).chain(expiries)
+            })
+            .min()
     }
 
     /// Queue pair `qp`'s probed ports, its own first (none before it sends).
@@ -417,6 +439,8 @@ impl PathSelector for RttProbe {
                 next_round: Instant::ZERO,
                 best: 0,
             });
+            // Its first round is due at once.
+            self.earliest = Some(Instant::ZERO);
         }
         let s = self.states[i].as_ref().expect("just made");
         s.paths[s.best].port
@@ -451,21 +475,20 @@ impl PathSelector for RttProbe {
             }
             s.next_round = now + self.interval;
         }
+        self.earliest = self.walk_earliest();
         None
     }
 
     fn next_probe_at(&self) -> Option<Instant> {
-        self.states
-            .iter()
-            .flatten()
-            .flat_map(|s| {
-                let expiries = s
-                    .paths
-                    .iter()
-                    .filter_map(|p| p.sent.map(|t| t + self.timeout));
-                std::iter::once(s.next_round).chain(expiries)
-            })
-            .min()
+        debug_assert!(
+            match (self.earliest, self.walk_earliest()) {
+                (Some(kept), Some(walked)) => kept <= walked,
+                (None, Some(_)) => false,
+                (_, None) => true,
+            },
+            "the kept time is never later than the walk's"
+        );
+        self.earliest
     }
 
     fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
