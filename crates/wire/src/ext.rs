@@ -324,6 +324,12 @@ impl ExtHeaders {
             put(&[0u8; 16]);
         }
         if let Some(c) = self.cc_control {
+            // Never a probe the decoder would refuse.
+            if crate::PathProbeHeader::from_control(&c).is_err() {
+                return Err(Error::FieldRange(
+                    "a path probe's reserved bytes 10..12 are zero",
+                ));
+            }
             put(&c.bytes());
         }
         debug_assert_eq!(at, len);

@@ -163,5 +163,19 @@ mod tests {
             value: 0x0000_0100_0000_0000,
         };
         assert!(PathProbeHeader::from_control(&bad).is_err());
+        // Nor does an encoder write one.
+        let headers = RoceHeaders {
+            bth: Bth::new(Opcode::RC_CC_CONTROL, 0x12, Psn::new(0)),
+            ccx: None,
+            ext: ExtHeaders {
+                cc_control: Some(bad),
+                ..ExtHeaders::default()
+            },
+        };
+        let mut out = [0u8; 64];
+        assert!(matches!(
+            headers.emit(&[], &mut out),
+            Err(Error::FieldRange(_))
+        ));
     }
 }
