@@ -10,8 +10,9 @@ impl Engine {
     /// the engine's timers and the control law's: once `handle_timeout` ran at `now`, the
     /// answer is later than `now` (unless a law's own timer does not move on). When a
     /// scheduler lets a paced queue pair send is [`Engine::next_transmit_at`]. A path
-    /// selector that probes (`rtt-probe`) has its own: when its next probe is due or an
-    /// outstanding one times out.
+    /// selector that probes (`rtt-probe`) has its own (when its next probe is due or an
+    /// outstanding one times out), and so do receive trackers that wait (LEFT's gather
+    /// FIFOs).
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (qps, live) = (&self.qps, &self.live);
         let need = |index: u32| {
