@@ -467,3 +467,74 @@ impl Summary {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_wire::pcap::PcapWriter;
+    use sluice_wire::{
+        Bth, ExtHeaders, IpHeader, Ipv4Header, Opcode, PathProbeHeader, ROCE_V2_PORT, RoceHeaders,
+        UdpHeader, emit_datagram,
+    };
+
+    /// A path probe (or reply) as a raw IPv4 datagram with a valid ICRC; `poke` changes the
+    /// control header's byte at that offset before the ICRC is computed.
+    fn probe_datagram(reply: bool, poke: Option<usize>) -> Vec<u8> {
+        let ip = IpHeader::V4(Ipv4Header {
+            src: std::net::Ipv4Addr::new(10, 0, 0, 1),
+            dst: std::net::Ipv4Addr::new(10, 0, 0, 2),
+            tos: 0,
+            identification: 0,
+            dont_fragment: true,
+            ttl: 64,
+        });
+        let udp = UdpHeader {
+            src_port: 0xC123,
+            dst_port: ROCE_V2_PORT,
+        };
+        let probe = PathProbeHeader {
+            reply,
+            port: 0xC123,
+            seq: 9,
+        };
+        let roce = RoceHeaders {
+            bth: Bth::new(Opcode::RC_CC_CONTROL, 0x11, Psn::new(0)),
+            ccx: None,
+            ext: ExtHeaders {
+                cc_control: Some(probe.control()),
+                ..ExtHeaders::default()
+            },
+        };
+        let mut buf = vec![0u8; 256];
+        let n = emit_datagram(&ip, &udp, &roce, &[], &mut buf).unwrap();
+        buf.truncate(n);
+        if let Some(at) = poke {
+            // IPv4 (20), UDP (8), BTH (12), then the control header.
+            buf[40 + at] = 1;
+            sluice_wire::icrc::write(&mut buf).unwrap();
+        }
+        buf
+    }
+
+    #[test]
+    fn valid_probes_pass_and_a_probe_with_reserved_bits_set_is_malformed() {
+        let mut w = PcapWriter::new(Vec::new(), link_type::RAW, 65535).unwrap();
+        w.write(0, &probe_datagram(false, None)).unwrap();
+        w.write(0, &probe_datagram(true, None)).unwrap();
+        let s = check(&w.into_inner()[..], "probes", ROCE_V2_PORT).unwrap();
+        assert_eq!((s.roce_packets, s.malformed, s.ok), (2, 0, true));
+        // Not sequenced: no PSN stream.
+        assert!(s.queue_pairs.is_empty());
+        for at in [3, 10] {
+            let mut w = PcapWriter::new(Vec::new(), link_type::RAW, 65535).unwrap();
+            w.write(0, &probe_datagram(false, Some(at))).unwrap();
+            let s = check(&w.into_inner()[..], "bad", ROCE_V2_PORT).unwrap();
+            assert_eq!((s.malformed, s.ok), (1, false), "byte {at}");
+            assert!(
+                s.problems[0].detail.contains("bad path probe"),
+                "{:?}",
+                s.problems
+            );
+        }
+    }
+}

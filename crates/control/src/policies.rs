@@ -948,7 +948,7 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
         },
         PolicyInfo {
             name: "plb",
-            summary: "PLB: a queue pair moves to another port after `rounds` congested rounds in a row (needs the engine to pass congestion signals)",
+            summary: "PLB: a queue pair moves to another port after `rounds` congested rounds (of ACKs) in a row: a CNP in the round, or its RTT over `delay`",
             params: PlbParams::INFO,
             both_ends: false,
             build: |p| {
@@ -961,9 +961,9 @@ pub const PATH_SELECTORS: Registry<Box<dyn PathSelector>> = Registry {
         },
         PolicyInfo {
             name: "rtt-probe",
-            summary: "SCR's multipath selection: probes a queue pair's paths, its packets take the live one of lowest RTT (needs the engine to send probes)",
+            summary: "SCR's multipath selection: probes a queue pair's paths, its packets take the live one of lowest RTT (probes are Sluice control packets the peer answers)",
             params: RttProbeParams::INFO,
-            both_ends: false,
+            both_ends: true,
             build: |p| {
                 params::<RttProbeParams>(p).map(|r| {
                     let interval = Duration::from_nanos(us_to_ns(r.interval_us));

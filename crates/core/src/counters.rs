@@ -49,6 +49,19 @@ pub struct Counters {
     /// Grants a law made that could not be sent: the queue pair negotiated neither control
     /// packets nor the credit CCX, or it is in the error state.
     pub grants_unsent: u64,
+    /// Path probes sent (for a path selector that probes, e.g. `rtt-probe`), and replies
+    /// sent to the peer's probes.
+    pub probes_sent: u64,
+    /// Replies sent to the peer's path probes.
+    pub probe_replies_sent: u64,
+    /// Replies to this engine's probes received (and handed to the path selector).
+    pub probe_replies_received: u64,
+    /// Probes the path selector asked for that were not sent: the queue pair did not agree
+    /// to probes with its peer (or is not connected), or too many were waiting to leave.
+    pub probes_unsent: u64,
+    /// Request packets that arrived past a gap (ahead of the expected PSN), in either
+    /// recovery mode: reordering (multipath spraying) or loss.
+    pub out_of_order_arrivals: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,
     /// Duplicate requests the responder answered again (or dropped).

@@ -440,6 +440,8 @@ pub(crate) struct QpAttrs {
     pub(crate) recovery: Recovery,
     /// Both ends agreed to exchange Sluice's control packets (credit grants).
     pub(crate) cc_control: bool,
+    /// Both ends agreed to exchange Sluice's path probes (control packets of kinds 2 and 3).
+    pub(crate) path_probes: bool,
     /// The CC extension header layout the two ends agreed on; `None`: plain RoCE v2.
     pub(crate) ccx: Option<sluice_wire::CcxLayout>,
     /// Payload services run on its packets (the engine holds them, by index).
@@ -461,6 +463,7 @@ impl Default for QpAttrs {
             max_rd_atomic: 0,
             recovery: Recovery::GoBackN,
             cc_control: false,
+            path_probes: false,
             ccx: None,
             services: false,
         }

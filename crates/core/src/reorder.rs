@@ -41,8 +41,9 @@ impl ReorderBuffer {
         }
     }
 
-    /// Holds a packet `offset` PSNs past the expected one; false if it cannot be held
-    /// (a duplicate, too far ahead, or the buffer is full).
+    /// Holds a packet `offset` PSNs past the expected one, arrived at `now` (the tracker
+    /// records it with the time: LEFT's gather FIFOs wait by it); false if it cannot be held
+    /// (a duplicate, too far ahead, no shared memory left, or the buffer is full).
     pub(crate) fn hold(
         &mut self,
         offset: u32,
@@ -50,8 +51,11 @@ impl ReorderBuffer {
         headers: &RoceHeaders,
         payload: Option<&[u8]>,
         len: u32,
+        now: crate::Instant,
     ) -> bool {
-        if self.held.len() >= self.limit || !self.tracker.insert(offset) {
+        if self.held.len() >= self.limit
+            || self.tracker.record_at(offset, now) != crate::policy::Recorded::New
+        {
             return false;
         }
         let mut bytes = self.spare.pop().unwrap_or_default();

@@ -553,6 +553,7 @@ impl Qp {
         };
         // An echoed send time measures the very transmission that was answered.
         let rtt = nic.echoed_rtt.take().or(probed);
+        nic.path_ack(self, now, psn, rtt);
         nic.emit(
             self,
             now,

@@ -106,12 +106,15 @@ impl Qp {
         headers: &RoceHeaders,
         payload: Payload<'_>,
     ) {
+        nic.counters.out_of_order_arrivals += 1;
         if let Some(reorder) = &mut self.resp.reorder {
             let bytes = match payload {
                 Payload::Bytes(b) => Some(b),
                 Payload::Len(_) => None,
             };
-            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len()) {
+            // The engine set the clock to the packet's arrival.
+            let now = nic.clock;
+            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now) {
                 nic.counters.packets_held += 1;
             }
         }

@@ -440,3 +440,61 @@ fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
         }
     }
 }
+
+/// Through an engine, LEFT's gather FIFOs wait by the arrival time: with no cache and every
+/// pool walk too slow (so each packet past the gap is gathered), the packets held behind a
+/// lost first packet are written to the pool when their FIFO's timeout passes
+/// (`handle_timeout` polls the trackers once their `next_timeout` is due), before the
+/// retransmission fills the gap, not only when the expected PSN passes them.
+#[test]
+fn left_empties_a_gather_fifo_on_its_timeout_through_an_engine() {
+    use sluice_core::policy::Policies;
+    use sluice_core::{Engine, EngineConfig, Recovery};
+    use sluice_testkit::{Impairments, Pair, PairOptions, World};
+    use std::time::Duration;
+
+    let config = LeftConfig {
+        caches: 0,
+        t_max: 0,
+        timeout: 1_000,
+        ..LeftConfig::default()
+    };
+    let left = Left::new(config);
+    let mut world = World::new(2, 5, Impairments::CLEAN);
+    world.engines[1] = Engine::with_policies(
+        EngineConfig {
+            seed: 5,
+            ..EngineConfig::default()
+        },
+        Policies {
+            tracker: Box::new(left.clone()),
+            ..Policies::default()
+        },
+    );
+    let options = PairOptions {
+        recovery: Recovery::SelectiveRepeat,
+        ..PairOptions::default()
+    };
+    let p = Pair::connect(&mut world, &options);
+    // A four-packet WRITE whose first packet is lost: three held past the gap.
+    world.lost_sends[0].push(0..1);
+    p.post_write(&mut world, 1, 0, 4 * 1024);
+    // Until the three are gathered: a FIFO (of depth 8) waits, with a deadline.
+    world.run_until(Duration::from_millis(1), |w| {
+        w.engines[1].tracker_work().gathered == 3
+    });
+    let deadline = world.engines[1].next_timeout().expect("the FIFO's timeout");
+    assert!(deadline <= world.now + Duration::from_micros(1));
+    assert_eq!(left.work().flushes, 0);
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(1), |w| w.engines[0].cq_len(cq) == 1));
+    let work = world.engines[1].tracker_work();
+    assert_eq!(work, left.work());
+    assert_eq!(
+        (work.gathered, work.flushes, work.passed),
+        (3, 1, 0),
+        "{work:?}"
+    );
+    assert_eq!(world.engines[1].counters().packets_held, 3);
+    left.check().unwrap();
+}

@@ -1118,6 +1118,7 @@ impl<'a> Network<'a> {
                 },
                 ccx,
                 cc_control,
+                path_probes: self.scenario.policies.path_probes(),
                 ..Connection::new(
                     host_ip(peer),
                     qp[1 - i].0,

@@ -389,6 +389,16 @@ impl PoliciesConfig {
         })
     }
 
+    /// Whether the path selector exchanges probes with the peer (`rtt-probe`): in the
+    /// simulator both ends run the scenario's selector, so both agree to them.
+    pub fn path_probes(&self) -> bool {
+        self.path.as_ref().is_some_and(|p| {
+            sluice_control::policies::PATH_SELECTORS
+                .info(&p.name)
+                .is_some_and(|i| i.both_ends)
+        })
+    }
+
     /// One queue pair's services.
     pub fn build_services(
         &self,

@@ -148,6 +148,10 @@ pub struct World {
     awake_at: Vec<Instant>,
     /// What the link does on purpose to each host's next packets, in order.
     faults: Vec<VecDeque<Fault>>,
+    /// Paths by UDP source port, both ways: a packet whose source port is listed takes that
+    /// much longer (`Some`), or is lost (`None`), as if ECMP hashed its port onto a slower
+    /// or failed path. Ports not listed take the link as it is.
+    pub port_paths: Vec<(u16, Option<Duration>)>,
 }
 
 impl World {
@@ -180,6 +184,7 @@ impl World {
             answer_delay: vec![Duration::ZERO; hosts],
             awake_at: vec![Instant::ZERO; hosts],
             faults: vec![VecDeque::new(); hosts],
+            port_paths: Vec::new(),
         }
     }
 
@@ -309,9 +314,19 @@ impl World {
                 self.ecn_marked += 1;
             }
         }
-        let arrives = start + on_wire + self.link.delay;
+        let mut arrives = start + on_wire + self.link.delay;
         let number = self.sends[from];
         self.sends[from] += 1;
+        // IPv4 without options (what `encode` writes): the UDP source port at 20.
+        let port = u16::from_be_bytes([bytes[20], bytes[21]]);
+        match self.port_paths.iter().find(|(p, _)| *p == port) {
+            Some((_, None)) => {
+                self.dropped_by_link += 1;
+                return;
+            }
+            Some((_, Some(extra))) => arrives = arrives + *extra,
+            None => {}
+        }
         let fault = self.faults[from].pop_front();
         if fault == Some(Fault::Drop)
             || self.lost_sends[from].iter().any(|r| r.contains(&number))

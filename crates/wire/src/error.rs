@@ -56,6 +56,9 @@ pub enum Error {
     /// A congestion-control extension header (after a BTH with TVer 1) that is malformed.
     #[error("bad CC extension header: {0}")]
     BadCcx(&'static str),
+    /// A path probe (a control packet of kind 2 or 3) that is malformed.
+    #[error("bad path probe: {0}")]
+    BadProbe(&'static str),
     /// The IP version nibble is neither 4 nor 6, or disagrees with the framing.
     #[error("bad IP version {0}")]
     BadIpVersion(u8),

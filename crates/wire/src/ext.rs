@@ -65,6 +65,10 @@ pub enum CcControlKind {
     /// queue pair connected (wrapping). A total, not an increment, so that a lost or
     /// duplicated grant is repaired by the next one.
     CreditTotal,
+    /// A path probe: `value` is a [`crate::PathProbeHeader`]'s port and number.
+    PathProbe,
+    /// A path probe's reply, echoing the probe's port and number.
+    PathProbeReply,
     /// A kind this version does not know (kept, so it can be re-encoded as received).
     Other(u8),
 }
@@ -73,6 +77,8 @@ impl From<u8> for CcControlKind {
     fn from(kind: u8) -> Self {
         match kind {
             1 => CcControlKind::CreditTotal,
+            crate::probe::PROBE_KIND => CcControlKind::PathProbe,
+            crate::probe::PROBE_REPLY_KIND => CcControlKind::PathProbeReply,
             k => CcControlKind::Other(k),
         }
     }
@@ -82,6 +88,8 @@ impl From<CcControlKind> for u8 {
     fn from(kind: CcControlKind) -> u8 {
         match kind {
             CcControlKind::CreditTotal => 1,
+            CcControlKind::PathProbe => crate::probe::PROBE_KIND,
+            CcControlKind::PathProbeReply => crate::probe::PROBE_REPLY_KIND,
             CcControlKind::Other(k) => k,
         }
     }
@@ -316,6 +324,12 @@ impl ExtHeaders {
             put(&[0u8; 16]);
         }
         if let Some(c) = self.cc_control {
+            // Never a probe the decoder would refuse.
+            if crate::PathProbeHeader::from_control(&c).is_err() {
+                return Err(Error::FieldRange(
+                    "a path probe's reserved bytes 10..12 are zero",
+                ));
+            }
             put(&c.bytes());
         }
         debug_assert_eq!(at, len);

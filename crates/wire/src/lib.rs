@@ -52,6 +52,7 @@ mod ip;
 mod opcode;
 mod packet;
 pub mod pcap;
+mod probe;
 mod psn;
 mod size;
 
@@ -71,6 +72,7 @@ pub use ip::{
 };
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ICRC_LEN, RoceHeaders, RocePacket, pad_for};
+pub use probe::{PROBE_KIND, PROBE_REPLY_KIND, PathProbeHeader};
 pub use psn::Psn;
 pub use size::{
     ETHERNET_FCS_LEN, ETHERNET_GAP_LEN, ETHERNET_MIN_FRAME_LEN, ETHERNET_PREAMBLE_LEN, link_len,

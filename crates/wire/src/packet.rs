@@ -62,6 +62,9 @@ impl<'a> RocePacket<'a> {
         if let Some(at) = info.offset_of(HeaderSet::AETH) {
             Syndrome::from_byte(ext[at])?;
         }
+        if let Some(at) = info.offset_of(HeaderSet::CC_CONTROL) {
+            crate::probe::PathProbeHeader::check(&ext[at..])?;
+        }
         let icrc_at = buf.len() - ICRC_LEN;
         let body = &buf[header_len..icrc_at];
         let pad = usize::from(bth.pad_count);

@@ -61,7 +61,12 @@ fn arb_ext(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
                 ieth: has(HeaderSet::IETH).then_some(ieth),
                 cc_control: has(HeaderSet::CC_CONTROL).then_some(CcControl {
                     kind: cc.0.into(),
-                    value: cc.1,
+                    // A path probe's reserved bytes are zero (an encoder refuses others).
+                    value: if matches!(cc.0, PROBE_KIND | PROBE_REPLY_KIND) {
+                        cc.1 & !0x0000_FFFF_0000_0000
+                    } else {
+                        cc.1
+                    },
                 }),
             }
         })

@@ -357,6 +357,21 @@ impl PolicyOptions {
             .collect()
     }
 
+    /// The path selector exchanges probes with the peer (`rtt-probe`), so the peer must run
+    /// it too: perftest's exchange cannot agree on it, so this is the user's word.
+    pub fn path_probes(&self) -> bool {
+        sluice_control::policies::PATH_SELECTORS
+            .info(&self.path.name)
+            .is_some_and(|i| i.both_ends)
+    }
+
+    /// Whether a run's reordering counters are worth a line of their own: selective
+    /// repeat, or a path selector that may reorder.
+    pub fn reorders(&self) -> bool {
+        self.recovery == sluice_core::Recovery::SelectiveRepeat
+            || self.path.name != sluice_control::policies::PATH_SELECTORS.default_name()
+    }
+
     /// Some service changes the bytes on the wire, so the peer must run it too.
     pub fn changes_the_wire(&self) -> bool {
         self.services.iter().any(|s| {

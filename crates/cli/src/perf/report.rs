@@ -52,6 +52,9 @@ pub struct Report {
     pub retransmitted_packets: u64,
     /// Retransmit timer expiries of the engine.
     pub retransmit_timeouts: u64,
+    /// Out-of-order arrivals, held packets, the receive trackers' memory and path probes.
+    #[serde(flatten)]
+    pub reorder: Reordering,
     /// `--verify`: messages checked on this side since the run began (`None` without
     /// `--verify`, and left out of the JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,6 +79,56 @@ pub struct Report {
     /// `--cc-decoupled`: what SCR's decoupled control loop did over this line's run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decoupled: Option<super::DecoupledReport>,
+}
+
+/// What reordering cost a line's run, on this side: the engine's counters over the run,
+/// the receive trackers' memory at its end.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Reordering {
+    /// Request packets that arrived past a gap (reordering or loss).
+    pub out_of_order_arrivals: u64,
+    /// Of those, the packets selective repeat held until the gap filled.
+    pub held_packets: u64,
+    /// The receive trackers' memory at the end, bytes: every queue pair's own...
+    pub tracker_bytes_per_connection: u64,
+    /// ...and what they share (LEFT's pool).
+    pub tracker_bytes_shared: u64,
+    /// Path probes sent (`--path rtt-probe`).
+    pub probes_sent: u64,
+    /// Replies to them received.
+    pub probe_replies_received: u64,
+}
+
+impl Reordering {
+    /// The counters between `before` and `after`, and `engine`'s trackers now.
+    pub(crate) fn of(
+        before: &sluice_core::Counters,
+        after: &sluice_core::Counters,
+        engine: &sluice_core::Engine,
+    ) -> Reordering {
+        let memory = engine.tracker_memory();
+        Reordering {
+            out_of_order_arrivals: after.out_of_order_arrivals - before.out_of_order_arrivals,
+            held_packets: after.packets_held - before.packets_held,
+            tracker_bytes_per_connection: memory.per_connection as u64,
+            tracker_bytes_shared: memory.shared as u64,
+            probes_sent: after.probes_sent - before.probes_sent,
+            probe_replies_received: after.probe_replies_received - before.probe_replies_received,
+        }
+    }
+
+    /// The line under a result row.
+    pub fn row(&self) -> String {
+        format!(
+            " reordering: {} out-of-order arrivals, {} held; tracker memory {} B per connection + {} B shared; probes {} sent, {} answered",
+            self.out_of_order_arrivals,
+            self.held_packets,
+            self.tracker_bytes_per_connection,
+            self.tracker_bytes_shared,
+            self.probes_sent,
+            self.probe_replies_received
+        )
+    }
 }
 
 /// One tenant's results.
@@ -194,6 +247,7 @@ impl Report {
             t_max_us: None,
             retransmitted_packets,
             retransmit_timeouts,
+            reorder: Reordering::default(),
             verified_messages: None,
             verify_errors: None,
             services: Default::default(),

@@ -488,6 +488,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 report.duration_s,
             ));
         }
+        report.reorder = super::report::Reordering::of(&before, &after, s.dev.engine_ref());
         if !m.per_qp.is_empty() && !o.tenants.is_empty() {
             report.add_tenants(o, &m);
         }
@@ -519,6 +520,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 );
             } else {
                 println!("{}", report.row(o.report_gbits));
+                if o.policies.reorders() {
+                    println!("{}", report.reorder.row());
+                }
                 if !report.tenants.is_empty() {
                     println!("{}", report.tenant_rows(o.report_gbits));
                 }
@@ -703,6 +707,7 @@ fn open(
         // perftest's exchange cannot negotiate Sluice's control packets: a law that needs
         // them is the user's word that the peer runs it too.
         c.cc_control = o.cc.control_packets();
+        c.path_probes = o.policies.path_probes();
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
         engine.connect(*qpn, &c)?;

@@ -120,6 +120,10 @@ pub struct Connection {
     /// Exchange Sluice's control packets (credit grants, opcode 0x18) with the peer. Only
     /// when both ends agreed: a standard RoCE peer drops them.
     pub cc_control: bool,
+    /// Exchange Sluice's path probes with the peer (control packets of kinds 2 and 3, opcode
+    /// 0x18): a path selector that probes (`rtt-probe`) sends them, and the peer's are
+    /// answered. Only when both ends agreed: a standard RoCE peer drops them.
+    pub path_probes: bool,
     /// Carry Sluice's CC extension header (after the BTH, TVer 1) in this layout: send
     /// timestamps echoed by the peer (an RTT sample per ACK), INT records switches fill in
     /// (HPCC) or credit totals (grants then ride the peer's packets instead of control
@@ -152,6 +156,7 @@ impl Connection {
             max_dest_rd_atomic: 16,
             recovery: crate::Recovery::GoBackN,
             cc_control: false,
+            path_probes: false,
             ccx: None,
         }
     }
@@ -281,7 +286,15 @@ pub(crate) struct Nic {
     async_events: VecDeque<u32>,
     /// The latest `now` the engine was given, which stamps completions.
     pub(crate) clock: Instant,
+    /// Path probes and replies to send, by queue pair index, ahead of the scheduler's
+    /// packets (a probe measures the network, not this engine's queues); at most
+    /// [`MAX_PROBES_WAITING`].
+    pub(crate) probes: VecDeque<(u32, sluice_wire::PathProbeHeader)>,
 }
+
+/// The most probes and probe replies waiting to leave: a peer that floods probes gets
+/// replies up to this and the rest dropped (counted), never unbounded memory.
+pub(crate) const MAX_PROBES_WAITING: usize = 1024;
 
 impl Qp {
     /// The queue pair's slot in the engine's table: its number less the first number, so
@@ -441,6 +454,7 @@ impl Nic {
             inline_spare: Vec::new(),
             async_events: VecDeque::new(),
             clock: Instant::ZERO,
+            probes: VecDeque::new(),
         }
     }
 
@@ -517,6 +531,20 @@ impl Nic {
                 .path
                 .source_port(qp.index(), qp.num, psn, opcode, self.clock),
         }
+    }
+
+    /// `qp`'s requester confirmed every PSN before `confirmed` at `now` (with an RTT sample
+    /// if the acknowledgement gave one): the path selector's round of signals (PLB).
+    #[inline]
+    pub(crate) fn path_ack(
+        &mut self,
+        qp: &Qp,
+        now: Instant,
+        confirmed: Psn,
+        rtt: Option<Duration>,
+    ) {
+        self.path
+            .on_ack(qp.index(), now, confirmed, qp.req.max_sent, rtt);
     }
 
     /// Hands `qp` to the scheduler (if it does not hold it already).

@@ -170,6 +170,7 @@ impl Engine {
             sluice_wire::Transport::Rc => {}
             sluice_wire::Transport::Cnp => {
                 self.nic.counters.cnps_received += 1;
+                self.nic.path.on_cnp(index);
                 self.emit(index, now, Event::Cnp);
                 self.schedule(index);
                 return None;
@@ -274,13 +275,56 @@ impl Engine {
     }
 
     /// A control packet from the peer: credit grants carry the total granted so far, so a
-    /// lost grant is made up by the next and a duplicate or late one adds nothing.
+    /// lost grant is made up by the next and a duplicate or late one adds nothing; path
+    /// probes are answered and their replies go to the path selector. Each kind only when
+    /// the queue pair agreed to it.
     fn on_cc_control(&mut self, index: u32, now: Instant, headers: &RoceHeaders) {
-        match (self.qp_mut(index).attrs.cc_control, headers.ext.cc_control) {
-            (true, Some(c)) if c.kind == sluice_wire::CcControlKind::CreditTotal => {
+        use sluice_wire::CcControlKind;
+        let attrs = &self.qp_mut(index).attrs;
+        let (credit, probes) = (attrs.cc_control, attrs.path_probes);
+        match headers.ext.cc_control {
+            Some(c) if credit && c.kind == CcControlKind::CreditTotal => {
                 self.on_credit_total(index, now, c.value)
             }
+            Some(c)
+                if probes
+                    && matches!(
+                        c.kind,
+                        CcControlKind::PathProbe | CcControlKind::PathProbeReply
+                    ) =>
+            {
+                self.on_probe(index, now, &c)
+            }
             _ => self.nic.counters.drops_unexpected_opcode += 1,
+        }
+    }
+
+    /// A path probe from the peer (answered: the reply leaves with the next packets) or the
+    /// reply to one of ours (to the path selector, which matches it to the probe it sent).
+    #[inline(never)]
+    fn on_probe(&mut self, index: u32, now: Instant, c: &sluice_wire::CcControl) {
+        let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) else {
+            // The decoder refuses reserved bits already; a header built otherwise is not
+            // taken either.
+            self.nic.counters.drops_unexpected_opcode += 1;
+            return;
+        };
+        if h.reply {
+            self.nic.counters.probe_replies_received += 1;
+            let probe = crate::policy::PathProbe {
+                qp: index,
+                port: h.port,
+                seq: h.seq,
+            };
+            self.nic.path.on_probe_reply(probe, now);
+        } else if self.qp_mut(index).state.receiving()
+            && self.nic.probes.len() < super::MAX_PROBES_WAITING
+        {
+            self.nic
+                .probes
+                .push_back((index, sluice_wire::PathProbeHeader { reply: true, ..h }));
+        } else {
+            self.nic.counters.probes_unsent += 1;
         }
     }
 
@@ -304,11 +348,60 @@ impl Engine {
     /// Read the payload with [`Engine::payload`] before the next call.
     #[inline]
     pub fn poll_transmit(&mut self, now: Instant, payload: &mut [u8]) -> Option<Transmit> {
+        if !self.nic.probes.is_empty()
+            && let Some(t) = self.probe_packet(now)
+        {
+            return Some(t);
+        }
         // Nothing to send is the common answer when a driver polls: given before the visit's
         // set-up.
         let first = self.nic.scheduler.next(now)?;
         self.nic.clock = now;
         self.visit_from(first, now, payload)
+    }
+
+    /// The next path probe or probe reply waiting, as a packet: a control packet (opcode
+    /// 0x18, not sequenced, no payload, no CCX) from the port the probe measures, a reply
+    /// from the same port (so that, on a fabric that hashes both ways alike, it comes back
+    /// along the probed path).
+    #[cold]
+    #[inline(never)]
+    fn probe_packet(&mut self, now: Instant) -> Option<Transmit> {
+        use sluice_wire::{Bth, ExtHeaders, Opcode};
+        while let Some((index, h)) = self.nic.probes.pop_front() {
+            if !self.is_live(index) {
+                continue;
+            }
+            let qp = &self.qps[index as usize];
+            let Some(dst) = qp.attrs.peer.filter(|_| qp.state != crate::QpState::Error) else {
+                continue;
+            };
+            self.nic.clock = now;
+            let bth = Bth::new(Opcode::RC_CC_CONTROL, qp.attrs.dest_qpn, Psn::new(0));
+            let ext = ExtHeaders {
+                cc_control: Some(h.control()),
+                ..ExtHeaders::default()
+            };
+            let counters = &mut self.nic.counters;
+            counters.tx_packets += 1;
+            if h.reply {
+                counters.probe_replies_sent += 1;
+            } else {
+                counters.probes_sent += 1;
+            }
+            return Some(Transmit {
+                dst,
+                src_port: h.port,
+                headers: RoceHeaders {
+                    bth,
+                    ccx: None,
+                    ext,
+                },
+                payload_len: 0,
+                payload_at: PayloadAt::Buffer,
+            });
+        }
+        None
     }
 
     /// Visits queue pairs from `first` on, in the scheduler's order, until one sends.

@@ -9,7 +9,10 @@ impl Engine {
     /// not wake for nothing, and may sleep in a cheaper way when nothing is due soon. Only
     /// the engine's timers and the control law's: once `handle_timeout` ran at `now`, the
     /// answer is later than `now` (unless a law's own timer does not move on). When a
-    /// scheduler lets a paced queue pair send is [`Engine::next_transmit_at`].
+    /// scheduler lets a paced queue pair send is [`Engine::next_transmit_at`]. A path
+    /// selector that probes (`rtt-probe`) has its own (when its next probe is due or an
+    /// outstanding one times out), and so do receive trackers that wait (LEFT's gather
+    /// FIFOs).
     pub fn next_timeout(&mut self) -> Option<Instant> {
         let (qps, live) = (&self.qps, &self.live);
         let need = |index: u32| {
@@ -22,6 +25,8 @@ impl Engine {
         [
             self.nic.controller.next_timeout(),
             self.nic.timers.settle(need),
+            self.nic.path.next_probe_at(),
+            self.nic.trackers.next_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -38,6 +43,8 @@ impl Engine {
         [
             self.nic.controller.next_timeout(),
             self.nic.timers.earliest(),
+            self.nic.path.next_probe_at(),
+            self.nic.trackers.next_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -57,10 +64,18 @@ impl Engine {
         self.nic.scheduler.get_ref().eligible_at()
     }
 
-    /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, and
-    /// the control plane's own (law timers, decoupled processing).
+    /// Fires every timer due at `now`: retransmissions, the end of RNR waits, pacing, the
+    /// control plane's own (law timers, decoupled processing), and the path selector's
+    /// probes (queued to leave at the next [`Engine::poll_transmit`]).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.nic.clock = now;
+        if self.nic.path.next_probe_at().is_some_and(|at| at <= now) {
+            self.take_probes(now);
+        }
+        // The receive trackers' waits (LEFT's gather FIFOs, emptied after their timeout).
+        if self.nic.trackers.next_timeout().is_some_and(|at| at <= now) {
+            self.nic.trackers.poll(now);
+        }
         if self
             .nic
             .controller
@@ -79,6 +94,29 @@ impl Engine {
                 let (qp, nic) = self.parts(index);
                 qp.on_timer(nic, now);
             }
+        }
+    }
+
+    /// Queues every probe the path selector has due at `now`, for queue pairs that agreed
+    /// to probes with their peer; the others are counted, never sent (a standard RoCE peer
+    /// would drop them, and the selector then sees that path's probe time out).
+    #[inline(never)]
+    fn take_probes(&mut self, now: Instant) {
+        while let Some(probe) = self.nic.path.next_probe(now) {
+            let agreed = self.is_live(probe.qp) && {
+                let qp = &self.qps[probe.qp as usize];
+                qp.attrs.path_probes && qp.state.sending()
+            };
+            if !agreed || self.nic.probes.len() >= super::MAX_PROBES_WAITING {
+                self.nic.counters.probes_unsent += 1;
+                continue;
+            }
+            let header = sluice_wire::PathProbeHeader {
+                reply: false,
+                port: probe.port,
+                seq: probe.seq,
+            };
+            self.nic.probes.push_back((probe.qp, header));
         }
     }
 }

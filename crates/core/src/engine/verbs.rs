@@ -153,6 +153,7 @@ impl Engine {
             services.clear();
         }
         self.nic.timers.clear(index);
+        self.nic.probes.retain(|&(i, _)| i != index);
         self.free_qps.push(index);
         Ok(())
     }
@@ -306,6 +307,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Lets queue pair `qpn` send and answer Sluice's path probes (see
+    /// [`crate::Connection::path_probes`]). Call it only when the peer agreed at connection
+    /// setup: without it the path selector's probes are not sent (and counted in
+    /// `Counters::probes_unsent`) and the peer's are dropped.
+    pub fn set_path_probes(&mut self, qpn: QpNum, on: bool) -> Result<(), Error> {
+        let index = self.live(qpn)?;
+        self.qp_mut(index).attrs.path_probes = on;
+        Ok(())
+    }
+
     /// Makes queue pair `qpn` carry Sluice's CC extension header in `layout` (`None`: plain
     /// RoCE v2). Call it only when the peer agreed at connection setup: a standard RoCE
     /// peer drops such packets. Packets with a CCX of another layout are dropped and counted.
@@ -381,9 +392,9 @@ impl Engine {
         }
     }
 
-    /// The operations the receive trackers carried out so far (see
-    /// [`crate::policy::TrackerWork`]; none counted for per-queue-pair bitmaps), so that a
-    /// simulator can charge them their cost in hardware.
+    /// The operations the receive trackers carried out so far (cache hits, pool walks,
+    /// gathered packets...), for a driver to charge their cost (LEFT's FPGA figures:
+    /// [`crate::policy::TrackerWork::nanos`]) or report work per packet.
     pub fn tracker_work(&self) -> crate::policy::TrackerWork {
         self.nic.trackers.work()
     }
@@ -391,6 +402,7 @@ impl Engine {
     /// Moves a new (RESET) queue pair through INIT and RTR to RTS with `c`.
     pub fn connect(&mut self, qpn: QpNum, c: &Connection) -> Result<(), Error> {
         self.set_cc_control(qpn, c.cc_control)?;
+        self.set_path_probes(qpn, c.path_probes)?;
         self.set_ccx(qpn, c.ccx)?;
         self.modify_qp(qpn, Transition::Init { access: c.access })?;
         self.modify_qp(

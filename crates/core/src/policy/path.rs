@@ -38,7 +38,9 @@ pub trait PathSelector: std::fmt::Debug + std::any::Any {
 
     /// What queue pair `qp`'s path looked like over its last round (about one RTT of
     /// acknowledgements): a selector that re-paths on congestion (PLB) listens here. The
-    /// engine does not call it yet; by default it is ignored.
+    /// engine calls it once a round, when an acknowledgement confirms everything that was in
+    /// flight when the round began, with the CNPs and the smallest RTT sample of the round;
+    /// by default it is ignored.
     fn on_signal(&mut self, qp: u32, now: Instant, signal: &PathSignal) {
         let _ = (qp, now, signal);
     }
@@ -235,7 +237,8 @@ impl PathSelector for Flowlet {
 
 /// Protective load balancing (PLB): a queue pair keeps its entropy until its path stays
 /// congested for `rounds` rounds in a row (every round ECN-marked, or its RTT above
-/// `delay`), then moves to another drawn among `paths`. One congested round is ordinary
+/// `delay`), then moves to another drawn among `paths`. With a `delay` threshold, a round
+/// with neither an ECN mark nor an RTT sample is skipped (neither congested nor calm). One congested round is ordinary
 /// queueing; a run of them says this path is worse than a random other one.
 #[derive(Debug, Clone)]
 pub struct Plb {
@@ -277,6 +280,12 @@ impl PathSelector for Plb {
     fn on_signal(&mut self, qp: u32, _now: Instant, signal: &PathSignal) {
         let delayed = matches!((signal.rtt, self.delay), (Some(rtt), Some(d)) if rtt > d);
         let s = state(&mut self.states, qp);
+        if !signal.ecn && signal.rtt.is_none() && self.delay.is_some() {
+            // No ECN and no RTT sample (the requester times one packet at a time): no
+            // evidence either way about delay, so the run of congested rounds neither grows
+            // nor ends.
+            return;
+        }
         if !(signal.ecn || delayed) {
             s.congested_rounds = 0;
             return;
@@ -325,6 +334,12 @@ pub struct RttProbe {
     timeout: Duration,
     rng: Rng,
     states: Vec<Option<ProbeState>>,
+    /// No later than the earliest probe or timeout due (`next_probe_at`), kept so that the
+    /// engine's `next_timeout`, which a driver asks at every poll, does not walk every queue
+    /// pair's paths: computed by the walk [`PathSelector::next_probe`] ends with, and only
+    /// ever moved earlier between walks (a reply makes it early, never late: an early wake
+    /// finds nothing due and walks again).
+    earliest: Option<Instant>,
 }
 
 impl RttProbe {
@@ -338,7 +353,23 @@ impl RttProbe {
             timeout,
             rng: Rng::new(seed),
             states: Vec::new(),
+            earliest: None,
         }
+    }
+
+    /// The earliest probe round or probe timeout of any queue pair (a walk over all).
+    fn walk_earliest(&self) -> Option<Instant> {
+        self.states
+            .iter()
+            .flatten()
+            .flat_map(|s| {
+                let expiries = s
+                    .paths
+                    .iter()
+                    .filter_map(|p| p.sent.map(|t| t + self.timeout));
+                std::iter::once(s.next_round).chain(expiries)
+            })
+            .min()
     }
 
     /// Queue pair `qp`'s probed ports, its own first (none before it sends).
@@ -408,6 +439,8 @@ impl PathSelector for RttProbe {
                 next_round: Instant::ZERO,
                 best: 0,
             });
+            // Its first round is due at once.
+            self.earliest = Some(Instant::ZERO);
         }
         let s = self.states[i].as_ref().expect("just made");
         s.paths[s.best].port
@@ -442,21 +475,20 @@ impl PathSelector for RttProbe {
             }
             s.next_round = now + self.interval;
         }
+        self.earliest = self.walk_earliest();
         None
     }
 
     fn next_probe_at(&self) -> Option<Instant> {
-        self.states
-            .iter()
-            .flatten()
-            .flat_map(|s| {
-                let expiries = s
-                    .paths
-                    .iter()
-                    .filter_map(|p| p.sent.map(|t| t + self.timeout));
-                std::iter::once(s.next_round).chain(expiries)
-            })
-            .min()
+        debug_assert!(
+            match (self.earliest, self.walk_earliest()) {
+                (Some(kept), Some(walked)) => kept <= walked,
+                (None, Some(_)) => false,
+                (_, None) => true,
+            },
+            "the kept time is never later than the walk's"
+        );
+        self.earliest
     }
 
     fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
@@ -488,7 +520,32 @@ impl PathSelector for RttProbe {
 #[derive(Debug)]
 pub(crate) enum EnginePathSelector {
     QpnHash,
-    Other(Box<dyn PathSelector>),
+    Other {
+        selector: Box<dyn PathSelector>,
+        /// Each queue pair's current round (by index): what the engine gathers between
+        /// calls of [`PathSelector::on_signal`].
+        rounds: Vec<Round>,
+    },
+}
+
+/// One queue pair's round of acknowledgements in progress: the congestion signals seen since
+/// it began, and the PSN that ends it.
+///
+/// A round is what TCP's PLB calls one: it starts at an acknowledgement and ends once every
+/// packet sent before it began is acknowledged (about one RTT of ACKs, however many ACKs
+/// that is), so a selector counting congested rounds counts round trips, not ACKs (a queue
+/// pair acknowledged per packet would otherwise re-path after N packets).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Round {
+    /// The round is over once every PSN before this one is confirmed; `None`: no round
+    /// begun (before the first acknowledgement).
+    end: Option<Psn>,
+    /// A CNP arrived during the round (the requester's only ECN echo in RoCE).
+    ecn: bool,
+    /// The smallest RTT sample of the round: the round counts as delayed only if even its
+    /// fastest sample was slow, so one sample that waited behind a burst does not make a
+    /// round congested.
+    rtt: Option<Duration>,
 }
 
 impl EnginePathSelector {
@@ -497,13 +554,19 @@ impl EnginePathSelector {
         if any.is::<QpnHash>() {
             EnginePathSelector::QpnHash
         } else {
-            EnginePathSelector::Other(selector)
+            EnginePathSelector::Other {
+                selector,
+                rounds: Vec::new(),
+            }
         }
     }
 
     pub(crate) fn reset(&mut self, qp: u32) {
-        if let EnginePathSelector::Other(s) = self {
-            s.reset(qp);
+        if let EnginePathSelector::Other { selector, rounds } = self {
+            selector.reset(qp);
+            if let Some(r) = rounds.get_mut(qp as usize) {
+                *r = Round::default();
+            }
         }
     }
 
@@ -520,7 +583,9 @@ impl EnginePathSelector {
     ) -> u16 {
         match self {
             EnginePathSelector::QpnHash => QpnHash::port(qpn),
-            EnginePathSelector::Other(s) => Self::ask(&mut **s, qp, qpn, psn, opcode, now),
+            EnginePathSelector::Other { selector, .. } => {
+                Self::ask(&mut **selector, qp, qpn, psn, opcode, now)
+            }
         }
     }
 
@@ -537,6 +602,99 @@ impl EnginePathSelector {
     ) -> u16 {
         s.source_port_at(qp, now, &PathPacket { qpn, psn, opcode })
     }
+
+    /// Queue pair `qp`'s requester learned at `now` that every PSN before `confirmed` was
+    /// received, with `rtt` if the acknowledgement gave a sample; `max_sent` is one past the
+    /// highest PSN it has sent. Ends the queue pair's round (and tells the selector how it
+    /// went) once `confirmed` reaches the round's end. The default selector listens to
+    /// nothing: one test.
+    #[inline]
+    pub(crate) fn on_ack(
+        &mut self,
+        qp: u32,
+        now: Instant,
+        confirmed: Psn,
+        max_sent: Psn,
+        rtt: Option<Duration>,
+    ) {
+        if let EnginePathSelector::Other { selector, rounds } = self {
+            Self::round_ack(&mut **selector, rounds, qp, now, confirmed, max_sent, rtt);
+        }
+    }
+
+    #[inline(never)]
+    fn round_ack(
+        selector: &mut dyn PathSelector,
+        rounds: &mut Vec<Round>,
+        qp: u32,
+        now: Instant,
+        confirmed: Psn,
+        max_sent: Psn,
+        rtt: Option<Duration>,
+    ) {
+        let r = round(rounds, qp);
+        if let Some(sample) = rtt {
+            r.rtt = Some(r.rtt.map_or(sample, |kept| kept.min(sample)));
+        }
+        let end = *r.end.get_or_insert(max_sent);
+        if end.distance_to(confirmed) < 0 {
+            return; // the round goes on
+        }
+        let signal = PathSignal {
+            ecn: r.ecn,
+            rtt: r.rtt,
+        };
+        // The next round ends once what is in flight now is confirmed; with nothing in
+        // flight (the queue pair went idle) it begins at the next acknowledgement instead,
+        // or that acknowledgement alone would make a round.
+        *r = Round {
+            end: (max_sent != confirmed).then_some(max_sent),
+            ..Round::default()
+        };
+        selector.on_signal(qp, now, &signal);
+    }
+
+    /// When the selector next has a probe to send or a probe's timeout falls
+    /// ([`PathSelector::next_probe_at`]); `None` for the default selector.
+    #[inline]
+    pub(crate) fn next_probe_at(&self) -> Option<Instant> {
+        match self {
+            EnginePathSelector::QpnHash => None,
+            EnginePathSelector::Other { selector, .. } => selector.next_probe_at(),
+        }
+    }
+
+    /// The next probe due at `now` ([`PathSelector::next_probe`]).
+    pub(crate) fn next_probe(&mut self, now: Instant) -> Option<PathProbe> {
+        match self {
+            EnginePathSelector::QpnHash => None,
+            EnginePathSelector::Other { selector, .. } => selector.next_probe(now),
+        }
+    }
+
+    /// The reply to one of queue pair `probe.qp`'s probes arrived at `now`.
+    pub(crate) fn on_probe_reply(&mut self, probe: PathProbe, now: Instant) {
+        if let EnginePathSelector::Other { selector, .. } = self {
+            selector.on_probe_reply(probe, now);
+        }
+    }
+
+    /// A CNP arrived for queue pair `qp`: its round is ECN-marked.
+    #[inline]
+    pub(crate) fn on_cnp(&mut self, qp: u32) {
+        if let EnginePathSelector::Other { rounds, .. } = self {
+            round(rounds, qp).ecn = true;
+        }
+    }
+}
+
+/// Grows `rounds` to hold queue pair `qp`'s.
+fn round(rounds: &mut Vec<Round>, qp: u32) -> &mut Round {
+    let i = qp as usize;
+    if rounds.len() <= i {
+        rounds.resize(i + 1, Round::default());
+    }
+    &mut rounds[i]
 }
 
 #[cfg(test)]
@@ -684,6 +842,13 @@ mod tests {
         assert_eq!(ecn_only.step(0), 0);
         ecn_only.on_signal(0, now, &ecn);
         assert_ne!(ecn_only.step(0), 0);
+        // A round without a sample says nothing about delay: the run goes on across it.
+        let mut p = Plb::new(4, 2, Some(Duration::from_micros(20)), 5);
+        p.on_signal(0, now, &slow);
+        p.on_signal(0, now, &PathSignal::default());
+        assert_eq!(p.step(0), 0);
+        p.on_signal(0, now, &slow);
+        assert_ne!(p.step(0), 0);
         // With one path there is nowhere to go.
         let mut one = Plb::new(1, 1, None, 5);
         one.on_signal(0, now, &ecn);

@@ -19,8 +19,9 @@
 //! Choices where the paper says nothing: while a bitmap is cached its chain stays allocated,
 //! so that an eviction can always write it back (a swap never fails); a cache whose bitmap
 //! empties is free again; a FIFO goes to the first free one (they are alike here); without
-//! the time (the engine does not pass it yet), gathered packets wait for a full FIFO, a
-//! conflict, or the expected PSN to pass them, not for a timeout.
+//! the time ([`ReceiveTracker::record`] rather than `record_at`; the engine passes it),
+//! gathered packets wait for a full FIFO, a conflict, or the expected PSN to pass them, not
+//! for a timeout.
 //!
 //! Exhaustion: an offset that needs a block when none is free is refused
 //! ([`Recorded::Exhausted`]), and its connection takes no new block until it holds nothing

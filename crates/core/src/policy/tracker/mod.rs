@@ -42,8 +42,9 @@ pub trait ReceiveTracker: std::fmt::Debug {
     }
 
     /// Records `offset`, arrived at `now`, as [`ReceiveTracker::record`] does: for a
-    /// tracker whose work depends on time (LEFT's gather timeout). The engine does not pass
-    /// the time yet; by default it is not needed.
+    /// tracker whose work depends on time (LEFT's gather timeout). The engine records every
+    /// packet it holds this way, with the packet's arrival time; by default the time is not
+    /// needed.
     fn record_at(&mut self, offset: u32, now: Instant) -> Recorded {
         let _ = now;
         self.record(offset)
@@ -117,7 +118,8 @@ pub trait TrackerFactory: std::fmt::Debug {
         TrackerWork::default()
     }
     /// Time passed to `now`: work that waits for it (a gather FIFO's timeout) is done. The
-    /// engine does not call it yet; by default there is none.
+    /// engine calls it from `handle_timeout` once [`TrackerFactory::next_timeout`] is due;
+    /// by default there is none.
     fn poll(&mut self, now: Instant) {
         let _ = now;
     }
