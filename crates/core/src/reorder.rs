@@ -21,6 +21,18 @@ pub(crate) struct Held {
     pub(crate) real: bool,
 }
 
+/// What became of a packet offered to [`ReorderBuffer::hold`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Held until the gap before it fills.
+    Held,
+    /// Held already: a duplicate, dropped.
+    Duplicate,
+    /// Not held: too far ahead, no shared tracker memory left, or the buffer is full.
+    /// The requester must send it again.
+    Refused,
+}
+
 /// The packets a selective-repeat responder holds, at most as many as its tracker records.
 #[derive(Debug)]
 pub(crate) struct ReorderBuffer {
@@ -42,8 +54,7 @@ impl ReorderBuffer {
     }
 
     /// Holds a packet `offset` PSNs past the expected one, arrived at `now` (the tracker
-    /// records it with the time: LEFT's gather FIFOs wait by it); false if it cannot be held
-    /// (a duplicate, too far ahead, no shared memory left, or the buffer is full).
+    /// records it with the time: LEFT's gather FIFOs wait by it), or says why not.
     pub(crate) fn hold(
         &mut self,
         offset: u32,
@@ -52,11 +63,16 @@ impl ReorderBuffer {
         payload: Option<&[u8]>,
         len: u32,
         now: crate::Instant,
-    ) -> bool {
-        if self.held.len() >= self.limit
-            || self.tracker.record_at(offset, now) != crate::policy::Recorded::New
-        {
-            return false;
+    ) -> Hold {
+        if self.held.len() >= self.limit {
+            return Hold::Refused;
+        }
+        match self.tracker.record_at(offset, now) {
+            crate::policy::Recorded::New => {}
+            crate::policy::Recorded::Already => return Hold::Duplicate,
+            crate::policy::Recorded::OutOfRange | crate::policy::Recorded::Exhausted => {
+                return Hold::Refused;
+            }
         }
         let mut bytes = self.spare.pop().unwrap_or_default();
         bytes.clear();
@@ -70,7 +86,7 @@ impl ReorderBuffer {
             len,
             real: payload.is_some(),
         });
-        true
+        Hold::Held
     }
 
     /// Takes the held packet with this PSN, if any.

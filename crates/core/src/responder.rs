@@ -12,6 +12,7 @@ use crate::engine::Nic;
 use crate::engine::{Payload, PayloadAt, Transmit};
 use crate::mr::{Access, MrTable};
 use crate::qp::{InProgress, Qp, QpState, RecvWqe, ResponderResource, Response};
+use crate::reorder::Hold;
 use crate::requester::read_span;
 use crate::rules::Arrival;
 
@@ -98,7 +99,9 @@ impl Qp {
     }
 
     /// A request `d` PSNs past the expected one: a gap. Selective repeat keeps the packet
-    /// for later (if it has room); either way the first missing PSN is NAK'd, once per gap.
+    /// for later (if it has room). The first missing PSN is NAK'd, once per gap, unless the
+    /// tracker does not take a gap for loss (LEFT): then only a packet it could not hold
+    /// brings the NAK.
     fn on_request_ahead(
         &mut self,
         nic: &mut Nic,
@@ -114,15 +117,20 @@ impl Qp {
             };
             // The engine set the clock to the packet's arrival.
             let now = nic.clock;
-            if reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now) {
+            let held = reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now);
+            if held == Hold::Held {
                 nic.counters.packets_held += 1;
+            }
+            if !reorder.tracker.gap_is_loss() && held != Hold::Refused {
+                return;
             }
         }
         self.nak_gap(nic);
     }
 
     /// Selective repeat, after a request at the expected PSN: the packets held behind the
-    /// gap it filled follow in order; if another gap remains, its first PSN is NAK'd.
+    /// gap it filled follow in order; if another gap remains, its first PSN is NAK'd (if
+    /// the tracker takes a gap for loss).
     fn take_held(&mut self, nic: &mut Nic) {
         loop {
             let epsn = self.resp.epsn;
@@ -133,7 +141,9 @@ impl Qp {
                 return;
             }
             let Some(held) = reorder.take(epsn) else {
-                self.nak_gap(nic);
+                if reorder.tracker.gap_is_loss() {
+                    self.nak_gap(nic);
+                }
                 return;
             };
             let payload = if held.real {
@@ -944,6 +954,60 @@ mod tests {
             Payload::Bytes(&[1; 4]),
         );
         assert_eq!(f.nic().counters.naks_sent_sequence, 2);
+    }
+
+    #[test]
+    fn a_tracker_that_expects_reordering_naks_only_what_it_cannot_hold() {
+        use crate::policy::{Left, LeftConfig};
+        let config = LeftConfig::default();
+        let capacity = config.capacity();
+        let policies = crate::policy::Policies {
+            tracker: Box::new(Left::new(config)),
+            ..Default::default()
+        };
+        let mut f = Fixture::with_policies(
+            crate::EngineConfig::default(),
+            crate::Recovery::SelectiveRepeat,
+            policies,
+        );
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        for psn in [RQ_PSN + 2, RQ_PSN + 3, RQ_PSN + 5] {
+            f.request(&write_only(psn, true, rkey, va, 4), Payload::Bytes(&[9; 4]));
+        }
+        assert_eq!(f.nic().counters.packets_held, 3);
+        assert_eq!(
+            f.nic().counters.naks_sent_sequence,
+            0,
+            "reordering is no loss"
+        );
+        assert!(f.next_response(NOW).is_none());
+        // The late packet fills the first gap; what is held up to the next gap executes,
+        // and the remaining gap (PSN + 4) is not NAK'd either.
+        f.request(
+            &write_only(RQ_PSN, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        f.request(
+            &write_only(RQ_PSN + 1, false, rkey, va, 4),
+            Payload::Bytes(&[1; 4]),
+        );
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 4);
+        assert_eq!(f.nic().counters.naks_sent_sequence, 0);
+        // A packet past what the tracker can hold is NAK'd at the first missing PSN.
+        f.request(
+            &write_only(RQ_PSN + 4 + capacity + 1, true, rkey, va, 4),
+            Payload::Bytes(&[9; 4]),
+        );
+        assert_eq!(f.nic().counters.naks_sent_sequence, 1);
+        let nak = std::iter::from_fn(|| f.next_response(NOW))
+            .find(|t| {
+                matches!(
+                    t.headers.ext.aeth.map(|a| a.syndrome),
+                    Some(Syndrome::Nak(_))
+                )
+            })
+            .expect("a NAK");
+        assert_eq!(nak.headers.bth.psn.value(), RQ_PSN + 4);
     }
 
     #[test]

@@ -445,7 +445,8 @@ fn left_carries_sprayed_selective_repeat_writes_through_an_engine() {
 /// pool walk too slow (so each packet past the gap is gathered), the packets held behind a
 /// lost first packet are written to the pool when their FIFO's timeout passes
 /// (`handle_timeout` polls the trackers once their `next_timeout` is due), before the
-/// retransmission fills the gap, not only when the expected PSN passes them.
+/// retransmission (on the requester's timer: LEFT NAKs no gap) fills the gap, not only when
+/// the expected PSN passes them.
 #[test]
 fn left_empties_a_gather_fifo_on_its_timeout_through_an_engine() {
     use sluice_core::policy::Policies;
@@ -487,7 +488,11 @@ fn left_empties_a_gather_fifo_on_its_timeout_through_an_engine() {
     assert!(deadline <= world.now + Duration::from_micros(1));
     assert_eq!(left.work().flushes, 0);
     let cq = p.send_cq[0];
-    assert!(world.run_until(Duration::from_millis(1), |w| w.engines[0].cq_len(cq) == 1));
+    // LEFT takes no gap for loss: no NAK, the requester's retransmit timer brings the
+    // lost packet back.
+    assert!(world.run_until(Duration::from_secs(1), |w| w.engines[0].cq_len(cq) == 1));
+    assert_eq!(world.engines[1].counters().naks_sent_sequence, 0);
+    assert_eq!(world.engines[0].counters().retransmit_timeouts, 1);
     let work = world.engines[1].tracker_work();
     assert_eq!(work, left.work());
     assert_eq!(

@@ -44,7 +44,15 @@ impl Fixture {
     }
 
     pub(crate) fn with(config: EngineConfig, recovery: Recovery) -> Fixture {
-        let mut engine = Engine::new(config);
+        Fixture::with_policies(config, recovery, crate::policy::Policies::default())
+    }
+
+    pub(crate) fn with_policies(
+        config: EngineConfig,
+        recovery: Recovery,
+        policies: crate::policy::Policies,
+    ) -> Fixture {
+        let mut engine = Engine::with_policies(config, policies);
         let pd = engine.alloc_pd();
         let mr = engine
             .register_mr(

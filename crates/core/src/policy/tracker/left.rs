@@ -818,6 +818,10 @@ impl ReceiveTracker for LeftTracker {
         self.shared.borrow_mut().record(self.id, offset, Some(now))
     }
 
+    fn gap_is_loss(&self) -> bool {
+        false
+    }
+
     fn contains(&self, offset: u32) -> bool {
         let s = self.shared.borrow();
         let p = s.conn(self.id).epos + u64::from(offset);

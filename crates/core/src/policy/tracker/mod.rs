@@ -49,6 +49,15 @@ pub trait ReceiveTracker: std::fmt::Debug {
         let _ = now;
         self.record(offset)
     }
+
+    /// Whether a gap is taken for loss as soon as a packet arrives past it: then the
+    /// responder NAKs the first missing PSN at once (IRN's rule, and the default). A tracker
+    /// built for sprayed traffic (LEFT) says no: reordering is never a retransmission
+    /// trigger, and a packet is NAK'd only when the tracker cannot take it (past its
+    /// capacity, or the shared pool exhausted); real loss waits for the requester's timer.
+    fn gap_is_loss(&self) -> bool {
+        true
+    }
 }
 
 /// What became of an offset given to [`ReceiveTracker::record`].
