@@ -53,6 +53,7 @@ mod ideal;
 pub mod network;
 pub mod report;
 pub mod result;
+pub mod rnic;
 pub mod run;
 pub mod scenario;
 mod tenant_laws;

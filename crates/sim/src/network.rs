@@ -32,6 +32,10 @@ use crate::tenant_laws::{NextLaw, TenantLaws};
 use crate::topology::{Port, Routes, Topology};
 use crate::{Flow, NodeId};
 
+/// Issue 34: the RNIC model and Weir in front of a host's apps.
+mod paced;
+use paced::{add_paced_counters, build_paced};
+
 /// A PFC frame: 64 bytes plus preamble and gap.
 const PFC_FRAME: u64 = 84;
 /// Traffic classes: control (ACKs, NAKs, CNPs, grants) is served first and never paused;
@@ -83,6 +87,24 @@ enum Ev {
         pause: bool,
     },
     Sample,
+    /// Issue 34's RNIC model: WQE `wqe`'s fetch after its doorbell completed.
+    RnicFetched {
+        host: NodeId,
+        wqe: u32,
+    },
+    /// A processing unit of `host` reached WQE `wqe`'s turn on the wire.
+    RnicUnit {
+        host: NodeId,
+        wqe: u32,
+    },
+    /// The oldest pending CQE of `host` reaches host memory.
+    RnicCqe {
+        host: NodeId,
+    },
+    /// The Weir pacer of `host` has a credit due.
+    WeirTimer {
+        host: NodeId,
+    },
 }
 
 /// What the fabric reads of a packet at every hop, kept apart from its RoCE headers (which
@@ -192,6 +214,20 @@ struct Host {
     timers: Vec<Ps>,
     /// With apps of laws of their own: which law the next queue pair takes.
     next_law: Option<NextLaw>,
+    /// Issue 34: the RNIC model and the Weir pacer in front of this host's apps.
+    paced: Option<Box<Paced>>,
+}
+
+/// A host's RNIC model and Weir pacer (either or both), apart from the rest of `Host` so
+/// that a run without them carries one `None` per host.
+#[derive(Debug)]
+struct Paced {
+    nic: Option<crate::rnic::Rnic>,
+    weir: Option<sluice_core::weir::Weir>,
+    /// When the pending `WeirTimer` is due, if one is.
+    weir_timer: Option<Ps>,
+    /// Completions the engine made whose CQE is on its way to host memory, oldest first.
+    cqes: VecDeque<Completion>,
 }
 
 #[derive(Debug)]
@@ -420,8 +456,10 @@ impl<'a> Network<'a> {
                 mr,
                 timers: Vec::new(),
                 next_law,
+                paced: None,
             });
         }
+        build_paced(scenario, topo, &mut hosts)?;
         let mut port_base = Vec::with_capacity(topo.nodes.len());
         let mut total_ports = 0u32;
         for ports in &topo.nodes {
@@ -605,6 +643,10 @@ impl<'a> Network<'a> {
                 }
                 Ev::HostTimer { host } => self.host_timer(host),
                 Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
+                Ev::RnicFetched { host, wqe } => self.rnic_fetched(host, wqe),
+                Ev::RnicUnit { host, wqe } => self.rnic_unit(host, wqe),
+                Ev::RnicCqe { host } => self.rnic_cqe(host),
+                Ev::WeirTimer { host } => self.weir_timer(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -641,6 +683,9 @@ impl<'a> Network<'a> {
             }
         }
         for host in &self.hosts {
+            if let Some(p) = &host.paced {
+                add_paced_counters(&mut self.counters, p);
+            }
             let c = host.engine.counters();
             self.counters.cnps += c.cnps_sent;
             self.counters.retransmissions += c.retransmitted_packets;
@@ -853,10 +898,33 @@ impl<'a> Network<'a> {
     fn post_app(&mut self, index: u32) -> Result<(), sluice_core::Error> {
         let a = &mut self.apps[index as usize];
         let spec: &AppSpec = &self.scenario.apps[a.spec];
+        if a.qps.is_none() {
+            return Ok(());
+        }
+        let size = spec.draw_size(&mut a.rng, self.app_cdfs[a.spec].as_ref());
+        if self.hosts[a.rec.src as usize].paced.is_some() {
+            return self.post_paced(index, size);
+        }
+        self.engine_post_app(index, size, APP_WR | u64::from(index))?;
+        let a = &mut self.apps[index as usize];
+        a.in_flight.push_back((self.now, size));
+        a.rec.posted += 1;
+        a.rec.max_outstanding = a.rec.max_outstanding.max(a.in_flight.len() as u32);
+        Ok(())
+    }
+
+    /// Posts app queue pair `index`'s next message, `size` bytes, to its engine as `wr_id`.
+    fn engine_post_app(
+        &mut self,
+        index: u32,
+        size: u64,
+        wr_id: u64,
+    ) -> Result<(), sluice_core::Error> {
+        let a = &self.apps[index as usize];
+        let spec: &AppSpec = &self.scenario.apps[a.spec];
         let Some((qp, _)) = a.qps else {
             return Ok(());
         };
-        let size = spec.draw_size(&mut a.rng, self.app_cdfs[a.spec].as_ref());
         let (src_mr, dst_mr) = (
             self.hosts[a.rec.src as usize].mr,
             self.hosts[a.rec.dst as usize].mr,
@@ -880,12 +948,7 @@ impl<'a> Network<'a> {
         let src = a.rec.src;
         self.hosts[src as usize]
             .engine
-            .post_send(qp, &SendWr::new(APP_WR | u64::from(index), op, &sgl))?;
-        let a = &mut self.apps[index as usize];
-        a.in_flight.push_back((self.now, size));
-        a.rec.posted += 1;
-        a.rec.max_outstanding = a.rec.max_outstanding.max(a.in_flight.len() as u32);
-        Ok(())
+            .post_send(qp, &SendWr::new(wr_id, op, &sgl))
     }
 
     fn post_app_recv(&mut self, index: u32) -> Result<(), sluice_core::Error> {
@@ -962,6 +1025,10 @@ impl<'a> Network<'a> {
         }
         a.open = false;
         let (src, dst) = (a.rec.src, a.rec.dst);
+        if self.hosts[src as usize].paced.is_some() {
+            self.paced_closed(src, index);
+        }
+        let a = &mut self.apps[index as usize];
         if let Some((x, y)) = a.qps.take() {
             let _ = self.hosts[src as usize].engine.destroy_qp(x);
             let _ = self.hosts[dst as usize].engine.destroy_qp(y);
@@ -1108,6 +1175,12 @@ impl<'a> Network<'a> {
     fn after_engine(&mut self, host: NodeId) {
         let cq = self.hosts[host as usize].cq;
         while let Ok(Some(c)) = self.hosts[host as usize].engine.poll_cq(cq) {
+            if self.hosts[host as usize].paced.is_some()
+                && c.wr_id & (APP_WR | APP_RECV_WR) == APP_WR
+            {
+                self.paced_completion(host, c);
+                continue;
+            }
             self.complete(&c);
         }
         self.kick_host(host);

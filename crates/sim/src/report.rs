@@ -261,6 +261,18 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             if !c.services.is_empty() {
                 run["services"] = json!(c.services);
             }
+            // Likewise the RNIC model's and Weir's counts (issue 34).
+            if let Some(nic) = &c.nic {
+                run["rnic"] = nic.json();
+            }
+            if let Some(w) = &c.weir {
+                run["weir"] = json!({
+                    "posts": w.posts, "doorbells": w.doorbells, "splits": w.splits,
+                    "cqes": w.cqes, "app_completions": w.app_completions,
+                    "swallowed": w.swallowed, "increases": w.increases,
+                    "decreases": w.decreases,
+                });
+            }
             if !r.apps.is_empty() {
                 let tenants = tenant_stats(r);
                 let qp_rates: Vec<f64> = r.apps.iter().map(|q| q.bps()).collect();

@@ -59,6 +59,10 @@ pub struct FabricCounters {
     /// The payload services' counters (`policies.services`), summed over every queue pair,
     /// by "service.counter".
     pub services: std::collections::BTreeMap<String, u64>,
+    /// The RNIC model's counts, summed over the hosts that have one (`[rnic]` only).
+    pub nic: Option<crate::rnic::NicCounters>,
+    /// Weir's counts, summed over the hosts that pace (`[weir]` only).
+    pub weir: Option<sluice_core::weir::WeirStats>,
 }
 
 impl FabricCounters {

@@ -47,6 +47,14 @@ pub struct Scenario {
     /// What is sampled besides flow completion times.
     #[serde(default)]
     pub output: OutputConfig,
+    /// An RNIC model with bounded caches in front of every host that runs apps (`[rnic]`,
+    /// issue 34); none without the table.
+    #[serde(default)]
+    pub rnic: Option<crate::rnic::RnicSpec>,
+    /// Apps post through a Weir doorbell pacer per host (`[weir]`, issue 34); none without
+    /// the table.
+    #[serde(default)]
+    pub weir: Option<crate::rnic::WeirSpec>,
     /// The directory relative paths in the scenario (CDF and flow files) start from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -619,6 +627,14 @@ impl Scenario {
         }
         if self.apps.iter().filter(|a| a.cc.is_some()).count() > 254 {
             return bad("app: at most 254 apps may have a `cc` of their own".into());
+        }
+        // Issue 34: the RNIC model and Weir (their fields, checked by their own code).
+        if let Some(r) = &self.rnic {
+            crate::rnic::RnicParams::resolve(r).map_err(ScenarioError::Invalid)?;
+        }
+        if let Some(w) = &self.weir {
+            w.config(100_000_000_000, 1, 1)
+                .map_err(ScenarioError::Invalid)?;
         }
         Ok(())
     }
