@@ -196,3 +196,20 @@ fn a_run_repeats_byte_for_byte() {
     };
     assert_eq!(report("a"), report("b"));
 }
+
+#[test]
+fn weir_fig2_native_collapses_at_the_wqe_cache_and_misses_qpc_beyond_2k() {
+    let out = quick("weir-fig2");
+    assert!(out.contains("a throughput knee near 128 QPs"), "{out}");
+    assert!(out.contains("QPC misses only beyond 2K QPs"), "{out}");
+}
+
+#[test]
+fn weir_fig7_weir_stays_flat_where_native_collapses() {
+    let out = quick("weir-fig7");
+    assert!(
+        out.contains("PASS    Weir at 512 B stays within 5% of its best"),
+        "{out}"
+    );
+    assert!(out.contains("fewer WQE and MTT/MPT misses"), "{out}");
+}

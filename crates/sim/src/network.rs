@@ -105,6 +105,10 @@ enum Ev {
     WeirTimer {
         host: NodeId,
     },
+    /// The apps of `host` start measuring: its NIC model's counts are noted.
+    RnicSnapshot {
+        host: NodeId,
+    },
 }
 
 /// What the fabric reads of a packet at every hop, kept apart from its RoCE headers (which
@@ -228,6 +232,8 @@ struct Paced {
     weir_timer: Option<Ps>,
     /// Completions the engine made whose CQE is on its way to host memory, oldest first.
     cqes: VecDeque<Completion>,
+    /// The NIC model's counts when this host's apps started measuring.
+    snapshot: Option<crate::rnic::NicCounters>,
 }
 
 #[derive(Debug)]
@@ -552,6 +558,7 @@ impl<'a> Network<'a> {
                 });
             }
         }
+        paced::schedule_snapshots(scenario, &hosts, &mut events);
         let app_cdfs = scenario
             .apps
             .iter()
@@ -647,6 +654,7 @@ impl<'a> Network<'a> {
                 Ev::RnicUnit { host, wqe } => self.rnic_unit(host, wqe),
                 Ev::RnicCqe { host } => self.rnic_cqe(host),
                 Ev::WeirTimer { host } => self.weir_timer(host),
+                Ev::RnicSnapshot { host } => self.rnic_snapshot(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {

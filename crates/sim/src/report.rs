@@ -265,6 +265,9 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             if let Some(nic) = &c.nic {
                 run["rnic"] = nic.json();
             }
+            if let Some(nic) = &c.nic_window {
+                run["rnic_window"] = nic.json();
+            }
             if let Some(w) = &c.weir {
                 run["weir"] = json!({
                     "posts": w.posts, "doorbells": w.doorbells, "splits": w.splits,

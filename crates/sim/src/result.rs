@@ -61,6 +61,9 @@ pub struct FabricCounters {
     pub services: std::collections::BTreeMap<String, u64>,
     /// The RNIC model's counts, summed over the hosts that have one (`[rnic]` only).
     pub nic: Option<crate::rnic::NicCounters>,
+    /// The same from the apps' measured windows on (the earliest `start_us + warmup_us`
+    /// of each host's apps) to the end.
+    pub nic_window: Option<crate::rnic::NicCounters>,
     /// Weir's counts, summed over the hosts that pace (`[weir]` only).
     pub weir: Option<sluice_core::weir::WeirStats>,
 }

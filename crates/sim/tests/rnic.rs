@@ -158,3 +158,33 @@ fn sweep() {
         }
     }
 }
+
+/// A WQE cache of 256 entries: 8 queue pairs x depth 16 (128 WQEs) fit and never miss in
+/// the window; 32 x 16 (512) overflow it, nearly every WQE then misses (LRU's cyclic worst
+/// case: the round robin needs next the WQE that waited longest), drags its MTT/MPT entry
+/// out with it, and throughput falls.
+#[test]
+fn the_wqe_cache_thrashes_once_outstanding_work_exceeds_it() {
+    let nic = "[rnic]\nwqe_entries = 256\nwqe_ways = 256\n";
+    let fit = &run(&scenario(&perftest(8, 16, 512, 200.0, 300.0, nic)))[0];
+    let over = &run(&scenario(&perftest(32, 16, 512, 200.0, 300.0, nic)))[0];
+    let (f, o) = (
+        fit.counters.nic_window.unwrap(),
+        over.counters.nic_window.unwrap(),
+    );
+    assert_eq!(
+        (f.wqe.misses, f.mtt.misses),
+        (0, 0),
+        "{}",
+        describe("fit", fit)
+    );
+    assert!(f.processed > 1000);
+    assert!(
+        o.wqe.misses * 10 > o.processed * 9 && o.mtt.misses * 10 > o.processed * 9,
+        "{}",
+        describe("over", over)
+    );
+    assert!(gbps(over) < 0.8 * gbps(fit), "{} {}", gbps(over), gbps(fit));
+    // Occupancy is what was doorbelled and not completed: depth x queue pairs at most.
+    assert_eq!((f.max_outstanding, o.max_outstanding), (128, 512));
+}

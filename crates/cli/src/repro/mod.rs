@@ -11,6 +11,7 @@
 
 mod scr;
 mod swcc;
+mod weir;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -216,6 +217,8 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG16,
     scr::FIG17,
     scr::FIG18,
+    weir::FIG2,
+    weir::FIG7,
 ];
 
 /// The entry called `name`.

@@ -61,17 +61,45 @@ pub(super) fn build_paced(
             weir,
             weir_timer: None,
             cqes: Default::default(),
+            snapshot: None,
         }));
     }
     Ok(())
 }
 
+/// Schedules, for each host with a NIC model, the snapshot of its counts when the first of
+/// its apps starts measuring.
+pub(super) fn schedule_snapshots(
+    scenario: &Scenario,
+    hosts: &[Host],
+    events: &mut crate::event::EventQueue<Ev>,
+) {
+    for (h, host) in hosts.iter().enumerate() {
+        if host.paced.as_ref().is_none_or(|p| p.nic.is_none()) {
+            continue;
+        }
+        let from = scenario
+            .apps
+            .iter()
+            .filter(|a| a.src as usize == h)
+            .map(|a| a.start_us + a.warmup_us)
+            .fold(f64::INFINITY, f64::min);
+        if from.is_finite() {
+            let at = (from * crate::event::PS_PER_US as f64) as Ps;
+            events.push(at, Ev::RnicSnapshot { host: h as u32 });
+        }
+    }
+}
+
 /// Adds a host's model and pacer counts to the run's.
 pub(super) fn add_paced_counters(c: &mut FabricCounters, p: &Paced) {
     if let Some(nic) = &p.nic {
-        c.nic
+        let now = nic.counters();
+        c.nic.get_or_insert_with(Default::default).add(&now);
+        let window = now.since(&p.snapshot.unwrap_or_default());
+        c.nic_window
             .get_or_insert_with(Default::default)
-            .add(&nic.counters());
+            .add(&window);
     }
     if let Some(w) = &p.weir {
         let s = w.stats();
@@ -287,6 +315,11 @@ impl Network<'_> {
         self.weir_pump(host);
         // Without a NIC model the doorbells went straight to the engine.
         self.after_engine(host);
+    }
+
+    pub(super) fn rnic_snapshot(&mut self, host: u32) {
+        let p = self.paced(host);
+        p.snapshot = p.nic.as_ref().map(Rnic::counters);
     }
 
     /// App queue pair `index` of `host` closed: the NIC forgets its WQEs.

@@ -74,29 +74,47 @@ pub struct NicCounters {
 }
 
 impl NicCounters {
-    /// Adds another host's counts.
+    /// Adds another host's counts (the most outstanding: the larger).
     pub fn add(&mut self, o: &NicCounters) {
-        fn cache(a: &mut CacheCounters, b: &CacheCounters) {
-            a.hits += b.hits;
-            a.misses += b.misses;
-            a.fills += b.fills;
-            a.evictions += b.evictions;
-            a.invalidations += b.invalidations;
-        }
-        self.doorbells += o.doorbells;
-        self.processed += o.processed;
-        self.cqes += o.cqes;
-        self.pcie_reads += o.pcie_reads;
-        self.pcie_read_bytes += o.pcie_read_bytes;
-        self.pcie_tag_waits += o.pcie_tag_waits;
-        self.stall_ns += o.stall_ns;
-        cache(&mut self.wqe, &o.wqe);
-        cache(&mut self.qpc, &o.qpc);
-        cache(&mut self.mtt, &o.mtt);
-        if let Some(b) = &o.cc {
-            cache(self.cc.get_or_insert_with(Default::default), b);
-        }
+        *self = self.zip(o, |a, b| a + b);
         self.max_outstanding = self.max_outstanding.max(o.max_outstanding);
+    }
+
+    /// The counts since `earlier`, a snapshot of the same NIC (the most outstanding: over
+    /// the whole run).
+    pub fn since(&self, earlier: &NicCounters) -> NicCounters {
+        let mut d = self.zip(earlier, u64::saturating_sub);
+        d.max_outstanding = self.max_outstanding;
+        d
+    }
+
+    fn zip(&self, o: &NicCounters, f: fn(u64, u64) -> u64) -> NicCounters {
+        let cache = |a: &CacheCounters, b: &CacheCounters| CacheCounters {
+            hits: f(a.hits, b.hits),
+            misses: f(a.misses, b.misses),
+            fills: f(a.fills, b.fills),
+            evictions: f(a.evictions, b.evictions),
+            invalidations: f(a.invalidations, b.invalidations),
+        };
+        NicCounters {
+            doorbells: f(self.doorbells, o.doorbells),
+            processed: f(self.processed, o.processed),
+            cqes: f(self.cqes, o.cqes),
+            pcie_reads: f(self.pcie_reads, o.pcie_reads),
+            pcie_read_bytes: f(self.pcie_read_bytes, o.pcie_read_bytes),
+            pcie_tag_waits: f(self.pcie_tag_waits, o.pcie_tag_waits),
+            stall_ns: f(self.stall_ns, o.stall_ns),
+            wqe: cache(&self.wqe, &o.wqe),
+            qpc: cache(&self.qpc, &o.qpc),
+            mtt: cache(&self.mtt, &o.mtt),
+            cc: match (&self.cc, &o.cc) {
+                (Some(a), Some(b)) => Some(cache(a, b)),
+                (Some(a), None) => Some(cache(a, &CacheCounters::default())),
+                (None, Some(b)) => Some(cache(&CacheCounters::default(), b)),
+                (None, None) => None,
+            },
+            max_outstanding: self.max_outstanding,
+        }
     }
 
     /// As JSON, for run summaries.
