@@ -213,3 +213,9 @@ fn weir_fig7_weir_stays_flat_where_native_collapses() {
     );
     assert!(out.contains("fewer WQE and MTT/MPT misses"), "{out}");
 }
+
+#[test]
+fn swcc_fig11a_the_context_table_misses_once_it_overflows() {
+    let out = quick("swcc-fig11a");
+    assert!(out.contains("drops where it overflows"), "{out}");
+}
