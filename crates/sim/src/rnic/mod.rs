@@ -444,3 +444,98 @@ impl Rnic {
 fn ns_ps(ns: f64) -> Ps {
     (ns * PS_PER_NS as f64).round() as Ps
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NS: Ps = PS_PER_NS;
+
+    fn pcie(tags: usize) -> Pcie {
+        Pcie {
+            read_ps: 800 * NS,
+            bps: 200_000_000_000,
+            tags,
+            busy: BinaryHeap::new(),
+            link_free: 0,
+        }
+    }
+
+    /// A read completes its transfer (64 B at 200 Gbit/s: 2.56 ns) plus the round trip;
+    /// reads share the bandwidth in order; with every tag taken, the next waits for the
+    /// earliest to free.
+    #[test]
+    fn pcie_reads_take_latency_bandwidth_and_tags() {
+        let mut c = NicCounters::default();
+        let mut p = pcie(2);
+        assert_eq!(p.read(0, 0, 64, &mut c), 2_560 + 800 * NS);
+        assert_eq!(p.read(0, 0, 64, &mut c), 5_120 + 800 * NS);
+        // Both tags are held until 802.56 and 805.12 ns: the third waits for the first.
+        assert_eq!(p.read(0, 0, 64, &mut c), 802_560 + 800 * NS);
+        assert_eq!(
+            (c.pcie_reads, c.pcie_read_bytes, c.pcie_tag_waits),
+            (3, 192, 1)
+        );
+        // A read issued later (after the one it depends on) books its bandwidth now but
+        // completes after its issue.
+        let mut p = pcie(8);
+        assert_eq!(p.read(0, 1_000 * NS, 64, &mut c), 1_000 * NS + 800 * NS);
+    }
+
+    fn nic(units: u32) -> Rnic {
+        let p = RnicParams {
+            units,
+            wqe_entries: 4,
+            wqe_ways: 4,
+            mtt_entries: 4,
+            mtt_ways: 4,
+            ..RnicParams::preset("connectx6-like").unwrap()
+        };
+        Rnic::new(p, 100_000_000_000, 1024, 4)
+    }
+
+    /// A doorbell is fetched after the MMIO write and one PCIe round trip (its 2.56 ns of
+    /// transfer is booked at the post, under the MMIO write); the first WQE of a
+    /// queue pair misses only its QP context (its WQE and MTT/MPT entry came with the
+    /// fetch), then a unit works 100 ns and waits for the wire.
+    #[test]
+    fn a_wqe_costs_its_misses_then_its_turn_on_the_wire() {
+        let mut n = nic(1);
+        let (w, fetched) = n.doorbell(0, 0, 512, 7);
+        assert_eq!(fetched, 100 * NS + 800 * NS);
+        n.fetched(w);
+        let now = fetched;
+        let done = n.dispatch(now).expect("a unit and a WQE");
+        // QPC read (256 B: 10.24 ns of transfer, booked now) + 100 ns of work.
+        assert_eq!(done.at, now + 10_240 + 800 * NS + 100 * NS);
+        assert!(n.dispatch(now).is_none(), "one unit, busy");
+        let c = n.counters();
+        assert_eq!((c.qpc.misses, c.wqe.hits, c.mtt.hits), (1, 1, 1));
+        assert_eq!(n.take(done.wqe), (0, 512, 7));
+        assert_eq!(n.outstanding(), 1);
+        assert_eq!(n.complete(done.at, 0), done.at + 400 * NS);
+        assert_eq!(n.outstanding(), 0);
+        assert_eq!(n.counters().wqe.invalidations, 1);
+    }
+
+    /// Five WQEs fetched into a 4-entry WQE cache: the first is evicted and drags its
+    /// MTT/MPT entry out; processing it then misses both, two reads more.
+    #[test]
+    fn an_evicted_wqe_misses_with_its_translation() {
+        let mut n = nic(8);
+        let mut slots = Vec::new();
+        for _ in 0..5 {
+            let (w, _) = n.doorbell(0, 1, 512, 0);
+            n.fetched(w);
+            slots.push(w);
+        }
+        let c = n.counters();
+        assert_eq!((c.wqe.evictions, c.mtt.invalidations), (1, 1));
+        let first = n.dispatch(0).unwrap();
+        let c = n.counters();
+        assert_eq!((c.qpc.misses, c.mtt.misses, c.wqe.misses), (1, 1, 1));
+        // Three dependent reads and the work: at least 2.4 us + 100 ns.
+        assert!(first.at >= 2_500 * NS, "{}", first.at);
+        assert_eq!(first.wqe, slots[0]);
+    }
+}
