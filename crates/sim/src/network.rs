@@ -109,6 +109,10 @@ enum Ev {
     RnicSnapshot {
         host: NodeId,
     },
+    /// The first app of `host` stops posting: Weir's rate and delay are noted.
+    WeirProbe {
+        host: NodeId,
+    },
 }
 
 /// What the fabric reads of a packet at every hop, kept apart from its RoCE headers (which
@@ -234,6 +238,8 @@ struct Paced {
     cqes: VecDeque<Completion>,
     /// The NIC model's counts when this host's apps started measuring.
     snapshot: Option<crate::rnic::NicCounters>,
+    /// Weir's rate (bit/s) and smoothed delay (ns) when this host's first app stopped.
+    weir_probe: Option<(u64, Option<f64>)>,
 }
 
 #[derive(Debug)]
@@ -655,6 +661,7 @@ impl<'a> Network<'a> {
                 Ev::RnicCqe { host } => self.rnic_cqe(host),
                 Ev::WeirTimer { host } => self.weir_timer(host),
                 Ev::RnicSnapshot { host } => self.rnic_snapshot(host),
+                Ev::WeirProbe { host } => self.weir_probe(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -692,7 +699,7 @@ impl<'a> Network<'a> {
         }
         for host in &self.hosts {
             if let Some(p) = &host.paced {
-                add_paced_counters(&mut self.counters, p);
+                add_paced_counters(&mut self.counters, p, end);
             }
             let c = host.engine.counters();
             self.counters.cnps += c.cnps_sent;

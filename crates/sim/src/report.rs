@@ -274,6 +274,8 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                     "cqes": w.cqes, "app_completions": w.app_completions,
                     "swallowed": w.swallowed, "increases": w.increases,
                     "decreases": w.decreases,
+                    "rate_bps_at_stop": c.weir_rate_bps,
+                    "delay_ns_at_stop": c.weir_delay_ns,
                 });
             }
             if !r.apps.is_empty() {

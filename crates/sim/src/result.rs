@@ -66,6 +66,11 @@ pub struct FabricCounters {
     pub nic_window: Option<crate::rnic::NicCounters>,
     /// Weir's counts, summed over the hosts that pace (`[weir]` only).
     pub weir: Option<sluice_core::weir::WeirStats>,
+    /// Weir's doorbell rate, bit/s, when the first app of each pacing host stopped posting
+    /// (summed over those hosts).
+    pub weir_rate_bps: Option<u64>,
+    /// Weir's smoothed delay then, ns (the largest over those hosts).
+    pub weir_delay_ns: Option<u64>,
 }
 
 impl FabricCounters {

@@ -185,6 +185,32 @@ fn the_wqe_cache_thrashes_once_outstanding_work_exceeds_it() {
         describe("over", over)
     );
     assert!(gbps(over) < 0.8 * gbps(fit), "{} {}", gbps(over), gbps(fit));
-    // Occupancy is what was doorbelled and not completed: depth x queue pairs at most.
+    // Occupancy is what was doorbelled and not completed: depth x queue pairs at most, and
+    // while the apps post (from the warm-up's end at 50 us to their stop at 200 us) nearly
+    // that: a WQE leaves the NIC when the engine completes it and its successor comes once
+    // the CQE is in host memory, 400 ns later (of about 6 us a round); then it drains.
     assert_eq!((f.max_outstanding, o.max_outstanding), (128, 512));
+    let end = fit.simulated_ns;
+    assert!(f.occupancy_wqe_ns <= 128 * (end - 50_000), "{f:?}");
+    assert!(f.occupancy_wqe_ns >= 128 * 150_000 * 9 / 10, "{f:?}");
+}
+
+/// With `[weir]`, Weir's rate and delay are noted when the apps stop: here, unloaded, at
+/// line rate with a delay of a few microseconds.
+#[test]
+fn weirs_rate_and_delay_are_noted_at_the_stop() {
+    let r = &run(&scenario(&perftest(
+        8,
+        4,
+        512,
+        100.0,
+        200.0,
+        "[rnic]\n[weir]\nbase_delay_us = 4\n",
+    )))[0];
+    let (rate, delay) = (
+        r.counters.weir_rate_bps.unwrap(),
+        r.counters.weir_delay_ns.unwrap(),
+    );
+    assert!(rate > 90_000_000_000, "{rate}");
+    assert!((1_000..20_000).contains(&delay), "{delay}");
 }

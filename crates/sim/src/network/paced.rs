@@ -62,6 +62,7 @@ pub(super) fn build_paced(
             weir_timer: None,
             cqes: Default::default(),
             snapshot: None,
+            weir_probe: None,
         }));
     }
     Ok(())
@@ -75,7 +76,22 @@ pub(super) fn schedule_snapshots(
     events: &mut crate::event::EventQueue<Ev>,
 ) {
     for (h, host) in hosts.iter().enumerate() {
-        if host.paced.as_ref().is_none_or(|p| p.nic.is_none()) {
+        let Some(p) = host.paced.as_ref() else {
+            continue;
+        };
+        if p.weir.is_some() {
+            let stop = scenario
+                .apps
+                .iter()
+                .filter(|a| a.src as usize == h)
+                .map(|a| a.stop_us(scenario.time_limit_us))
+                .fold(f64::INFINITY, f64::min);
+            if stop.is_finite() {
+                let at = (stop * crate::event::PS_PER_US as f64) as Ps;
+                events.push(at, Ev::WeirProbe { host: h as u32 });
+            }
+        }
+        if p.nic.is_none() {
             continue;
         }
         let from = scenario
@@ -92,9 +108,9 @@ pub(super) fn schedule_snapshots(
 }
 
 /// Adds a host's model and pacer counts to the run's.
-pub(super) fn add_paced_counters(c: &mut FabricCounters, p: &Paced) {
+pub(super) fn add_paced_counters(c: &mut FabricCounters, p: &Paced, end: Ps) {
     if let Some(nic) = &p.nic {
-        let now = nic.counters();
+        let now = nic.counters(end);
         c.nic.get_or_insert_with(Default::default).add(&now);
         let window = now.since(&p.snapshot.unwrap_or_default());
         c.nic_window
@@ -103,6 +119,11 @@ pub(super) fn add_paced_counters(c: &mut FabricCounters, p: &Paced) {
     }
     if let Some(w) = &p.weir {
         let s = w.stats();
+        if let Some((rate, delay)) = p.weir_probe {
+            *c.weir_rate_bps.get_or_insert(0) += rate;
+            let d = c.weir_delay_ns.get_or_insert(0);
+            *d = (*d).max(delay.unwrap_or(0.0) as u64);
+        }
         let t = c.weir.get_or_insert_with(WeirStats::default);
         t.posts += s.posts;
         t.doorbells += s.doorbells;
@@ -317,9 +338,15 @@ impl Network<'_> {
         self.after_engine(host);
     }
 
-    pub(super) fn rnic_snapshot(&mut self, host: u32) {
+    pub(super) fn weir_probe(&mut self, host: u32) {
         let p = self.paced(host);
-        p.snapshot = p.nic.as_ref().map(Rnic::counters);
+        p.weir_probe = p.weir.as_ref().map(|w| (w.rate(), w.delay()));
+    }
+
+    pub(super) fn rnic_snapshot(&mut self, host: u32) {
+        let now = self.now;
+        let p = self.paced(host);
+        p.snapshot = p.nic.as_ref().map(|n| n.counters(now));
     }
 
     /// App queue pair `index` of `host` closed: the NIC forgets its WQEs.

@@ -71,6 +71,9 @@ pub struct NicCounters {
     pub cc: Option<CacheCounters>,
     /// The most WQEs doorbelled and not yet completed at once.
     pub max_outstanding: u64,
+    /// WQEs doorbelled and not yet completed, integrated over time (WQE x ns): over a
+    /// window, divided by its length, the mean occupancy of the WQE cache's demand.
+    pub occupancy_wqe_ns: u64,
 }
 
 impl NicCounters {
@@ -114,6 +117,7 @@ impl NicCounters {
                 (None, None) => None,
             },
             max_outstanding: self.max_outstanding,
+            occupancy_wqe_ns: f(self.occupancy_wqe_ns, o.occupancy_wqe_ns),
         }
     }
 
@@ -134,6 +138,7 @@ impl NicCounters {
             "pcie_tag_waits": self.pcie_tag_waits,
             "stall_ns": self.stall_ns,
             "max_outstanding": self.max_outstanding,
+            "occupancy_wqe_ns": self.occupancy_wqe_ns,
             "wqe_cache": cache(&self.wqe),
             "qpc_cache": cache(&self.qpc),
             "mtt_cache": cache(&self.mtt),
@@ -234,6 +239,8 @@ pub struct Rnic {
     slab: Vec<Wqe>,
     free_slots: Vec<u32>,
     outstanding: u64,
+    /// When `outstanding` last changed (its integral is counted up to then).
+    outstanding_since: Ps,
     counters: NicCounters,
 }
 
@@ -276,13 +283,16 @@ impl Rnic {
             slab: Vec::new(),
             free_slots: Vec::new(),
             outstanding: 0,
+            outstanding_since: 0,
             counters: NicCounters::default(),
         }
     }
 
-    /// The counts so far.
-    pub fn counters(&self) -> NicCounters {
+    /// The counts up to `now`.
+    pub fn counters(&self, now: Ps) -> NicCounters {
         let mut c = self.counters;
+        c.occupancy_wqe_ns +=
+            self.outstanding * (now.saturating_sub(self.outstanding_since) / PS_PER_NS);
         c.wqe = self.wqe_cache.counters();
         c.qpc = self.qpc_cache.counters();
         c.mtt = self.mtt_cache.counters();
@@ -293,6 +303,14 @@ impl Rnic {
     /// WQEs doorbelled and not yet completed.
     pub fn outstanding(&self) -> u64 {
         self.outstanding
+    }
+
+    /// Counts the occupancy up to `now`, before it changes.
+    fn occupancy_to(&mut self, now: Ps) {
+        let since = self.outstanding_since.min(now);
+        self.counters.occupancy_wqe_ns += self.outstanding * ((now - since) / PS_PER_NS);
+        // Whole nanoseconds only: the remainder is counted next time.
+        self.outstanding_since = now - (now - since) % PS_PER_NS;
     }
 
     /// App queue pair `app` rings a doorbell at `now` for a WQE of `len` bytes to post to
@@ -319,6 +337,7 @@ impl Rnic {
             }
         };
         self.counters.doorbells += 1;
+        self.occupancy_to(now);
         self.outstanding += 1;
         self.counters.max_outstanding = self.counters.max_outstanding.max(self.outstanding);
         let at = now + ns_ps(self.p.mmio_ns);
@@ -418,6 +437,7 @@ impl Rnic {
     /// The engine completed app queue pair `app`'s oldest WQE at `now`: its cache entry is
     /// released; returns when the CQE is in host memory.
     pub fn complete(&mut self, now: Ps, app: u32) -> Ps {
+        self.occupancy_to(now);
         if let Some(key) = self.qps[app as usize].in_engine.pop_front() {
             // The CQE frees the WQE's cache resources: its entry and its translation.
             self.wqe_cache.invalidate(key);
@@ -509,13 +529,13 @@ mod tests {
         // QPC read (256 B: 10.24 ns of transfer, booked now) + 100 ns of work.
         assert_eq!(done.at, now + 10_240 + 800 * NS + 100 * NS);
         assert!(n.dispatch(now).is_none(), "one unit, busy");
-        let c = n.counters();
+        let c = n.counters(0);
         assert_eq!((c.qpc.misses, c.wqe.hits, c.mtt.hits), (1, 1, 1));
         assert_eq!(n.take(done.wqe), (0, 512, 7));
         assert_eq!(n.outstanding(), 1);
         assert_eq!(n.complete(done.at, 0), done.at + 400 * NS);
         assert_eq!(n.outstanding(), 0);
-        assert_eq!(n.counters().wqe.invalidations, 1);
+        assert_eq!(n.counters(0).wqe.invalidations, 1);
     }
 
     /// Five WQEs fetched into a 4-entry WQE cache: the first is evicted and drags its
@@ -529,10 +549,10 @@ mod tests {
             n.fetched(w);
             slots.push(w);
         }
-        let c = n.counters();
+        let c = n.counters(0);
         assert_eq!((c.wqe.evictions, c.mtt.invalidations), (1, 1));
         let first = n.dispatch(0).unwrap();
-        let c = n.counters();
+        let c = n.counters(0);
         assert_eq!((c.qpc.misses, c.mtt.misses, c.wqe.misses), (1, 1, 1));
         // Three dependent reads and the work: at least 2.4 us + 100 ns.
         assert!(first.at >= 2_500 * NS, "{}", first.at);
