@@ -219,3 +219,12 @@ fn swcc_fig11a_the_context_table_misses_once_it_overflows() {
     let out = quick("swcc-fig11a");
     assert!(out.contains("drops where it overflows"), "{out}");
 }
+
+#[test]
+fn weir_fig10_base_delay_sets_the_occupancy() {
+    let out = quick("weir-fig10");
+    assert!(
+        out.contains("a larger base_delay gives a higher occupancy"),
+        "{out}"
+    );
+}

@@ -219,6 +219,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG18,
     weir::FIG2,
     weir::FIG7,
+    weir::FIG10,
     weir::SWCC_FIG11A,
 ];
 
