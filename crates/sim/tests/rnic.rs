@@ -214,3 +214,45 @@ fn weirs_rate_and_delay_are_noted_at_the_stop() {
     assert!(rate > 90_000_000_000, "{rate}");
     assert!((1_000..20_000).contains(&delay), "{delay}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+    /// Any queue pairs, depth, size (split by Weir or not), small caches or not, Weir or
+    /// not: every message posted completes once, the NIC processes and completes every
+    /// doorbell it was given, and its occupancy never exceeds what was posted.
+    #[test]
+    fn every_doorbell_is_processed_and_completed(
+        qps in 1u32..40,
+        depth in 1u32..12,
+        size in 64u32..12_000,
+        small in proptest::bool::ANY,
+        weir in proptest::bool::ANY,
+    ) {
+        let mut extra = String::from("[rnic]\n");
+        if small {
+            extra += "wqe_entries = 32\nwqe_ways = 4\nqpc_entries = 8\nqpc_ways = 2\n\
+                      mtt_entries = 32\nmtt_ways = 8\nunits = 2\npcie_tags = 4\n";
+        }
+        if weir {
+            extra += "[weir]\nbase_delay_us = 4\nsplit_bytes = 4096\n";
+        }
+        let r = &run(&scenario(&perftest(qps, depth, size, 60.0, 2_000.0, &extra)))[0];
+        let posted: u64 = r.apps.iter().map(|q| q.posted).sum();
+        for q in &r.apps {
+            proptest::prop_assert!(!q.failed);
+            proptest::prop_assert_eq!(q.posted, q.completed);
+            proptest::prop_assert!(q.max_outstanding <= depth);
+        }
+        let n = r.counters.nic.unwrap();
+        let doorbells = r.counters.weir.map_or(posted, |w| w.doorbells);
+        proptest::prop_assert_eq!((n.doorbells, n.processed, n.cqes), (doorbells, doorbells, doorbells));
+        // Weir keeps at most `depth` pieces of a QP in flight, as an app keeps `depth` WQEs.
+        proptest::prop_assert!(n.max_outstanding <= u64::from(qps * depth));
+        // Every WQE is released at its CQE, unless evicted before (small caches only).
+        proptest::prop_assert!(n.wqe.invalidations <= doorbells);
+        if !small {
+            proptest::prop_assert_eq!(n.wqe.invalidations, doorbells);
+            proptest::prop_assert_eq!(n.wqe.evictions, 0);
+        }
+    }
+}
