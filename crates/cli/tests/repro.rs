@@ -228,3 +228,9 @@ fn weir_fig10_base_delay_sets_the_occupancy() {
         "{out}"
     );
 }
+
+#[test]
+fn weir_fig4_delay_ramps_for_large_wqes_and_resets_after_pauses() {
+    let out = quick("weir-fig4");
+    assert!(out.contains("8 KB ramps faster than 4 KB"), "{out}");
+}

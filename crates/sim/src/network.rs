@@ -64,6 +64,8 @@ enum Ev {
     FlowStart(u32),
     /// App queue pair `n` opens and posts.
     AppStart(u32),
+    /// App queue pair `n` (in batches) posts its next batch.
+    AppBatch(u32),
     /// Packet `pkt` has fully arrived at `node` through `port`.
     Arrive {
         node: NodeId,
@@ -644,6 +646,7 @@ impl<'a> Network<'a> {
             match ev {
                 Ev::FlowStart(f) => self.start_flow(f),
                 Ev::AppStart(a) => self.start_app(a),
+                Ev::AppBatch(a) => self.app_batch(a),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
                 Ev::TxDone { node, port } => {
                     if self.is_host(node) {
@@ -904,7 +907,7 @@ impl<'a> Network<'a> {
                 self.post_app_recv(index)?;
             }
         }
-        for _ in 0..spec.depth {
+        for _ in 0..spec.batch.unwrap_or(spec.depth) {
             self.post_app(index)?;
         }
         Ok(())
@@ -1022,7 +1025,12 @@ impl<'a> Network<'a> {
         if posted >= a.from && posted < a.stop {
             a.rec.latencies_ns.push((now - posted) / PS_PER_NS);
         }
-        if now < a.stop {
+        if now < a.stop && self.scenario.apps[a.spec].batch.is_some() {
+            if a.in_flight.is_empty() {
+                let pause = (self.scenario.apps[a.spec].pause_us * PS_PER_US as f64) as Ps;
+                self.events.push(now + pause, Ev::AppBatch(index));
+            }
+        } else if now < a.stop {
             if self.post_app(index).is_err() {
                 self.apps[index as usize].rec.failed = true;
                 self.close_app(index);

@@ -636,6 +636,13 @@ impl Scenario {
             w.config(100_000_000_000, 1, 1)
                 .map_err(ScenarioError::Invalid)?;
         }
+        for (i, app) in self.apps.iter().enumerate() {
+            if app.batch.is_some() && (self.rnic.is_none() || self.weir.is_some()) {
+                return bad(format!(
+                    "app[{i}].batch: batches need an [rnic] table and no [weir] table"
+                ));
+            }
+        }
         Ok(())
     }
 }

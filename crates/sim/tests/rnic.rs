@@ -256,3 +256,37 @@ proptest::proptest! {
         }
     }
 }
+
+/// Apps in batches (Weir Fig 4): each batch is posted, completes, and the next follows the
+/// pause; bad batch fields are refused by name.
+#[test]
+fn batches_post_complete_and_pause() {
+    let text = perftest(1, 10, 4096, 300.0, 400.0, "[rnic]\n").replace(
+        "depth = 10\n",
+        "depth = 10\nbatch = 10\npause_us = 50\npost_ns = 200\n",
+    );
+    let r = &run(&scenario(&text))[0];
+    let q = &r.apps[0];
+    assert!(!q.failed);
+    assert_eq!(q.posted % 10, 0, "whole batches: {}", q.posted);
+    assert_eq!(q.posted, q.completed);
+    // A batch takes well under 50 us here: between 300 / (50 + 40) and 300 / 50 batches.
+    assert!((3..=6).contains(&(q.posted / 10)), "{}", q.posted);
+    for (extra, field) in [
+        ("batch = 11\n", "app[0].batch"),
+        ("batch = 5\npause_us = -1\n", "app[0].pause_us"),
+    ] {
+        let text = perftest(1, 10, 512, 100.0, 200.0, "[rnic]\n")
+            .replace("depth = 10\n", &format!("depth = 10\n{extra}"));
+        let e = sluice_sim::Scenario::parse(&text, std::path::Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{e}");
+    }
+    let text =
+        perftest(1, 10, 512, 100.0, 200.0, "").replace("depth = 10\n", "depth = 10\nbatch = 5\n");
+    let e = sluice_sim::Scenario::parse(&text, std::path::Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("app[0].batch") && e.contains("[rnic]"), "{e}");
+}

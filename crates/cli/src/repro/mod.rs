@@ -218,6 +218,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG17,
     scr::FIG18,
     weir::FIG2,
+    weir::FIG4,
     weir::FIG7,
     weir::FIG10,
     weir::SWCC_FIG11A,

@@ -887,3 +887,182 @@ fn fig10(scale: Scale) -> Result<Report, String> {
         .retain(|(n, _)| n.ends_with("10us") || n.ends_with("-40g"));
     Ok(report)
 }
+
+pub(super) const FIG4: Entry = Entry {
+    name: "weir-fig4",
+    source: "Weir Fig 4",
+    summary: "one poster, batches of 100 WQEs with 1 ms pauses: doorbell-to-CQE delay within a batch for 64 B, 4 KB and 8 KB",
+    run: fig4,
+    needs: &[],
+};
+
+/// The CPU's time per post of the one posting core: ours (the paper gives none; a post and
+/// its doorbell write are some hundreds of ns), enough that 64 B cannot fill the link.
+const POST_NS: f64 = 200.0;
+
+fn fig4(scale: Scale) -> Result<Report, String> {
+    let batches: u32 = match scale {
+        Scale::Quick => 2,
+        Scale::Full => 5,
+    };
+    let sizes = [64u32, 4096, 8192];
+    let (batch, pause_us) = (100u32, 1000.0);
+    let mut report = Report::default();
+    let scenarios = sizes
+        .iter()
+        .map(|&size| {
+            // Stops posting after `batches` batches: each takes its pause plus well under
+            // 100 us to post and drain.
+            let stop = f64::from(batches) * (pause_us + 100.0) - pause_us / 2.0;
+            (
+                format!("weir-fig4-{size}B"),
+                format!(
+                    "# Weir Fig 4: one poster, batches of {batch} WQEs of {size} B, {pause_us} us \
+                     pauses, native NIC (model).\n\
+                     name = \"weir-fig4\"\ntime_limit_us = {limit}\n\
+                     [topology]\nkind = \"star\"\nhosts = 2\nlink_gbps = 100\nlink_delay_ns = 500\n\
+                     [output]\nsample_interval_us = 100\n\
+                     [rnic]\npreset = \"connectx6-like\"\n\
+                     [[app]]\nsrc = 0\ndst = 1\nsize = {size}\ndepth = {batch}\nbatch = {batch}\n\
+                     pause_us = {pause_us}\npost_ns = {POST_NS}\nstop_us = {stop}\n",
+                    limit = stop + pause_us,
+                ),
+            )
+        })
+        .collect();
+    let runs = simulate_all(&mut report, scenarios)?;
+    // Each message's delay (post to CQE: with no pacer the post is the doorbell), in
+    // posting order, cut into batches.
+    let delays: Vec<Vec<Vec<f64>>> = runs
+        .iter()
+        .map(|r| {
+            r[0].apps[0]
+                .latencies_ns
+                .chunks(batch as usize)
+                .filter(|c| c.len() == batch as usize)
+                .map(|c| c.iter().map(|&ns| ns as f64 / 1e3).collect())
+                .collect()
+        })
+        .collect();
+    report.table = Table::new(&[
+        "size",
+        "batches",
+        "1st WQE (us)",
+        "50th (us)",
+        "100th (us)",
+        "rise over the batch (us)",
+        "1st WQE of each batch (us)",
+        "paper",
+    ]);
+    let mut rise = Vec::new();
+    for (k, &size) in sizes.iter().enumerate() {
+        let b = &delays[k];
+        if b.is_empty() {
+            return Err(format!("weir-fig4: no whole batch of {size} B completed"));
+        }
+        let mean_at = |i: usize| b.iter().map(|v| v[i]).sum::<f64>() / b.len() as f64;
+        let (first, mid, last) = (mean_at(0), mean_at(49), mean_at(99));
+        rise.push((size, first, last));
+        let firsts: Vec<f64> = b.iter().map(|v| v[0]).collect();
+        report.table.row(vec![
+            format!("{size} B"),
+            b.len().to_string(),
+            f(first, 2),
+            f(mid, 2),
+            f(last, 2),
+            f(last - first, 2),
+            firsts
+                .iter()
+                .map(|x| f(*x, 2))
+                .collect::<Vec<_>>()
+                .join(", "),
+            match size {
+                64 => "flat: one core cannot fill the link",
+                4096 => "grows steadily within each batch",
+                _ => "grows faster than 4 KB",
+            }
+            .into(),
+        ]);
+    }
+    let (s64, s4k, s8k) = (rise[0], rise[1], rise[2]);
+    report.checks.push(Check::shape(
+        "4 KB and 8 KB delays ramp within a batch (the 100th at least twice the 1st)",
+        s4k.2 >= 2.0 * s4k.1 && s8k.2 >= 2.0 * s8k.1,
+        format!(
+            "4 KB {} -> {} us, 8 KB {} -> {} us",
+            f(s4k.1, 2),
+            f(s4k.2, 2),
+            f(s8k.1, 2),
+            f(s8k.2, 2)
+        ),
+    ));
+    report.checks.push(Check::shape(
+        "8 KB ramps faster than 4 KB (at least 1.5x the rise)",
+        s8k.2 - s8k.1 >= 1.5 * (s4k.2 - s4k.1),
+        format!(
+            "rise 8 KB {} us, 4 KB {} us",
+            f(s8k.2 - s8k.1, 2),
+            f(s4k.2 - s4k.1, 2)
+        ),
+    ));
+    report.checks.push(Check::shape(
+        "64 B stays flat (the 100th within 20% of the 1st)",
+        s64.2 <= 1.2 * s64.1,
+        format!("{} -> {} us", f(s64.1, 2), f(s64.2, 2)),
+    ));
+    // After each pause the delay starts low again: each batch's 1st WQE below half of the
+    // previous batch's 100th, for the sizes that ramp.
+    let mut reset_ok = true;
+    let mut shown = Vec::new();
+    for k in [1, 2] {
+        let b = &delays[k];
+        for w in b.windows(2) {
+            reset_ok &= w[1][0] < 0.5 * w[0][99];
+        }
+        shown.push(format!(
+            "{} B: {}",
+            sizes[k],
+            b.iter()
+                .map(|v| format!("{}..{}", f(v[0], 1), f(v[99], 1)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    report.checks.push(Check::shape(
+        "after each pause the delay starts low again (each batch's 1st below half the previous batch's 100th, 4 KB and 8 KB)",
+        reset_ok,
+        format!("1st..100th per batch: {}", shown.join("; ")),
+    ));
+    report.notes.push(format!(
+        "One queue pair on the connectx6-like RNIC model posting batches of {batch} WRITEs, one \
+         every {POST_NS} ns (ours: the paper's one CPU core has a cost per post it does not \
+         give), then a {pause_us} us pause once the batch has completed. The delay is each \
+         WQE's post (its doorbell, there being no pacer) to its CQE in host memory. 1024 B MTU: \
+         4 KB is 4 packets. The first batch's first WQE is slower by a cold QP-context miss \
+         (0.8 us)."
+    ));
+    report.plots.push((
+        "weir-fig4".into(),
+        Chart {
+            title: "Weir Fig 4 (model): delay within batches of 100 WQEs".into(),
+            x_label: "WQE (in posting order, two batches)".into(),
+            y_label: "doorbell to CQE (us)".into(),
+            series: sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &size)| Series {
+                    name: format!("{size} B"),
+                    points: delays[k]
+                        .iter()
+                        .take(2)
+                        .flatten()
+                        .enumerate()
+                        .map(|(i, &d)| (i as f64, d))
+                        .collect(),
+                })
+                .collect(),
+            ..Chart::default()
+        },
+    ));
+    Ok(report)
+}

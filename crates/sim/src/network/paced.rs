@@ -144,10 +144,39 @@ impl Network<'_> {
             .expect("a paced host")
     }
 
-    /// App queue pair `index` posts a message of `size` bytes on a paced host.
+    /// App queue pair `index` (in batches) posts its next batch, unless it has stopped.
+    pub(super) fn app_batch(&mut self, index: u32) {
+        let a = &self.apps[index as usize];
+        if !a.open || self.now >= a.stop {
+            if a.open && a.in_flight.is_empty() {
+                self.close_app(index);
+            }
+            return;
+        }
+        let (src, n) = (a.rec.src, self.scenario.apps[a.spec].batch.unwrap_or(1));
+        for _ in 0..n {
+            if self.post_app(index).is_err() {
+                self.apps[index as usize].rec.failed = true;
+                self.close_app(index);
+                break;
+            }
+        }
+        self.after_engine(src);
+    }
+
+    /// App queue pair `index` posts a message of `size` bytes on a paced host. In batches,
+    /// the k-th post of a batch happens `k x post_ns` after the batch starts (the CPU's
+    /// time per post), and its doorbell with it.
     pub(super) fn post_paced(&mut self, index: u32, size: u64) -> Result<(), sluice_core::Error> {
-        let now = self.now;
         let a = &mut self.apps[index as usize];
+        let spec = &self.scenario.apps[a.spec];
+        let now = match spec.batch {
+            Some(_) => {
+                let k = a.in_flight.len() as f64;
+                self.now + (k * spec.post_ns * crate::event::PS_PER_NS as f64) as Ps
+            }
+            None => self.now,
+        };
         let src = a.rec.src;
         a.in_flight.push_back((now, size));
         a.rec.posted += 1;
@@ -155,7 +184,7 @@ impl Network<'_> {
         let wr_id = APP_WR | u64::from(index);
         let p = self.paced(src);
         let Some(weir) = p.weir.as_mut() else {
-            return self.ring(src, index, size as u32, wr_id);
+            return self.ring_at(now, src, index, size as u32, wr_id);
         };
         match weir.post(QpNum(index), 0, size as u32, true, to_instant(now)) {
             Ok(Decision::Ring(d)) => {
@@ -178,10 +207,23 @@ impl Network<'_> {
         len: u32,
         wr_id: u64,
     ) -> Result<(), sluice_core::Error> {
-        let now = self.now;
+        self.ring_at(self.now, host, app, len, wr_id)
+    }
+
+    /// [`Network::ring`] at `now`, which may be after the simulator's now (a post later
+    /// in a batch).
+    fn ring_at(
+        &mut self,
+        now: Ps,
+        host: u32,
+        app: u32,
+        len: u32,
+        wr_id: u64,
+    ) -> Result<(), sluice_core::Error> {
+        let sim_now = self.now;
         match self.paced(host).nic.as_mut() {
             Some(nic) => {
-                let (wqe, at) = nic.doorbell(now, app, len, wr_id);
+                let (wqe, at) = nic.doorbell(sim_now, now, app, len, wr_id);
                 self.events.push(at, Ev::RnicFetched { host, wqe });
                 Ok(())
             }

@@ -313,10 +313,11 @@ impl Rnic {
         self.outstanding_since = now - (now - since) % PS_PER_NS;
     }
 
-    /// App queue pair `app` rings a doorbell at `now` for a WQE of `len` bytes to post to
-    /// the engine as `wr_id`. Returns the WQE's slab index and when its fetch completes
-    /// (then call [`Rnic::fetched`]).
-    pub fn doorbell(&mut self, now: Ps, app: u32, len: u32, wr_id: u64) -> (u32, Ps) {
+    /// App queue pair `app` rings a doorbell at `post` (at or after `now`, the simulator's
+    /// time: a post later in a batch) for a WQE of `len` bytes to post to the engine as
+    /// `wr_id`. Returns the WQE's slab index and when its fetch completes (then call
+    /// [`Rnic::fetched`]).
+    pub fn doorbell(&mut self, now: Ps, post: Ps, app: u32, len: u32, wr_id: u64) -> (u32, Ps) {
         let q = &mut self.qps[app as usize];
         let seq = q.seq;
         q.seq += 1;
@@ -340,7 +341,7 @@ impl Rnic {
         self.occupancy_to(now);
         self.outstanding += 1;
         self.counters.max_outstanding = self.counters.max_outstanding.max(self.outstanding);
-        let at = now + ns_ps(self.p.mmio_ns);
+        let at = post.max(now) + ns_ps(self.p.mmio_ns);
         let done = self
             .pcie
             .read(now, at, u64::from(self.p.wqe_bytes), &mut self.counters);
@@ -521,7 +522,7 @@ mod tests {
     #[test]
     fn a_wqe_costs_its_misses_then_its_turn_on_the_wire() {
         let mut n = nic(1);
-        let (w, fetched) = n.doorbell(0, 0, 512, 7);
+        let (w, fetched) = n.doorbell(0, 0, 0, 512, 7);
         assert_eq!(fetched, 100 * NS + 800 * NS);
         n.fetched(w);
         let now = fetched;
@@ -545,7 +546,7 @@ mod tests {
         let mut n = nic(8);
         let mut slots = Vec::new();
         for _ in 0..5 {
-            let (w, _) = n.doorbell(0, 1, 512, 0);
+            let (w, _) = n.doorbell(0, 0, 1, 512, 0);
             n.fetched(w);
             slots.push(w);
         }
