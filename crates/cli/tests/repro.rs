@@ -234,8 +234,6 @@ fn left_fig7_left_is_a_small_fraction_of_per_connection_bitmaps() {
 
 #[test]
 fn left_fig6_melo_falls_behind_the_ideal_and_left_keeps_up() {
-    // LEFT's 90% of line rate does not reproduce (docs/repro.md: the engine's gap NAKs cost
-    // every tracker a fifth), so that check is not asserted; the others are.
     let (_, out) = quick_run("left-fig6");
     assert!(
         out.contains("PASS    at equal paths every tracker runs near the ideal's rate"),
@@ -247,6 +245,10 @@ fn left_fig6_melo_falls_behind_the_ideal_and_left_keeps_up() {
     );
     assert!(
         out.contains("PASS    at 32x MELO+ falls below the ideal tracker"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    at 32x LEFT >= 90% of line rate"),
         "{out}"
     );
 }
@@ -310,4 +312,42 @@ fn scr_fig20_credits_track_the_headroom_and_backpressure_saws() {
         out.contains("PASS    backpressure: an MD/AI sawtooth"),
         "{out}"
     );
+}
+
+#[test]
+fn weir_fig2_native_collapses_at_the_wqe_cache_and_misses_qpc_beyond_2k() {
+    let out = quick("weir-fig2");
+    assert!(out.contains("a throughput knee near 128 QPs"), "{out}");
+    assert!(out.contains("QPC misses only beyond 2K QPs"), "{out}");
+}
+
+#[test]
+fn weir_fig7_weir_stays_flat_where_native_collapses() {
+    let out = quick("weir-fig7");
+    assert!(
+        out.contains("PASS    Weir at 512 B stays within 5% of its best"),
+        "{out}"
+    );
+    assert!(out.contains("fewer WQE and MTT/MPT misses"), "{out}");
+}
+
+#[test]
+fn swcc_fig11a_the_context_table_misses_once_it_overflows() {
+    let out = quick("swcc-fig11a");
+    assert!(out.contains("drops where it overflows"), "{out}");
+}
+
+#[test]
+fn weir_fig10_base_delay_sets_the_occupancy() {
+    let out = quick("weir-fig10");
+    assert!(
+        out.contains("a larger base_delay gives a higher occupancy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn weir_fig4_delay_ramps_for_large_wqes_and_resets_after_pauses() {
+    let out = quick("weir-fig4");
+    assert!(out.contains("8 KB ramps faster than 4 KB"), "{out}");
 }

@@ -89,6 +89,17 @@ pub struct AppSpec {
     /// A control law of its own, `{ name = "...", params = { ... } }` (default: the run's
     /// `[[cc]]` law), run the way the run's law is (inline or decoupled).
     pub cc: Option<crate::scenario::PolicyConfig>,
+    /// Open loop in batches instead of a closed loop (Weir Fig 4; needs `[rnic]`, not
+    /// `[weir]`): each queue pair posts this many messages, one every `post_ns`, waits for
+    /// all of them to complete, pauses `pause_us`, and posts the next batch (at most
+    /// `depth`).
+    pub batch: Option<u32>,
+    /// With `batch`: the pause between batches, us (default 0).
+    #[serde(default)]
+    pub pause_us: f64,
+    /// With `batch`: the CPU's time per post, ns (default 0: a batch is posted at once).
+    #[serde(default)]
+    pub post_ns: f64,
 }
 
 fn one() -> u32 {
@@ -167,6 +178,26 @@ impl AppSpec {
             return Err(format!(
                 "warmup_us: expected >= 0 and ending before stop_us, got {}",
                 self.warmup_us
+            ));
+        }
+        if let Some(b) = self.batch {
+            if !(1..=self.depth).contains(&b) {
+                return Err(format!(
+                    "batch: expected 1 ..= depth ({}), got {b}",
+                    self.depth
+                ));
+            }
+        }
+        if !(self.pause_us >= 0.0 && self.pause_us <= max_us) {
+            return Err(format!(
+                "pause_us: expected 0 ..= {max_us}, got {}",
+                self.pause_us
+            ));
+        }
+        if !(self.post_ns >= 0.0 && self.post_ns <= 1e6) {
+            return Err(format!(
+                "post_ns: expected 0 ..= 1000000, got {}",
+                self.post_ns
             ));
         }
         if let Some(l) = &self.label {

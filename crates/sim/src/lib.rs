@@ -54,6 +54,7 @@ pub mod links;
 pub mod network;
 pub mod report;
 pub mod result;
+pub mod rnic;
 pub mod run;
 pub mod scenario;
 mod tenant_laws;

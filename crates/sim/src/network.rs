@@ -32,6 +32,10 @@ use crate::tenant_laws::{NextLaw, TenantLaws};
 use crate::topology::{Port, Routes, Topology};
 use crate::{Flow, NodeId};
 
+/// Issue 34: the RNIC model and Weir in front of a host's apps.
+mod paced;
+use paced::{add_paced_counters, build_paced};
+
 /// A PFC frame: 64 bytes plus preamble and gap.
 const PFC_FRAME: u64 = 84;
 /// Traffic classes: control (ACKs, NAKs, CNPs, grants) is served first and never paused;
@@ -60,6 +64,8 @@ enum Ev {
     FlowStart(u32),
     /// App queue pair `n` opens and posts.
     AppStart(u32),
+    /// App queue pair `n` (in batches) posts its next batch.
+    AppBatch(u32),
     /// Packet `pkt` has fully arrived at `node` through `port`.
     Arrive {
         node: NodeId,
@@ -91,6 +97,32 @@ enum Ev {
     },
     /// The receive pipeline of `host` (`[reorder_cost]`) has finished its packet.
     RxDone {
+        host: NodeId,
+    },
+    /// Issue 34's RNIC model: WQE `wqe`'s fetch after its doorbell completed.
+    RnicFetched {
+        host: NodeId,
+        wqe: u32,
+    },
+    /// A processing unit of `host` reached WQE `wqe`'s turn on the wire.
+    RnicUnit {
+        host: NodeId,
+        wqe: u32,
+    },
+    /// The oldest pending CQE of `host` reaches host memory.
+    RnicCqe {
+        host: NodeId,
+    },
+    /// The Weir pacer of `host` has a credit due.
+    WeirTimer {
+        host: NodeId,
+    },
+    /// The apps of `host` start measuring: its NIC model's counts are noted.
+    RnicSnapshot {
+        host: NodeId,
+    },
+    /// The first app of `host` stops posting: Weir's rate and delay are noted.
+    WeirProbe {
         host: NodeId,
     },
 }
@@ -204,6 +236,24 @@ struct Host {
     timers: Vec<Ps>,
     /// With apps of laws of their own: which law the next queue pair takes.
     next_law: Option<NextLaw>,
+    /// Issue 34: the RNIC model and the Weir pacer in front of this host's apps.
+    paced: Option<Box<Paced>>,
+}
+
+/// A host's RNIC model and Weir pacer (either or both), apart from the rest of `Host` so
+/// that a run without them carries one `None` per host.
+#[derive(Debug)]
+struct Paced {
+    nic: Option<crate::rnic::Rnic>,
+    weir: Option<sluice_core::weir::Weir>,
+    /// When the pending `WeirTimer` is due, if one is.
+    weir_timer: Option<Ps>,
+    /// Completions the engine made whose CQE is on its way to host memory, oldest first.
+    cqes: VecDeque<Completion>,
+    /// The NIC model's counts when this host's apps started measuring.
+    snapshot: Option<crate::rnic::NicCounters>,
+    /// Weir's rate (bit/s) and smoothed delay (ns) when this host's first app stopped.
+    weir_probe: Option<(u64, Option<f64>)>,
 }
 
 #[derive(Debug)]
@@ -506,8 +556,10 @@ impl<'a> Network<'a> {
                 mr,
                 timers: Vec::new(),
                 next_law,
+                paced: None,
             });
         }
+        build_paced(scenario, topo, &mut hosts)?;
         let mut port_base = Vec::with_capacity(topo.nodes.len());
         let mut total_ports = 0u32;
         for ports in &topo.nodes {
@@ -614,6 +666,7 @@ impl<'a> Network<'a> {
                 });
             }
         }
+        paced::schedule_snapshots(scenario, &hosts, &mut events);
         let app_cdfs = scenario
             .apps
             .iter()
@@ -701,6 +754,7 @@ impl<'a> Network<'a> {
             match ev {
                 Ev::FlowStart(f) => self.start_flow(f),
                 Ev::AppStart(a) => self.start_app(a),
+                Ev::AppBatch(a) => self.app_batch(a),
                 Ev::Arrive { node, port, pkt } => self.arrive(node, port, pkt),
                 Ev::TxDone { node, port } => {
                     if self.is_host(node) {
@@ -715,6 +769,12 @@ impl<'a> Network<'a> {
                 Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
                 Ev::Link { node, port, up } => self.set_link(node, port, up),
                 Ev::RxDone { host } => self.rx_done(host),
+                Ev::RnicFetched { host, wqe } => self.rnic_fetched(host, wqe),
+                Ev::RnicUnit { host, wqe } => self.rnic_unit(host, wqe),
+                Ev::RnicCqe { host } => self.rnic_cqe(host),
+                Ev::WeirTimer { host } => self.weir_timer(host),
+                Ev::RnicSnapshot { host } => self.rnic_snapshot(host),
+                Ev::WeirProbe { host } => self.weir_probe(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -751,6 +811,9 @@ impl<'a> Network<'a> {
             }
         }
         for host in &self.hosts {
+            if let Some(p) = &host.paced {
+                add_paced_counters(&mut self.counters, p, end);
+            }
             let c = host.engine.counters();
             self.counters.cnps += c.cnps_sent;
             self.counters.retransmissions += c.retransmitted_packets;
@@ -966,7 +1029,7 @@ impl<'a> Network<'a> {
                 self.post_app_recv(index)?;
             }
         }
-        for _ in 0..spec.depth {
+        for _ in 0..spec.batch.unwrap_or(spec.depth) {
             self.post_app(index)?;
         }
         Ok(())
@@ -975,10 +1038,33 @@ impl<'a> Network<'a> {
     fn post_app(&mut self, index: u32) -> Result<(), sluice_core::Error> {
         let a = &mut self.apps[index as usize];
         let spec: &AppSpec = &self.scenario.apps[a.spec];
+        if a.qps.is_none() {
+            return Ok(());
+        }
+        let size = spec.draw_size(&mut a.rng, self.app_cdfs[a.spec].as_ref());
+        if self.hosts[a.rec.src as usize].paced.is_some() {
+            return self.post_paced(index, size);
+        }
+        self.engine_post_app(index, size, APP_WR | u64::from(index))?;
+        let a = &mut self.apps[index as usize];
+        a.in_flight.push_back((self.now, size));
+        a.rec.posted += 1;
+        a.rec.max_outstanding = a.rec.max_outstanding.max(a.in_flight.len() as u32);
+        Ok(())
+    }
+
+    /// Posts app queue pair `index`'s next message, `size` bytes, to its engine as `wr_id`.
+    fn engine_post_app(
+        &mut self,
+        index: u32,
+        size: u64,
+        wr_id: u64,
+    ) -> Result<(), sluice_core::Error> {
+        let a = &self.apps[index as usize];
+        let spec: &AppSpec = &self.scenario.apps[a.spec];
         let Some((qp, _)) = a.qps else {
             return Ok(());
         };
-        let size = spec.draw_size(&mut a.rng, self.app_cdfs[a.spec].as_ref());
         let (src_mr, dst_mr) = (
             self.hosts[a.rec.src as usize].mr,
             self.hosts[a.rec.dst as usize].mr,
@@ -1002,12 +1088,7 @@ impl<'a> Network<'a> {
         let src = a.rec.src;
         self.hosts[src as usize]
             .engine
-            .post_send(qp, &SendWr::new(APP_WR | u64::from(index), op, &sgl))?;
-        let a = &mut self.apps[index as usize];
-        a.in_flight.push_back((self.now, size));
-        a.rec.posted += 1;
-        a.rec.max_outstanding = a.rec.max_outstanding.max(a.in_flight.len() as u32);
-        Ok(())
+            .post_send(qp, &SendWr::new(wr_id, op, &sgl))
     }
 
     fn post_app_recv(&mut self, index: u32) -> Result<(), sluice_core::Error> {
@@ -1069,7 +1150,12 @@ impl<'a> Network<'a> {
         if posted >= a.from && posted < a.stop {
             a.rec.latencies_ns.push((now - posted) / PS_PER_NS);
         }
-        if now < a.stop {
+        if now < a.stop && self.scenario.apps[a.spec].batch.is_some() {
+            if a.in_flight.is_empty() {
+                let pause = (self.scenario.apps[a.spec].pause_us * PS_PER_US as f64) as Ps;
+                self.events.push(now + pause, Ev::AppBatch(index));
+            }
+        } else if now < a.stop {
             if self.post_app(index).is_err() {
                 self.apps[index as usize].rec.failed = true;
                 self.close_app(index);
@@ -1087,6 +1173,10 @@ impl<'a> Network<'a> {
         }
         a.open = false;
         let (src, dst) = (a.rec.src, a.rec.dst);
+        if self.hosts[src as usize].paced.is_some() {
+            self.paced_closed(src, index);
+        }
+        let a = &mut self.apps[index as usize];
         if let Some((x, y)) = a.qps.take() {
             let _ = self.hosts[src as usize].engine.destroy_qp(x);
             let _ = self.hosts[dst as usize].engine.destroy_qp(y);
@@ -1234,6 +1324,12 @@ impl<'a> Network<'a> {
     fn after_engine(&mut self, host: NodeId) {
         let cq = self.hosts[host as usize].cq;
         while let Ok(Some(c)) = self.hosts[host as usize].engine.poll_cq(cq) {
+            if self.hosts[host as usize].paced.is_some()
+                && c.wr_id & (APP_WR | APP_RECV_WR) == APP_WR
+            {
+                self.paced_completion(host, c);
+                continue;
+            }
             self.complete(&c);
         }
         self.kick_host(host);

@@ -357,6 +357,23 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             if let Some(d) = &c.decoupled {
                 run["decoupled"] = decoupled_json(d, r.simulated_ns);
             }
+            // Likewise the RNIC model's and Weir's counts (issue 34).
+            if let Some(nic) = &c.nic {
+                run["rnic"] = nic.json();
+            }
+            if let Some(nic) = &c.nic_window {
+                run["rnic_window"] = nic.json();
+            }
+            if let Some(w) = &c.weir {
+                run["weir"] = json!({
+                    "posts": w.posts, "doorbells": w.doorbells, "splits": w.splits,
+                    "cqes": w.cqes, "app_completions": w.app_completions,
+                    "swallowed": w.swallowed, "increases": w.increases,
+                    "decreases": w.decreases,
+                    "rate_bps_at_stop": c.weir_rate_bps,
+                    "delay_ns_at_stop": c.weir_delay_ns,
+                });
+            }
             if !r.apps.is_empty() {
                 let tenants = tenant_stats(r);
                 let qp_rates: Vec<f64> = r.apps.iter().map(|q| q.bps()).collect();

@@ -68,6 +68,18 @@ pub struct FabricCounters {
     /// What the hosts' decoupled control loops did (SCR), summed over hosts, processor
     /// `i` of every host together; `None` when the law runs inline.
     pub decoupled: Option<sluice_core::control::DecoupledStats>,
+    /// The RNIC model's counts, summed over the hosts that have one (`[rnic]` only).
+    pub nic: Option<crate::rnic::NicCounters>,
+    /// The same from the apps' measured windows on (the earliest `start_us + warmup_us`
+    /// of each host's apps) to the end.
+    pub nic_window: Option<crate::rnic::NicCounters>,
+    /// Weir's counts, summed over the hosts that pace (`[weir]` only).
+    pub weir: Option<sluice_core::weir::WeirStats>,
+    /// Weir's doorbell rate, bit/s, when the first app of each pacing host stopped posting
+    /// (summed over those hosts).
+    pub weir_rate_bps: Option<u64>,
+    /// Weir's smoothed delay then, ns (the largest over those hosts).
+    pub weir_delay_ns: Option<u64>,
 }
 
 /// What the receive pipelines (`[reorder_cost]`) did, over every host.

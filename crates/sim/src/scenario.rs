@@ -54,6 +54,14 @@ pub struct Scenario {
     /// packets are handed to the engine as they arrive).
     #[serde(default)]
     pub reorder_cost: Option<crate::links::ReorderCost>,
+    /// An RNIC model with bounded caches in front of every host that runs apps (`[rnic]`,
+    /// issue 34); none without the table.
+    #[serde(default)]
+    pub rnic: Option<crate::rnic::RnicSpec>,
+    /// Apps post through a Weir doorbell pacer per host (`[weir]`, issue 34); none without
+    /// the table.
+    #[serde(default)]
+    pub weir: Option<crate::rnic::WeirSpec>,
     /// The directory relative paths in the scenario (CDF and flow files) start from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -669,6 +677,21 @@ impl Scenario {
         }
         if self.apps.iter().filter(|a| a.cc.is_some()).count() > 254 {
             return bad("app: at most 254 apps may have a `cc` of their own".into());
+        }
+        // Issue 34: the RNIC model and Weir (their fields, checked by their own code).
+        if let Some(r) = &self.rnic {
+            crate::rnic::RnicParams::resolve(r).map_err(ScenarioError::Invalid)?;
+        }
+        if let Some(w) = &self.weir {
+            w.config(100_000_000_000, 1, 1)
+                .map_err(ScenarioError::Invalid)?;
+        }
+        for (i, app) in self.apps.iter().enumerate() {
+            if app.batch.is_some() && (self.rnic.is_none() || self.weir.is_some()) {
+                return bad(format!(
+                    "app[{i}].batch: batches need an [rnic] table and no [weir] table"
+                ));
+            }
         }
         Ok(())
     }

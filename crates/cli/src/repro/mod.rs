@@ -13,6 +13,7 @@ mod ctl;
 mod left;
 mod scr;
 mod swcc;
+mod weir;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -225,6 +226,11 @@ pub const ENTRIES: &[Entry] = &[
     ctl::SCR_FIG10CD,
     ctl::SWCC_FIG12,
     ctl::SCR_FIG20,
+    weir::FIG2,
+    weir::FIG4,
+    weir::FIG7,
+    weir::FIG10,
+    weir::SWCC_FIG11A,
 ];
 
 /// The entry called `name`.

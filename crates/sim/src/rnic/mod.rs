@@ -1,0 +1,562 @@
+//! An RNIC front end with bounded on-chip caches, between a host's applications and its
+//! engine (`[rnic]` in a scenario; off by default, and then nothing here runs).
+//!
+//! What it models, per host, for the WQEs apps post (flows bypass it):
+//!
+//! - **Doorbell**: the post reaches the NIC `mmio_ns` later; the NIC reads the WQE over
+//!   PCIe and *fills* it into the WQE cache (with its MTT/MPT entry, the translation the
+//!   WQE needs, when `wqe_prefetch_mtt`). A fill may evict the least recently used WQE of
+//!   its set, which then drags its MTT/MPT entry out with it.
+//! - **Processing units** (`units`): round robin over the queue pairs with fetched WQEs,
+//!   one WQE per turn. A unit looks up the QP context, the WQE's MTT/MPT entry and the
+//!   WQE (and SwCC's CC context, if the table is configured); each miss is a PCIe read the
+//!   unit stalls for (QPC, then MTT, then WQE: each needs the one before). It then works
+//!   `unit_ns` and hands the WQE to the transmit stage.
+//! - **Transmit stage**: reserves the link for the WQE's bytes (payload plus
+//!   `tx_overhead_bytes` per packet) at line rate; the unit is busy until its WQE's turn on
+//!   the wire, so units never run ahead of the link, and the WQE is handed to the engine
+//!   then (which packetises, sends and completes it).
+//! - **PCIe**: reads take a tag (at most `pcie_tags` outstanding), share `pcie_gbps` of
+//!   bandwidth in issue order and complete `pcie_read_ns` after their transfer. Payload
+//!   reads use bandwidth and tags but their latency is taken as pipelined (hidden).
+//! - **Completion**: when the engine completes a WQE, its WQE-cache entry is released and
+//!   the CQE reaches host memory `cqe_write_ns` later, stamped with the engine's time.
+//!
+//! Simplifications, said plainly: one transmit stage per NIC at line rate (the engine's
+//! congestion control can hold WQEs longer, not shorter); the WQE cache holds each WQE from
+//! its fetch to its completion, so its occupancy is the paper's "doorbelled and not yet
+//! completed"; misses cost latency and PCIe, not a model of the hardware's scheduler. The
+//! numbers of a preset are a model calibrated to the shapes the papers report, not a
+//! measurement of any NIC.
+
+mod cache;
+mod config;
+
+pub use cache::{CacheCounters, Lookup, SetAssocCache};
+pub use config::{PRESETS, RnicParams, RnicSpec, WeirSpec};
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::event::{PS_PER_NS, Ps, serialisation_ps};
+
+/// WQEs of one queue pair a key can tell apart (its sequence number modulo this): the
+/// deepest queue an app may keep, so live WQEs of a queue pair never share a key.
+const SEQ_SPAN: u64 = crate::app::MAX_APP_DEPTH as u64;
+
+/// What a host's NIC model counted, summed over the hosts that have one in reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// Doorbells rung (WQEs handed to the NIC).
+    pub doorbells: u64,
+    /// WQEs processed and handed to the transmit stage.
+    pub processed: u64,
+    /// CQEs written.
+    pub cqes: u64,
+    /// PCIe reads, their bytes, and reads that waited for a free tag.
+    pub pcie_reads: u64,
+    /// See `pcie_reads`.
+    pub pcie_read_bytes: u64,
+    /// See `pcie_reads`.
+    pub pcie_tag_waits: u64,
+    /// Time units spent stalled on misses, ns, summed over units.
+    pub stall_ns: u64,
+    /// The WQE cache.
+    pub wqe: CacheCounters,
+    /// The QP-context (ICM) cache.
+    pub qpc: CacheCounters,
+    /// The MTT/MPT cache.
+    pub mtt: CacheCounters,
+    /// SwCC's CC-context table, if configured.
+    pub cc: Option<CacheCounters>,
+    /// The most WQEs doorbelled and not yet completed at once.
+    pub max_outstanding: u64,
+    /// WQEs doorbelled and not yet completed, integrated over time (WQE x ns): over a
+    /// window, divided by its length, the mean occupancy of the WQE cache's demand.
+    pub occupancy_wqe_ns: u64,
+}
+
+impl NicCounters {
+    /// Adds another host's counts (the most outstanding: the larger).
+    pub fn add(&mut self, o: &NicCounters) {
+        *self = self.zip(o, |a, b| a + b);
+        self.max_outstanding = self.max_outstanding.max(o.max_outstanding);
+    }
+
+    /// The counts since `earlier`, a snapshot of the same NIC (the most outstanding: over
+    /// the whole run).
+    pub fn since(&self, earlier: &NicCounters) -> NicCounters {
+        let mut d = self.zip(earlier, u64::saturating_sub);
+        d.max_outstanding = self.max_outstanding;
+        d
+    }
+
+    fn zip(&self, o: &NicCounters, f: fn(u64, u64) -> u64) -> NicCounters {
+        let cache = |a: &CacheCounters, b: &CacheCounters| CacheCounters {
+            hits: f(a.hits, b.hits),
+            misses: f(a.misses, b.misses),
+            fills: f(a.fills, b.fills),
+            evictions: f(a.evictions, b.evictions),
+            invalidations: f(a.invalidations, b.invalidations),
+        };
+        NicCounters {
+            doorbells: f(self.doorbells, o.doorbells),
+            processed: f(self.processed, o.processed),
+            cqes: f(self.cqes, o.cqes),
+            pcie_reads: f(self.pcie_reads, o.pcie_reads),
+            pcie_read_bytes: f(self.pcie_read_bytes, o.pcie_read_bytes),
+            pcie_tag_waits: f(self.pcie_tag_waits, o.pcie_tag_waits),
+            stall_ns: f(self.stall_ns, o.stall_ns),
+            wqe: cache(&self.wqe, &o.wqe),
+            qpc: cache(&self.qpc, &o.qpc),
+            mtt: cache(&self.mtt, &o.mtt),
+            cc: match (&self.cc, &o.cc) {
+                (Some(a), Some(b)) => Some(cache(a, b)),
+                (Some(a), None) => Some(cache(a, &CacheCounters::default())),
+                (None, Some(b)) => Some(cache(&CacheCounters::default(), b)),
+                (None, None) => None,
+            },
+            max_outstanding: self.max_outstanding,
+            occupancy_wqe_ns: f(self.occupancy_wqe_ns, o.occupancy_wqe_ns),
+        }
+    }
+
+    /// As JSON, for run summaries.
+    pub fn json(&self) -> serde_json::Value {
+        let cache = |c: &CacheCounters| {
+            serde_json::json!({
+                "hits": c.hits, "misses": c.misses, "fills": c.fills,
+                "evictions": c.evictions, "invalidations": c.invalidations,
+            })
+        };
+        let mut v = serde_json::json!({
+            "doorbells": self.doorbells,
+            "processed": self.processed,
+            "cqes": self.cqes,
+            "pcie_reads": self.pcie_reads,
+            "pcie_read_bytes": self.pcie_read_bytes,
+            "pcie_tag_waits": self.pcie_tag_waits,
+            "stall_ns": self.stall_ns,
+            "max_outstanding": self.max_outstanding,
+            "occupancy_wqe_ns": self.occupancy_wqe_ns,
+            "wqe_cache": cache(&self.wqe),
+            "qpc_cache": cache(&self.qpc),
+            "mtt_cache": cache(&self.mtt),
+        });
+        if let Some(c) = &self.cc {
+            v["cc_table"] = cache(c);
+        }
+        v
+    }
+}
+
+/// PCIe reads: tags, bandwidth and latency.
+#[derive(Debug)]
+struct Pcie {
+    read_ps: Ps,
+    bps: u64,
+    tags: usize,
+    /// Completion times of the reads holding tags (at most `tags`; the earliest is the
+    /// next to free one).
+    busy: BinaryHeap<Reverse<Ps>>,
+    /// When the link is free to carry the next read's data.
+    link_free: Ps,
+}
+
+impl Pcie {
+    /// A read of `bytes` the NIC decides on at `now` and issues at `issue` (not before
+    /// `now`: after the reads it depends on); returns when its data is in the NIC. Its
+    /// share of the bandwidth is booked at `now`, so that reads issued ahead in a chain do
+    /// not hold back the present ones behind them; it waits for a free tag.
+    fn read(&mut self, now: Ps, issue: Ps, bytes: u64, c: &mut NicCounters) -> Ps {
+        let mut start = issue;
+        if self.busy.len() >= self.tags {
+            let Reverse(free) = self.busy.pop().expect("full");
+            if free > start {
+                c.pcie_tag_waits += 1;
+                start = free;
+            }
+        }
+        let begin = now.max(self.link_free);
+        let end = begin + serialisation_ps(bytes, self.bps);
+        self.link_free = end;
+        let done = start.max(end) + self.read_ps;
+        self.busy.push(Reverse(done));
+        c.pcie_reads += 1;
+        c.pcie_read_bytes += bytes;
+        done
+    }
+}
+
+/// A WQE the NIC holds (doorbelled, not yet handed to the engine).
+#[derive(Debug, Clone, Copy)]
+struct Wqe {
+    /// The app queue pair (its index in the run) and the engine `wr_id` to post with.
+    app: u32,
+    wr_id: u64,
+    len: u32,
+    key: u64,
+}
+
+#[derive(Debug, Default)]
+struct QpState {
+    /// Fetched WQEs waiting for a unit, oldest first (slab indices).
+    ready: VecDeque<u32>,
+    /// WQE keys handed to the engine and not yet completed, oldest first.
+    in_engine: VecDeque<u64>,
+    /// WQEs doorbelled so far (the next one's sequence number).
+    seq: u64,
+    /// In the round-robin list.
+    listed: bool,
+}
+
+/// A WQE a unit finished: at `at`, hand it to the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct Processed {
+    /// When its turn on the wire comes (the unit is free then).
+    pub at: Ps,
+    /// The slab index to pass to [`Rnic::take`].
+    pub wqe: u32,
+}
+
+/// One host's NIC model.
+#[derive(Debug)]
+pub struct Rnic {
+    p: RnicParams,
+    mtu: u64,
+    line_bps: u64,
+    wqe_cache: SetAssocCache,
+    qpc_cache: SetAssocCache,
+    mtt_cache: SetAssocCache,
+    cc_table: Option<SetAssocCache>,
+    pcie: Pcie,
+    free_units: u32,
+    tx_free: Ps,
+    /// Per app queue pair of the run (indexed by its index; those of other hosts unused).
+    qps: Vec<QpState>,
+    /// Queue pairs with fetched WQEs, in turn.
+    rr: VecDeque<u32>,
+    slab: Vec<Wqe>,
+    free_slots: Vec<u32>,
+    outstanding: u64,
+    /// When `outstanding` last changed (its integral is counted up to then).
+    outstanding_since: Ps,
+    counters: NicCounters,
+}
+
+/// The WQE cache's key of an app queue pair's WQE `seq` (the cache hashes it to a set).
+fn wqe_key(app: u32, seq: u64) -> u64 {
+    u64::from(app) * SEQ_SPAN + seq % SEQ_SPAN
+}
+
+/// The MTT/MPT key of WQE `seq`'s translation (of its buffer and ring slot), fetched with
+/// it: one entry per WQE, keyed as the WQE is, so that the WQE evicted names it.
+fn mtt_key(app: u32, seq: u64) -> u64 {
+    wqe_key(app, seq)
+}
+
+impl Rnic {
+    /// A NIC of `p` in front of a link of `line_bps` with path MTU `mtu`, for a run of
+    /// `app_qps` app queue pairs.
+    pub fn new(p: RnicParams, line_bps: u64, mtu: u32, app_qps: usize) -> Rnic {
+        Rnic {
+            p,
+            mtu: u64::from(mtu),
+            line_bps,
+            wqe_cache: SetAssocCache::new(p.wqe_entries, p.wqe_ways, true),
+            // QPNs are sequential: their low bits index the set, as in hardware.
+            qpc_cache: SetAssocCache::new(p.qpc_entries, p.qpc_ways, false),
+            mtt_cache: SetAssocCache::new(p.mtt_entries, p.mtt_ways, true),
+            cc_table: (p.cc_entries > 0)
+                .then(|| SetAssocCache::new(p.cc_entries, p.cc_ways, false)),
+            pcie: Pcie {
+                read_ps: ns_ps(p.pcie_read_ns),
+                bps: (p.pcie_gbps * 1e9) as u64,
+                tags: p.pcie_tags as usize,
+                busy: BinaryHeap::with_capacity(p.pcie_tags as usize + 1),
+                link_free: 0,
+            },
+            free_units: p.units,
+            tx_free: 0,
+            qps: (0..app_qps).map(|_| QpState::default()).collect(),
+            rr: VecDeque::new(),
+            slab: Vec::new(),
+            free_slots: Vec::new(),
+            outstanding: 0,
+            outstanding_since: 0,
+            counters: NicCounters::default(),
+        }
+    }
+
+    /// The counts up to `now`.
+    pub fn counters(&self, now: Ps) -> NicCounters {
+        let mut c = self.counters;
+        c.occupancy_wqe_ns +=
+            self.outstanding * (now.saturating_sub(self.outstanding_since) / PS_PER_NS);
+        c.wqe = self.wqe_cache.counters();
+        c.qpc = self.qpc_cache.counters();
+        c.mtt = self.mtt_cache.counters();
+        c.cc = self.cc_table.as_ref().map(SetAssocCache::counters);
+        c
+    }
+
+    /// WQEs doorbelled and not yet completed.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding
+    }
+
+    /// Counts the occupancy up to `now`, before it changes.
+    fn occupancy_to(&mut self, now: Ps) {
+        let since = self.outstanding_since.min(now);
+        self.counters.occupancy_wqe_ns += self.outstanding * ((now - since) / PS_PER_NS);
+        // Whole nanoseconds only: the remainder is counted next time.
+        self.outstanding_since = now - (now - since) % PS_PER_NS;
+    }
+
+    /// App queue pair `app` rings a doorbell at `post` (at or after `now`, the simulator's
+    /// time: a post later in a batch) for a WQE of `len` bytes to post to the engine as
+    /// `wr_id`. Returns the WQE's slab index and when its fetch completes (then call
+    /// [`Rnic::fetched`]).
+    pub fn doorbell(&mut self, now: Ps, post: Ps, app: u32, len: u32, wr_id: u64) -> (u32, Ps) {
+        let q = &mut self.qps[app as usize];
+        let seq = q.seq;
+        q.seq += 1;
+        let w = Wqe {
+            app,
+            wr_id,
+            len,
+            key: seq,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.slab[i as usize] = w;
+                i
+            }
+            None => {
+                self.slab.push(w);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.counters.doorbells += 1;
+        self.occupancy_to(now);
+        self.outstanding += 1;
+        self.counters.max_outstanding = self.counters.max_outstanding.max(self.outstanding);
+        let at = post.max(now) + ns_ps(self.p.mmio_ns);
+        let done = self
+            .pcie
+            .read(now, at, u64::from(self.p.wqe_bytes), &mut self.counters);
+        (slot, done)
+    }
+
+    /// WQE `wqe`'s fetch completed: into the WQE cache, and its queue pair in line.
+    pub fn fetched(&mut self, wqe: u32) {
+        let w = self.slab[wqe as usize];
+        let seq = w.key;
+        if let Some(evicted) = self.wqe_cache.fill(wqe_key(w.app, seq)) {
+            self.drag_out(evicted);
+        }
+        if self.p.wqe_prefetch_mtt {
+            self.mtt_cache.fill(mtt_key(w.app, seq));
+        }
+        let q = &mut self.qps[w.app as usize];
+        q.ready.push_back(wqe);
+        if !q.listed {
+            q.listed = true;
+            self.rr.push_back(w.app);
+        }
+    }
+
+    /// A WQE pushed out of the WQE cache drags its page's MTT/MPT entry out with it (when
+    /// the two are fetched together).
+    fn drag_out(&mut self, evicted_wqe: u64) {
+        if self.p.wqe_prefetch_mtt {
+            self.mtt_cache.invalidate(evicted_wqe);
+        }
+    }
+
+    /// Starts a free unit on the next queue pair's oldest fetched WQE, if both exist.
+    pub fn dispatch(&mut self, now: Ps) -> Option<Processed> {
+        if self.free_units == 0 {
+            return None;
+        }
+        let app = self.rr.pop_front()?;
+        let q = &mut self.qps[app as usize];
+        let wqe = q.ready.pop_front().expect("listed queue pairs have work");
+        if q.ready.is_empty() {
+            q.listed = false;
+        } else {
+            self.rr.push_back(app);
+        }
+        let w = self.slab[wqe as usize];
+        let seq = w.key;
+        let c = &mut self.counters;
+        let mut t = now;
+        if let Lookup::Miss { .. } = self.qpc_cache.access(u64::from(app)) {
+            t = self.pcie.read(now, t, u64::from(self.p.qpc_bytes), c);
+        }
+        if let Lookup::Miss { .. } = self.mtt_cache.access(mtt_key(app, seq)) {
+            t = self.pcie.read(now, t, u64::from(self.p.mtt_bytes), c);
+        }
+        if let Lookup::Miss { evicted } = self.wqe_cache.access(wqe_key(app, seq)) {
+            t = self.pcie.read(now, t, u64::from(self.p.wqe_bytes), c);
+            if let Some(k) = evicted {
+                self.drag_out(k);
+            }
+        }
+        if let Some(table) = &mut self.cc_table {
+            if let Lookup::Miss { .. } = table.access(u64::from(app)) {
+                t += ns_ps(self.p.cc_miss_ns);
+            }
+        }
+        let c = &mut self.counters;
+        c.stall_ns += (t - now) / PS_PER_NS;
+        t += ns_ps(self.p.unit_ns);
+        // The payload's DMA: bandwidth and a tag, its latency pipelined.
+        self.pcie.read(now, t, u64::from(w.len), c);
+        let len = u64::from(w.len);
+        let packets = len.div_ceil(self.mtu).max(1);
+        let wire = len + packets * u64::from(self.p.tx_overhead_bytes);
+        let at = t.max(self.tx_free);
+        self.tx_free = at + serialisation_ps(wire, self.line_bps);
+        self.free_units -= 1;
+        c.processed += 1;
+        Some(Processed { at, wqe })
+    }
+
+    /// The unit of `wqe` reached its turn on the wire: the unit is free, and the WQE goes to
+    /// the engine. Returns its app queue pair, length and `wr_id`.
+    pub fn take(&mut self, wqe: u32) -> (u32, u32, u64) {
+        let w = self.slab[wqe as usize];
+        self.free_slots.push(wqe);
+        self.free_units += 1;
+        self.qps[w.app as usize]
+            .in_engine
+            .push_back(wqe_key(w.app, w.key));
+        (w.app, w.len, w.wr_id)
+    }
+
+    /// The engine completed app queue pair `app`'s oldest WQE at `now`: its cache entry is
+    /// released; returns when the CQE is in host memory.
+    pub fn complete(&mut self, now: Ps, app: u32) -> Ps {
+        self.occupancy_to(now);
+        if let Some(key) = self.qps[app as usize].in_engine.pop_front() {
+            // The CQE frees the WQE's cache resources: its entry and its translation.
+            self.wqe_cache.invalidate(key);
+            if self.p.wqe_prefetch_mtt {
+                self.mtt_cache.invalidate(key);
+            }
+            self.outstanding -= 1;
+        }
+        self.counters.cqes += 1;
+        now + ns_ps(self.p.cqe_write_ns)
+    }
+
+    /// App queue pair `app` was closed: WQEs the NIC still holds for it are dropped (the
+    /// caller drops them as they come out of [`Rnic::take`]).
+    pub fn close(&mut self, app: u32) {
+        let q = &mut self.qps[app as usize];
+        self.outstanding -= q.in_engine.len() as u64;
+        for key in std::mem::take(&mut q.in_engine) {
+            self.wqe_cache.invalidate(key);
+        }
+    }
+}
+
+fn ns_ps(ns: f64) -> Ps {
+    (ns * PS_PER_NS as f64).round() as Ps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NS: Ps = PS_PER_NS;
+
+    fn pcie(tags: usize) -> Pcie {
+        Pcie {
+            read_ps: 800 * NS,
+            bps: 200_000_000_000,
+            tags,
+            busy: BinaryHeap::new(),
+            link_free: 0,
+        }
+    }
+
+    /// A read completes its transfer (64 B at 200 Gbit/s: 2.56 ns) plus the round trip;
+    /// reads share the bandwidth in order; with every tag taken, the next waits for the
+    /// earliest to free.
+    #[test]
+    fn pcie_reads_take_latency_bandwidth_and_tags() {
+        let mut c = NicCounters::default();
+        let mut p = pcie(2);
+        assert_eq!(p.read(0, 0, 64, &mut c), 2_560 + 800 * NS);
+        assert_eq!(p.read(0, 0, 64, &mut c), 5_120 + 800 * NS);
+        // Both tags are held until 802.56 and 805.12 ns: the third waits for the first.
+        assert_eq!(p.read(0, 0, 64, &mut c), 802_560 + 800 * NS);
+        assert_eq!(
+            (c.pcie_reads, c.pcie_read_bytes, c.pcie_tag_waits),
+            (3, 192, 1)
+        );
+        // A read issued later (after the one it depends on) books its bandwidth now but
+        // completes after its issue.
+        let mut p = pcie(8);
+        assert_eq!(p.read(0, 1_000 * NS, 64, &mut c), 1_000 * NS + 800 * NS);
+    }
+
+    fn nic(units: u32) -> Rnic {
+        let p = RnicParams {
+            units,
+            wqe_entries: 4,
+            wqe_ways: 4,
+            mtt_entries: 4,
+            mtt_ways: 4,
+            ..RnicParams::preset("connectx6-like").unwrap()
+        };
+        Rnic::new(p, 100_000_000_000, 1024, 4)
+    }
+
+    /// A doorbell is fetched after the MMIO write and one PCIe round trip (its 2.56 ns of
+    /// transfer is booked at the post, under the MMIO write); the first WQE of a
+    /// queue pair misses only its QP context (its WQE and MTT/MPT entry came with the
+    /// fetch), then a unit works 100 ns and waits for the wire.
+    #[test]
+    fn a_wqe_costs_its_misses_then_its_turn_on_the_wire() {
+        let mut n = nic(1);
+        let (w, fetched) = n.doorbell(0, 0, 0, 512, 7);
+        assert_eq!(fetched, 100 * NS + 800 * NS);
+        n.fetched(w);
+        let now = fetched;
+        let done = n.dispatch(now).expect("a unit and a WQE");
+        // QPC read (256 B: 10.24 ns of transfer, booked now) + 100 ns of work.
+        assert_eq!(done.at, now + 10_240 + 800 * NS + 100 * NS);
+        assert!(n.dispatch(now).is_none(), "one unit, busy");
+        let c = n.counters(0);
+        assert_eq!((c.qpc.misses, c.wqe.hits, c.mtt.hits), (1, 1, 1));
+        assert_eq!(n.take(done.wqe), (0, 512, 7));
+        assert_eq!(n.outstanding(), 1);
+        assert_eq!(n.complete(done.at, 0), done.at + 400 * NS);
+        assert_eq!(n.outstanding(), 0);
+        assert_eq!(n.counters(0).wqe.invalidations, 1);
+    }
+
+    /// Five WQEs fetched into a 4-entry WQE cache: the first is evicted and drags its
+    /// MTT/MPT entry out; processing it then misses both, two reads more.
+    #[test]
+    fn an_evicted_wqe_misses_with_its_translation() {
+        let mut n = nic(8);
+        let mut slots = Vec::new();
+        for _ in 0..5 {
+            let (w, _) = n.doorbell(0, 0, 1, 512, 0);
+            n.fetched(w);
+            slots.push(w);
+        }
+        let c = n.counters(0);
+        assert_eq!((c.wqe.evictions, c.mtt.invalidations), (1, 1));
+        let first = n.dispatch(0).unwrap();
+        let c = n.counters(0);
+        assert_eq!((c.qpc.misses, c.mtt.misses, c.wqe.misses), (1, 1, 1));
+        // Three dependent reads and the work: at least 2.4 us + 100 ns.
+        assert!(first.at >= 2_500 * NS, "{}", first.at);
+        assert_eq!(first.wqe, slots[0]);
+    }
+}
