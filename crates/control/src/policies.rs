@@ -311,24 +311,48 @@ impl Params for PlbParams {
 pub struct OffsetListParams {
     /// The farthest offset past the expected PSN recorded, and the most packets held.
     pub capacity: u32,
+    /// A gap is NAK'd at once (true) or waited for, as reordering (false).
+    pub gap_is_loss: bool,
 }
 
 impl Default for OffsetListParams {
     fn default() -> Self {
-        OffsetListParams { capacity: 255 }
+        OffsetListParams {
+            capacity: 255,
+            gap_is_loss: true,
+        }
     }
 }
 
 impl Params for OffsetListParams {
-    const INFO: &'static [ParamInfo] = &[ParamInfo {
-        name: "capacity",
-        help: "PSNs past the expected one recorded (and packets held), 1..=8388607 (default 255)",
-    }];
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "capacity",
+            help: "PSNs past the expected one recorded (and packets held), 1..=8388607 (default 255)",
+        },
+        ParamInfo {
+            name: "gaps",
+            help: "nak (a gap is loss: NAK its first PSN at once, IRN's rule; default) or wait (reordering: only a packet past the capacity is NAK'd, loss waits for the sender's timer)",
+        },
+    ];
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
         match name {
             // Less than half the PSN space: offsets past it would be read as old PSNs.
             "capacity" => self.capacity = parse_u64_in(name, value, 1, (1 << 23) - 1)? as u32,
+            "gaps" => {
+                self.gap_is_loss = match value.trim() {
+                    "nak" => true,
+                    "wait" => false,
+                    _ => {
+                        return Err(ParamError::Invalid {
+                            name: name.into(),
+                            value: value.into(),
+                            expected: "`nak` or `wait`",
+                        });
+                    }
+                }
+            }
             _ => return Err(unknown::<Self>(name)),
         }
         Ok(())
@@ -995,6 +1019,7 @@ pub const TRACKERS: Registry<Box<dyn TrackerFactory>> = Registry {
                 params::<OffsetListParams>(p).map(|o| {
                     Box::new(OffsetLists {
                         capacity: o.capacity,
+                        gap_is_loss: o.gap_is_loss,
                     }) as _
                 })
             },

@@ -99,7 +99,10 @@ fn a_second_receive_tracker_carries_selective_repeat_over_a_lossy_link() {
         ..Impairments::CLEAN
     };
     let mut world = world_with(link, |_| Policies {
-        tracker: Box::new(OffsetLists { capacity: 64 }),
+        tracker: Box::new(OffsetLists {
+            capacity: 64,
+            gap_is_loss: true,
+        }),
         ..Policies::default()
     });
     let p = Pair::connect(

@@ -189,7 +189,10 @@ fn check_case(case: Case) -> Result<(), TestCaseError> {
     let mut left = None;
     let mut factory: Box<dyn TrackerFactory> = match &case.kind {
         Kind::Bitmap => Box::new(Bitmaps),
-        Kind::OffsetList(cap) => Box::new(OffsetLists { capacity: *cap }),
+        Kind::OffsetList(cap) => Box::new(OffsetLists {
+            capacity: *cap,
+            gap_is_loss: true,
+        }),
         Kind::Left(config) => {
             let l = Left::new(*config);
             left = Some(l.clone());

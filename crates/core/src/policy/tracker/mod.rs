@@ -215,14 +215,25 @@ impl TrackerFactory for Bitmaps {
 pub struct OffsetList {
     offsets: Vec<u32>,
     capacity: u32,
+    gap_is_loss: bool,
 }
 
 impl OffsetList {
-    /// A list that records offsets 1..=`capacity`.
+    /// A list that records offsets 1..=`capacity`, and takes a gap for loss.
     pub fn new(capacity: u32) -> OffsetList {
         OffsetList {
             offsets: Vec::new(),
             capacity,
+            gap_is_loss: true,
+        }
+    }
+
+    /// The same list, waiting for reordered packets rather than NAKing a gap (see
+    /// [`ReceiveTracker::gap_is_loss`]): an ideal reorder buffer to compare LEFT against.
+    pub fn waiting(capacity: u32) -> OffsetList {
+        OffsetList {
+            gap_is_loss: false,
+            ..OffsetList::new(capacity)
         }
     }
 }
@@ -263,6 +274,10 @@ impl ReceiveTracker for OffsetList {
     fn memory(&self) -> usize {
         std::mem::size_of::<Self>() + self.offsets.capacity() * std::mem::size_of::<u32>()
     }
+
+    fn gap_is_loss(&self) -> bool {
+        self.gap_is_loss
+    }
 }
 
 /// An [`OffsetList`] of `capacity` per queue pair.
@@ -270,11 +285,18 @@ impl ReceiveTracker for OffsetList {
 pub struct OffsetLists {
     /// The capacity of each list (see [`OffsetList::new`]).
     pub capacity: u32,
+    /// Whether a gap is NAK'd at once ([`OffsetList::new`]) or waited for
+    /// ([`OffsetList::waiting`]).
+    pub gap_is_loss: bool,
 }
 
 impl TrackerFactory for OffsetLists {
     fn create(&mut self) -> Box<dyn ReceiveTracker> {
-        Box::new(OffsetList::new(self.capacity))
+        Box::new(if self.gap_is_loss {
+            OffsetList::new(self.capacity)
+        } else {
+            OffsetList::waiting(self.capacity)
+        })
     }
 }
 
