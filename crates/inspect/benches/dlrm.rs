@@ -1,0 +1,75 @@
+//! The DLRM chain per arriving packet (in line) against receive-then-process (the whole
+//! buffer received, then one pass over it), one core, same run:
+//!
+//!     cargo bench -p sluice-inspect --bench dlrm
+//!
+//! "Receiving" is copying each 4 KiB packet payload into the destination buffer, as a
+//! datapath's receive does; the in-line variant runs the chain on each packet's words right
+//! after they land (still in cache), the baseline after the last packet, over the whole
+//! buffer. Times are medians of repeated runs.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use sluice_inspect::dlrm::{Chain, InLine, ROW_BYTES, generate};
+
+const PACKET: usize = 4096;
+
+fn median(runs: usize, mut run: impl FnMut()) -> Duration {
+    run();
+    let mut t: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let s = Instant::now();
+            run();
+            s.elapsed()
+        })
+        .collect();
+    t.sort();
+    t[t.len() / 2]
+}
+
+fn main() {
+    println!("DLRM chain (Neg2Zero -> ln(1+x) -> modulus), {PACKET} B packets, one core");
+    println!(
+        "{:>10} {:>14} {:>10} {:>14} {:>10} {:>7}",
+        "bytes", "in-line MB/s", "us", "after MB/s", "us", "ratio"
+    );
+    for size in [64usize << 10, 1 << 20, 8 << 20, 64 << 20] {
+        let rows = size / ROW_BYTES;
+        let src = generate(rows, 7);
+        let mut dst = vec![0u8; src.len()];
+        let runs = if size >= 8 << 20 { 7 } else { 31 };
+        let chain = Chain::default();
+        let t_inline = median(runs, || {
+            let mut s = InLine::new(chain);
+            let mut at = 0;
+            for p in src.chunks(PACKET) {
+                dst[at..at + p.len()].copy_from_slice(black_box(p));
+                at += p.len();
+                s.arrived(&mut dst, at);
+            }
+            black_box(&mut dst);
+        });
+        let inline_out = dst.clone();
+        let t_after = median(runs, || {
+            let mut at = 0;
+            for p in src.chunks(PACKET) {
+                dst[at..at + p.len()].copy_from_slice(black_box(p));
+                at += p.len();
+            }
+            chain.apply(&mut dst, 0);
+            black_box(&mut dst);
+        });
+        assert_eq!(inline_out, dst, "both variants produce the same bytes");
+        let mbs = |t: Duration| src.len() as f64 / t.as_secs_f64() / 1e6;
+        println!(
+            "{:>10} {:>14.0} {:>10.1} {:>14.0} {:>10.1} {:>6.2}x",
+            src.len(),
+            mbs(t_inline),
+            t_inline.as_secs_f64() * 1e6,
+            mbs(t_after),
+            t_after.as_secs_f64() * 1e6,
+            t_after.as_secs_f64() / t_inline.as_secs_f64()
+        );
+    }
+}
