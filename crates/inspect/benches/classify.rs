@@ -15,11 +15,11 @@ use sluice_inspect::corpus::{SplitMix, elf_code_ranges};
 use sluice_wire::{Opcode, Psn};
 
 const PAYLOAD: usize = 4096;
-const TOTAL: usize = 4 << 20;
+const TOTAL: usize = 256 << 10;
 
 fn median_pass(mut pass: impl FnMut()) -> Duration {
     pass();
-    let mut times: Vec<Duration> = (0..15)
+    let mut times: Vec<Duration> = (0..61)
         .map(|_| {
             let t = Instant::now();
             pass();
@@ -65,8 +65,8 @@ fn main() {
         len: PAYLOAD as u32,
     };
     println!(
-        "inspection cost per byte, {PAYLOAD} B payloads, {} MiB per pass, one core",
-        TOTAL >> 20
+        "inspection cost per byte, {PAYLOAD} B payloads, {} KiB per pass, one core",
+        TOTAL >> 10
     );
     println!(
         "{:<8} {:>12} {:>10} {:>12} {:>10} {:>8}",

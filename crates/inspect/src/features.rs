@@ -75,6 +75,43 @@ const fn byte_set(bytes: &[u8]) -> [bool; 256] {
     t
 }
 
+/// Per-byte classes, looked up once per byte so the loop has few branches. Bits of
+/// `CLASS[b]`: 1 REX prefix (0x40..=0x4F), 2 the 0x0F escape, 4 not printable, 8 E8/E9
+/// (CALL/JMP rel32). Bits of `FOLLOW[b]`: 1 in [`REX_OPS`], 2 in [`OF_OPS`]; so
+/// `CLASS[prev] & FOLLOW[b] & 3` says at once whether the pair is a REX pair or a 0F pair.
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut c = 0;
+        if b & 0xF0 == 0x40 {
+            c |= 1;
+        }
+        if b == 0x0F {
+            c |= 2;
+        }
+        if !printable(b as u8) {
+            c |= 4;
+        }
+        if b == 0xE8 || b == 0xE9 {
+            c |= 8;
+        }
+        t[b] = c;
+        b += 1;
+    }
+    t
+};
+
+const FOLLOW: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = REX_OPS[b] as u8 | ((OF_OPS[b] as u8) << 1);
+        b += 1;
+    }
+    t
+};
+
 /// Printable ASCII and the usual whitespace.
 const fn printable(b: u8) -> bool {
     matches!(b, 0x20..=0x7E | b'\t' | b'\n' | b'\r')
@@ -125,19 +162,20 @@ impl Extractor {
             for (j, &b) in window.iter().enumerate() {
                 let i = 1 + wi * WINDOW + j;
                 hist[b as usize] += 1;
-                let r = u32::from(prev & 0xF0 == 0x40 && REX_OPS[b as usize]);
-                let o = u32::from(prev == 0x0F && OF_OPS[b as usize]);
+                let class = CLASS[b as usize];
+                let m = CLASS[prev as usize] & FOLLOW[b as usize];
+                let (r, o) = (u32::from(m & 1), u32::from((m >> 1) & 1));
                 // CALL/JMP rel32 (E8/E9) with a near displacement: its top byte is 00 or FF.
-                let c = u32::from(
-                    (b == 0xE8 || b == 0xE9)
-                        && i + 4 < chunk.len()
-                        && matches!(chunk[i + 4], 0x00 | 0xFF),
-                );
+                let c = if class & 8 != 0 && i + 4 < chunk.len() {
+                    u32::from(matches!(chunk[i + 4], 0x00 | 0xFF))
+                } else {
+                    0
+                };
                 rex_op += r;
                 of_op += o;
                 call += c;
                 pairs += r + o + c;
-                binary += u32::from(!printable(b));
+                binary += u32::from((class >> 2) & 1);
                 step += u32::from(b.abs_diff(prev));
                 prev = b;
             }
