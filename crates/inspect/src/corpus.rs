@@ -470,6 +470,34 @@ mod tests {
     }
 
     #[test]
+    fn elf_parser_never_panics_on_damaged_headers() {
+        // A plausible header with its section table fields, then seeded damage to them.
+        let mut base = vec![0u8; 4096];
+        base[..4].copy_from_slice(b"\x7fELF");
+        base[4] = 2;
+        base[5] = 1;
+        base[0x28..0x30].copy_from_slice(&512u64.to_le_bytes());
+        base[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        base[0x3C..0x3E].copy_from_slice(&4u16.to_le_bytes());
+        let mut g = SplitMix::new(11);
+        for _ in 0..5000 {
+            let mut b = base.clone();
+            for _ in 0..1 + g.below(12) {
+                let at = if g.below(2) == 0 {
+                    0x28 + g.below(24)
+                } else {
+                    512 + g.below(256)
+                };
+                b[at as usize] = g.next_u64() as u8;
+            }
+            b.truncate(64 + g.below(4096 - 64) as usize);
+            if let Some(ranges) = elf_code_ranges(&b) {
+                assert!(ranges.iter().all(|&(s, e)| s <= e && e <= b.len()));
+            }
+        }
+    }
+
+    #[test]
     fn split_is_by_origin_and_stable() {
         let a = split(7, "/usr/bin/ls", 20);
         for _ in 0..3 {

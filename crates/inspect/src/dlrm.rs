@@ -25,7 +25,7 @@ pub const DENSE: usize = 13;
 #[derive(Debug, Clone, Copy)]
 pub struct Chain {
     /// Sparse values are reduced modulo this (> 0); the paper does not state its value.
-    pub modulus: u32,
+    modulus: u32,
 }
 
 impl Default for Chain {
@@ -35,7 +35,25 @@ impl Default for Chain {
     }
 }
 
+/// A chain parameter out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dlrm: modulus must be at least 1, got {0}")]
+pub struct ZeroModulus(pub u32);
+
 impl Chain {
+    /// With the sparse columns reduced modulo `modulus` (at least 1).
+    pub fn new(modulus: u32) -> Result<Self, ZeroModulus> {
+        if modulus == 0 {
+            return Err(ZeroModulus(modulus));
+        }
+        Ok(Chain { modulus })
+    }
+
+    /// The sparse columns' modulus.
+    pub fn modulus(&self) -> u32 {
+        self.modulus
+    }
+
     /// One word of column `col` (0..ROW_WORDS).
     #[inline]
     pub fn word(&self, col: usize, w: u32) -> u32 {
@@ -118,7 +136,12 @@ mod tests {
 
     #[test]
     fn operators_do_what_they_say() {
-        let c = Chain { modulus: 1000 };
+        assert_eq!(
+            Chain::new(0).unwrap_err().to_string(),
+            "dlrm: modulus must be at least 1, got 0"
+        );
+        let c = Chain::new(1000).unwrap();
+        assert_eq!(c.modulus(), 1000);
         assert_eq!(c.word(0, 7), 7);
         assert_eq!(f32::from_bits(c.word(1, (-5i32) as u32)), 0.0);
         assert!((f32::from_bits(c.word(13, 99)) - 100f32.ln()).abs() < 1e-6);

@@ -33,17 +33,17 @@ struct Args {
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(64..=65536))]
     chunk: u32,
     /// Files of each kind found on disk, at most.
-    #[arg(long, default_value_t = 400)]
-    files_per_kind: usize,
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(20..))]
+    files_per_kind: u32,
     /// Chunks drawn per file, at most.
-    #[arg(long, default_value_t = 24)]
-    chunks_per_file: usize,
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    chunks_per_file: u32,
     /// Generated CSV and random files, each.
     #[arg(long, default_value_t = 150)]
     generated: usize,
     /// Gradient descent steps.
-    #[arg(long, default_value_t = 400)]
-    steps: usize,
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    steps: u32,
     /// Train on whole chunks only (no text chunks with code spliced in).
     #[arg(long)]
     no_mixed: bool,
@@ -79,20 +79,39 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let ccfg = CorpusConfig {
         roots,
         seed: args.seed,
-        files_per_kind: args.files_per_kind,
+        files_per_kind: args.files_per_kind as usize,
         generated: args.generated,
         max_file_bytes: 64 << 20,
         held_out_percent: 25,
     };
     let tcfg = TrainConfig {
         chunk: args.chunk as usize,
-        chunks_per_file: args.chunks_per_file,
-        steps: args.steps,
+        chunks_per_file: args.chunks_per_file as usize,
+        steps: args.steps as usize,
         rate: 1.0,
         l2: 1e-4,
         threshold: args.threshold,
         seed: args.seed,
         mixed: !args.no_mixed,
+    };
+    // A model to evaluate is read before the corpus is built: a bad file fails at once.
+    let given = match &args.evaluate {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let m = Classifier::from_text(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if m.chunk() != tcfg.chunk {
+                return Err(format!(
+                    "{}: model chunk {} differs from --chunk {}",
+                    path.display(),
+                    m.chunk(),
+                    tcfg.chunk
+                )
+                .into());
+            }
+            Some(m)
+        }
+        None => None,
     };
     let t0 = std::time::Instant::now();
     let samples = corpus::build(&ccfg)?;
@@ -110,18 +129,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         println!("  {:<11} {:>5} / {:<5}", kind.name(), of(false), of(true));
     }
-    let model = if let Some(path) = &args.evaluate {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let m = Classifier::from_text(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        if m.chunk() != tcfg.chunk {
-            return Err(format!(
-                "{}: model chunk {} differs from --chunk {}",
-                path.display(),
-                m.chunk(),
-                tcfg.chunk
-            )
-            .into());
-        }
+    let model = if let Some(m) = given {
         m
     } else {
         let rows = train::rows(&samples, false, &tcfg);
