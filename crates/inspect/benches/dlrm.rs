@@ -43,6 +43,7 @@ fn main() {
         "recv MB/s",
         "recv/after"
     );
+    let mut tails = Vec::new();
     for size in [64usize << 10, 1 << 20, 8 << 20, 64 << 20] {
         let rows = size / ROW_BYTES;
         let src = generate(rows, 7);
@@ -78,6 +79,16 @@ fn main() {
             }
             black_box(&mut dst);
         });
+        let last = (src.len() - 1) / PACKET * PACKET;
+        let tail_inline = median(runs, || {
+            dst[last..].copy_from_slice(black_box(&src[last..]));
+            chain.apply(&mut dst[last..], last / 4);
+            black_box(&mut dst);
+        });
+        let tail_after = median(runs, || {
+            chain.apply(black_box(&mut dst), 0);
+        });
+        tails.push((src.len(), tail_inline, tail_after));
         let mbs = |t: Duration| src.len() as f64 / t.as_secs_f64() / 1e6;
         println!(
             "{:>10} {:>13.0} {:>9.1} {:>11.0} {:>9.1} {:>12.2}x {:>9.0} {:>11.1}x",
@@ -89,6 +100,20 @@ fn main() {
             t_after.as_secs_f64() / t_inline.as_secs_f64(),
             mbs(t_recv),
             t_after.as_secs_f64() / t_recv.as_secs_f64()
+        );
+    }
+    println!("work left after the last byte lands (us)");
+    println!(
+        "{:>10} {:>10} {:>12} {:>8}",
+        "bytes", "in-line", "after", "saved"
+    );
+    for (len, i, a) in tails {
+        let us = |t: Duration| t.as_secs_f64() * 1e6;
+        println!(
+            "{len:>10} {:>10.1} {:>12.1} {:>8.1}",
+            us(i),
+            us(a),
+            us(a) - us(i)
         );
     }
 }
