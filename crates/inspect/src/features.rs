@@ -155,6 +155,8 @@ impl Extractor {
         let mut hist = [0u32; 256];
         let (mut rex_op, mut of_op, mut call, mut step) = (0u32, 0u32, 0u32, 0u32);
         let (mut peak_pairs, mut peak_binary) = (0u32, 0u32);
+        // Counted here rather than from the histogram: the loop has the bytes in hand.
+        let (mut nonprintable, mut high) = (0u32, 0u32);
         let mut prev = chunk[0];
         hist[prev as usize] += 1;
         for (wi, window) in chunk[1..].chunks(WINDOW).enumerate() {
@@ -176,11 +178,13 @@ impl Extractor {
                 call += c;
                 pairs += r + o + c;
                 binary += u32::from((class >> 2) & 1);
+                high += u32::from(b >> 7);
                 step += u32::from(b.abs_diff(prev));
                 prev = b;
             }
             peak_pairs = peak_pairs.max(pairs);
             peak_binary = peak_binary.max(binary);
+            nonprintable += binary;
         }
         let first = chunk[0];
         if (first == 0xE8 || first == 0xE9) && chunk.len() > 4 {
@@ -188,13 +192,13 @@ impl Extractor {
         }
 
         let n = chunk.len() as f32;
-        let (mut sum_clog, mut printable_n, mut high, mut distinct) = (0.0f32, 0u32, 0u32, 0u32);
-        for (b, &c) in hist.iter().enumerate() {
+        let (mut sum_clog, mut distinct) = (0.0f32, 0u32);
+        for &c in &hist {
             sum_clog += self.clog[c as usize];
-            printable_n += if printable(b as u8) { c } else { 0 };
-            high += if b >= 0x80 { c } else { 0 };
             distinct += u32::from(c > 0);
         }
+        let printable_n = chunk.len() as u32 - nonprintable - u32::from(!printable(first));
+        let high = high + u32::from(first >= 0x80);
         let f = |c: u32| c as f32 / n;
         let h = |bytes: &[u8]| bytes.iter().map(|&b| hist[b as usize]).sum::<u32>() as f32 / n;
         // Shannon entropy in bits per byte, over 8: log2(n) - (1/n) sum c log2 c.
