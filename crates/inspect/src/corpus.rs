@@ -498,6 +498,30 @@ mod tests {
     }
 
     #[test]
+    fn files_are_classed_by_their_first_bytes() {
+        let p = Path::new("f");
+        let text = "Plain text, with tabs\tand newlines\n and UTF-8: é ü.\n".repeat(20);
+        assert_eq!(sniff(p, text.as_bytes()), Some(Kind::Text));
+        // A multi-byte character cut at the end of the sniffed prefix is still text.
+        let cut = &"é".repeat(400).into_bytes()[..799];
+        assert_eq!(sniff(p, cut), Some(Kind::Text));
+        assert_eq!(
+            sniff(p, &text.as_bytes()[..100]),
+            None,
+            "too short to judge"
+        );
+        let mut control = text.clone().into_bytes();
+        control[50] = 0x01;
+        assert_eq!(sniff(p, &control), None);
+        assert_eq!(sniff(Path::new("a.svg"), text.as_bytes()), None);
+        assert_eq!(sniff(p, b"\x7fELF\x02\x01"), Some(Kind::Executable));
+        assert_eq!(sniff(p, &[0x1F, 0x8B, 8, 0]), Some(Kind::Gzip));
+        assert_eq!(sniff(p, b"\x89PNG\r\n"), Some(Kind::Image));
+        assert_eq!(sniff(p, &[0xFF, 0xD8, 0xFF, 0xE0]), Some(Kind::Image));
+        assert_eq!(sniff(p, &[0u8; 600]), None, "unknown binary is left out");
+    }
+
+    #[test]
     fn split_is_by_origin_and_stable() {
         let a = split(7, "/usr/bin/ls", 20);
         for _ in 0..3 {

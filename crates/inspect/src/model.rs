@@ -44,6 +44,14 @@ pub enum ModelError {
     /// Something required is absent.
     #[error("model: missing {0}")]
     Missing(String),
+    /// The model file could not be read.
+    #[error("model file {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why (the I/O error, or the parse error with its line).
+        reason: String,
+    },
 }
 
 /// The parameters as stored: per-feature mean, standard deviation and weight.
@@ -218,6 +226,16 @@ impl Classifier {
     /// Loads a model from its text.
     pub fn from_text(text: &str) -> Result<Self, ModelError> {
         Ok(Self::new(ModelParams::parse(text)?))
+    }
+
+    /// Loads a model file; errors name the file, and the line and item when it is malformed.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ModelError> {
+        let read = |reason: String| ModelError::Read {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        Self::from_text(&text).map_err(|e| read(e.to_string()))
     }
 
     /// The model shipped with the crate.

@@ -169,3 +169,28 @@ fn bad_model_files_are_refused_naming_the_line_and_item() {
         .join("\n");
     assert_eq!(refused(&no_bias), ModelError::Missing("bias".into()));
 }
+
+#[test]
+fn a_model_file_is_loaded_and_a_bad_one_names_the_file() {
+    let dir = std::env::temp_dir().join(format!("sluice-inspect-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.model");
+    std::fs::write(&good, BUILTIN_MODEL).unwrap();
+    assert_eq!(
+        Classifier::from_file(&good).unwrap().params(),
+        Classifier::builtin().params()
+    );
+
+    let bad = dir.join("bad.model");
+    std::fs::write(&bad, BUILTIN_MODEL.replace("threshold 0.5", "threshold 2")).unwrap();
+    let err = Classifier::from_file(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("bad.model") && err.contains("threshold"),
+        "{err}"
+    );
+
+    let missing = dir.join("absent.model");
+    let err = Classifier::from_file(&missing).unwrap_err().to_string();
+    assert!(err.contains("absent.model"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
