@@ -1,15 +1,16 @@
 //! The per-queue-pair encryption stage: [`EncryptService`], what RoCE BALBOA's in-line AES
 //! service slot holds, with GCM instead of ECB.
 //!
-//! It is shaped for Sluice's payload-service seam (`sluice_core::policy::service::Service`)
-//! as that seam will have to be; today's seam cannot carry it, for three reasons (see
-//! `docs/encryption.md`, "What the service seam needs"): an in-line stage must keep the
-//! payload's length there (this one adds [`OVERHEAD`] bytes); it is shown the payload but
-//! not the BTH and extension headers (which this one binds as associated data); and it runs
-//! only on packets with payload bytes (this one must run on every packet whose opcode has a
-//! payload, zero-length ones included).
+//! It is an in-line stage of Sluice's payload-service seam ([`sluice_core::policy::Service`]):
+//! it grows each payload it sends by [`OVERHEAD`] bytes (nonce in front, tag behind, so the
+//! queue pair segments messages into `PMTU - 24` bytes), binds the packet's BTH and
+//! extension headers as associated data, runs on every packet whose opcode has a payload
+//! (zero-length ones included), and a packet it cannot seal is not sent.
 
 use std::ops::Range;
+
+use sluice_core::policy::{self, Direction, Overhead, Service, ServicePacket};
+use sluice_wire::BTH_LEN;
 
 use crate::handshake::SessionKeys;
 use crate::packet::{NONCE_LEN, OVERHEAD, OpenError, OpenKey, SealError, SealKey, TAG_LEN};
@@ -33,6 +34,7 @@ pub struct EncryptService {
     dropped_forged: u64,
     dropped_replayed: u64,
     dropped_headers: u64,
+    seal_failures: u64,
 }
 
 impl EncryptService {
@@ -51,6 +53,7 @@ impl EncryptService {
             dropped_forged: 0,
             dropped_replayed: 0,
             dropped_headers: 0,
+            seal_failures: 0,
         }
     }
 
@@ -102,6 +105,72 @@ impl EncryptService {
             ("dropped_forged", self.dropped_forged),
             ("dropped_replayed", self.dropped_replayed),
             ("dropped_headers", self.dropped_headers),
+            ("seal_failures", self.seal_failures),
         ]
+    }
+}
+
+/// Room for a packet's headers when they are written again for the associated data: a BTH,
+/// the longest CC extension header and the longest IBA extension headers fit.
+const HEADER_ROOM: usize = 256;
+
+impl Service for EncryptService {
+    fn name(&self) -> &str {
+        EncryptService::name(self)
+    }
+
+    fn in_line(&self) -> bool {
+        true
+    }
+
+    fn overhead(&self) -> Overhead {
+        Overhead {
+            head: Self::HEAD as u32,
+            tail: Self::TAIL as u32,
+        }
+    }
+
+    /// Seals or opens `payload` in place. The associated data is the headers written again
+    /// from `packet.headers` for a payload of `payload.len()` bytes: canonical, so both
+    /// ends build the same bytes (the pad count follows from the length; the CC extension
+    /// header is written but left out of the associated data).
+    fn transform(&mut self, packet: &ServicePacket<'_>, payload: &mut [u8]) -> policy::Verdict {
+        let mut headers = [0; HEADER_ROOM];
+        let parts = packet
+            .headers
+            .emit_headers(payload.len(), &mut headers)
+            .ok()
+            .map(|len| {
+                let ext_at = BTH_LEN + packet.headers.ccx.map_or(0, |c| c.wire_len());
+                (&headers[..BTH_LEN], &headers[ext_at.min(len)..len])
+            });
+        match (packet.direction, parts) {
+            (Direction::Send, Some((bth, ext))) => match self.on_send(bth, ext, payload) {
+                Ok(()) => policy::Verdict::Pass,
+                Err(_) => {
+                    self.seal_failures += 1;
+                    policy::Verdict::Drop
+                }
+            },
+            (Direction::Send, None) => {
+                self.seal_failures += 1;
+                policy::Verdict::Drop
+            }
+            (Direction::Receive, Some((bth, ext))) => match self.on_receive(bth, ext, payload) {
+                Verdict::Pass(plain) => {
+                    debug_assert_eq!(plain, Self::HEAD..payload.len() - Self::TAIL);
+                    policy::Verdict::Pass
+                }
+                Verdict::Drop(_) => policy::Verdict::Drop,
+            },
+            (Direction::Receive, None) => {
+                self.dropped_headers += 1;
+                policy::Verdict::Drop
+            }
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        EncryptService::counters(self)
     }
 }

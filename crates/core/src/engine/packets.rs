@@ -3,13 +3,19 @@
 
 use std::net::IpAddr;
 
-use sluice_wire::{Opcode, OpcodeInfo, Operation, Psn, RoceHeaders};
+use std::ops::Range;
+
+use sluice_wire::{OpcodeInfo, Operation, RoceHeaders};
 
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
 use crate::control::Event;
 use crate::policy::{Direction, Sent, ServicePacket, Verdict};
 use crate::qp::QpNum;
+
+/// A received payload past the services: the copy they worked on, and the range of it that
+/// goes on.
+type Served = (Vec<u8>, Range<usize>);
 
 impl Engine {
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
@@ -56,8 +62,10 @@ impl Engine {
             return self.take_packet(now, from, ce, headers, payload);
         };
         match self.serve_incoming(index, headers, payload) {
-            Ok(Some(copy)) => {
-                self.take_packet(now, from, ce, headers, Payload::Bytes(&copy));
+            Ok(Some((copy, kept))) => {
+                self.take_packet(now, from, ce, headers, Payload::Bytes(&copy[kept.clone()]));
+                // Bytes received are counted as they came, in-line services' overhead too.
+                self.nic.counters.rx_bytes += (payload.len() as usize - kept.len()) as u64;
                 self.nic.service_scratch = copy;
             }
             Ok(None) => self.take_packet(now, from, ce, headers, payload),
@@ -200,25 +208,31 @@ impl Engine {
     }
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
-    /// so that stages that undo each other nest), on a copy of a received payload: the copy
-    /// (`None` when there are no bytes: a length-only payload shows its length to the
-    /// stages beside the path), or `Err` when an in-line stage drops it.
+    /// so that stages that undo each other nest), on a copy of a received payload, for
+    /// every opcode that carries one (zero-length included: a stage that authenticates
+    /// must see, and refuse, an empty packet that was not sealed). Gives the copy and the
+    /// range of it that goes on (in-line stages take their overhead off), `None` when the
+    /// packet goes on as it came (no payload; or no bytes: a length-only payload shows its
+    /// length to the stages beside the path), or `Err` when an in-line stage drops it.
     #[inline(never)]
     fn serve_incoming(
         &mut self,
         index: u32,
         headers: &RoceHeaders,
         payload: Payload<'_>,
-    ) -> Result<Option<Vec<u8>>, ()> {
-        let packet = ServicePacket {
+    ) -> Result<Option<Served>, ()> {
+        if !headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
+            return Ok(None);
+        }
+        let mut packet = ServicePacket {
             qpn: self.qps[index as usize].num,
             psn: headers.bth.psn,
             opcode: headers.bth.opcode,
             direction: Direction::Receive,
             len: payload.len(),
+            headers,
         };
         let bytes = match payload {
-            _ if payload.is_empty() => return Ok(None),
             Payload::Bytes(bytes) => bytes,
             Payload::Len(_) => {
                 for service in self.nic.services[index as usize].iter_mut().rev() {
@@ -232,15 +246,25 @@ impl Engine {
         let mut copy = std::mem::take(&mut self.nic.service_scratch);
         copy.clear();
         copy.extend_from_slice(bytes);
+        let mut kept = 0..copy.len();
         for service in self.nic.services[index as usize].iter_mut().rev() {
+            packet.len = kept.len() as u32;
             if !service.in_line() {
-                service.observe(&packet, &copy);
-            } else if service.transform(&packet, &mut copy) == Verdict::Drop {
+                service.observe(&packet, &copy[kept.clone()]);
+                continue;
+            }
+            let o = service.overhead();
+            let (head, tail) = (o.head as usize, o.tail as usize);
+            // A stage that passes a payload shorter than its overhead has nothing to give.
+            if service.transform(&packet, &mut copy[kept.clone()]) == Verdict::Drop
+                || kept.len() < head + tail
+            {
                 self.nic.service_scratch = copy;
                 return Err(());
             }
+            kept = kept.start + head..kept.end - tail;
         }
-        Ok(Some(copy))
+        Ok(Some((copy, kept)))
     }
 
     /// A response, with what its CC extension header says: the round trip its echoed
@@ -316,9 +340,12 @@ impl Engine {
         let mut next = Some(first);
         while let Some(index) = next {
             let (qp, nic) = self.parts(index);
+            // The payload goes after the room in-line services need in front of it (none
+            // for most queue pairs).
+            let room = &mut payload[qp.attrs.service_head as usize..];
             let transmit = qp
-                .next_response_packet(nic, now, payload)
-                .or_else(|| qp.next_request_packet(nic, now, payload));
+                .next_response_packet(nic, now, room)
+                .or_else(|| qp.next_request_packet(nic, now, room));
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
                 qp.scheduled = false;
@@ -332,57 +359,116 @@ impl Engine {
             let more = qp.may_send_more();
             qp.scheduled = more;
             // The builders put a payload services must see in the buffer (see `Qp::services`).
-            if self.nic.any_services && qp.attrs.services && t.payload_len > 0 {
-                let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
-                // The builders put a payload with bytes in the buffer; one left in its
-                // region is length-only memory (the simulator's): only its length shows.
-                let bytes = (t.payload_at == PayloadAt::Buffer).then(|| &mut payload[..len]);
-                self.serve_outgoing(index, psn, t.headers.bth.opcode, len as u32, bytes);
+            // Out of line, `t` moved there: a packet without services is not copied.
+            if self.nic.any_services && qp.attrs.services {
+                match self.serve_outgoing(index, now, more, t, payload) {
+                    Some(t) => return Some(t),
+                    None => {
+                        next = self.nic.scheduler.next(now);
+                        continue;
+                    }
+                }
             }
-            let sent = Sent {
-                opcode: t.headers.bth.opcode,
-                payload_len: t.payload_len,
-                ipv6: t.dst.is_ipv6(),
-                ccx: t.headers.ccx.map(|c| c.layout()),
-            };
-            self.nic.scheduler.served(index, now, Some(sent), more);
-            self.nic.counters.tx_packets += 1;
-            self.nic.counters.tx_bytes += u64::from(t.payload_len);
+            self.sent(index, now, more, &t);
             return Some(t);
         }
         None
     }
 
-    /// Runs queue pair `index`'s services on the payload of its packet `psn`, in the
-    /// buffer it leaves from (never the region it came from: an in-line stage changes the
-    /// bytes that go, not the application's memory). Without bytes (length-only memory),
-    /// the stages beside the path see its length and the in-line ones have nothing to change.
+    /// Tells the scheduler and the counters that queue pair `index` sends `t`.
+    #[inline(always)]
+    fn sent(&mut self, index: u32, now: Instant, more: bool, t: &Transmit) {
+        let sent = Sent {
+            opcode: t.headers.bth.opcode,
+            payload_len: t.payload_len,
+            ipv6: t.dst.is_ipv6(),
+            ccx: t.headers.ccx.map(|c| c.layout()),
+        };
+        self.nic.scheduler.served(index, now, Some(sent), more);
+        self.nic.counters.tx_packets += 1;
+        self.nic.counters.tx_bytes += u64::from(t.payload_len);
+    }
+
+    /// Runs queue pair `index`'s services on packet `t`, if its opcode carries a payload
+    /// (zero-length included), in the buffer it leaves from (never the region it came
+    /// from: an in-line stage changes the bytes that go, not the application's memory).
+    /// The builders left the payload after the room in front that the in-line stages
+    /// need; each grows it by its overhead, so it ends at the buffer's start, and
+    /// `t.payload_len` becomes the length on the wire. Without bytes (length-only memory),
+    /// the stages beside the path see its length and the in-line ones have nothing to
+    /// change. Then the packet is sent (`more`: the queue pair may send more), or, when an
+    /// in-line stage failed, not: what it failed on may be half done, or plaintext where
+    /// ciphertext was due, so the queue pair stops instead (`None`).
     #[inline(never)]
     fn serve_outgoing(
         &mut self,
         index: u32,
-        psn: Psn,
-        opcode: Opcode,
-        len: u32,
-        mut payload: Option<&mut [u8]>,
-    ) {
-        let packet = ServicePacket {
+        now: Instant,
+        more: bool,
+        mut t: Transmit,
+        buffer: &mut [u8],
+    ) -> Option<Transmit> {
+        if self.run_send_services(index, &mut t, buffer).is_err() {
+            self.qps[index as usize].scheduled = false;
+            self.nic.scheduler.served(index, now, None, false);
+            self.nic.counters.service_send_failures += 1;
+            self.enter_error(index);
+            if self.qps[index as usize].owes_peer() {
+                self.schedule(index);
+            }
+            return None;
+        }
+        self.sent(index, now, more, &t);
+        Some(t)
+    }
+
+    /// [`Engine::serve_outgoing`]'s stages on `t`; `Err` when an in-line one failed.
+    fn run_send_services(
+        &mut self,
+        index: u32,
+        t: &mut Transmit,
+        buffer: &mut [u8],
+    ) -> Result<(), ()> {
+        if !t.headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
+            return Ok(());
+        }
+        let head = self.qps[index as usize].attrs.service_head as usize;
+        let mut packet = ServicePacket {
             qpn: self.qps[index as usize].num,
-            psn,
-            opcode,
+            psn: t.headers.bth.psn,
+            opcode: t.headers.bth.opcode,
             direction: Direction::Send,
-            len,
+            len: t.payload_len,
+            headers: &t.headers,
         };
+        // The builders put a payload with bytes in the buffer; one left in its region is
+        // length-only memory (the simulator's): only its length shows.
+        let bytes = t.payload_at == PayloadAt::Buffer;
+        let mut at = head..head + t.payload_len as usize;
         for service in &mut self.nic.services[index as usize] {
-            match (service.in_line(), payload.as_deref_mut()) {
-                // A send-side drop would lose the packet for good: it goes on (see Verdict).
-                (true, Some(bytes)) => {
-                    let _ = service.transform(&packet, bytes);
+            packet.len = at.len() as u32;
+            match (service.in_line(), bytes) {
+                (true, true) => {
+                    let o = service.overhead();
+                    let grown = at.start - o.head as usize..at.end + o.tail as usize;
+                    if service.transform(&packet, &mut buffer[grown.clone()]) == Verdict::Drop {
+                        return Err(());
+                    }
+                    at = grown;
                 }
-                (true, None) => {}
-                (false, bytes) => service.observe(&packet, bytes.map_or(&[], |b| &*b)),
+                (true, false) => {}
+                (false, true) => service.observe(&packet, &buffer[at.clone()]),
+                (false, false) => service.observe(&packet, &[]),
             }
         }
+        if bytes {
+            debug_assert_eq!(
+                at.start, 0,
+                "the room in front is the in-line stages' heads"
+            );
+            t.payload_len = at.len() as u32;
+        }
+        Ok(())
     }
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with
