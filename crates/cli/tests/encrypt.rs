@@ -282,4 +282,15 @@ fn bad_keys_and_flags_are_refused_before_anything_connects() {
         2,
         "rot13",
     );
+    // Atomics carry no payload: nothing would authenticate them.
+    let key = good_key("atomics", 0x19);
+    let args = [
+        "atomic-bw",
+        "-p",
+        "24650",
+        "--encrypt",
+        "--psk-file",
+        key.to_str().unwrap(),
+    ];
+    refused_at_once(&args, 2, "--encrypt: not with atomics");
 }

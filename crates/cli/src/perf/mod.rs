@@ -697,6 +697,13 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             return usage(format!("-s {s}: between 1 byte and 2 GiB"));
         }
     }
+    if o.encrypt.is_some() && o.test.verb() == Verb::Atomic {
+        return usage(
+            "--encrypt: not with atomics (an atomic request carries no payload, so nothing \
+             authenticates it: an encrypted queue pair refuses remote atomics)"
+                .into(),
+        );
+    }
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());
     }

@@ -710,6 +710,11 @@ fn open(
         c.cc_control = o.cc.control_packets();
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
+        if keys.is_some() {
+            // Atomic requests carry no payload, so nothing authenticates them: an encrypted
+            // queue pair does not execute them (docs/encryption.md, threat model).
+            c.access = Access::REMOTE_WRITE.union(Access::REMOTE_READ);
+        }
         engine.connect(*qpn, &c)?;
         // `--tenant`: the scheduler serves each QP as its tenant's (both ends alike).
         if let Some(t) = o.tenant_of(i) {
