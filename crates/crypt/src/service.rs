@@ -76,6 +76,18 @@ impl EncryptService {
         self.seal.seal(bth, ext, wire).map(|_| ())
     }
 
+    /// [`Self::on_send`] out of place: `plain` is the payload (in the application's memory,
+    /// left unchanged), `wire` the [`OVERHEAD`] bytes longer room it is sealed into.
+    pub fn on_send_from(
+        &mut self,
+        bth: &[u8],
+        ext: &[u8],
+        plain: &[u8],
+        wire: &mut [u8],
+    ) -> Result<(), SealError> {
+        self.seal.seal_from(bth, ext, plain, wire).map(|_| ())
+    }
+
     /// On the receive path, before the packet is taken: opens `wire` in place and says where
     /// the plaintext is, or drops the packet and counts why.
     pub fn on_receive(&mut self, bth: &[u8], ext: &[u8], wire: &mut [u8]) -> Verdict {
@@ -114,6 +126,40 @@ impl EncryptService {
 /// the longest CC extension header and the longest IBA extension headers fit.
 const HEADER_ROOM: usize = 256;
 
+/// The BTH and the IBA extension headers of `packet`, written into `room` as they go on the
+/// wire with a payload of `wire_len` bytes; `None` if they cannot be written.
+fn aad_parts<'a>(
+    packet: &ServicePacket<'_>,
+    wire_len: usize,
+    room: &'a mut [u8; HEADER_ROOM],
+) -> Option<(&'a [u8], &'a [u8])> {
+    let len = packet.headers.emit_headers(wire_len, room).ok()?;
+    let ext_at = BTH_LEN + packet.headers.ccx.map_or(0, |c| c.wire_len());
+    Some((&room[..BTH_LEN], &room[ext_at.min(len)..len]))
+}
+
+impl EncryptService {
+    /// A seal's outcome as a verdict, counted when it failed (the packet must not go).
+    fn sealed(&mut self, result: Result<(), SealError>) -> policy::Verdict {
+        match result {
+            Ok(()) => policy::Verdict::Pass,
+            Err(_) => {
+                self.seal_failures += 1;
+                policy::Verdict::Drop
+            }
+        }
+    }
+
+    /// Headers that cannot be written again: nothing to bind, so the packet goes no further.
+    fn refuse_headers(&mut self, direction: Direction) -> policy::Verdict {
+        match direction {
+            Direction::Send => self.seal_failures += 1,
+            Direction::Receive => self.dropped_headers += 1,
+        }
+        policy::Verdict::Drop
+    }
+}
+
 impl Service for EncryptService {
     fn name(&self) -> &str {
         EncryptService::name(self)
@@ -136,38 +182,40 @@ impl Service for EncryptService {
     /// header is written but left out of the associated data).
     fn transform(&mut self, packet: &ServicePacket<'_>, payload: &mut [u8]) -> policy::Verdict {
         let mut headers = [0; HEADER_ROOM];
-        let parts = packet
-            .headers
-            .emit_headers(payload.len(), &mut headers)
-            .ok()
-            .map(|len| {
-                let ext_at = BTH_LEN + packet.headers.ccx.map_or(0, |c| c.wire_len());
-                (&headers[..BTH_LEN], &headers[ext_at.min(len)..len])
-            });
-        match (packet.direction, parts) {
-            (Direction::Send, Some((bth, ext))) => match self.on_send(bth, ext, payload) {
-                Ok(()) => policy::Verdict::Pass,
-                Err(_) => {
-                    self.seal_failures += 1;
-                    policy::Verdict::Drop
-                }
-            },
-            (Direction::Send, None) => {
-                self.seal_failures += 1;
-                policy::Verdict::Drop
+        let Some((bth, ext)) = aad_parts(packet, payload.len(), &mut headers) else {
+            return self.refuse_headers(packet.direction);
+        };
+        match packet.direction {
+            Direction::Send => {
+                let result = self.on_send(bth, ext, payload);
+                self.sealed(result)
             }
-            (Direction::Receive, Some((bth, ext))) => match self.on_receive(bth, ext, payload) {
+            Direction::Receive => match self.on_receive(bth, ext, payload) {
                 Verdict::Pass(plain) => {
                     debug_assert_eq!(plain, Self::HEAD..payload.len() - Self::TAIL);
                     policy::Verdict::Pass
                 }
                 Verdict::Drop(_) => policy::Verdict::Drop,
             },
-            (Direction::Receive, None) => {
-                self.dropped_headers += 1;
-                policy::Verdict::Drop
-            }
         }
+    }
+
+    /// Seals straight from the application's memory into the packet buffer.
+    fn transform_from(
+        &mut self,
+        packet: &ServicePacket<'_>,
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Option<policy::Verdict> {
+        if packet.direction != Direction::Send {
+            return None;
+        }
+        let mut headers = [0; HEADER_ROOM];
+        let Some((bth, ext)) = aad_parts(packet, output.len(), &mut headers) else {
+            return Some(self.refuse_headers(packet.direction));
+        };
+        let result = self.on_send_from(bth, ext, input, output);
+        Some(self.sealed(result))
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -344,7 +344,7 @@ impl Engine {
             // for most queue pairs).
             let room = &mut payload[qp.attrs.service_head as usize..];
             let transmit = qp
-                .next_response_packet(nic, now, room)
+                .next_response_packet(nic, now)
                 .or_else(|| qp.next_request_packet(nic, now, room));
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
@@ -441,31 +441,56 @@ impl Engine {
             len: t.payload_len,
             headers: &t.headers,
         };
-        // The builders put a payload with bytes in the buffer; one left in its region is
-        // length-only memory (the simulator's): only its length shows.
-        let bytes = t.payload_at == PayloadAt::Buffer;
+        let nic = &mut self.nic;
+        // Where the bytes are: in the buffer (after the room in front), in place in a region
+        // (read, never changed, by the stages: an in-line one writes into the buffer), or
+        // nowhere (length-only memory, the simulator's, or a region gone since: the driver
+        // drops that packet), when the stages beside the path see only the length.
+        let mut region = match t.payload_at {
+            PayloadAt::Buffer => None,
+            PayloadAt::Region { key, addr } => match nic.mrs.slice(key, addr, t.payload_len) {
+                Some(Payload::Bytes(bytes)) => Some(Some(bytes)),
+                _ => Some(None),
+            },
+        };
         let mut at = head..head + t.payload_len as usize;
-        for service in &mut self.nic.services[index as usize] {
+        for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
-            match (service.in_line(), bytes) {
-                (true, true) => {
-                    let o = service.overhead();
-                    let grown = at.start - o.head as usize..at.end + o.tail as usize;
-                    if service.transform(&packet, &mut buffer[grown.clone()]) == Verdict::Drop {
-                        return Err(());
-                    }
-                    at = grown;
+            if !service.in_line() {
+                match region {
+                    None => service.observe(&packet, &buffer[at.clone()]),
+                    Some(bytes) => service.observe(&packet, bytes.unwrap_or(&[])),
                 }
-                (true, false) => {}
-                (false, true) => service.observe(&packet, &buffer[at.clone()]),
-                (false, false) => service.observe(&packet, &[]),
+                continue;
             }
+            let o = service.overhead();
+            let grown = at.start - o.head as usize..at.end + o.tail as usize;
+            let verdict = match region {
+                None => service.transform(&packet, &mut buffer[grown.clone()]),
+                Some(None) => continue,
+                Some(Some(bytes)) => {
+                    match service.transform_from(&packet, bytes, &mut buffer[grown.clone()]) {
+                        Some(verdict) => verdict,
+                        None => {
+                            buffer[at.clone()].copy_from_slice(bytes);
+                            service.transform(&packet, &mut buffer[grown.clone()])
+                        }
+                    }
+                }
+            };
+            if verdict == Verdict::Drop {
+                return Err(());
+            }
+            // What goes is in the buffer now.
+            region = None;
+            at = grown;
         }
-        if bytes {
+        if region.is_none() {
             debug_assert_eq!(
                 at.start, 0,
                 "the room in front is the in-line stages' heads"
             );
+            t.payload_at = PayloadAt::Buffer;
             t.payload_len = at.len() as u32;
         }
         Ok(())

@@ -107,6 +107,21 @@ pub trait Service: std::fmt::Debug {
         Verdict::Pass
     }
 
+    /// In line, on the send path, out of place: reads the payload from `input` (memory the
+    /// stage must not change: the application's region) and writes all of what goes (head,
+    /// bytes, tail) to `output`, [`Overhead::total`] bytes longer. `None`: the stage works
+    /// only in place, and the engine copies the payload into the buffer for
+    /// [`Service::transform`]. A stage that can spares a copy of every payload it sends.
+    fn transform_from(
+        &mut self,
+        packet: &ServicePacket<'_>,
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Option<Verdict> {
+        let _ = (packet, input, output);
+        None
+    }
+
     /// Beside the path: sees `payload`.
     fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) {
         let _ = (packet, payload);
