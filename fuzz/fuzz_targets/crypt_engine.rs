@@ -85,7 +85,13 @@ fuzz_target!(|data: &[u8]| {
     let (a, b) = (pair.mr[0], pair.mr[1]);
     let recv = sge(b, 0, 4096);
     two.engines[1]
-        .post_recv(pair.qp[1], &RecvWr { wr_id: 1, sgl: &recv })
+        .post_recv(
+            pair.qp[1],
+            &RecvWr {
+                wr_id: 1,
+                sgl: &recv,
+            },
+        )
         .unwrap();
     let from = sge(a, 0, 1500);
     for i in 0..3u64 {
@@ -137,7 +143,10 @@ fuzz_target!(|data: &[u8]| {
         let at_the_pair = from == two.addrs[1 - to] && headers.bth.dest_qp == pair.qp[to].0;
         let sealed = packet.info.has_payload;
         impersonated |= at_the_pair && !sealed;
-        let before = (opened(&two, &pair, to), two.engines[to].counters().drops_service);
+        let before = (
+            opened(&two, &pair, to),
+            two.engines[to].counters().drops_service,
+        );
         two.engines[to].handle_packet(
             two.now,
             from,
@@ -145,7 +154,10 @@ fuzz_target!(|data: &[u8]| {
             &headers,
             Payload::Bytes(packet.payload),
         );
-        let after = (opened(&two, &pair, to), two.engines[to].counters().drops_service);
+        let after = (
+            opened(&two, &pair, to),
+            two.engines[to].counters().drops_service,
+        );
         if at_the_pair && sealed && two.engines[to].qp_state(pair.qp[to]).is_some() {
             assert_eq!(after.0, before.0, "a forged packet was opened");
             assert_eq!(after.1, before.1 + 1, "a forged packet was not dropped");
