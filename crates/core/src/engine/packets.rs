@@ -358,8 +358,8 @@ impl Engine {
             // gives it work schedules it again).
             let more = qp.may_send_more();
             qp.scheduled = more;
-            // The builders put a payload services must see in the buffer (see `Qp::services`).
-            // Out of line, `t` moved there: a packet without services is not copied.
+            // Services see (and in-line ones seal, say) the packet before it goes. Out of
+            // line, `t` moved there: a packet without services is not copied.
             if self.nic.any_services && qp.attrs.services {
                 match self.serve_outgoing(index, now, more, t, payload) {
                     Some(t) => return Some(t),
@@ -392,11 +392,12 @@ impl Engine {
     /// Runs queue pair `index`'s services on packet `t`, if its opcode carries a payload
     /// (zero-length included), in the buffer it leaves from (never the region it came
     /// from: an in-line stage changes the bytes that go, not the application's memory).
-    /// The builders left the payload after the room in front that the in-line stages
-    /// need; each grows it by its overhead, so it ends at the buffer's start, and
-    /// `t.payload_len` becomes the length on the wire. Without bytes (length-only memory),
-    /// the stages beside the path see its length and the in-line ones have nothing to
-    /// change. Then the packet is sent (`more`: the queue pair may send more), or, when an
+    /// The builders left a gathered payload after the room in front that the in-line
+    /// stages need, and one in a single piece of a region in place; each in-line stage
+    /// writes what goes into the buffer, grown by its overhead, so it ends at the buffer's
+    /// start, and `t.payload_len` becomes the length on the wire. Without bytes
+    /// (length-only memory), the stages beside the path see its length and the in-line ones
+    /// have nothing to change. Then the packet is sent (`more`: the queue pair may send more), or, when an
     /// in-line stage failed, not: what it failed on may be half done, or plaintext where
     /// ciphertext was due, so the queue pair stops instead (`None`).
     #[inline(never)]
