@@ -91,7 +91,25 @@ impl EncryptService {
     /// On the receive path, before the packet is taken: opens `wire` in place and says where
     /// the plaintext is, or drops the packet and counts why.
     pub fn on_receive(&mut self, bth: &[u8], ext: &[u8], wire: &mut [u8]) -> Verdict {
-        match self.open.open(bth, ext, wire) {
+        let opened = self.open.open(bth, ext, wire);
+        self.count(opened)
+    }
+
+    /// [`Self::on_receive`] out of place: reads `wire` (left unchanged) and writes the
+    /// plaintext into `out`, as long as `wire`, at the range the verdict gives.
+    pub fn on_receive_from(
+        &mut self,
+        bth: &[u8],
+        ext: &[u8],
+        wire: &[u8],
+        out: &mut [u8],
+    ) -> Verdict {
+        let opened = self.open.open_from(bth, ext, wire, out);
+        self.count(opened)
+    }
+
+    fn count(&mut self, opened: Result<Range<usize>, OpenError>) -> Verdict {
+        match opened {
             Ok(range) => {
                 self.opened += 1;
                 Verdict::Pass(range)
@@ -200,22 +218,31 @@ impl Service for EncryptService {
         }
     }
 
-    /// Seals straight from the application's memory into the packet buffer.
+    /// Seals straight from the application's memory into the packet buffer; opens straight
+    /// from the received packet into the engine's receive buffer.
     fn transform_from(
         &mut self,
         packet: &ServicePacket<'_>,
         input: &[u8],
         output: &mut [u8],
     ) -> Option<policy::Verdict> {
-        if packet.direction != Direction::Send {
-            return None;
-        }
         let mut headers = [0; HEADER_ROOM];
         let Some((bth, ext)) = aad_parts(packet, output.len(), &mut headers) else {
             return Some(self.refuse_headers(packet.direction));
         };
-        let result = self.on_send_from(bth, ext, input, output);
-        Some(self.sealed(result))
+        Some(match packet.direction {
+            Direction::Send => {
+                let result = self.on_send_from(bth, ext, input, output);
+                self.sealed(result)
+            }
+            Direction::Receive => match self.on_receive_from(bth, ext, input, output) {
+                Verdict::Pass(plain) => {
+                    debug_assert_eq!(plain, Self::HEAD..output.len() - Self::TAIL);
+                    policy::Verdict::Pass
+                }
+                Verdict::Drop(_) => policy::Verdict::Drop,
+            },
+        })
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

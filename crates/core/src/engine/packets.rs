@@ -208,12 +208,13 @@ impl Engine {
     }
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
-    /// so that stages that undo each other nest), on a copy of a received payload, for
-    /// every opcode that carries one (zero-length included: a stage that authenticates
-    /// must see, and refuse, an empty packet that was not sealed). Gives the copy and the
-    /// range of it that goes on (in-line stages take their overhead off), `None` when the
-    /// packet goes on as it came (no payload; or no bytes: a length-only payload shows its
-    /// length to the stages beside the path), or `Err` when an in-line stage drops it.
+    /// so that stages that undo each other nest), on a received payload, for every opcode
+    /// that carries one (zero-length included: a stage that authenticates
+    /// must see, and refuse, an empty packet that was not sealed). Gives the copy in-line
+    /// stages wrote and the range of it that goes on (they take their overhead off), `None`
+    /// when the packet goes on as it came (no payload; no in-line stage; or no bytes: a
+    /// length-only payload shows its length to the stages beside the path), or `Err` when
+    /// an in-line stage drops it.
     #[inline(never)]
     fn serve_incoming(
         &mut self,
@@ -243,28 +244,50 @@ impl Engine {
                 return Ok(None);
             }
         };
-        let mut copy = std::mem::take(&mut self.nic.service_scratch);
-        copy.clear();
-        copy.extend_from_slice(bytes);
-        let mut kept = 0..copy.len();
-        for service in self.nic.services[index as usize].iter_mut().rev() {
+        // The copy in-line stages work on, taken when the first of them runs: into it, out of
+        // place if the stage can (a queue pair with stages beside the path only copies
+        // nothing). The scratch keeps the largest length it was given, so that a stage
+        // writing into it needs no fill first.
+        let nic = &mut self.nic;
+        let mut copy: Option<Vec<u8>> = None;
+        let mut kept = 0..bytes.len();
+        for service in nic.services[index as usize].iter_mut().rev() {
             packet.len = kept.len() as u32;
             if !service.in_line() {
-                service.observe(&packet, &copy[kept.clone()]);
+                service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
                 continue;
             }
+            let verdict = match &mut copy {
+                Some(c) => service.transform(&packet, &mut c[kept.clone()]),
+                None => {
+                    let mut c = std::mem::take(&mut nic.service_scratch);
+                    if c.len() < bytes.len() {
+                        c.resize(bytes.len(), 0);
+                    }
+                    let out = &mut c[..bytes.len()];
+                    let verdict = match service.transform_from(&packet, bytes, out) {
+                        Some(verdict) => verdict,
+                        None => {
+                            out.copy_from_slice(bytes);
+                            service.transform(&packet, out)
+                        }
+                    };
+                    copy = Some(c);
+                    verdict
+                }
+            };
             let o = service.overhead();
             let (head, tail) = (o.head as usize, o.tail as usize);
             // A stage that passes a payload shorter than its overhead has nothing to give.
-            if service.transform(&packet, &mut copy[kept.clone()]) == Verdict::Drop
-                || kept.len() < head + tail
-            {
-                self.nic.service_scratch = copy;
+            if verdict == Verdict::Drop || kept.len() < head + tail {
+                if let Some(c) = copy {
+                    nic.service_scratch = c;
+                }
                 return Err(());
             }
             kept = kept.start + head..kept.end - tail;
         }
-        Ok(Some((copy, kept)))
+        Ok(copy.map(|c| (c, kept)))
     }
 
     /// A response, with what its CC extension header says: the round trip its echoed

@@ -391,8 +391,9 @@ impl Engine {
         self.nic.any_services |= !services.is_empty();
         self.nic.services[index] = services;
         if self.nic.service_scratch.capacity() == 0 {
-            // Once, the largest payload: receiving allocates nothing after this.
-            self.nic.service_scratch = Vec::with_capacity(crate::Mtu::M4096.bytes() as usize);
+            // Once, the largest payload: receiving allocates nothing after this (but for a
+            // payload longer than any RoCE peer sends).
+            self.nic.service_scratch = vec![0; crate::Mtu::M4096.bytes() as usize];
         }
         Ok(())
     }

@@ -107,11 +107,13 @@ pub trait Service: std::fmt::Debug {
         Verdict::Pass
     }
 
-    /// In line, on the send path, out of place: reads the payload from `input` (memory the
-    /// stage must not change: the application's region) and writes all of what goes (head,
-    /// bytes, tail) to `output`, [`Overhead::total`] bytes longer. `None`: the stage works
-    /// only in place, and the engine copies the payload into the buffer for
-    /// [`Service::transform`]. A stage that can spares a copy of every payload it sends.
+    /// In line, out of place: reads the payload from `input` (never changed: on the send
+    /// path it is the application's region) and writes to `output`. Sending, `output` is
+    /// [`Overhead::total`] bytes longer and the stage writes all of it (head, bytes, tail).
+    /// Receiving, `output` is as long as `input`, and what goes on is `output` without the
+    /// head and tail. `None`: the stage works only in place, and the engine copies `input`
+    /// into `output` for [`Service::transform`]. A stage that can spares a copy of every
+    /// payload.
     fn transform_from(
         &mut self,
         packet: &ServicePacket<'_>,
