@@ -272,6 +272,16 @@ struct PerfArgs {
     /// checks: see the README.
     #[arg(long)]
     verify: bool,
+    /// Encrypt and authenticate every payload (AES-256-GCM, one key per direction and queue
+    /// pair), keys agreed at connection time by a handshake authenticated by --psk-file.
+    /// Both ends must be Sluice run with --encrypt and the same key: any other peer
+    /// (perftest, Sluice without it, another key) is refused before any packet is sent.
+    #[arg(long, requires = "psk_file")]
+    encrypt: bool,
+    /// The pre-shared key for --encrypt: 32 raw bytes, or 64 hex digits
+    /// (`openssl rand -hex 32 > FILE`).
+    #[arg(long, value_name = "FILE", requires = "encrypt")]
+    psk_file: Option<std::path::PathBuf>,
     /// Test only: with --verify, the sender flips one byte of message K of its first QP
     /// (or of the QP --test-corrupt-qp names).
     #[arg(long, hide = true, value_name = "K", requires = "verify")]
@@ -548,6 +558,13 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
             perf::VERIFY_COVERAGE
         );
     }
+    // Read now: a bad key is refused before anything connects.
+    let encrypt = match &a.psk_file {
+        Some(path) if a.encrypt => {
+            Some(sluice_crypt::Psk::from_file(path).map_err(|e| format!("--psk-file: {e}"))?)
+        }
+        _ => None,
+    };
     let capture = match &a.pcap {
         None => None,
         Some(path) => Some(perf::CaptureOptions {
@@ -591,6 +608,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         policies: policy_options(a)?,
         serve: a.serve.0,
         verify: a.verify,
+        encrypt,
         faults: perf::TestFaults {
             bad_rkey: a.test_bad_rkey,
             corrupt_message: a.test_corrupt_message,
@@ -649,6 +667,16 @@ fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
             params: Vec::new(),
         })
         .collect();
+    if let Some(s) = a
+        .services
+        .iter()
+        .find(|s| ["aes-gcm", "encrypt", "aes"].contains(&s.as_str()))
+    {
+        return Err(format!(
+            "--service {s}: encryption needs keys agreed at connection time: use --encrypt \
+             --psk-file FILE instead"
+        ));
+    }
     for (key, value) in name_values("--service-param", &a.service_param)? {
         let Some((service, param)) = key.split_once('.') else {
             return Err(format!(

@@ -86,6 +86,9 @@ pub struct Counters {
     pub drops_unnegotiated_ccx: u64,
     /// Received packets an in-line payload service dropped (e.g. failed authentication).
     pub drops_service: u64,
+    /// Packets not sent because an in-line payload service failed on them (a used-up key,
+    /// say); each moved its queue pair to the error state.
+    pub service_send_failures: u64,
     /// Completions lost because their completion queue was full (the queue pair then goes
     /// to the error state).
     pub cq_overruns: u64,

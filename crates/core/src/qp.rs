@@ -446,6 +446,12 @@ pub(crate) struct QpAttrs {
     pub(crate) ccx: Option<sluice_wire::CcxLayout>,
     /// Payload services run on its packets (the engine holds them, by index).
     pub(crate) services: bool,
+    /// What its in-line services add in front of each payload it sends (and take off each
+    /// it receives): builders write the payload this far into the transmit buffer.
+    /// (Bytes: `set_services` keeps the two under 128 together.)
+    pub(crate) service_head: u8,
+    /// What they add behind it. `mtu` is the path MTU less both.
+    pub(crate) service_tail: u8,
 }
 
 impl Default for QpAttrs {
@@ -466,6 +472,8 @@ impl Default for QpAttrs {
             path_probes: false,
             ccx: None,
             services: false,
+            service_head: 0,
+            service_tail: 0,
         }
     }
 }

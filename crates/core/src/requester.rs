@@ -400,10 +400,11 @@ impl Qp {
                 dst.copy_from_slice(&data[offset as usize..(offset + payload_len) as usize]);
                 Ok(PayloadAt::Buffer)
             }
-            // Services see the payload in the buffer it leaves from.
+            // Left in place even for services: an in-line stage reads it from the region and
+            // writes what goes into the buffer (`Engine::serve_outgoing`).
             None => nic
                 .mrs
-                .gather(self.pd, &wqe.sgl, offset, dst, !self.attrs.services)
+                .gather(self.pd, &wqe.sgl, offset, dst, true)
                 .map_err(|_| ()),
         }
     }

@@ -730,7 +730,6 @@ impl Qp {
         &mut self,
         nic: &mut Nic,
         now: crate::Instant,
-        payload: &mut [u8],
     ) -> Option<Transmit> {
         // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
         // before reading the fields a response is built from (other cache lines).
@@ -749,10 +748,10 @@ impl Qp {
             return None;
         }
         let packet = match self.resp.responses.front() {
-            Some(Response::Read { .. }) => match self.read_response(nic, payload) {
+            Some(Response::Read { .. }) => match self.read_response(nic) {
                 Some(packet) => packet,
                 // Its region is gone: the NAK that says so is owed instead.
-                None => return self.next_response_packet(nic, now, payload),
+                None => return self.next_response_packet(nic, now),
             },
             _ => self.acknowledgement()?,
         };
@@ -773,11 +772,11 @@ impl Qp {
         })
     }
 
-    /// The next packet of the READ response owed first: its headers, its payload in place
-    /// (or, for services, in `payload`). `None` if the region was deregistered since the
+    /// The next packet of the READ response owed first: its headers, its payload in place.
+    /// `None` if the region was deregistered since the
     /// READ arrived: then the data cannot be had, and a remote access NAK is owed instead.
     #[inline(always)]
-    fn read_response(&mut self, nic: &mut Nic, payload: &mut [u8]) -> Option<ResponsePacket> {
+    fn read_response(&mut self, nic: &mut Nic) -> Option<ResponsePacket> {
         let (mtu, pd, dest_qp) = (self.attrs.mtu, self.pd, self.attrs.dest_qpn);
         let ok = self.aeth(Syndrome::Ack(Credits::UNLIMITED));
         let Some(Response::Read {
@@ -822,19 +821,13 @@ impl Qp {
             self.refuse(nic, bth.psn, Refusal::RemoteAccess);
             return None;
         }
-        let mut payload_at = PayloadAt::Region { key, addr: at };
-        if self.attrs.services
-            && let Some(crate::Payload::Bytes(bytes)) = nic.mrs.slice(key, at, len)
-        {
-            // Services see the payload in the buffer it leaves from.
-            payload[..len as usize].copy_from_slice(bytes);
-            payload_at = PayloadAt::Buffer;
-        }
+        // In place, services or not: an in-line stage reads it from the region and writes
+        // what goes into the buffer (`Engine::serve_outgoing`).
         Some(ResponsePacket {
             bth,
             ext,
             payload_len: len,
-            payload_at,
+            payload_at: PayloadAt::Region { key, addr: at },
         })
     }
 

@@ -17,7 +17,12 @@
 //! A failure is shrunk (proptest-state-machine) to the fewest, simplest steps that still
 //! fail, and printed with its case number.
 //!
-//! `SLUICE_SEEDS=N` runs cases 1 to N (default 300); `SLUICE_SEED=S` replays case S alone
+//! The same cases run again with per-QP authenticated encryption (`sluice-crypt`'s
+//! `EncryptService`) on every queue pair: the nonce, tag and replay window under loss,
+//! duplication (a duplicate is a replay, dropped by the stage), reordering, corruption (the
+//! ICRC catches the link's), retransmission and READ re-requests (each sealed afresh).
+//!
+//! `SLUICE_SEEDS=N` runs cases 1 to N (default 300; 100 encrypted); `SLUICE_SEED=S` replays case S alone
 //! (generated, and shrunk if it fails, exactly as in the full run); `SLUICE_DEBUG` prints
 //! both engines when requests do not complete. The shrinker keeps a case's last step (it
 //! takes the failure to come from it), so a failure found only at the end, when every
@@ -462,10 +467,15 @@ struct Outcome {
     requests: usize,
     /// The case's loss rate (index into [`LOSS`]) and whether it used selective repeat.
     link: (usize, bool),
+    /// Packets the services of both ends opened (encrypted cases), and dropped.
+    opened: u64,
+    service_drops: u64,
 }
 
 thread_local! {
     static CASE: RefCell<u64> = const { RefCell::new(0) };
+    /// Queue pairs run `EncryptService` at both ends.
+    static ENCRYPT: RefCell<bool> = const { RefCell::new(false) };
     static OUTCOME: RefCell<Option<Outcome>> = const { RefCell::new(None) };
 }
 
@@ -493,6 +503,9 @@ impl Rig {
         let models = (0..s.pairs)
             .map(|_| {
                 let pair = Pair::connect(&mut world, &options);
+                if ENCRYPT.with(|e| *e.borrow()) {
+                    encrypt(&mut world, &pair, &options);
+                }
                 // Distinct contents everywhere, so a byte in the wrong place shows.
                 for (host, mr) in pair.mr.iter().enumerate() {
                     let bytes = world.engines[host].mr_bytes_mut(mr.lkey).unwrap();
@@ -729,7 +742,24 @@ impl Rig {
                 }
             }
         }
+        let service_counter = |name: &str| -> u64 {
+            let (world, models) = (&self.world, &self.models);
+            (0..2)
+                .flat_map(|h| models.iter().map(move |m| (h, m.pair.qp[h])))
+                .flat_map(|(h, qp)| world.engines[h].services(qp).iter())
+                .flat_map(|s| s.counters())
+                .filter(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+                .sum()
+        };
         Outcome {
+            opened: service_counter("opened"),
+            service_drops: self
+                .world
+                .engines
+                .iter()
+                .map(|e| e.counters().drops_service)
+                .sum(),
             all_succeeded: self.models.iter().all(|m| m.failed_at.is_none()),
             drained: self.models.iter().any(|m| m.drains > 0),
             requests: self.models.iter().map(|m| m.requests.len()).sum(),
@@ -862,6 +892,33 @@ impl StateMachineTest for LossyTest {
     }
 }
 
+/// Runs the handshake for `pair` (host 0 the initiator) and sets `EncryptService` on both
+/// ends with its keys.
+fn encrypt(world: &mut World, pair: &Pair, options: &PairOptions) {
+    use sluice_crypt::handshake::{Endpoint, Handshake, Role};
+    let psk = || sluice_crypt::Psk::new([0x5C; 32]).unwrap();
+    let end = |h: usize| Endpoint {
+        qpn: pair.qp[h].0,
+        psn: options.sq_psn[h],
+    };
+    let (i, hello_i) = Handshake::start(Role::Initiator, psk(), end(0)).unwrap();
+    let (r, hello_r) = Handshake::start(Role::Responder, psk(), end(1)).unwrap();
+    let (i, confirm_i) = i.receive_hello(&hello_r).unwrap();
+    let (r, confirm_r) = r.receive_hello(&hello_i).unwrap();
+    let keys = [
+        i.receive_confirm(&confirm_r).unwrap(),
+        r.receive_confirm(&confirm_i).unwrap(),
+    ];
+    for (h, keys) in keys.iter().enumerate() {
+        world.engines[h]
+            .set_services(
+                pair.qp[h],
+                vec![Box::new(sluice_crypt::EncryptService::new(keys))],
+            )
+            .unwrap();
+    }
+}
+
 /// Runs case `case`: generated from its number alone, so that `SLUICE_SEED` replays it; if
 /// it fails, shrunk, and the smallest failing case is returned as the error.
 fn run_case(case: u64) -> Result<Outcome, String> {
@@ -894,8 +951,29 @@ fn run_case(case: u64) -> Result<Outcome, String> {
 
 #[test]
 fn every_request_completes_once_with_its_bytes_in_place() {
-    let cases = common::cases(300);
+    let (opened, _) = check_every_case(300);
+    assert_eq!(opened, 0);
+}
+
+#[test]
+fn every_request_completes_once_with_encryption_on() {
+    ENCRYPT.with(|e| *e.borrow_mut() = true);
+    let (opened, drops) = check_every_case(100);
+    eprintln!("encrypted: {opened} packets opened, {drops} dropped by the stage");
+    assert!(opened > 0, "the stage ran");
+    // The link duplicates 1% of packets: the stage drops the second copy as a replay.
+    assert!(
+        common::cases(100).len() < 20 || drops > 0,
+        "duplicates reached the transport"
+    );
+}
+
+/// Runs [`common::cases`]`(default)` and checks what they did together: packets the
+/// services opened and dropped, in all.
+fn check_every_case(default: u64) -> (u64, u64) {
+    let cases = common::cases(default);
     let (mut succeeded, mut drained, mut requests) = (0, 0, 0);
+    let (mut opened, mut service_drops) = (0, 0);
     // Cases per loss rate and recovery (go-back-N, selective repeat).
     let mut links = [[0usize; 2]; LOSS.len()];
     for &case in &cases {
@@ -909,6 +987,8 @@ fn every_request_completes_once_with_its_bytes_in_place() {
                 succeeded += usize::from(outcome.all_succeeded);
                 drained += usize::from(outcome.drained);
                 requests += outcome.requests;
+                opened += outcome.opened;
+                service_drops += outcome.service_drops;
                 links[outcome.link.0][usize::from(outcome.link.1)] += 1;
             }
             Err(why) => panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}"),
@@ -920,7 +1000,7 @@ fn every_request_completes_once_with_its_bytes_in_place() {
         cases.len()
     );
     eprintln!("cases by loss rate {LOSS:?}, go-back-N and selective repeat: {links:?}");
-    if cases.len() >= 100 {
+    if cases.len() >= 200 {
         assert!(
             links.iter().flatten().all(|&n| n >= 5),
             "every loss rate with either recovery: {links:?}"
@@ -936,4 +1016,5 @@ fn every_request_completes_once_with_its_bytes_in_place() {
         "only {succeeded} of {} cases completed everything",
         cases.len()
     );
+    (opened, service_drops)
 }

@@ -7,8 +7,8 @@
 //! - [`packet`]: sealing and opening one RoCE payload: an explicit per-key counter as the
 //!   nonce (never reused, whatever the transport resends or regenerates), the BTH and the
 //!   extension headers as associated data, the tag after the ciphertext.
-//! - [`service`]: the per-QP stage built on them, with its drop counters, shaped for the
-//!   payload-service seam once that seam can change a payload's length.
+//! - [`service`]: the per-QP stage built on them, with its drop counters: an in-line stage of
+//!   the engine's payload-service seam (`sluice_core::policy::Service`).
 //!
 //! The cipher is aws-lc-rs (AWS-LC); `docs/encryption.md` says why, with the numbers of
 //! `cargo bench -p sluice-crypt --bench cipher`.

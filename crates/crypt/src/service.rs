@@ -1,15 +1,16 @@
 //! The per-queue-pair encryption stage: [`EncryptService`], what RoCE BALBOA's in-line AES
 //! service slot holds, with GCM instead of ECB.
 //!
-//! It is shaped for Sluice's payload-service seam (`sluice_core::policy::service::Service`)
-//! as that seam will have to be; today's seam cannot carry it, for three reasons (see
-//! `docs/encryption.md`, "What the service seam needs"): an in-line stage must keep the
-//! payload's length there (this one adds [`OVERHEAD`] bytes); it is shown the payload but
-//! not the BTH and extension headers (which this one binds as associated data); and it runs
-//! only on packets with payload bytes (this one must run on every packet whose opcode has a
-//! payload, zero-length ones included).
+//! It is an in-line stage of Sluice's payload-service seam ([`sluice_core::policy::Service`]):
+//! it grows each payload it sends by [`OVERHEAD`] bytes (nonce in front, tag behind, so the
+//! queue pair segments messages into `PMTU - 24` bytes), binds the packet's BTH and
+//! extension headers as associated data, runs on every packet whose opcode has a payload
+//! (zero-length ones included), and a packet it cannot seal is not sent.
 
 use std::ops::Range;
+
+use sluice_core::policy::{self, Direction, Overhead, Service, ServicePacket};
+use sluice_wire::BTH_LEN;
 
 use crate::handshake::SessionKeys;
 use crate::packet::{NONCE_LEN, OVERHEAD, OpenError, OpenKey, SealError, SealKey, TAG_LEN};
@@ -33,6 +34,7 @@ pub struct EncryptService {
     dropped_forged: u64,
     dropped_replayed: u64,
     dropped_headers: u64,
+    seal_failures: u64,
 }
 
 impl EncryptService {
@@ -51,6 +53,7 @@ impl EncryptService {
             dropped_forged: 0,
             dropped_replayed: 0,
             dropped_headers: 0,
+            seal_failures: 0,
         }
     }
 
@@ -73,10 +76,40 @@ impl EncryptService {
         self.seal.seal(bth, ext, wire).map(|_| ())
     }
 
+    /// [`Self::on_send`] out of place: `plain` is the payload (in the application's memory,
+    /// left unchanged), `wire` the [`OVERHEAD`] bytes longer room it is sealed into.
+    pub fn on_send_from(
+        &mut self,
+        bth: &[u8],
+        ext: &[u8],
+        plain: &[u8],
+        wire: &mut [u8],
+    ) -> Result<(), SealError> {
+        self.seal.seal_from(bth, ext, plain, wire).map(|_| ())
+    }
+
     /// On the receive path, before the packet is taken: opens `wire` in place and says where
     /// the plaintext is, or drops the packet and counts why.
     pub fn on_receive(&mut self, bth: &[u8], ext: &[u8], wire: &mut [u8]) -> Verdict {
-        match self.open.open(bth, ext, wire) {
+        let opened = self.open.open(bth, ext, wire);
+        self.count(opened)
+    }
+
+    /// [`Self::on_receive`] out of place: reads `wire` (left unchanged) and writes the
+    /// plaintext into `out`, as long as `wire`, at the range the verdict gives.
+    pub fn on_receive_from(
+        &mut self,
+        bth: &[u8],
+        ext: &[u8],
+        wire: &[u8],
+        out: &mut [u8],
+    ) -> Verdict {
+        let opened = self.open.open_from(bth, ext, wire, out);
+        self.count(opened)
+    }
+
+    fn count(&mut self, opened: Result<Range<usize>, OpenError>) -> Verdict {
+        match opened {
             Ok(range) => {
                 self.opened += 1;
                 Verdict::Pass(range)
@@ -102,6 +135,117 @@ impl EncryptService {
             ("dropped_forged", self.dropped_forged),
             ("dropped_replayed", self.dropped_replayed),
             ("dropped_headers", self.dropped_headers),
+            ("seal_failures", self.seal_failures),
         ]
+    }
+}
+
+/// Room for a packet's headers when they are written again for the associated data: a BTH,
+/// the longest CC extension header and the longest IBA extension headers fit.
+const HEADER_ROOM: usize = 256;
+
+/// The BTH and the IBA extension headers of `packet`, written into `room` as they go on the
+/// wire with a payload of `wire_len` bytes; `None` if they cannot be written.
+fn aad_parts<'a>(
+    packet: &ServicePacket<'_>,
+    wire_len: usize,
+    room: &'a mut [u8; HEADER_ROOM],
+) -> Option<(&'a [u8], &'a [u8])> {
+    let len = packet.headers.emit_headers(wire_len, room).ok()?;
+    let ext_at = BTH_LEN + packet.headers.ccx.map_or(0, |c| c.wire_len());
+    Some((&room[..BTH_LEN], &room[ext_at.min(len)..len]))
+}
+
+impl EncryptService {
+    /// A seal's outcome as a verdict, counted when it failed (the packet must not go).
+    fn sealed(&mut self, result: Result<(), SealError>) -> policy::Verdict {
+        match result {
+            Ok(()) => policy::Verdict::Pass,
+            Err(_) => {
+                self.seal_failures += 1;
+                policy::Verdict::Drop
+            }
+        }
+    }
+
+    /// Headers that cannot be written again: nothing to bind, so the packet goes no further.
+    fn refuse_headers(&mut self, direction: Direction) -> policy::Verdict {
+        match direction {
+            Direction::Send => self.seal_failures += 1,
+            Direction::Receive => self.dropped_headers += 1,
+        }
+        policy::Verdict::Drop
+    }
+}
+
+impl Service for EncryptService {
+    fn name(&self) -> &str {
+        EncryptService::name(self)
+    }
+
+    fn in_line(&self) -> bool {
+        true
+    }
+
+    fn overhead(&self) -> Overhead {
+        Overhead {
+            head: Self::HEAD as u32,
+            tail: Self::TAIL as u32,
+        }
+    }
+
+    /// Seals or opens `payload` in place. The associated data is the headers written again
+    /// from `packet.headers` for a payload of `payload.len()` bytes: canonical, so both
+    /// ends build the same bytes (the pad count follows from the length; the CC extension
+    /// header is written but left out of the associated data).
+    fn transform(&mut self, packet: &ServicePacket<'_>, payload: &mut [u8]) -> policy::Verdict {
+        let mut headers = [0; HEADER_ROOM];
+        let Some((bth, ext)) = aad_parts(packet, payload.len(), &mut headers) else {
+            return self.refuse_headers(packet.direction);
+        };
+        match packet.direction {
+            Direction::Send => {
+                let result = self.on_send(bth, ext, payload);
+                self.sealed(result)
+            }
+            Direction::Receive => match self.on_receive(bth, ext, payload) {
+                Verdict::Pass(plain) => {
+                    debug_assert_eq!(plain, Self::HEAD..payload.len() - Self::TAIL);
+                    policy::Verdict::Pass
+                }
+                Verdict::Drop(_) => policy::Verdict::Drop,
+            },
+        }
+    }
+
+    /// Seals straight from the application's memory into the packet buffer; opens straight
+    /// from the received packet into the engine's receive buffer.
+    fn transform_from(
+        &mut self,
+        packet: &ServicePacket<'_>,
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Option<policy::Verdict> {
+        let mut headers = [0; HEADER_ROOM];
+        let Some((bth, ext)) = aad_parts(packet, output.len(), &mut headers) else {
+            return Some(self.refuse_headers(packet.direction));
+        };
+        Some(match packet.direction {
+            Direction::Send => {
+                let result = self.on_send_from(bth, ext, input, output);
+                self.sealed(result)
+            }
+            Direction::Receive => match self.on_receive_from(bth, ext, input, output) {
+                Verdict::Pass(plain) => {
+                    debug_assert_eq!(plain, Self::HEAD..output.len() - Self::TAIL);
+                    policy::Verdict::Pass
+                }
+                Verdict::Drop(_) => policy::Verdict::Drop,
+            },
+        })
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        EncryptService::counters(self)
     }
 }

@@ -57,12 +57,21 @@ fn main() {
         println!("(no ELF code sections in this executable: code input skipped)");
     }
 
+    let headers = sluice_wire::RoceHeaders {
+        bth: sluice_wire::Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 1, Psn::new(0)),
+
+        ccx: None,
+
+        ext: sluice_wire::ExtHeaders::default(),
+    };
+
     let packet = ServicePacket {
         qpn: sluice_core::QpNum(1),
         psn: Psn::new(0),
         opcode: Opcode::RC_RDMA_WRITE_ONLY,
         direction: Direction::Receive,
         len: PAYLOAD as u32,
+        headers: &headers,
     };
     println!(
         "inspection cost per byte, {PAYLOAD} B payloads, {} KiB per pass, one core",

@@ -74,7 +74,7 @@ impl Service for Inspect {
         false
     }
 
-    fn observe(&mut self, packet: &ServicePacket, payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) {
         // A length-only payload (the simulator's) has no bytes to classify.
         if payload.is_empty() {
             return;

@@ -56,12 +56,18 @@ fn extraction_and_classification_do_not_allocate() {
     let data: Vec<u8> = (0..64 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
+    let headers = sluice_wire::RoceHeaders {
+        bth: sluice_wire::Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 1, Psn::new(0)),
+        ccx: None,
+        ext: sluice_wire::ExtHeaders::default(),
+    };
     let packet = ServicePacket {
         qpn: sluice_core::QpNum(3),
         psn: Psn::new(0),
         opcode: Opcode::RC_RDMA_WRITE_ONLY,
         direction: Direction::Receive,
         len: 4096,
+        headers: &headers,
     };
     let mut f = [0.0; FEATURE_COUNT];
 

@@ -4,15 +4,22 @@
 use sluice_core::policy::{Direction, Service, ServicePacket};
 use sluice_inspect::Inspect;
 use sluice_inspect::corpus::elf_code_ranges;
-use sluice_wire::{Opcode, Psn};
+use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
 
-fn packet(direction: Direction, len: usize) -> ServicePacket {
+static HEADERS: std::sync::LazyLock<RoceHeaders> = std::sync::LazyLock::new(|| RoceHeaders {
+    bth: Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 7, Psn::new(1)),
+    ccx: None,
+    ext: ExtHeaders::default(),
+});
+
+fn packet(direction: Direction, len: usize) -> ServicePacket<'static> {
     ServicePacket {
         qpn: sluice_core::QpNum(7),
         psn: Psn::new(1),
         opcode: Opcode::RC_RDMA_WRITE_ONLY,
         direction,
         len: len as u32,
+        headers: &HEADERS,
     }
 }
 

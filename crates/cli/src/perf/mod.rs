@@ -93,6 +93,10 @@ pub struct Options {
     /// Fill every message with a pattern and check it where it lands (`--verify`; see
     /// [`VERIFY_COVERAGE`]). The user's word that the peer runs with `--verify` too.
     pub verify: bool,
+    /// `--encrypt`: the pre-shared key that authenticates the per-QP handshake run after the
+    /// exchange of QPNs and PSNs (see `docs/encryption.md`); every QP then seals its
+    /// payloads with `sluice_crypt::EncryptService`. A peer that does not agree is refused.
+    pub encrypt: Option<sluice_crypt::Psk>,
     /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
     pub faults: TestFaults,
     /// `--tenant`: groups of queue pairs, each with its own operation, message size, QP
@@ -428,6 +432,7 @@ impl Options {
             policies: PolicyOptions::default(),
             serve: Some(1),
             verify: false,
+            encrypt: None,
             faults: TestFaults::default(),
             tenants: Vec::new(),
             pacer: None,
@@ -708,6 +713,13 @@ fn validate(o: &Options) -> Result<(), PerfError> {
         if s == 0 || s > 1 << 31 {
             return usage(format!("-s {s}: between 1 byte and 2 GiB"));
         }
+    }
+    if o.encrypt.is_some() && o.test.verb() == Verb::Atomic {
+        return usage(
+            "--encrypt: not with atomics (an atomic request carries no payload, so nothing \
+             authenticates it: an encrypted queue pair refuses remote atomics)"
+                .into(),
+        );
     }
     if o.iterations == Some(0) {
         return usage("-n 0: at least one iteration".into());

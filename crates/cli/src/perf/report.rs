@@ -455,6 +455,23 @@ impl Report {
         }
     }
 
+    /// The services' counters under the table's row, one line per service (`None` without
+    /// services): `  service aes-gcm: sealed 3400, opened 0, ...`.
+    pub fn service_rows(&self) -> Option<String> {
+        (!self.services.is_empty()).then(|| {
+            let lines: Vec<String> = self
+                .services
+                .iter()
+                .map(|(name, counters)| {
+                    let values: Vec<String> =
+                        counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                    format!("  service {name}: {}", values.join(", "))
+                })
+                .collect();
+            lines.join("\n")
+        })
+    }
+
     /// The table row (with `--verify`'s columns when it ran).
     pub fn row(&self, report_gbits: bool) -> String {
         let mut row = self.perftest_row(report_gbits);

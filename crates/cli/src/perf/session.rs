@@ -532,6 +532,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 if let Some(d) = &report.decoupled {
                     println!("{}", d.row());
                 }
+                if let Some(rows) = report.service_rows() {
+                    println!("{rows}");
+                }
             }
         }
         reports.push(report);
@@ -689,6 +692,19 @@ fn open(
         .exchange_dests(&local)
         .map_err(exchange_err)?
         .to_vec();
+    // `--encrypt`: the handshakes come now, before any queue pair leaves INIT, so that a peer
+    // that does not answer in kind is refused without a packet sent to it.
+    let keys = match &o.encrypt {
+        Some(psk) => Some(handshakes(
+            &stream,
+            role,
+            psk,
+            &local,
+            &peer,
+            o.stall_timeout,
+        )?),
+        None => None,
+    };
     let path_mtu = negotiated.mtu;
     let mut index = HashMap::with_capacity(qps as usize);
     let mut ends = Vec::with_capacity(qps as usize);
@@ -710,6 +726,11 @@ fn open(
         c.path_probes = o.policies.path_probes();
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
+        if keys.is_some() {
+            // Atomic requests carry no payload, so nothing authenticates them: an encrypted
+            // queue pair does not execute them (docs/encryption.md, threat model).
+            c.access = Access::REMOTE_WRITE.union(Access::REMOTE_READ);
+        }
         engine.connect(*qpn, &c)?;
         // `--tenant`: the scheduler serves each QP as its tenant's (both ends alike).
         if let Some(t) = o.tenant_of(i) {
@@ -721,10 +742,15 @@ fn open(
         }
         // Services that change the wire are, like the CCX, the user's word that the peer
         // runs them too (perftest's exchange cannot agree on them).
-        let services = o
+        let mut services = o
             .policies
             .build_services()
             .map_err(|e| PerfError::Usage(e.to_string()))?;
+        // Encryption last on the way out and so first on the way in: the other services
+        // see the plaintext.
+        if let Some(keys) = &keys {
+            services.push(Box::new(sluice_crypt::EncryptService::new(&keys[i])));
+        }
         if !services.is_empty() {
             engine.set_services(*qpn, services)?;
         }
@@ -787,6 +813,74 @@ fn open(
     }
     s.exchange.start_traffic().map_err(exchange_err)?;
     Ok(s)
+}
+
+/// `--encrypt`'s handshakes over the exchange's TCP connection, one per queue pair in QP
+/// order (the client the initiator), each step within `timeout`: the keys of each queue pair,
+/// or why the peer is refused. Each end writes its message before it reads the peer's, so
+/// neither waits on the other.
+fn handshakes(
+    stream: &TcpStream,
+    role: Role,
+    psk: &sluice_crypt::Psk,
+    local: &[Dest],
+    peer: &[Dest],
+    timeout: Duration,
+) -> Result<Vec<sluice_crypt::SessionKeys>, PerfError> {
+    use sluice_crypt::{Endpoint, ExchangeError};
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(exchange_io)?;
+    let crypt_role = match role {
+        Role::Client => sluice_crypt::Role::Initiator,
+        Role::Server => sluice_crypt::Role::Responder,
+    };
+    let refused = |q: usize, why: String| {
+        PerfError::Exchange(format!(
+            "--encrypt: QP {q}: {why}; the peer must be Sluice run with --encrypt and the \
+             same --psk-file (nothing was sent to it)"
+        ))
+    };
+    let mut keys = Vec::with_capacity(local.len());
+    for (q, (l, r)) in local.iter().zip(peer).enumerate() {
+        let ours = Endpoint {
+            qpn: l.qpn,
+            psn: l.psn,
+        };
+        let mut io = stream;
+        let k = sluice_crypt::exchange(&mut io, crypt_role, psk.clone(), ours).map_err(|e| {
+            let why = match &e {
+                ExchangeError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+                    "the peer closed the connection during the encryption handshake".into()
+                }
+                ExchangeError::Io(io)
+                    if matches!(
+                        io.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    format!(
+                        "no encryption handshake from the peer within {:?} (the stall timeout)",
+                        timeout
+                    )
+                }
+                _ => e.to_string(),
+            };
+            refused(q, why)
+        })?;
+        if k.peer.qpn != r.qpn || k.peer.psn != r.psn {
+            return Err(refused(
+                q,
+                format!(
+                    "the peer's handshake names QPN {:#x} and PSN {:#x}, the exchange QPN {:#x}                      and PSN {:#x}",
+                    k.peer.qpn, k.peer.psn, r.qpn, r.psn
+                ),
+            ));
+        }
+        keys.push(k);
+    }
+    Ok(keys)
 }
 
 /// `--verify`'s buffers, one per message that may be in flight, where a bandwidth test has

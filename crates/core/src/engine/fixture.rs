@@ -160,9 +160,8 @@ impl Fixture {
 
     /// The next response packet the responder sends at `now`, if any.
     pub(crate) fn next_response(&mut self, now: Instant) -> Option<Transmit> {
-        let mut buffer = vec![0; MTU as usize];
         let (qp, nic) = self.parts();
-        qp.next_response_packet(nic, now, &mut buffer)
+        qp.next_response_packet(nic, now)
     }
 
     /// A request from the peer reaches the responder.

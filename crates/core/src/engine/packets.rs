@@ -3,13 +3,19 @@
 
 use std::net::IpAddr;
 
-use sluice_wire::{Opcode, OpcodeInfo, Operation, Psn, RoceHeaders};
+use std::ops::Range;
+
+use sluice_wire::{OpcodeInfo, Operation, RoceHeaders};
 
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
 use crate::control::Event;
 use crate::policy::{Direction, Sent, ServicePacket, Verdict};
 use crate::qp::QpNum;
+
+/// A received payload past the services: the copy they worked on, and the range of it that
+/// goes on.
+type Served = (Vec<u8>, Range<usize>);
 
 impl Engine {
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
@@ -56,8 +62,10 @@ impl Engine {
             return self.take_packet(now, from, ce, headers, payload);
         };
         match self.serve_incoming(index, headers, payload) {
-            Ok(Some(copy)) => {
-                self.take_packet(now, from, ce, headers, Payload::Bytes(&copy));
+            Ok(Some((copy, kept))) => {
+                self.take_packet(now, from, ce, headers, Payload::Bytes(&copy[kept.clone()]));
+                // Bytes received are counted as they came, in-line services' overhead too.
+                self.nic.counters.rx_bytes += (payload.len() as usize - kept.len()) as u64;
                 self.nic.service_scratch = copy;
             }
             Ok(None) => self.take_packet(now, from, ce, headers, payload),
@@ -201,25 +209,32 @@ impl Engine {
     }
 
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
-    /// so that stages that undo each other nest), on a copy of a received payload: the copy
-    /// (`None` when there are no bytes: a length-only payload shows its length to the
-    /// stages beside the path), or `Err` when an in-line stage drops it.
+    /// so that stages that undo each other nest), on a received payload, for every opcode
+    /// that carries one (zero-length included: a stage that authenticates
+    /// must see, and refuse, an empty packet that was not sealed). Gives the copy in-line
+    /// stages wrote and the range of it that goes on (they take their overhead off), `None`
+    /// when the packet goes on as it came (no payload; no in-line stage; or no bytes: a
+    /// length-only payload shows its length to the stages beside the path), or `Err` when
+    /// an in-line stage drops it.
     #[inline(never)]
     fn serve_incoming(
         &mut self,
         index: u32,
         headers: &RoceHeaders,
         payload: Payload<'_>,
-    ) -> Result<Option<Vec<u8>>, ()> {
-        let packet = ServicePacket {
+    ) -> Result<Option<Served>, ()> {
+        if !headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
+            return Ok(None);
+        }
+        let mut packet = ServicePacket {
             qpn: self.qps[index as usize].num,
             psn: headers.bth.psn,
             opcode: headers.bth.opcode,
             direction: Direction::Receive,
             len: payload.len(),
+            headers,
         };
         let bytes = match payload {
-            _ if payload.is_empty() => return Ok(None),
             Payload::Bytes(bytes) => bytes,
             Payload::Len(_) => {
                 for service in self.nic.services[index as usize].iter_mut().rev() {
@@ -230,18 +245,50 @@ impl Engine {
                 return Ok(None);
             }
         };
-        let mut copy = std::mem::take(&mut self.nic.service_scratch);
-        copy.clear();
-        copy.extend_from_slice(bytes);
-        for service in self.nic.services[index as usize].iter_mut().rev() {
+        // The copy in-line stages work on, taken when the first of them runs: into it, out of
+        // place if the stage can (a queue pair with stages beside the path only copies
+        // nothing). The scratch keeps the largest length it was given, so that a stage
+        // writing into it needs no fill first.
+        let nic = &mut self.nic;
+        let mut copy: Option<Vec<u8>> = None;
+        let mut kept = 0..bytes.len();
+        for service in nic.services[index as usize].iter_mut().rev() {
+            packet.len = kept.len() as u32;
             if !service.in_line() {
-                service.observe(&packet, &copy);
-            } else if service.transform(&packet, &mut copy) == Verdict::Drop {
-                self.nic.service_scratch = copy;
+                service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                continue;
+            }
+            let verdict = match &mut copy {
+                Some(c) => service.transform(&packet, &mut c[kept.clone()]),
+                None => {
+                    let mut c = std::mem::take(&mut nic.service_scratch);
+                    if c.len() < bytes.len() {
+                        c.resize(bytes.len(), 0);
+                    }
+                    let out = &mut c[..bytes.len()];
+                    let verdict = match service.transform_from(&packet, bytes, out) {
+                        Some(verdict) => verdict,
+                        None => {
+                            out.copy_from_slice(bytes);
+                            service.transform(&packet, out)
+                        }
+                    };
+                    copy = Some(c);
+                    verdict
+                }
+            };
+            let o = service.overhead();
+            let (head, tail) = (o.head as usize, o.tail as usize);
+            // A stage that passes a payload shorter than its overhead has nothing to give.
+            if verdict == Verdict::Drop || kept.len() < head + tail {
+                if let Some(c) = copy {
+                    nic.service_scratch = c;
+                }
                 return Err(());
             }
+            kept = kept.start + head..kept.end - tail;
         }
-        Ok(Some(copy))
+        Ok(copy.map(|c| (c, kept)))
     }
 
     /// A response, with what its CC extension header says: the round trip its echoed
@@ -367,7 +414,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn probe_packet(&mut self, now: Instant) -> Option<Transmit> {
-        use sluice_wire::{Bth, ExtHeaders, Opcode};
+        use sluice_wire::{Bth, ExtHeaders, Opcode, Psn};
         while let Some((index, h)) = self.nic.probes.pop_front() {
             if !self.is_live(index) {
                 continue;
@@ -409,9 +456,12 @@ impl Engine {
         let mut next = Some(first);
         while let Some(index) = next {
             let (qp, nic) = self.parts(index);
+            // The payload goes after the room in-line services need in front of it (none
+            // for most queue pairs).
+            let room = &mut payload[qp.attrs.service_head as usize..];
             let transmit = qp
-                .next_response_packet(nic, now, payload)
-                .or_else(|| qp.next_request_packet(nic, now, payload));
+                .next_response_packet(nic, now)
+                .or_else(|| qp.next_request_packet(nic, now, room));
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
                 qp.scheduled = false;
@@ -424,58 +474,143 @@ impl Engine {
             // gives it work schedules it again).
             let more = qp.may_send_more();
             qp.scheduled = more;
-            // The builders put a payload services must see in the buffer (see `Qp::services`).
-            if self.nic.any_services && qp.attrs.services && t.payload_len > 0 {
-                let (psn, len) = (t.headers.bth.psn, t.payload_len as usize);
-                // The builders put a payload with bytes in the buffer; one left in its
-                // region is length-only memory (the simulator's): only its length shows.
-                let bytes = (t.payload_at == PayloadAt::Buffer).then(|| &mut payload[..len]);
-                self.serve_outgoing(index, psn, t.headers.bth.opcode, len as u32, bytes);
+            // Services see (and in-line ones seal, say) the packet before it goes. Out of
+            // line, `t` moved there: a packet without services is not copied.
+            if self.nic.any_services && qp.attrs.services {
+                match self.serve_outgoing(index, now, more, t, payload) {
+                    Some(t) => return Some(t),
+                    None => {
+                        next = self.nic.scheduler.next(now);
+                        continue;
+                    }
+                }
             }
-            let sent = Sent {
-                opcode: t.headers.bth.opcode,
-                payload_len: t.payload_len,
-                ipv6: t.dst.is_ipv6(),
-                ccx: t.headers.ccx.map(|c| c.layout()),
-            };
-            self.nic.scheduler.served(index, now, Some(sent), more);
-            self.nic.counters.tx_packets += 1;
-            self.nic.counters.tx_bytes += u64::from(t.payload_len);
+            self.sent(index, now, more, &t);
             return Some(t);
         }
         None
     }
 
-    /// Runs queue pair `index`'s services on the payload of its packet `psn`, in the
-    /// buffer it leaves from (never the region it came from: an in-line stage changes the
-    /// bytes that go, not the application's memory). Without bytes (length-only memory),
-    /// the stages beside the path see its length and the in-line ones have nothing to change.
+    /// Tells the scheduler and the counters that queue pair `index` sends `t`.
+    #[inline(always)]
+    fn sent(&mut self, index: u32, now: Instant, more: bool, t: &Transmit) {
+        let sent = Sent {
+            opcode: t.headers.bth.opcode,
+            payload_len: t.payload_len,
+            ipv6: t.dst.is_ipv6(),
+            ccx: t.headers.ccx.map(|c| c.layout()),
+        };
+        self.nic.scheduler.served(index, now, Some(sent), more);
+        self.nic.counters.tx_packets += 1;
+        self.nic.counters.tx_bytes += u64::from(t.payload_len);
+    }
+
+    /// Runs queue pair `index`'s services on packet `t`, if its opcode carries a payload
+    /// (zero-length included), in the buffer it leaves from (never the region it came
+    /// from: an in-line stage changes the bytes that go, not the application's memory).
+    /// The builders left a gathered payload after the room in front that the in-line
+    /// stages need, and one in a single piece of a region in place; each in-line stage
+    /// writes what goes into the buffer, grown by its overhead, so it ends at the buffer's
+    /// start, and `t.payload_len` becomes the length on the wire. Without bytes
+    /// (length-only memory), the stages beside the path see its length and the in-line ones
+    /// have nothing to change. Then the packet is sent (`more`: the queue pair may send more), or, when an
+    /// in-line stage failed, not: what it failed on may be half done, or plaintext where
+    /// ciphertext was due, so the queue pair stops instead (`None`).
     #[inline(never)]
     fn serve_outgoing(
         &mut self,
         index: u32,
-        psn: Psn,
-        opcode: Opcode,
-        len: u32,
-        mut payload: Option<&mut [u8]>,
-    ) {
-        let packet = ServicePacket {
-            qpn: self.qps[index as usize].num,
-            psn,
-            opcode,
-            direction: Direction::Send,
-            len,
-        };
-        for service in &mut self.nic.services[index as usize] {
-            match (service.in_line(), payload.as_deref_mut()) {
-                // A send-side drop would lose the packet for good: it goes on (see Verdict).
-                (true, Some(bytes)) => {
-                    let _ = service.transform(&packet, bytes);
-                }
-                (true, None) => {}
-                (false, bytes) => service.observe(&packet, bytes.map_or(&[], |b| &*b)),
+        now: Instant,
+        more: bool,
+        mut t: Transmit,
+        buffer: &mut [u8],
+    ) -> Option<Transmit> {
+        if self.run_send_services(index, &mut t, buffer).is_err() {
+            self.qps[index as usize].scheduled = false;
+            self.nic.scheduler.served(index, now, None, false);
+            self.nic.counters.service_send_failures += 1;
+            self.enter_error(index);
+            if self.qps[index as usize].owes_peer() {
+                self.schedule(index);
             }
+            return None;
         }
+        self.sent(index, now, more, &t);
+        Some(t)
+    }
+
+    /// [`Engine::serve_outgoing`]'s stages on `t`; `Err` when an in-line one failed.
+    fn run_send_services(
+        &mut self,
+        index: u32,
+        t: &mut Transmit,
+        buffer: &mut [u8],
+    ) -> Result<(), ()> {
+        if !t.headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
+            return Ok(());
+        }
+        let head = self.qps[index as usize].attrs.service_head as usize;
+        let mut packet = ServicePacket {
+            qpn: self.qps[index as usize].num,
+            psn: t.headers.bth.psn,
+            opcode: t.headers.bth.opcode,
+            direction: Direction::Send,
+            len: t.payload_len,
+            headers: &t.headers,
+        };
+        let nic = &mut self.nic;
+        // Where the bytes are: in the buffer (after the room in front), in place in a region
+        // (read, never changed, by the stages: an in-line one writes into the buffer), or
+        // nowhere (length-only memory, the simulator's, or a region gone since: the driver
+        // drops that packet), when the stages beside the path see only the length.
+        let mut region = match t.payload_at {
+            PayloadAt::Buffer => None,
+            PayloadAt::Region { key, addr } => match nic.mrs.slice(key, addr, t.payload_len) {
+                Some(Payload::Bytes(bytes)) => Some(Some(bytes)),
+                _ => Some(None),
+            },
+        };
+        let mut at = head..head + t.payload_len as usize;
+        for service in &mut nic.services[index as usize] {
+            packet.len = at.len() as u32;
+            if !service.in_line() {
+                match region {
+                    None => service.observe(&packet, &buffer[at.clone()]),
+                    Some(bytes) => service.observe(&packet, bytes.unwrap_or(&[])),
+                }
+                continue;
+            }
+            let o = service.overhead();
+            let grown = at.start - o.head as usize..at.end + o.tail as usize;
+            let verdict = match region {
+                None => service.transform(&packet, &mut buffer[grown.clone()]),
+                Some(None) => continue,
+                Some(Some(bytes)) => {
+                    match service.transform_from(&packet, bytes, &mut buffer[grown.clone()]) {
+                        Some(verdict) => verdict,
+                        None => {
+                            buffer[at.clone()].copy_from_slice(bytes);
+                            service.transform(&packet, &mut buffer[grown.clone()])
+                        }
+                    }
+                }
+            };
+            if verdict == Verdict::Drop {
+                return Err(());
+            }
+            // What goes is in the buffer now.
+            region = None;
+            at = grown;
+        }
+        if region.is_none() {
+            debug_assert_eq!(
+                at.start, 0,
+                "the room in front is the in-line stages' heads"
+            );
+            t.payload_at = PayloadAt::Buffer;
+            t.payload_len = at.len() as u32;
+        }
+        Ok(())
     }
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with

@@ -222,7 +222,10 @@ impl Engine {
                 }
                 qp.attrs.peer = Some(peer);
                 qp.attrs.dest_qpn = dest_qpn;
-                qp.attrs.mtu = path_mtu.bytes();
+                // In-line services' overhead comes out of each packet's payload.
+                qp.attrs.mtu = path_mtu.bytes()
+                    - u32::from(qp.attrs.service_head)
+                    - u32::from(qp.attrs.service_tail);
                 qp.attrs.max_dest_rd_atomic = max_dest_rd_atomic;
                 qp.attrs.min_rnr_timer = min_rnr_timer;
                 qp.attrs.recovery = recovery;
@@ -352,12 +355,46 @@ impl Engine {
     /// Runs `services` on queue pair `qpn`'s payloads, in this order on the send path and
     /// the reverse on the receive path (replacing any it had). An in-line service changes
     /// what goes on the wire: set one only when the peer agreed to run its counterpart.
+    /// In-line services that grow the payload ([`Service::overhead`]) shrink the queue
+    /// pair's segment by as much (both ends must have the same); they are set before any
+    /// work is posted (changing the segment with requests or responses under way is
+    /// refused), and their overhead together is under 128 bytes (the smallest path MTU is
+    /// 256).
     pub fn set_services(
         &mut self,
         qpn: QpNum,
         services: Vec<Box<dyn Service>>,
     ) -> Result<(), Error> {
         let index = self.live(qpn)? as usize;
+        let (head, tail) = services
+            .iter()
+            .filter(|s| s.in_line())
+            .map(|s| s.overhead())
+            .fold((0u32, 0u32), |(h, t), o| {
+                (h.saturating_add(o.head), t.saturating_add(o.tail))
+            });
+        if head.saturating_add(tail) >= 128 {
+            return Err(Error::InvalidArgument(
+                "in-line services add under 128 bytes to a payload",
+            ));
+        }
+        let qp = &mut self.qps[index];
+        let (old_head, old_tail) = (
+            u32::from(qp.attrs.service_head),
+            u32::from(qp.attrs.service_tail),
+        );
+        if (head, tail) != (old_head, old_tail) {
+            if !qp.req.sq.is_empty() || !qp.resp.responses.is_empty() {
+                return Err(Error::InvalidState {
+                    state: qp.state,
+                    action: "change the payload overhead of services with work under way",
+                });
+            }
+            qp.attrs.mtu = qp.attrs.mtu + old_head + old_tail - head - tail;
+            // Each under 128 (checked above).
+            qp.attrs.service_head = head as u8;
+            qp.attrs.service_tail = tail as u8;
+        }
         if self.nic.services.len() <= index {
             self.nic.services.resize_with(index + 1, Vec::new);
         }
@@ -365,8 +402,9 @@ impl Engine {
         self.nic.any_services |= !services.is_empty();
         self.nic.services[index] = services;
         if self.nic.service_scratch.capacity() == 0 {
-            // Once, the largest payload: receiving allocates nothing after this.
-            self.nic.service_scratch = Vec::with_capacity(crate::Mtu::M4096.bytes() as usize);
+            // Once, the largest payload: receiving allocates nothing after this (but for a
+            // payload longer than any RoCE peer sends).
+            self.nic.service_scratch = vec![0; crate::Mtu::M4096.bytes() as usize];
         }
         Ok(())
     }

@@ -35,7 +35,7 @@ pub use scheduler::{
     Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};
-pub use service::{ByteCount, Direction, Service, ServicePacket, Verdict, XorPayload};
+pub use service::{ByteCount, Direction, Overhead, Service, ServicePacket, Verdict, XorPayload};
 pub use tracker::{
     Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
     ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,

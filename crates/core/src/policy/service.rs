@@ -1,15 +1,20 @@
 //! Stages on the payload of a queue pair's packets (RoCE BALBOA's service slots): in line,
-//! a stage may change the bytes (encryption); beside the path, it sees them and changes
-//! nothing (inspection, telemetry).
+//! a stage may change the bytes and their length (encryption); beside the path, it sees them
+//! and changes nothing (inspection, telemetry).
 //!
 //! Services run per queue pair, on the send path after a packet is built and on the receive
-//! path before the packet is taken, on every packet that carries payload. A length-only
-//! payload (the simulator's) has no bytes: the stages beside the path see its length, the
-//! in-line ones are passed over. An in-line stage keeps the
-//! payload's length. A stage that changes what goes on the wire must be run by both ends:
-//! set it only on a queue pair whose peer agreed.
+//! path before the packet is taken, on every packet whose opcode carries a payload,
+//! zero-length ones included (an encrypting stage must seal an empty SEND too, and refuse
+//! an unsealed one). A stage sees the packet's headers ([`ServicePacket::headers`]), so it
+//! can bind them (as associated data). An in-line stage may grow a payload by a fixed
+//! [`Overhead`] on the way out and shrink it by as much on the way in: the queue pair then
+//! segments messages into `PMTU - overhead` bytes, so a packet stays within the path MTU.
+//! A length-only payload (the simulator's) has no bytes: the stages beside the path see its
+//! length, the in-line ones are passed over (and it does not grow). A stage that changes
+//! what goes on the wire must be run by both ends: set it only on a queue pair whose peer
+//! agreed.
 
-use sluice_wire::{Opcode, Psn};
+use sluice_wire::{Opcode, Psn, RoceHeaders};
 
 use crate::QpNum;
 
@@ -24,7 +29,7 @@ pub enum Direction {
 
 /// What a service may know of a packet besides its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServicePacket {
+pub struct ServicePacket<'a> {
     /// The local queue pair.
     pub qpn: QpNum,
     /// The packet's PSN.
@@ -33,9 +38,34 @@ pub struct ServicePacket {
     pub opcode: Opcode,
     /// Which way the packet goes.
     pub direction: Direction,
-    /// Its payload's length: the bytes a stage is shown, or, for a length-only payload (the
+    /// Its payload's length as it comes to this stage (before the stage's [`Overhead`] is
+    /// added on the way out, with it on the way in), or, for a length-only payload (the
     /// simulator's), the only thing there is to see.
     pub len: u32,
+    /// The packet's headers from the BTH on, as they go on the wire (received: as they
+    /// came). The BTH's pad count is not set here: it is that of the payload on the wire,
+    /// which a stage that binds it derives from the length.
+    pub headers: &'a RoceHeaders,
+}
+
+/// Bytes an in-line stage puts in front of and behind every payload it sends, and takes
+/// off every payload it receives (an explicit nonce and a tag, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Overhead {
+    /// Bytes in front of the payload.
+    pub head: u32,
+    /// Bytes behind it.
+    pub tail: u32,
+}
+
+impl Overhead {
+    /// No change of length.
+    pub const NONE: Overhead = Overhead { head: 0, tail: 0 };
+
+    /// Both together: what the payload grows by.
+    pub const fn total(self) -> u32 {
+        self.head + self.tail
+    }
 }
 
 /// What an in-line stage decides about a packet.
@@ -43,9 +73,12 @@ pub struct ServicePacket {
 pub enum Verdict {
     /// Go on (with the payload as the stage left it).
     Pass,
-    /// Drop the packet, counted ([`crate::Counters::drops_service`]); on the receive path the
-    /// transport recovers it as a loss. A send-side drop is not allowed: the packet would
-    /// be lost for good, so it is treated as `Pass`.
+    /// Receive path: drop the packet, counted ([`crate::Counters::drops_service`]); the
+    /// transport recovers it as a loss. Send path: the stage could not do its work (a key
+    /// used up, say), and what is in the buffer must not go: the packet is not sent, and
+    /// the queue pair moves to the error state (its work requests complete flushed;
+    /// counted in [`crate::Counters::service_send_failures`]). A stage that needs the
+    /// packet to go whatever happens returns `Pass`.
     Drop,
 }
 
@@ -58,14 +91,41 @@ pub trait Service: std::fmt::Debug {
     /// only: [`Service::observe`]).
     fn in_line(&self) -> bool;
 
-    /// In line: changes `payload` in place and decides.
-    fn transform(&mut self, packet: &ServicePacket, payload: &mut [u8]) -> Verdict {
+    /// In line: what it adds to each payload ([`Overhead::NONE`] unless it changes the
+    /// length). Read when the service is set on a queue pair.
+    fn overhead(&self) -> Overhead {
+        Overhead::NONE
+    }
+
+    /// In line: changes `payload` in place and decides. Sending, `payload` is the stage's
+    /// [`Overhead::head`] bytes of room, the `packet.len` bytes it is given, then
+    /// [`Overhead::tail`] bytes of room: it fills them all. Receiving, `payload` is what
+    /// came (`packet.len` bytes); on `Pass`, what goes on is `payload` without the head and
+    /// tail (a payload shorter than both is the stage's to drop).
+    fn transform(&mut self, packet: &ServicePacket<'_>, payload: &mut [u8]) -> Verdict {
         let _ = (packet, payload);
         Verdict::Pass
     }
 
+    /// In line, out of place: reads the payload from `input` (never changed: on the send
+    /// path it is the application's region) and writes to `output`. Sending, `output` is
+    /// [`Overhead::total`] bytes longer and the stage writes all of it (head, bytes, tail).
+    /// Receiving, `output` is as long as `input`, and what goes on is `output` without the
+    /// head and tail. `None`: the stage works only in place, and the engine copies `input`
+    /// into `output` for [`Service::transform`]. A stage that can spares a copy of every
+    /// payload.
+    fn transform_from(
+        &mut self,
+        packet: &ServicePacket<'_>,
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Option<Verdict> {
+        let _ = (packet, input, output);
+        None
+    }
+
     /// Beside the path: sees `payload`.
-    fn observe(&mut self, packet: &ServicePacket, payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) {
         let _ = (packet, payload);
     }
 
@@ -97,7 +157,7 @@ impl Service for ByteCount {
         false
     }
 
-    fn observe(&mut self, packet: &ServicePacket, _payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket<'_>, _payload: &[u8]) {
         let (packets, bytes) = match packet.direction {
             Direction::Send => (&mut self.sent_packets, &mut self.sent_bytes),
             Direction::Receive => (&mut self.received_packets, &mut self.received_bytes),
@@ -133,7 +193,7 @@ impl Service for XorPayload {
         true
     }
 
-    fn transform(&mut self, _packet: &ServicePacket, payload: &mut [u8]) -> Verdict {
+    fn transform(&mut self, _packet: &ServicePacket<'_>, payload: &mut [u8]) -> Verdict {
         for b in payload {
             *b ^= self.key;
         }
@@ -145,13 +205,20 @@ impl Service for XorPayload {
 mod tests {
     use super::*;
 
-    fn packet(direction: Direction, len: u32) -> ServicePacket {
+    static HEADERS: std::sync::LazyLock<RoceHeaders> = std::sync::LazyLock::new(|| RoceHeaders {
+        bth: sluice_wire::Bth::new(Opcode::RC_SEND_ONLY, 0x22, Psn::new(0)),
+        ccx: None,
+        ext: sluice_wire::ExtHeaders::default(),
+    });
+
+    fn packet(direction: Direction, len: u32) -> ServicePacket<'static> {
         ServicePacket {
             qpn: QpNum(0x11),
             psn: Psn::new(0),
             opcode: Opcode::RC_SEND_ONLY,
             direction,
             len,
+            headers: &HEADERS,
         }
     }
 
