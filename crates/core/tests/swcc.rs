@@ -7,7 +7,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sluice_core::control::{Actions, Event, EventKind, EventMask, Inline, Law, OpcodeMask};
+use sluice_core::control::{
+    Actions, Decoupled, Event, EventKind, EventMask, Inline, Law, OpcodeMask, ScrConfig,
+};
 use sluice_core::*;
 use sluice_testkit::*;
 use sluice_wire::{
@@ -93,11 +95,20 @@ type Seen = Rc<RefCell<Vec<(u64, u64, u64)>>>;
 
 /// Two hosts, each running a [`Stamper`] (tenant 0xA0 + host), connected with `ccx`.
 fn stamped(ccx: [Option<CcxLayout>; 2]) -> (World, Pair, [Seen; 2]) {
+    stamped_in(ccx, false)
+}
+
+/// As [`stamped`], the laws inline or behind SCR's queues (`decoupled`).
+fn stamped_in(ccx: [Option<CcxLayout>; 2], decoupled: bool) -> (World, Pair, [Seen; 2]) {
     let mut world = World::new(2, 11, Impairments::CLEAN);
     let laws = [Stamper::new(0xA0), Stamper::new(0xA1)];
     let seen = [laws[0].seen.clone(), laws[1].seen.clone()];
     for (h, law) in laws.into_iter().enumerate() {
-        world.set_controller(h, Box::new(Inline::new(law)));
+        if decoupled {
+            world.set_controller(h, Box::new(Decoupled::new(law, ScrConfig::default())));
+        } else {
+            world.set_controller(h, Box::new(Inline::new(law)));
+        }
     }
     let p = Pair::connect(
         &mut world,
@@ -158,6 +169,36 @@ fn two_engines_negotiate_a_declared_layout_and_read_each_others_fields() {
     );
     assert!(at_requester.windows(2).all(|w| w[0].0 <= w[1].0));
     assert_eq!(at_requester.last().unwrap().0, 16 * 1024);
+}
+
+#[test]
+fn behind_scrs_queues_stamps_lag_by_the_loop_and_no_more() {
+    let layout = Some(declaration().layout());
+    let (mut world, p, seen) = stamped_in([layout, layout], true);
+    assert_eq!(
+        write_all(&mut world, &p, 16, 1024),
+        vec![WcStatus::Success; 16]
+    );
+    {
+        // The responder stamps its context as each ACK leaves; behind SCR's queues its Rx
+        // events reach its law a loop later (2 us to the queue, 1 us per run), and the
+        // headers reach the requester's law a loop after they arrive: when the WRITEs
+        // complete, the requester has heard a total behind, never ahead.
+        let at_requester = seen[0].borrow();
+        assert!(at_requester.windows(2).all(|w| w[0].0 <= w[1].0));
+        let last = at_requester.last().unwrap().0;
+        assert!(last < 16 * 1024, "{last}");
+    }
+    // Once the loop has drained, the next ACK carries everything received before its
+    // request (and at most that request too).
+    world.run_until(Duration::from_micros(200), |_| false);
+    p.post_write(&mut world, 16, 16 * 1024, 1024);
+    let cq = p.send_cq[0];
+    world.run_until(Duration::from_millis(5), |w| w.engines[0].cq_len(cq) == 1);
+    world.run_until(Duration::from_micros(200), |_| false);
+    let last = seen[0].borrow().last().unwrap().0;
+    assert!((16 * 1024..=17 * 1024).contains(&last), "{last}");
+    assert!(seen[1].borrow().iter().all(|&(_, t, _)| t == 0xA0));
 }
 
 #[test]
