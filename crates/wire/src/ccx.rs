@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  byte 0: length of the CCX in 4-byte words, this byte included (1..=16: 4..=64 bytes)
-//!  byte 1: layout (1 = timestamps, 2 = INT, 3 = credit)
+//!  byte 1: layout (1 = timestamps, 2 = INT, 3 = credit, 4 = declared by a law: see
+//!          `ccx_declared.rs`, whose bytes 2 and 3 are its id and ICRC coverage)
 //!  byte 2: layout-specific count (timestamps: 1 if echo_ns is set; INT: hop records present;
 //!          credit: 0)
 //!  byte 3: reserved, 0
