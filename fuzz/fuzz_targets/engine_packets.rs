@@ -43,8 +43,20 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Recovery::GoBackN
     };
-    // Bits 5 and 6 pick the CC extension header the pair agreed on (none, or a layout).
+    // Bits 5 and 6 pick the CC extension header the pair agreed on (none, or a layout);
+    // with neither, bit 4 picks a declared layout (a covered and a variant field).
     let ccx = match data.first().map(|b| (b >> 5) & 3) {
+        Some(0) if data[0] & 0x10 != 0 => Some(
+            sluice_wire::DeclaredLayout::new(
+                0x42,
+                &[
+                    sluice_wire::FieldSpec::bytes("c", 0, 8, sluice_wire::Coverage::Covered),
+                    sluice_wire::FieldSpec::bytes("v", 8, 4, sluice_wire::Coverage::Variant),
+                ],
+            )
+            .expect("a valid declaration")
+            .layout(),
+        ),
         Some(1) => Some(CcxLayout::Timestamps),
         Some(2) => Some(CcxLayout::Int),
         Some(3) => Some(CcxLayout::Credit),

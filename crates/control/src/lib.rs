@@ -16,6 +16,7 @@ pub mod line_rate;
 pub mod notification;
 pub mod rate_credit;
 pub mod static_rate;
+pub mod swcc_credit;
 pub mod swift;
 pub mod timely;
 

@@ -789,6 +789,8 @@ impl Qp {
             CcxLayout::Credit => Ccx::Credit {
                 granted_total: self.granted_total,
             },
+            // The law stamps its fields before the packet leaves (`Nic::stamp_declared`).
+            CcxLayout::Declared(tag) => Ccx::Declared(sluice_wire::DeclaredCcx::empty(tag)),
         }
     }
 

@@ -435,7 +435,8 @@ impl Qp {
             req.max_sent = req.next_psn;
         }
         let dst = self.attrs.peer.expect("an RTS queue pair has a peer");
-        let qp_ccx = self.ccx_out(now, false);
+        let mut qp_ccx = self.ccx_out(now, false);
+        nic.stamp_declared(self, now, &mut qp_ccx);
         let timeout = Nic::retransmit_timeout(self.attrs.timeout);
         let arm_at = match (self.req.deadline, timeout) {
             (None, Some(t)) => {
@@ -470,6 +471,7 @@ impl Qp {
         if retransmission {
             nic.counters.retransmitted_packets += 1;
         }
+        nic.tx_opcode = bth.opcode.0;
         nic.emit(
             self,
             now,

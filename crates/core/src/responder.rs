@@ -761,7 +761,8 @@ impl Qp {
             payload_len,
             payload_at,
         } = packet;
-        let ccx = self.ccx_out(now, true);
+        let mut ccx = self.ccx_out(now, true);
+        nic.stamp_declared(self, now, &mut ccx);
         let src_port = nic.source_port(self, bth.psn, bth.opcode);
         Some(Transmit {
             dst,

@@ -111,6 +111,11 @@ impl Controller for TenantLaws {
         self.laws.first().and_then(|(l, _)| l.ccx())
     }
 
+    fn stamp(&mut self, now: Instant, qp: u32, out: &mut sluice_wire::DeclaredCcx) {
+        let l = self.law(qp);
+        self.laws[l].0.stamp(now, qp, out);
+    }
+
     fn decoupled_stats(&self) -> Option<DecoupledStats> {
         // The laws' loops are separate pools; their counts add up processor by processor.
         self.laws

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  byte 0: length of the CCX in 4-byte words, this byte included (1..=16: 4..=64 bytes)
-//!  byte 1: layout (1 = timestamps, 2 = INT, 3 = credit)
+//!  byte 1: layout (1 = timestamps, 2 = INT, 3 = credit, 4 = declared by a law: see
+//!          `ccx_declared.rs`, whose bytes 2 and 3 are its id and ICRC coverage)
 //!  byte 2: layout-specific count (timestamps: 1 if echo_ns is set; INT: hop records present;
 //!          credit: 0)
 //!  byte 3: reserved, 0
@@ -35,6 +36,7 @@
 //! would hand a sender credit nobody granted. The payload and every IBTA header stay covered.
 
 use crate::Error;
+use crate::ccx_declared::{DeclaredCcx, DeclaredTag, LAYOUT_DECLARED};
 use crate::error::{Layer, Result, need, room};
 use crate::ext::{read_u32, read_u64};
 
@@ -140,10 +142,12 @@ pub enum CcxLayout {
     Int,
     /// The credit total the sender has granted its peer.
     Credit,
+    /// A layout a law declared itself (`crate::DeclaredLayout`), as its packets name it.
+    Declared(DeclaredTag),
 }
 
 impl CcxLayout {
-    /// Every layout.
+    /// Every fixed layout.
     pub const ALL: [CcxLayout; 3] = [CcxLayout::Timestamps, CcxLayout::Int, CcxLayout::Credit];
 
     /// The layout's name in options and messages.
@@ -152,6 +156,7 @@ impl CcxLayout {
             CcxLayout::Timestamps => "timestamps",
             CcxLayout::Int => "int",
             CcxLayout::Credit => "credit",
+            CcxLayout::Declared(_) => "declared",
         }
     }
 
@@ -166,10 +171,12 @@ impl CcxLayout {
             CcxLayout::Timestamps => LAYOUT_TIMESTAMPS,
             CcxLayout::Int => LAYOUT_INT,
             CcxLayout::Credit => LAYOUT_CREDIT,
+            CcxLayout::Declared(_) => LAYOUT_DECLARED,
         }
     }
 
-    /// The layout with wire number `n`, if there is one.
+    /// The fixed layout with wire number `n`, if there is one (a declared layout is known
+    /// by its whole first word, not its number).
     pub const fn from_wire(n: u8) -> Option<CcxLayout> {
         match n {
             LAYOUT_TIMESTAMPS => Some(CcxLayout::Timestamps),
@@ -185,6 +192,7 @@ impl CcxLayout {
             CcxLayout::Timestamps => TIMESTAMPS_LEN,
             CcxLayout::Int => INT_LEN,
             CcxLayout::Credit => CREDIT_LEN,
+            CcxLayout::Declared(tag) => tag.len as usize,
         }
     }
 
@@ -194,8 +202,18 @@ impl CcxLayout {
         match self {
             CcxLayout::Timestamps | CcxLayout::Int => CCX_COVERED_LEN,
             CcxLayout::Credit => CREDIT_LEN,
+            CcxLayout::Declared(tag) => tag.covered as usize,
         }
     }
+}
+
+/// Bytes the ICRC covers of the CCX `ccx` (at least its first word), `len` bytes long: what
+/// its layout says, the declared coverage byte for a declared layout (bounded by `len`).
+pub(crate) fn icrc_covered(ccx: &[u8], len: usize) -> usize {
+    if ccx[1] == LAYOUT_DECLARED {
+        return usize::from(ccx[3]).clamp(4, len);
+    }
+    CcxLayout::from_wire(ccx[1]).map_or(CCX_COVERED_LEN, |l| l.icrc_covered_len().min(len))
 }
 
 /// A decoded CCX.
@@ -218,6 +236,9 @@ pub enum Ccx {
         /// Bytes granted since the queue pair connected (wrapping).
         granted_total: u64,
     },
+    /// A header of a layout a law declared: its fields as bytes, read and written through
+    /// the layout's [`crate::Field`]s.
+    Declared(DeclaredCcx),
 }
 
 impl Ccx {
@@ -227,6 +248,7 @@ impl Ccx {
             Ccx::Timestamps { .. } => CcxLayout::Timestamps,
             Ccx::Int(_) => CcxLayout::Int,
             Ccx::Credit { .. } => CcxLayout::Credit,
+            Ccx::Declared(d) => CcxLayout::Declared(d.tag()),
         }
     }
 
@@ -240,6 +262,14 @@ impl Ccx {
     pub fn parse(buf: &[u8]) -> Result<(Ccx, usize)> {
         need(buf, 4, Layer::Extension)?;
         let len = usize::from(buf[0]) * 4;
+        if buf[1] == LAYOUT_DECLARED {
+            if !(4..=CCX_MAX_LEN).contains(&len) {
+                return Err(Error::BadCcx("length outside 4..=64 bytes"));
+            }
+            need(buf, len, Layer::Extension)?;
+            let word = [buf[0], buf[1], buf[2], buf[3]];
+            return Ok((Ccx::Declared(DeclaredCcx::parse(word, buf)?), len));
+        }
         let layout = CcxLayout::from_wire(buf[1]).ok_or(Error::BadCcx("unknown layout"))?;
         if len != layout.wire_len() {
             return Err(Error::BadCcx("length does not match the layout"));
@@ -276,6 +306,7 @@ impl Ccx {
                     granted_total: read_u64(&buf[4..]),
                 }
             }
+            CcxLayout::Declared(_) => return Err(Error::BadCcx("unknown layout")),
         };
         Ok((ccx, len))
     }
@@ -306,6 +337,7 @@ impl Ccx {
             Ccx::Credit { granted_total } => {
                 out[4..12].copy_from_slice(&granted_total.to_be_bytes());
             }
+            Ccx::Declared(d) => d.emit(out),
         }
         Ok(len)
     }

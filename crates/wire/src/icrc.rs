@@ -27,9 +27,7 @@
 use core::net::SocketAddr;
 
 use crate::error::{Layer, Result, need};
-use crate::{
-    BTH_LEN, CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, CcxLayout, Error, ICRC_LEN, IpHeader,
-};
+use crate::{BTH_LEN, CCX_MAX_LEN, CCX_TVER, Error, ICRC_LEN, IpHeader};
 
 /// The CRC-32 of eight 0xFF bytes (the masked LRH): the state every ICRC starts from.
 const LRH_CRC: u32 = 0x2144_DF1C;
@@ -350,8 +348,7 @@ impl IcrcInput {
                 ));
             }
             // What may change in flight is masked; what may not (a credit total) is covered.
-            let covered = CcxLayout::from_wire(rest[1])
-                .map_or(CCX_COVERED_LEN, |l| l.icrc_covered_len().min(ccx_len));
+            let covered = crate::ccx::icrc_covered(rest, ccx_len);
             (self.ccx_len, self.ccx_covered) = (ccx_len as u8, covered as u8);
         }
         // A short packet is copied whole after the masked headers and hashed in one call:

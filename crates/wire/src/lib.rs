@@ -43,6 +43,7 @@
 mod aeth;
 mod bth;
 mod ccx;
+mod ccx_declared;
 mod datagram;
 mod error;
 mod ethernet;
@@ -61,6 +62,10 @@ pub use bth::{BTH_LEN, Bth, DEFAULT_PKEY};
 pub use ccx::{
     CCX_COVERED_LEN, CCX_MAX_LEN, CCX_TVER, Ccx, CcxLayout, IntHop, IntPath, MAX_INT_HOPS,
     delay_timestamps,
+};
+pub use ccx_declared::{
+    Coverage, DECLARED_BODY_MAX, DeclareError, DeclaredCcx, DeclaredLayout, DeclaredTag, Field,
+    FieldSpec, LAYOUT_DECLARED, LayoutOffer,
 };
 pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};

@@ -113,7 +113,34 @@ fn arb_ccx() -> impl Strategy<Value = Option<Ccx>> {
             Some(Ccx::Int(path))
         }),
         1 => any::<u64>().prop_map(|granted_total| Some(Ccx::Credit { granted_total })),
+        1 => arb_declared().prop_map(Some),
     ]
+}
+
+/// A declared header (layout 4): up to three covered 8-byte fields then up to three variant
+/// ones, every field random.
+fn arb_declared() -> impl Strategy<Value = Ccx> {
+    const NAMES: [&str; 6] = ["c0", "c1", "c2", "v0", "v1", "v2"];
+    (any::<u8>(), 0u16..=3, 0u16..=3, any::<[u64; 6]>()).prop_map(
+        |(id, covered, variant, values)| {
+            let mut fields = Vec::new();
+            for i in 0..covered + variant.max(u16::from(covered == 0)) {
+                let coverage = if i < covered {
+                    Coverage::Covered
+                } else {
+                    Coverage::Variant
+                };
+                let name = NAMES[usize::from(if i < covered { i } else { 3 + i - covered })];
+                fields.push(FieldSpec::bytes(name, i * 8, 8, coverage));
+            }
+            let layout = DeclaredLayout::new(id, &fields).unwrap();
+            let mut h = layout.empty();
+            for (f, v) in fields.iter().zip(values) {
+                h.set(layout.field(f.name).unwrap(), v);
+            }
+            Ccx::Declared(h)
+        },
+    )
 }
 
 fn arb_roce() -> impl Strategy<Value = (RoceHeaders, Vec<u8>)> {

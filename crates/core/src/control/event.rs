@@ -79,6 +79,10 @@ pub enum Event {
     },
     /// A hint from the application (its meaning is the law's).
     Hint(u64),
+    /// A packet from the peer carried the CC header layout the law declared (see
+    /// `Law::ccx` and `sluice_wire::DeclaredLayout`): the peer's field values, read with the
+    /// layout's `Field`s.
+    Header(sluice_wire::DeclaredCcx),
 }
 
 /// The kind of a NAK, as a control law needs it.
@@ -123,11 +127,13 @@ pub enum EventKind {
     Credit,
     /// [`Event::Hint`].
     Hint,
+    /// [`Event::Header`].
+    Header,
 }
 
 impl EventKind {
     /// Every kind, in order.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Start,
         EventKind::Tx,
         EventKind::Rx,
@@ -139,8 +145,9 @@ impl EventKind {
         EventKind::Telemetry,
         EventKind::Credit,
         EventKind::Hint,
+        EventKind::Header,
     ];
-    /// The number of kinds (11).
+    /// The number of kinds (12).
     pub const COUNT: usize = Self::ALL.len();
 }
 
@@ -159,6 +166,7 @@ impl Event {
             Event::Telemetry { .. } => EventKind::Telemetry,
             Event::Credit { .. } => EventKind::Credit,
             Event::Hint(_) => EventKind::Hint,
+            Event::Header(_) => EventKind::Header,
         }
     }
 }
@@ -210,6 +218,65 @@ impl EventMask {
     }
 }
 
+/// The kinds an [`OpcodeMask`] filters: those a packet causes, each by that packet's opcode
+/// (a request that left for `Tx`; the packet that arrived for the rest).
+pub(crate) const PACKET_KINDS: EventMask = EventMask::of(&[
+    EventKind::Tx,
+    EventKind::Rx,
+    EventKind::Ack,
+    EventKind::Nak,
+    EventKind::Telemetry,
+    EventKind::Credit,
+    EventKind::Header,
+]);
+
+/// SwCC's selective triggering by opcode: a 32-bit one-hot mask over the low five bits of
+/// the RC opcodes (0x00..=0x1F: SEND, WRITE, READ request and responses, ACK, atomics,
+/// Sluice's 0x18 control packet). Events caused by a packet of another transport (a CNP,
+/// 0x81, whose low bits would alias an RC SEND) are never filtered: their kind says it all.
+/// It narrows the [`EventMask`], never widens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeMask(u32);
+
+impl OpcodeMask {
+    /// Every opcode: no filtering (the default, and free: the engine skips the test).
+    pub const ALL: OpcodeMask = OpcodeMask(u32::MAX);
+    /// No RC opcode at all.
+    pub const NONE: OpcodeMask = OpcodeMask(0);
+    /// RDMA READ responses (first, middle, last, only; 0x0D..=0x10).
+    pub const READ_RESPONSES: OpcodeMask = OpcodeMask(0b1111 << 0x0D);
+
+    /// The set of RC `opcodes` (others are ignored: they are never filtered).
+    pub const fn of(opcodes: &[sluice_wire::Opcode]) -> OpcodeMask {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < opcodes.len() {
+            if opcodes[i].0 >> 5 == 0 {
+                bits |= 1 << (opcodes[i].0 & 0x1F);
+            }
+            i += 1;
+        }
+        OpcodeMask(bits)
+    }
+
+    /// The opcodes of both.
+    pub const fn union(self, other: OpcodeMask) -> OpcodeMask {
+        OpcodeMask(self.0 | other.0)
+    }
+
+    /// Whether a packet of `opcode` may cause events.
+    #[inline]
+    pub const fn admits(self, opcode: u8) -> bool {
+        opcode >> 5 != 0 || self.0 & (1 << (opcode & 0x1F)) != 0
+    }
+}
+
+impl Default for OpcodeMask {
+    fn default() -> Self {
+        OpcodeMask::ALL
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +292,30 @@ mod tests {
         assert!(!m.gates());
         assert!(m.union(EventMask::GATE).gates());
         assert!(!EventMask::ALL.gates());
+    }
+
+    #[test]
+    fn opcode_masks_hold_exactly_their_rc_opcodes() {
+        use sluice_wire::Opcode;
+        let reads = OpcodeMask::READ_RESPONSES;
+        for op in 0u8..=0x1F {
+            assert_eq!(reads.admits(op), (0x0D..=0x10).contains(&op), "{op:#x}");
+            assert!(OpcodeMask::ALL.admits(op));
+            assert!(!OpcodeMask::NONE.admits(op));
+        }
+        // A CNP (0x81) aliases SEND MIDDLE in its low bits; it is never filtered.
+        assert!(OpcodeMask::NONE.admits(0x81));
+        let acks = OpcodeMask::of(&[Opcode::RC_ACKNOWLEDGE]);
+        assert!(acks.admits(0x11) && !acks.admits(0x10));
+        assert_eq!(
+            OpcodeMask::of(&[
+                Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            ]),
+            reads
+        );
     }
 
     #[test]

@@ -38,6 +38,16 @@ impl<L: Law> Controller for Inline<L> {
         self.law.ccx()
     }
 
+    fn opcodes(&self) -> super::OpcodeMask {
+        self.law.opcodes()
+    }
+
+    // The header is filled as the packet leaves, even behind SCR's queues: it carries the
+    // context as it is then (a field is a snapshot, not an event to coalesce).
+    fn stamp(&mut self, now: Instant, qp: u32, out: &mut sluice_wire::DeclaredCcx) {
+        self.law.stamp(now, self.store.ctx(qp), out);
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
     }

@@ -10,7 +10,7 @@ use sluice_wire::CcxLayout;
 
 use crate::Instant;
 
-use super::event::{Event, EventMask};
+use super::event::{Event, EventMask, OpcodeMask};
 
 /// The most bytes a law's per-queue-pair context may take (SwCC's 128-byte context slot).
 pub const MAX_CONTEXT_BYTES: usize = 128;
@@ -48,6 +48,25 @@ pub trait Law: std::fmt::Debug {
     /// without it the law gets what plain RoCE gives.
     fn ccx(&self) -> Option<CcxLayout> {
         None
+    }
+
+    /// SwCC's opcode mask: of the events a packet causes (see [`OpcodeMask`]), only those
+    /// of packets with these opcodes reach the law, beside [`Law::interest`]'s kinds (READ
+    /// responses only, say). Default: every opcode, at no cost.
+    fn opcodes(&self) -> OpcodeMask {
+        OpcodeMask::ALL
+    }
+
+    /// SwCC's `updatePkt`: fills the fields of the CC header layout this law declared
+    /// ([`Law::ccx`] giving `CcxLayout::Declared`) in a packet about to leave; `out` starts
+    /// with every field zero. Called for every packet of a queue pair whose two ends agreed
+    /// on that layout, requests and responses alike. Default: every field left zero.
+    fn stamp(
+        &mut self,
+        _now: Instant,
+        _ctx: &mut Self::Context,
+        _out: &mut sluice_wire::DeclaredCcx,
+    ) {
     }
 
     /// `bytes` of request payload arrived on this host for a queue pair that another law
@@ -221,6 +240,14 @@ pub trait Controller: std::fmt::Debug {
 
     /// The CC extension header the law would have (see [`Law::ccx`]).
     fn ccx(&self) -> Option<CcxLayout>;
+
+    /// The law's opcode mask (see [`Law::opcodes`]). Asked once.
+    fn opcodes(&self) -> OpcodeMask {
+        OpcodeMask::ALL
+    }
+
+    /// Fills the declared CC header of a packet of `qp` about to leave (see [`Law::stamp`]).
+    fn stamp(&mut self, _now: Instant, _qp: u32, _out: &mut sluice_wire::DeclaredCcx) {}
 
     /// What SCR's decoupled loop did, if the law runs behind one (`None`: inline).
     fn decoupled_stats(&self) -> Option<super::DecoupledStats> {

@@ -15,7 +15,8 @@ mod law;
 mod scr;
 mod store;
 
-pub use event::{Event, EventKind, EventMask, IntHop, IntPath, MAX_INT_HOPS, NakKind};
+pub(crate) use event::PACKET_KINDS;
+pub use event::{Event, EventKind, EventMask, IntHop, IntPath, MAX_INT_HOPS, NakKind, OpcodeMask};
 pub use inline::Inline;
 pub use law::{Actions, Controller, Deferred, Gate, Law, MAX_CONTEXT_BYTES, NoControl};
 pub use scr::{Coalesce, Decoupled, DecoupledStats, EarlyExit, ProcessorLoad, ScrConfig, ScrStats};

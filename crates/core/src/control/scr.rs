@@ -143,7 +143,12 @@ impl Default for ScrConfig {
         ] {
             coalesce[k as usize] = Coalesce::Accumulate;
         }
-        for k in [EventKind::Nak, EventKind::Telemetry, EventKind::Hint] {
+        for k in [
+            EventKind::Nak,
+            EventKind::Telemetry,
+            EventKind::Hint,
+            EventKind::Header,
+        ] {
             coalesce[k as usize] = Coalesce::KeepLatest;
         }
         ScrConfig {
@@ -492,6 +497,16 @@ impl<L: Law> Controller for Decoupled<L> {
 
     fn ccx(&self) -> Option<sluice_wire::CcxLayout> {
         self.law.ccx()
+    }
+
+    fn opcodes(&self) -> super::OpcodeMask {
+        self.law.opcodes()
+    }
+
+    // The header is filled as the packet leaves, even behind SCR's queues: it carries the
+    // context as it is then (a field is a snapshot, not an event to coalesce).
+    fn stamp(&mut self, now: Instant, qp: u32, out: &mut sluice_wire::DeclaredCcx) {
+        self.law.stamp(now, self.store.ctx(qp), out);
     }
 
     fn decoupled_stats(&self) -> Option<DecoupledStats> {

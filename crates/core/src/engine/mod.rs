@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sluice_wire::{Opcode, Psn, RoceHeaders};
 
-use crate::control::{Actions, Controller, Deferred, Event, EventMask, Gate};
+use crate::control::{Actions, Controller, Deferred, Event, EventKind, EventMask, Gate};
 use crate::cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
 use crate::mr::{Access, MrTable};
 use crate::policy::{EnginePathSelector, EngineScheduler, Policies, Service, TrackerFactory};
@@ -274,6 +274,14 @@ pub(crate) struct Nic {
     controller: Box<dyn Controller>,
     /// The events the controller wants (asked once).
     interest: EventMask,
+    /// The controller's opcode mask (asked once) and the kinds it filters: none when it
+    /// admits every opcode, so that an unused mask costs one test of an empty set.
+    opcodes: crate::control::OpcodeMask,
+    opcode_kinds: EventMask,
+    /// The opcode of the packet being handled (received) and of the request that just left,
+    /// by which the opcode mask filters the events they cause.
+    pub(crate) rx_opcode: u8,
+    pub(crate) tx_opcode: u8,
     /// Actions the controller returned from its timers, applied at once (reused buffer).
     deferred: Deferred,
     /// While a response is handled: the round trip its echoed send time measures, for the
@@ -448,6 +456,14 @@ impl Nic {
             timers: Timers::default(),
             counters: Counters::default(),
             interest: controller.interest(),
+            opcodes: controller.opcodes(),
+            opcode_kinds: if controller.opcodes() == crate::control::OpcodeMask::ALL {
+                EventMask::NONE
+            } else {
+                crate::control::PACKET_KINDS
+            },
+            rx_opcode: 0,
+            tx_opcode: 0,
             controller,
             deferred: Vec::new(),
             echoed_rtt: None,
@@ -462,13 +478,36 @@ impl Nic {
     /// what it decides.
     #[inline]
     pub(crate) fn emit(&mut self, qp: &mut Qp, now: Instant, event: Event) {
-        if !self.interest.contains(event.kind()) {
+        let kind = event.kind();
+        if !self.interest.contains(kind) {
             return;
+        }
+        if self.opcode_kinds.contains(kind) {
+            let opcode = if kind == EventKind::Tx {
+                self.tx_opcode
+            } else {
+                self.rx_opcode
+            };
+            if !self.opcodes.admits(opcode) {
+                return;
+            }
         }
         let mut act = Actions::default();
         self.controller.on_event(now, qp.index(), &event, &mut act);
         if !act.is_empty() {
             self.apply(qp, act);
+        }
+    }
+
+    /// Lets the law fill the declared CC header of a packet of `qp` about to leave.
+    pub(crate) fn stamp_declared(
+        &mut self,
+        qp: &Qp,
+        now: Instant,
+        ccx: &mut Option<sluice_wire::Ccx>,
+    ) {
+        if let Some(sluice_wire::Ccx::Declared(out)) = ccx {
+            self.controller.stamp(now, qp.index(), out);
         }
     }
 

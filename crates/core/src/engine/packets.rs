@@ -108,10 +108,12 @@ impl Engine {
                 self.nic.counters.drops_bad_state += 1;
                 return;
             }
-            if let Some(ccx) = headers
-                .ccx
-                .filter(|c| c.layout() != sluice_wire::CcxLayout::Credit)
-            {
+            if let Some(ccx) = headers.ccx.filter(|c| {
+                matches!(
+                    c,
+                    sluice_wire::Ccx::Timestamps { .. } | sluice_wire::Ccx::Int(_)
+                )
+            }) {
                 // Kept out of line (boxed once per queue pair): most never carry a CCX.
                 let echo = crate::qp::CcxEcho { ccx, arrived: now };
                 match &mut qp.ccx_echo {
@@ -157,6 +159,7 @@ impl Engine {
         headers: &RoceHeaders,
     ) -> Option<(u32, &'static OpcodeInfo)> {
         let bth = &headers.bth;
+        self.nic.rx_opcode = bth.opcode.0;
         let Some(info) = bth.opcode.info() else {
             self.nic.counters.drops_unexpected_opcode += 1;
             return None;
@@ -204,6 +207,11 @@ impl Engine {
             // Credit is not sequenced: any packet from the peer, even a stale one, may
             // carry a newer total.
             self.on_credit_total(index, now, granted_total);
+        }
+        if let Some(sluice_wire::Ccx::Declared(fields)) = headers.ccx {
+            // Before the packet is handled, as telemetry is: the law sees the peer's fields
+            // with the events the packet then causes.
+            self.emit(index, now, Event::Header(fields));
         }
         Some((index, info))
     }
