@@ -297,8 +297,9 @@ struct AppQp {
 #[derive(Debug)]
 pub struct Network<'a> {
     scenario: &'a Scenario,
-    /// Path probes sent and not yet answered: host, port, number, when (ps).
-    probes_out: Vec<(NodeId, u16, u32, Ps)>,
+    /// Path probes sent and not yet answered: host, peer, port, number, when (ps); at most
+    /// one a host, peer and port.
+    probes_out: Vec<(NodeId, NodeId, u16, u32, Ps)>,
     /// Copies of what every packet reads (kept by value: one load, not a chain).
     hosts_count: u32,
     switch: SwitchConfig,
@@ -861,7 +862,7 @@ impl<'a> Network<'a> {
         peaks.sort_by_key(|p| std::cmp::Reverse(p.max_queue_bytes));
         peaks.truncate(16);
         let end_ns = end / PS_PER_NS;
-        for (host, port, _, sent) in std::mem::take(&mut self.probes_out) {
+        for (host, _, port, _, sent) in std::mem::take(&mut self.probes_out) {
             self.counters.probe_rtts.push(crate::ProbeRtt {
                 host,
                 port,
@@ -1462,7 +1463,7 @@ impl<'a> Network<'a> {
             }
         }
         if let Some(c) = self.headers[pkt as usize].ext.cc_control {
-            self.note_probe_reply(host, &c);
+            self.note_probe_reply(host, self.packets[pkt as usize].src, &c);
         }
         // The engine reads the headers where they lie; the slot is freed after.
         self.hosts[host as usize].engine.handle_packet(
@@ -1476,44 +1477,49 @@ impl<'a> Network<'a> {
         self.after_engine(host);
     }
 
-    /// A path probe leaving `host`: remembered until its reply comes (only probes, which
-    /// only `rtt-probe` sends: other control packets pass).
-    fn note_probe_sent(&mut self, host: NodeId, c: &sluice_wire::CcControl) {
-        if let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) {
-            if !h.reply {
-                self.probes_out.push((host, h.port, h.seq, self.now));
+    /// A path probe leaving `host` for `peer`: remembered until its reply comes (only
+    /// probes, which only `rtt-probe` sends: other control packets pass). The selector
+    /// sends a port's next probe only once the last was answered or timed out, so one still
+    /// waiting on the same port was lost: recorded so, which keeps one entry a port.
+    fn note_probe_sent(&mut self, host: NodeId, peer: NodeId, c: &sluice_wire::CcControl) {
+        let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) else {
+            return;
+        };
+        if h.reply {
+            return;
+        }
+        let now = self.now;
+        match self
+            .probes_out
+            .iter_mut()
+            .find(|o| (o.0, o.1, o.2) == (host, peer, h.port))
+        {
+            Some(o) => {
+                let lost = crate::ProbeRtt {
+                    host,
+                    port: h.port,
+                    sent_ns: o.4 / PS_PER_NS,
+                    rtt_ns: None,
+                };
+                (o.3, o.4) = (h.seq, now);
+                self.counters.probe_rtts.push(lost);
             }
+            None => self.probes_out.push((host, peer, h.port, h.seq, now)),
         }
     }
 
-    /// A path probe reply reaching `host`: its round trip joins the run's record. A probe
-    /// lost on a failed link stays unanswered (bounded: at most one a path per round).
-    fn note_probe_reply(&mut self, host: NodeId, c: &sluice_wire::CcControl) {
+    /// A path probe reply from `peer` reaching `host`: the probe's round trip joins the
+    /// run's record (a reply to a probe already counted lost is not matched).
+    fn note_probe_reply(&mut self, host: NodeId, peer: NodeId, c: &sluice_wire::CcControl) {
         let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) else {
             return;
         };
         let at = self
             .probes_out
             .iter()
-            .position(|&(n, port, seq, _)| h.reply && n == host && port == h.port && seq == h.seq);
+            .position(|&o| h.reply && o == (host, peer, h.port, h.seq, o.4));
         if let Some(at) = at {
-            let (_, port, _, sent) = self.probes_out.swap_remove(at);
-            // Probes of the same port sent earlier will not be answered now: lost.
-            let mut i = 0;
-            while i < self.probes_out.len() {
-                let (n, p, _, t) = self.probes_out[i];
-                if n == host && p == port && t < sent {
-                    self.probes_out.remove(i);
-                    self.counters.probe_rtts.push(crate::ProbeRtt {
-                        host,
-                        port,
-                        sent_ns: t / PS_PER_NS,
-                        rtt_ns: None,
-                    });
-                } else {
-                    i += 1;
-                }
-            }
+            let (_, _, port, _, sent) = self.probes_out.swap_remove(at);
             self.counters.probe_rtts.push(crate::ProbeRtt {
                 host,
                 port,
@@ -1561,7 +1567,7 @@ impl<'a> Network<'a> {
                 .expect("not empty");
             if class == CONTROL {
                 if let Some(c) = self.headers[pkt as usize].ext.cc_control {
-                    self.note_probe_sent(host, &c);
+                    self.note_probe_sent(host, self.packets[pkt as usize].dst, &c);
                 }
             }
             let (ser, arrive_at, arrive) = self.start_sending(i, class, pkt);

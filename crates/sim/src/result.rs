@@ -94,8 +94,8 @@ pub struct ProbeRtt {
     pub port: u16,
     /// When it left, ns.
     pub sent_ns: u64,
-    /// Its round-trip time, ns; `None`: not answered (lost: a later probe on its port was
-    /// answered first, or none was by the end of the run).
+    /// Its round-trip time, ns; `None`: not answered before the next probe on its port
+    /// left (the selector timed it out: lost, or late) or the run ended.
     pub rtt_ns: Option<u64>,
 }
 
