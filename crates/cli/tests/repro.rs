@@ -360,6 +360,7 @@ fn scr_fig19_probes_see_the_slow_path_and_the_failure_moves_the_flow() {
         "PASS    the data takes the fast path",
         "PASS    the failure is detected within the timeout",
         "PASS    the traffic moves off the failed path and recovers",
+        "PASS    with a shorter transport timeout the traffic moves soon after detection",
     ] {
         assert!(out.contains(check), "{out}");
     }

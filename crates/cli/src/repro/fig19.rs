@@ -8,7 +8,7 @@
 use sluice_sim::plot::{Chart, Series};
 use sluice_sim::{ProbeRtt, RunResult};
 
-use super::{Check, Entry, Report, Scale, Table, f, simulate};
+use super::{Check, Entry, Report, Scale, Table, f, simulate_all};
 
 pub(super) const FIG19: Entry = Entry {
     name: "scr-fig19",
@@ -25,11 +25,17 @@ const INTERVAL_US: f64 = 20.0;
 const EXTRA_US: f64 = 10.0;
 /// The transport's retransmission timeout at its default (`timeout = 8`: 4.096 us x 2^8).
 const RTO_US: f64 = 4.096 * 256.0;
+/// The shorter one of the second run (`timeout = 5`).
+const SHORT_TIMEOUT: u8 = 5;
+const SHORT_RTO_US: f64 = 4.096 * 32.0;
 /// Nodes: hosts 0 and 1, leaves 2 and 3, spines 4 and 5.
 const FAST: &str = "leaf2.p1->spine4";
 const SLOW: &str = "leaf2.p2->spine5";
 
-fn scenario(fail_us: f64, stop_us: f64) -> String {
+/// The scenario; `timeout` the transport's retransmission timeout code when not the
+/// default (IB encoding: 4.096 us x 2^timeout).
+fn scenario(fail_us: f64, stop_us: f64, timeout: Option<u8>) -> String {
+    let timeout = timeout.map_or(String::new(), |t| format!("timeout = {t}\n"));
     format!(
         r#"# SCR Fig 19b: host 0 -> host 1 over two spines; leaf2-spine5 is 5 us longer each way
 # (a round trip through spine 5: +{EXTRA_US} us). The uplink to spine 4 fails at {fail_us} us
@@ -53,7 +59,7 @@ routing = "ecmp"
 symmetric_hash = true
 [transport]
 recovery = "selective-repeat"
-[policies]
+{timeout}[policies]
 path = {{ name = "rtt-probe", params = {{ paths = 4, interval = {INTERVAL_US}, timeout = {TIMEOUT_US} }} }}
 [output]
 sample_interval_us = 5
@@ -104,6 +110,24 @@ fn uplink(r: &RunResult, port: &str) -> impl Fn(usize) -> f64 {
     move |i| k.map_or(0.0, |k| s.port_bps[i * n + k] / 1e9)
 }
 
+/// After the failure at `fail`: how long until the data leaves mostly through spine 5
+/// (us), then the mean goodput and Gbit/s through spine 5 from 50 us after that to `stop`.
+fn after_failure(r: &RunResult, fail: f64, stop: f64) -> (Option<f64>, f64, f64) {
+    let s = &r.series;
+    let slow = uplink(r, SLOW);
+    let moved = (0..s.times_ns.len())
+        .map(|i| (i, s.times_ns[i] as f64 / 1e3))
+        .find(|&(i, t)| t > fail && slow(i) > 50.0)
+        .map(|(_, t)| t - fail);
+    let settled = fail + moved.unwrap_or(stop) + 50.0;
+    let good = |i: usize| s.app_bps.get(i).copied().unwrap_or(0.0) / 1e9;
+    (
+        moved,
+        mean(r, settled, stop, good),
+        mean(r, settled, stop, slow),
+    )
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     (!v.is_empty()).then(|| v[v.len() / 2])
@@ -115,8 +139,17 @@ fn fig19(scale: Scale) -> Result<Report, String> {
         Scale::Full => (1000.0, 3000.0),
     };
     let mut report = Report::default();
-    let runs = simulate(&mut report, "scr-fig19", scenario(fail, stop))?;
-    let r = &runs[0];
+    let runs = simulate_all(
+        &mut report,
+        vec![
+            ("scr-fig19".into(), scenario(fail, stop, None)),
+            (
+                "scr-fig19-rto131".into(),
+                scenario(fail, stop, Some(SHORT_TIMEOUT)),
+            ),
+        ],
+    )?;
+    let r = &runs[0][0];
     let s = &r.series;
     let t_us = |i: usize| s.times_ns[i] as f64 / 1e3;
     let probes: Vec<&ProbeRtt> = r
@@ -182,13 +215,8 @@ fn fig19(scale: Scale) -> Result<Report, String> {
         .filter(|p| p.rtt_ns.is_none() && p.sent_ns as f64 / 1e3 >= fail - TIMEOUT_US)
         .map(|p| p.sent_ns as f64 / 1e3 + TIMEOUT_US - fail)
         .fold(f64::MAX, f64::min);
-    let moved = (0..s.times_ns.len())
-        .find(|&i| t_us(i) > fail && slow(i) > 50.0)
-        .map(|i| t_us(i) - fail);
-    // After the move, until the app stops.
-    let settled = fail + moved.unwrap_or(stop) + 50.0;
-    let slow_after = mean(r, settled, stop, &slow);
-    let good_after = mean(r, settled, stop, good);
+    let (moved, good_after, slow_after) = after_failure(r, fail, stop);
+    let (moved_short, good_short, _) = after_failure(&runs[1][0], fail, stop);
     let dip = mean(r, fail + 10.0, fail + moved.unwrap_or(stop) - 10.0, good);
     report.table.row(vec![
         "data on the uplinks (Gbit/s)".into(),
@@ -207,6 +235,19 @@ fn fig19(scale: Scale) -> Result<Report, String> {
         format!("{} (mean until the move: {})", f(good_after, 1), f(dip, 1)),
         String::new(),
         "not shown".into(),
+    ]);
+    let when = |m: Option<f64>| m.map_or("never".to_string(), |m| format!("{} us", f(m, 0)));
+    report.table.row(vec![
+        "data through spine 5, from the failure".into(),
+        format!("transport timeout {} us: {}", f(RTO_US, 0), when(moved)),
+        format!(
+            "timeout {} us: {} (then {} Gbit/s)",
+            f(SHORT_RTO_US, 0),
+            when(moved_short),
+            f(good_short, 1)
+        ),
+        String::new(),
+        "at the probe timeout".into(),
     ]);
 
     report.checks.push(Check::shape(
@@ -247,12 +288,26 @@ fn fig19(scale: Scale) -> Result<Report, String> {
             f(dip, 1)
         ),
     ));
+    report.checks.push(Check::shape(
+        "with a shorter transport timeout the traffic moves soon after detection",
+        moved_short.is_some_and(|m| m <= bound.max(SHORT_RTO_US) + 20.0)
+            && good_short > 0.8 * good_before,
+        format!(
+            "transport timeout {} us: data through spine 5 from {} after the failure, then {} Gbit/s",
+            f(SHORT_RTO_US, 0),
+            when(moved_short),
+            f(good_short, 1)
+        ),
+    ));
     report.checks.push(Check::number(
         "the traffic moves within the probe timeout",
-        moved.is_some_and(|m| m <= bound),
+        moved.is_some_and(|m| m <= bound) && moved_short.is_some_and(|m| m <= bound),
         format!(
-            "SCR's selector moves the flow once the probe timeout marks its path dead; here the data already sent is lost with the link and the queue pair waits for its {} us retransmission timeout before sending on the new port",
-            f(RTO_US, 0)
+            "SCR's selector moves the flow once the probe timeout marks its path dead; here the data already sent is lost with the link and the queue pair waits for its retransmission timeout before sending on the new port: {} after the failure at the default {} us, {} at {} us",
+            when(moved),
+            f(RTO_US, 0),
+            when(moved_short),
+            f(SHORT_RTO_US, 0)
         ),
     ));
     report.notes.push(
