@@ -351,3 +351,17 @@ fn weir_fig4_delay_ramps_for_large_wqes_and_resets_after_pauses() {
     let out = quick("weir-fig4");
     assert!(out.contains("8 KB ramps faster than 4 KB"), "{out}");
 }
+
+#[test]
+fn scr_fig19_probes_see_the_slow_path_and_the_failure_moves_the_flow() {
+    let out = quick("scr-fig19");
+    for check in [
+        "PASS    the probes see the +10 us path",
+        "PASS    the data takes the fast path",
+        "PASS    the failure is detected within the timeout",
+        "PASS    the traffic moves off the failed path and recovers",
+        "PASS    with a shorter transport timeout the traffic moves soon after detection",
+    ] {
+        assert!(out.contains(check), "{out}");
+    }
+}

@@ -59,6 +59,6 @@ pub mod run;
 pub mod scenario;
 mod tenant_laws;
 
-pub use result::{FlowRecord, RunResult};
+pub use result::{FlowRecord, ProbeRtt, RunResult};
 pub use run::{SimError, run_scenario};
 pub use scenario::Scenario;

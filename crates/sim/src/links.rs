@@ -19,6 +19,10 @@ pub struct LinksConfig {
     pub delay: Vec<LinkDelay>,
     /// Links going down and coming back up.
     pub event: Vec<LinkEvent>,
+    /// Switches keep their routes when links fail (no routing convergence): what a switch
+    /// routes to a failed link is lost, and only the senders' path selection (`rtt-probe`)
+    /// can move traffic off it (SCR Fig 19). Off: routing converges at once.
+    pub keep_routes: bool,
 }
 
 /// Which links between two nodes: the `nth` of the links joining `a` and `b` (in the order

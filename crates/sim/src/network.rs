@@ -297,6 +297,9 @@ struct AppQp {
 #[derive(Debug)]
 pub struct Network<'a> {
     scenario: &'a Scenario,
+    /// Path probes sent and not yet answered: host, peer, port, number, when (ps); at most
+    /// one a host, peer and port.
+    probes_out: Vec<(NodeId, NodeId, u16, u32, Ps)>,
     /// Copies of what every packet reads (kept by value: one load, not a chain).
     hosts_count: u32,
     switch: SwitchConfig,
@@ -705,6 +708,7 @@ impl<'a> Network<'a> {
             free_packets: Vec::new(),
             live_packets: 0,
             peak_packets: 0,
+            probes_out: Vec::new(),
             flows: flows
                 .iter()
                 .map(|&spec| FlowState {
@@ -858,6 +862,14 @@ impl<'a> Network<'a> {
         peaks.sort_by_key(|p| std::cmp::Reverse(p.max_queue_bytes));
         peaks.truncate(16);
         let end_ns = end / PS_PER_NS;
+        for (host, _, port, _, sent) in std::mem::take(&mut self.probes_out) {
+            self.counters.probe_rtts.push(crate::ProbeRtt {
+                host,
+                port,
+                sent_ns: sent / PS_PER_NS,
+                rtt_ns: None,
+            });
+        }
         let apps = std::mem::take(&mut self.apps)
             .into_iter()
             .map(|a| {
@@ -1450,6 +1462,9 @@ impl<'a> Network<'a> {
                 }
             }
         }
+        if let Some(c) = self.headers[pkt as usize].ext.cc_control {
+            self.note_probe_reply(host, self.packets[pkt as usize].src, &c);
+        }
         // The engine reads the headers where they lie; the slot is freed after.
         self.hosts[host as usize].engine.handle_packet(
             to_instant(self.now),
@@ -1460,6 +1475,58 @@ impl<'a> Network<'a> {
         );
         self.free_packet(pkt);
         self.after_engine(host);
+    }
+
+    /// A path probe leaving `host` for `peer`: remembered until its reply comes (only
+    /// probes, which only `rtt-probe` sends: other control packets pass). The selector
+    /// sends a port's next probe only once the last was answered or timed out, so one still
+    /// waiting on the same port was lost: recorded so, which keeps one entry a port.
+    fn note_probe_sent(&mut self, host: NodeId, peer: NodeId, c: &sluice_wire::CcControl) {
+        let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) else {
+            return;
+        };
+        if h.reply {
+            return;
+        }
+        let now = self.now;
+        match self
+            .probes_out
+            .iter_mut()
+            .find(|o| (o.0, o.1, o.2) == (host, peer, h.port))
+        {
+            Some(o) => {
+                let lost = crate::ProbeRtt {
+                    host,
+                    port: h.port,
+                    sent_ns: o.4 / PS_PER_NS,
+                    rtt_ns: None,
+                };
+                (o.3, o.4) = (h.seq, now);
+                self.counters.probe_rtts.push(lost);
+            }
+            None => self.probes_out.push((host, peer, h.port, h.seq, now)),
+        }
+    }
+
+    /// A path probe reply from `peer` reaching `host`: the probe's round trip joins the
+    /// run's record (a reply to a probe already counted lost is not matched).
+    fn note_probe_reply(&mut self, host: NodeId, peer: NodeId, c: &sluice_wire::CcControl) {
+        let Ok(Some(h)) = sluice_wire::PathProbeHeader::from_control(c) else {
+            return;
+        };
+        let at = self
+            .probes_out
+            .iter()
+            .position(|&o| h.reply && o == (host, peer, h.port, h.seq, o.4));
+        if let Some(at) = at {
+            let (_, _, port, _, sent) = self.probes_out.swap_remove(at);
+            self.counters.probe_rtts.push(crate::ProbeRtt {
+                host,
+                port,
+                sent_ns: sent / PS_PER_NS,
+                rtt_ns: Some((self.now - sent) / PS_PER_NS),
+            });
+        }
     }
 
     // ---- ports ---------------------------------------------------------------------------
@@ -1498,6 +1565,11 @@ impl<'a> Network<'a> {
             let pkt = self.ports[i].queue[class]
                 .pop_front(&self.packets)
                 .expect("not empty");
+            if class == CONTROL {
+                if let Some(c) = self.headers[pkt as usize].ext.cc_control {
+                    self.note_probe_sent(host, self.packets[pkt as usize].dst, &c);
+                }
+            }
             let (ser, arrive_at, arrive) = self.start_sending(i, class, pkt);
             self.events.push(
                 self.now + ser,
@@ -1610,12 +1682,18 @@ impl<'a> Network<'a> {
             self.free_packet(pkt);
             return;
         };
+        if self.links_down > 0 && self.ports[self.port_index(node, out)].down {
+            // Routed to a failed link (`keep_routes`: the switch does not know).
+            self.counters.link_drops += 1;
+            self.free_packet(pkt);
+            return;
+        }
         self.enqueue(node, out, pkt);
     }
 
     /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
     fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
-        if self.links_down > 0 {
+        if self.rerouted.is_some() {
             return self.route_around(node, pkt, dst);
         }
         let cands = self.routes.candidates(node, dst);
@@ -1625,16 +1703,7 @@ impl<'a> Network<'a> {
             _ => {}
         }
         // The flow's 5-tuple hashed with the switch's id (spraying does not need it).
-        let flow_hash = || {
-            let p = &self.packets[pkt as usize];
-            hash(
-                (u64::from(p.src) << 40)
-                    ^ (u64::from(p.dst) << 16)
-                    ^ u64::from(p.src_port)
-                    ^ (u64::from(node) << 56)
-                    ^ self.seed,
-            )
-        };
+        let flow_hash = || self.flow_hash(node, pkt);
         let n = cands.len() as u64;
         let pick = match self.switch.routing {
             Routing::Ecmp => (flow_hash() % n) as usize,
@@ -1679,6 +1748,25 @@ impl<'a> Network<'a> {
         pick
     }
 
+    /// ECMP's hash of `pkt`'s 5-tuple at switch `node` (`symmetric_hash`: the same both
+    /// ways and at every switch).
+    #[inline]
+    fn flow_hash(&self, node: NodeId, pkt: u32) -> u64 {
+        let p = &self.packets[pkt as usize];
+        let (a, b, node) = if self.switch.symmetric_hash {
+            (p.src.min(p.dst), p.src.max(p.dst), 0)
+        } else {
+            (p.src, p.dst, node)
+        };
+        hash(
+            (u64::from(a) << 40)
+                ^ (u64::from(b) << 16)
+                ^ u64::from(p.src_port)
+                ^ (u64::from(node) << 56)
+                ^ self.seed,
+        )
+    }
+
     fn pick_rerouted(&mut self, rr: &Rerouted, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
         let cands = rr.routes.candidates(node, dst);
         let old = |k: usize| rr.old_port[node as usize][cands[k] as usize];
@@ -1686,14 +1774,7 @@ impl<'a> Network<'a> {
         if n == 0 {
             return None;
         }
-        let p = &self.packets[pkt as usize];
-        let flow_hash = hash(
-            (u64::from(p.src) << 40)
-                ^ (u64::from(p.dst) << 16)
-                ^ u64::from(p.src_port)
-                ^ (u64::from(node) << 56)
-                ^ self.seed,
-        );
+        let flow_hash = self.flow_hash(node, pkt);
         let k = match self.switch.routing {
             Routing::Ecmp => (flow_hash % n) as usize,
             Routing::Spray => self.rng.below(n) as usize,
@@ -1752,7 +1833,7 @@ impl<'a> Network<'a> {
             }
         }
         // Routing converges at once: routes without the failed links, while any is.
-        self.rerouted = (self.links_down > 0).then(|| {
+        self.rerouted = (self.links_down > 0 && !self.scenario.links.keep_routes).then(|| {
             let ports = &self.ports;
             let base = &self.port_base;
             Rerouted::new(self.topo, |n, k| {

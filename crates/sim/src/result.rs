@@ -80,6 +80,23 @@ pub struct FabricCounters {
     pub weir_rate_bps: Option<u64>,
     /// Weir's smoothed delay then, ns (the largest over those hosts).
     pub weir_delay_ns: Option<u64>,
+    /// Every answered path probe (`rtt-probe`), in the order the replies arrived: what the
+    /// sender's selector measured, seen from the wire (empty without probes).
+    pub probe_rtts: Vec<ProbeRtt>,
+}
+
+/// One path probe and its reply, as the simulator saw them leave and arrive at the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeRtt {
+    /// The sending host.
+    pub host: NodeId,
+    /// The UDP source port the probe left from (the path it took, by ECMP).
+    pub port: u16,
+    /// When it left, ns.
+    pub sent_ns: u64,
+    /// Its round-trip time, ns; `None`: not answered before the next probe on its port
+    /// left (the selector timed it out: lost, or late) or the run ended.
+    pub rtt_ns: Option<u64>,
 }
 
 /// What the receive pipelines (`[reorder_cost]`) did, over every host.

@@ -121,6 +121,10 @@ pub struct SwitchConfig {
     pub pfc: Option<PfcConfig>,
     /// Stamp INT hop records into packets that carry an INT header (HPCC).
     pub int: bool,
+    /// ECMP hashes a flow and its reverse alike, the same at every switch (the two hosts
+    /// unordered, no switch id): a probe's reply from the probe's source port comes back
+    /// along the probed path (`rtt-probe`). Off: each switch hashes the 5-tuple with its id.
+    pub symmetric_hash: bool,
 }
 
 impl Default for SwitchConfig {
@@ -133,6 +137,7 @@ impl Default for SwitchConfig {
             ecn: None,
             pfc: None,
             int: true,
+            symmetric_hash: false,
         }
     }
 }

@@ -271,3 +271,54 @@ fn the_two_path_example_runs_with_its_failure_and_charged_work() {
     assert!(rx.work.cache_hits > 0 && rx.work.gathered > 0, "{rx:?}");
     assert!(r.apps.iter().map(|q| q.bps()).sum::<f64>() > 100e9);
 }
+
+#[test]
+fn rtt_probes_are_recorded_and_with_kept_routes_only_the_selector_moves_off_a_failure() {
+    // Spine 5's path 10 us longer a round trip; symmetric ECMP, so each probe's reply
+    // returns along the probed path. Leaf 2's uplink to spine 4 fails at 300 us and the
+    // switches keep their routes.
+    let text = format!(
+        "[switch]\nsymmetric_hash = true\n\
+         [policies]\npath = {{ name = \"rtt-probe\", params = {{ paths = 4, interval = 20, timeout = 100 }} }}\n\
+         [links]\nkeep_routes = true\n\
+         [[links.delay]]\na = 2\nb = 5\ndelay_ns = 5500\n\
+         [[links.event]]\na = 2\nb = 4\nat_us = 300\nstate = \"down\"\n{}",
+        one_flow(40_000_000)
+    );
+    let runs = run(&scenario(&two_paths(&text)));
+    let r = &runs[0];
+    let probes = &r.counters.probe_rtts;
+    assert!(!probes.is_empty());
+    // Every answered probe before the failure took one of the two paths: 4 us (8 links of
+    // 500 ns) or 14 us a round trip, plus serialisation.
+    let before: Vec<u64> = probes
+        .iter()
+        .filter(|p| p.sent_ns < 280_000)
+        .filter_map(|p| p.rtt_ns)
+        .collect();
+    assert!(
+        before.iter().any(|&t| (4_000..5_000).contains(&t)),
+        "{before:?}"
+    );
+    assert!(
+        before.iter().any(|&t| (14_000..15_000).contains(&t)),
+        "{before:?}"
+    );
+    assert!(before.iter().all(|&t| t < 15_000), "{before:?}");
+    // Probes through spine 4 after the failure are lost, and none before it.
+    assert!(
+        probes
+            .iter()
+            .any(|p| p.rtt_ns.is_none() && p.sent_ns > 300_000)
+    );
+    assert!(
+        probes
+            .iter()
+            .all(|p| p.rtt_ns.is_some() || p.sent_ns > 290_000)
+    );
+    // The routes stay: spine 4's uplink sends nothing after, packets routed to it are
+    // lost, and the flow still completes, over spine 5 (the selector's new port).
+    assert!(r.counters.link_drops > 0);
+    assert_eq!(completed(r), 1, "{:?}", r.flows[0]);
+    assert!(port_bytes(r, UP_B.0, UP_B.1) > 1e6);
+}

@@ -10,6 +10,7 @@
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
 mod ctl;
+mod fig19;
 mod left;
 mod scr;
 mod swcc;
@@ -219,6 +220,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG16,
     scr::FIG17,
     scr::FIG18,
+    fig19::FIG19,
     left::FIG1,
     left::FIG6,
     left::FIG7,
