@@ -619,7 +619,14 @@ thread_local! {
 
 impl Rig {
     fn new(s: &Setup) -> Rig {
-        let case = format!("case {} (SLUICE_SEED={0})", CASE.with(|c| *c.borrow()));
+        let case = format!(
+            "case {} (SLUICE_SEED={0}; {:?}, tracker {:?}, selector {:?}{})",
+            CASE.with(|c| *c.borrow()),
+            s.recovery,
+            s.tracker,
+            s.selector,
+            if s.deep { ", deep reordering" } else { "" }
+        );
         let link = Impairments {
             loss: LOSS[s.loss],
             duplicate: 0.01,
