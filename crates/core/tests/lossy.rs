@@ -2,8 +2,12 @@
 //! model-based test: random steps (requests of every kind and size posted on random queue
 //! pairs, receives posted, time passing, packets dropped, duplicated, corrupted or delayed
 //! on purpose, send queues drained and resumed) over a link that also loses 0 to 20% of
-//! packets by chance, with go-back-N or selective repeat. A model says what each step must
-//! do, and after every step the engines are checked against it:
+//! packets by chance, with go-back-N or selective repeat. Each case also draws both
+//! engines' receive tracker (bitmap, offset list NAKing or waiting for gaps, LEFT, LEFT-,
+//! MELO+: the ones waiting leave loss to the requester's timer) and path selector (ECMP,
+//! spray in order or at random, flowlet, PLB, RTT probes), and an extra delay for each of a
+//! queue pair's four source ports, so that a selector that moves or sprays reorders. A model
+//! says what each step must do, and after every step the engines are checked against it:
 //!
 //! - every request completes exactly once, in posting order on its queue pair, with its
 //!   opcode and length, successfully, or failed by exhausted retries and the rest flushed;
@@ -22,8 +26,12 @@
 //! duplication (a duplicate is a replay, dropped by the stage), reordering, corruption (the
 //! ICRC catches the link's), retransmission and READ re-requests (each sealed afresh).
 //!
-//! `SLUICE_SEEDS=N` runs cases 1 to N (default 300; 100 encrypted); `SLUICE_SEED=S` replays case S alone
-//! (generated, and shrunk if it fails, exactly as in the full run); `SLUICE_DEBUG` prints
+//! The ignored test `every_request_completes_under_deep_reordering` (run with `--ignored`)
+//! takes selective repeat with the offset-list and LEFT-family trackers over a link that
+//! also holds packets back by up to 400 packet times.
+//!
+//! `SLUICE_SEEDS=N` runs cases 1 to N (default 300; 100 encrypted, 100 deep);
+//! `SLUICE_SEED=S` replays case S alone (generated, and shrunk if it fails, exactly as in the full run); `SLUICE_DEBUG` prints
 //! both engines when requests do not complete. The shrinker keeps a case's last step (it
 //! takes the failure to come from it), so a failure found only at the end, when every
 //! request has completed, shows one step more than it needs.
@@ -37,6 +45,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
+use sluice_core::policy::*;
 use sluice_core::*;
 use sluice_testkit::*;
 
@@ -78,6 +87,111 @@ struct Setup {
     responder_psn: u32,
     jitter_us: u64,
     pairs: usize,
+    /// Both engines' receive tracker (used by selective repeat only).
+    tracker: Tracker,
+    /// Both engines' path selector.
+    selector: Selector,
+    /// The extra delay of each of a queue pair's [`PATHS`] source ports, both ways: a
+    /// selector that moves a queue pair between ports, or sprays, reorders its packets.
+    path_extra_us: [u64; PATHS],
+    /// Some packets are held back by up to [`DEEP_PACKETS`] packet times (the opt-in
+    /// deep-reorder test only).
+    deep: bool,
+}
+
+/// The source ports a multipath selector spreads a queue pair over.
+const PATHS: usize = 4;
+/// How deep the opt-in deep-reorder test reorders, in packets.
+const DEEP_PACKETS: u32 = 400;
+
+/// The receive trackers a selective-repeat case picks from (`sluice-control`'s registry
+/// names; it is not a dependency here, so the types are built directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tracker {
+    /// `bitmap`: 256 PSNs per queue pair, gaps NAK'd.
+    Bitmap,
+    /// `offset-list`: up to 255 offsets, gaps NAK'd.
+    OffsetList,
+    /// `offset-list gaps=wait`: gaps waited for as reordering.
+    OffsetListWait,
+    /// `left`: gaps waited for (loss found by the requester's timer).
+    Left,
+    /// `left-nogather`.
+    LeftNoGather,
+    /// `melo`: the shared pool alone.
+    Melo,
+}
+
+impl Tracker {
+    const ALL: [Tracker; 6] = [
+        Tracker::Bitmap,
+        Tracker::OffsetList,
+        Tracker::OffsetListWait,
+        Tracker::Left,
+        Tracker::LeftNoGather,
+        Tracker::Melo,
+    ];
+
+    fn build(self) -> Box<dyn TrackerFactory> {
+        let offsets = |gap_is_loss| {
+            Box::new(OffsetLists {
+                capacity: 255,
+                gap_is_loss,
+            })
+        };
+        match self {
+            Tracker::Bitmap => Box::new(Bitmaps),
+            Tracker::OffsetList => offsets(true),
+            Tracker::OffsetListWait => offsets(false),
+            Tracker::Left => Box::new(Left::new(LeftConfig::default())),
+            Tracker::LeftNoGather => Box::new(Left::new(LeftConfig::no_gather())),
+            Tracker::Melo => Box::new(Left::new(LeftConfig::melo())),
+        }
+    }
+}
+
+/// The path selectors a case picks from (`sluice-control`'s registry names, its defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selector {
+    /// `ecmp`: the queue pair's own port.
+    Ecmp,
+    /// `spray`: PSN order over the ports.
+    Spray,
+    /// `spray random=true`.
+    RandomSpray,
+    /// `flowlet`: a new port after a 50 us idle gap.
+    Flowlet,
+    /// `plb`: a new port after 3 congested rounds (1 us RTT threshold: the link never
+    /// marks, so a delay threshold the extra paths exceed is what moves it).
+    Plb,
+    /// `rtt-probe`: the live port of lowest probed RTT (probes agreed on both ends), probing
+    /// every 100 us rather than the default 20 (probes every 20 us through each case's
+    /// idle simulated time made the test 20% slower).
+    RttProbe,
+}
+
+impl Selector {
+    const ALL: [Selector; 6] = [
+        Selector::Ecmp,
+        Selector::Spray,
+        Selector::RandomSpray,
+        Selector::Flowlet,
+        Selector::Plb,
+        Selector::RttProbe,
+    ];
+
+    fn build(self, seed: u64) -> Box<dyn PathSelector> {
+        let paths = PATHS as u16;
+        let us = Duration::from_micros;
+        match self {
+            Selector::Ecmp => Box::new(QpnHash),
+            Selector::Spray => Box::new(Spray { paths }),
+            Selector::RandomSpray => Box::new(RandomSpray::new(paths, seed)),
+            Selector::Flowlet => Box::new(Flowlet::new(paths, us(50), seed)),
+            Selector::Plb => Box::new(Plb::new(paths, 3, Some(us(1)), seed)),
+            Selector::RttProbe => Box::new(RttProbe::new(paths, us(100), us(100), seed)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +303,7 @@ impl ReferenceStateMachine for Plan {
     type Transition = Step;
 
     fn init_state() -> BoxedStrategy<Plan> {
+        let deep = DEEP.with(|d| d.get());
         (
             any::<u64>(),
             0..LOSS.len(),
@@ -198,9 +313,31 @@ impl ReferenceStateMachine for Plan {
             0..1u32 << 24,
             0..30u64,
             1..=MAX_PAIRS,
+            (
+                proptest::sample::select(&Tracker::ALL[..]),
+                proptest::sample::select(&Selector::ALL[..]),
+                [0..20u64, 0..20u64, 0..20u64, 0..20u64],
+            ),
         )
             .prop_map(
-                |(seed, loss, recovery, mtu, psn_before_wrap, responder_psn, jitter_us, pairs)| {
+                move |(
+                    seed,
+                    loss,
+                    recovery,
+                    mtu,
+                    psn_before_wrap,
+                    responder_psn,
+                    jitter_us,
+                    pairs,
+                    (tracker, selector, path_extra_us),
+                )| {
+                    // The deep-reorder test: selective repeat with a tracker that holds
+                    // packets far past a gap (the bitmap's 256 PSNs only drop them).
+                    let (recovery, tracker) = match (deep, tracker) {
+                        (true, Tracker::Bitmap) => (Recovery::SelectiveRepeat, Tracker::Left),
+                        (true, t) => (Recovery::SelectiveRepeat, t),
+                        (false, t) => (recovery, t),
+                    };
                     Plan {
                         setup: Setup {
                             seed,
@@ -211,6 +348,10 @@ impl ReferenceStateMachine for Plan {
                             responder_psn,
                             jitter_us,
                             pairs,
+                            tracker,
+                            selector,
+                            path_extra_us,
+                            deep,
                         },
                         requests: [0; MAX_PAIRS],
                         receives: [0; MAX_PAIRS],
@@ -470,6 +611,11 @@ struct Outcome {
     /// Packets the services of both ends opened (encrypted cases), and dropped.
     opened: u64,
     service_drops: u64,
+    /// The case's tracker (if selective repeat used it) and selector.
+    tracker: Option<Tracker>,
+    selector: Selector,
+    /// How deep the link reordered (see [`World::deepest_overtaking`]).
+    overtaking: u64,
 }
 
 thread_local! {
@@ -477,11 +623,20 @@ thread_local! {
     /// Queue pairs run `EncryptService` at both ends.
     static ENCRYPT: RefCell<bool> = const { RefCell::new(false) };
     static OUTCOME: RefCell<Option<Outcome>> = const { RefCell::new(None) };
+    /// Cases are generated for the deep-reorder test.
+    static DEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Rig {
     fn new(s: &Setup) -> Rig {
-        let case = format!("case {} (SLUICE_SEED={0})", CASE.with(|c| *c.borrow()));
+        let case = format!(
+            "case {} (SLUICE_SEED={0}; {:?}, tracker {:?}, selector {:?}{})",
+            CASE.with(|c| *c.borrow()),
+            s.recovery,
+            s.tracker,
+            s.selector,
+            if s.deep { ", deep reordering" } else { "" }
+        );
         let link = Impairments {
             loss: LOSS[s.loss],
             duplicate: 0.01,
@@ -493,6 +648,20 @@ impl Rig {
             ce_mark: 0.0,
         };
         let mut world = World::new(2, s.seed, link);
+        for h in 0..2 {
+            let policies = Policies {
+                tracker: s.tracker.build(),
+                path: s.selector.build(s.seed ^ h as u64),
+                ..Policies::default()
+            };
+            world.engines[h] = Engine::with_policies(World::engine_config(s.seed, h), policies);
+        }
+        if s.deep {
+            world.deep_reorder = Some(DeepReorder {
+                chance: 0.05,
+                packets: DEEP_PACKETS,
+            });
+        }
         let options = PairOptions {
             mtu: Mtu::ALL[s.mtu],
             mr_len: REGION as usize,
@@ -505,6 +674,26 @@ impl Rig {
                 let pair = Pair::connect(&mut world, &options);
                 if ENCRYPT.with(|e| *e.borrow()) {
                     encrypt(&mut world, &pair, &options);
+                }
+                for h in 0..2 {
+                    // Each of the queue pair's ports, its own first, a path of its own.
+                    for (k, &extra) in s.path_extra_us.iter().enumerate() {
+                        let packet = PathPacket {
+                            qpn: pair.qp[h],
+                            psn: sluice_wire::Psn::new(k as u32),
+                            opcode: sluice_wire::Opcode::RC_SEND_ONLY,
+                        };
+                        let port = Spray {
+                            paths: PATHS as u16,
+                        }
+                        .source_port(0, &packet);
+                        world
+                            .port_paths
+                            .push((port, Some(Duration::from_micros(extra))));
+                    }
+                    if s.selector == Selector::RttProbe {
+                        world.engines[h].set_path_probes(pair.qp[h], true).unwrap();
+                    }
                 }
                 // Distinct contents everywhere, so a byte in the wrong place shows.
                 for (host, mr) in pair.mr.iter().enumerate() {
@@ -767,6 +956,10 @@ impl Rig {
                 self.setup.loss,
                 self.setup.recovery == Recovery::SelectiveRepeat,
             ),
+            tracker: (self.setup.recovery == Recovery::SelectiveRepeat)
+                .then_some(self.setup.tracker),
+            selector: self.setup.selector,
+            overtaking: self.world.deepest_overtaking,
         }
     }
 
@@ -951,14 +1144,14 @@ fn run_case(case: u64) -> Result<Outcome, String> {
 
 #[test]
 fn every_request_completes_once_with_its_bytes_in_place() {
-    let (opened, _) = check_every_case(300);
+    let (opened, _) = run_all(300, false);
     assert_eq!(opened, 0);
 }
 
 #[test]
 fn every_request_completes_once_with_encryption_on() {
     ENCRYPT.with(|e| *e.borrow_mut() = true);
-    let (opened, drops) = check_every_case(100);
+    let (opened, drops) = run_all(100, false);
     eprintln!("encrypted: {opened} packets opened, {drops} dropped by the stage");
     assert!(opened > 0, "the stage ran");
     // The link duplicates 1% of packets: the stage drops the second copy as a replay.
@@ -968,14 +1161,29 @@ fn every_request_completes_once_with_encryption_on() {
     );
 }
 
-/// Runs [`common::cases`]`(default)` and checks what they did together: packets the
-/// services opened and dropped, in all.
-fn check_every_case(default: u64) -> (u64, u64) {
+/// Opt-in (`cargo test -p sluice-core --release --test lossy -- --ignored`): selective
+/// repeat with the trackers that hold packets far past a gap (offset lists and the LEFT
+/// family; a bitmap case takes LEFT instead), over a link that also holds 5% of packets
+/// back by up to [`DEEP_PACKETS`] packet times, as spraying over unequal paths does.
+#[test]
+#[ignore = "opt-in: deep reordering, slower"]
+fn every_request_completes_under_deep_reordering() {
+    DEEP.with(|d| d.set(true));
+    run_all(100, true);
+}
+
+/// Runs [`common::cases`]`(default)` and checks what they did together; returns the
+/// packets the services opened and dropped, in all.
+fn run_all(default: u64, deep: bool) -> (u64, u64) {
     let cases = common::cases(default);
     let (mut succeeded, mut drained, mut requests) = (0, 0, 0);
     let (mut opened, mut service_drops) = (0, 0);
     // Cases per loss rate and recovery (go-back-N, selective repeat).
     let mut links = [[0usize; 2]; LOSS.len()];
+    let mut trackers = [0usize; Tracker::ALL.len()];
+    let mut selectors = [0usize; Selector::ALL.len()];
+    // How deep the link reordered: the deepest, and in how many cases 100 packets or more.
+    let (mut deepest, mut deep_cases) = (0, 0);
     for &case in &cases {
         // Shrinking runs the case many times: only the smallest failure is worth printing.
         let hook = std::panic::take_hook();
@@ -990,6 +1198,15 @@ fn check_every_case(default: u64) -> (u64, u64) {
                 opened += outcome.opened;
                 service_drops += outcome.service_drops;
                 links[outcome.link.0][usize::from(outcome.link.1)] += 1;
+                if let Some(t) = outcome.tracker {
+                    trackers[Tracker::ALL.iter().position(|&k| k == t).unwrap()] += 1;
+                }
+                deepest = deepest.max(outcome.overtaking);
+                deep_cases += usize::from(outcome.overtaking >= 100);
+                selectors[Selector::ALL
+                    .iter()
+                    .position(|&k| k == outcome.selector)
+                    .unwrap()] += 1;
             }
             Err(why) => panic!("case {case} fails (replay with SLUICE_SEED={case}): {why}"),
         }
@@ -1000,10 +1217,30 @@ fn check_every_case(default: u64) -> (u64, u64) {
         cases.len()
     );
     eprintln!("cases by loss rate {LOSS:?}, go-back-N and selective repeat: {links:?}");
-    if cases.len() >= 200 {
+    eprintln!(
+        "selective-repeat cases by tracker {:?}: {trackers:?}",
+        Tracker::ALL
+    );
+    eprintln!("cases by path selector {:?}: {selectors:?}", Selector::ALL);
+    eprintln!("the link reordered up to {deepest} packets deep; 100 or more in {deep_cases} cases");
+    if deep && cases.len() >= 100 {
         assert!(
-            links.iter().flatten().all(|&n| n >= 5),
+            deepest >= 300 && deep_cases * 10 >= cases.len(),
+            "deep reordering too shallow: {deepest} packets at most, 100 or more in {deep_cases} cases"
+        );
+    }
+    if cases.len() >= 100 {
+        let recoveries = if deep { 1..2 } else { 0..2 };
+        assert!(
+            links
+                .iter()
+                .all(|l| l[recoveries.clone()].iter().all(|&n| n >= 5)),
             "every loss rate with either recovery: {links:?}"
+        );
+        let trackers_used = if deep { &trackers[1..] } else { &trackers[..] };
+        assert!(
+            trackers_used.iter().chain(&selectors).all(|&n| n >= 5),
+            "every tracker with selective repeat, every selector: {trackers:?} {selectors:?}"
         );
     }
     assert!(

@@ -23,7 +23,7 @@ mod pair;
 
 pub use direct::Direct;
 pub use law::{Recorder, rtt_samples};
-pub use link::{Fault, Impairments, RedMarking, World};
+pub use link::{DeepReorder, Fault, Impairments, RedMarking, World};
 pub use pair::{CANARY, Hosts, Pair, PairOptions, RegionMemory, host_addr};
 
 /// The seeds of a seeded test: 1 to `count`, or only the one `SLUICE_SEED` names (to replay

@@ -77,8 +77,23 @@ impl RedMarking {
     }
 }
 
-/// A packet on the link: when it arrives, a tie-breaking sequence number, to which host.
-type InFlight = (Instant, u64, usize, Vec<u8>);
+/// Reordering as deep as spraying over unequal paths causes: a packet is held back, with
+/// probability `chance`, by a whole number of its own transmission times drawn up to
+/// `packets`, so that up to that many packets sent back to back after it overtake it.
+/// (`Impairments::jitter` holds packets by a time, a few packets deep at most on a fast
+/// link; this is counted in packets, and drawn from its own generator so that a world's
+/// other chances stay as they were with it off.)
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeepReorder {
+    /// Chance that a packet (each copy of a duplicated one) is held back.
+    pub chance: f64,
+    /// The most packet times it is held back by.
+    pub packets: u32,
+}
+
+/// A packet on the link: when it arrives, a tie-breaking sequence number, to which host,
+/// its number among the packets (copies included) sent to that host.
+type InFlight = (Instant, u64, usize, u64, Vec<u8>);
 
 /// Something the link does on purpose to one packet (see [`World::impair_next`]), on top
 /// of what [`Impairments`] does by chance.
@@ -152,6 +167,16 @@ pub struct World {
     /// much longer (`Some`), or is lost (`None`), as if ECMP hashed its port onto a slower
     /// or failed path. Ports not listed take the link as it is.
     pub port_paths: Vec<(u16, Option<Duration>)>,
+    /// Deep reordering on top of `link` (off: `None`).
+    pub deep_reorder: Option<DeepReorder>,
+    /// Draws the deep reordering's chances (apart from `rng`: see [`DeepReorder`]).
+    deep_rng: Rng,
+    /// Packets (copies included) sent to each host, and those that arrived there.
+    sent_to: Vec<u64>,
+    arrived_at: Vec<u64>,
+    /// The most packets sent to a host after one packet that arrived before it (at least:
+    /// packets lost on the way count for nothing): how deep the link reordered.
+    pub deepest_overtaking: u64,
 }
 
 impl World {
@@ -185,6 +210,11 @@ impl World {
             awake_at: vec![Instant::ZERO; hosts],
             faults: vec![VecDeque::new(); hosts],
             port_paths: Vec::new(),
+            deep_reorder: None,
+            deep_rng: Rng::new(seed ^ 0xDEE9_0DE9),
+            sent_to: vec![0; hosts],
+            arrived_at: vec![0; hosts],
+            deepest_overtaking: 0,
         }
     }
 
@@ -358,20 +388,32 @@ impl World {
             } else {
                 0
             };
-            let at = arrives + Duration::from_nanos(held);
+            let deep = match self.deep_reorder {
+                Some(d) if self.deep_rng.chance(d.chance) => {
+                    on_wire * self.deep_rng.below(u64::from(d.packets) + 1) as u32
+                }
+                _ => Duration::ZERO,
+            };
+            let at = arrives + Duration::from_nanos(held) + deep;
             self.sequence += 1;
+            let number = self.sent_to[to];
+            self.sent_to[to] += 1;
             self.in_flight
-                .push(Reverse((at, self.sequence, to, bytes.clone())));
+                .push(Reverse((at, self.sequence, to, number, bytes.clone())));
         }
     }
 
     /// Delivers every packet due now, through the real decoder and ICRC check.
     fn deliver(&mut self) {
-        while let Some(Reverse((at, _, _, _))) = self.in_flight.peek() {
+        while let Some(Reverse((at, ..))) = self.in_flight.peek() {
             if *at > self.now {
                 break;
             }
-            let Reverse((_, _, to, bytes)) = self.in_flight.pop().expect("peeked");
+            let Reverse((_, _, to, number, bytes)) = self.in_flight.pop().expect("peeked");
+            // Arriving k-th, packet n was overtaken by at least k - n sent after it.
+            let overtaken = self.arrived_at[to].saturating_sub(number);
+            self.deepest_overtaking = self.deepest_overtaking.max(overtaken);
+            self.arrived_at[to] += 1;
             let Ok(datagram) = IpUdp::parse(&bytes) else {
                 self.rejected_by_wire += 1;
                 continue;
@@ -506,5 +548,35 @@ impl Hosts for World {
 
     fn addrs(&self) -> &[IpAddr] {
         &self.addrs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Pair, PairOptions};
+
+    /// A 512-packet WRITE sent back to back, over a clean link with or without deep
+    /// reordering: how deep the link reordered it, and that it completed.
+    fn overtaking(deep: Option<DeepReorder>) -> u64 {
+        let mut world = World::new(2, 7, Impairments::CLEAN);
+        world.deep_reorder = deep;
+        let options = PairOptions {
+            recovery: Recovery::SelectiveRepeat,
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut world, &options);
+        pair.write_and_wait(&mut world, 512 * 1024);
+        world.deepest_overtaking
+    }
+
+    #[test]
+    fn deep_reorder_holds_packets_back_by_hundreds_of_packets() {
+        assert_eq!(overtaking(None), 0, "a clean link keeps order");
+        let deep = overtaking(Some(DeepReorder {
+            chance: 0.05,
+            packets: 400,
+        }));
+        assert!((200..=400).contains(&deep), "{deep} packets deep");
     }
 }
