@@ -440,12 +440,8 @@ pub(crate) struct QpAttrs {
     pub(crate) recovery: Recovery,
     /// Both ends agreed to exchange Sluice's control packets (credit grants).
     pub(crate) cc_control: bool,
-    /// Both ends agreed to exchange Sluice's path probes (control packets of kinds 2 and 3).
-    pub(crate) path_probes: bool,
     /// The CC extension header layout the two ends agreed on; `None`: plain RoCE v2.
     pub(crate) ccx: Option<sluice_wire::CcxLayout>,
-    /// Payload services run on its packets (the engine holds them, by index).
-    pub(crate) services: bool,
     /// What its in-line services add in front of each payload it sends (and take off each
     /// it receives): builders write the payload this far into the transmit buffer.
     /// (Bytes: `set_services` keeps the two under 128 together.)
@@ -469,9 +465,7 @@ impl Default for QpAttrs {
             max_rd_atomic: 0,
             recovery: Recovery::GoBackN,
             cc_control: false,
-            path_probes: false,
             ccx: None,
-            services: false,
             service_head: 0,
             service_tail: 0,
         }
@@ -673,6 +667,13 @@ pub(crate) struct Qp {
     pub(crate) cnp_due: bool,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
+    /// Both ends agreed to exchange Sluice's path probes (control packets of kinds 2 and 3).
+    /// (An attribute, kept here in the padding before `num` so that the attributes, the
+    /// path and the CQ stay in one cache line.)
+    pub(crate) path_probes: bool,
+    /// Payload services run on its packets (the engine holds them, by index). (As
+    /// `path_probes`, an attribute kept here.)
+    pub(crate) services: bool,
     pub(crate) num: QpNum,
     pub(crate) attrs: QpAttrs,
     pub(crate) pd: PdId,
@@ -728,6 +729,8 @@ impl Qp {
             granted_total: 0,
             credit_total_seen: 0,
             control_started: false,
+            path_probes: false,
+            services: false,
             paced: (crate::Instant::ZERO, 0),
             ccx_echo: None,
         }

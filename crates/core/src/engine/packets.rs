@@ -55,7 +55,7 @@ impl Engine {
     ) {
         let index = Self::index(QpNum(headers.bth.dest_qp)).filter(|&i| {
             self.is_live(i)
-                && self.qps[i as usize].attrs.services
+                && self.qps[i as usize].services
                 && self.qps[i as usize].attrs.peer == Some(from)
         });
         let Some(index) = index else {
@@ -335,8 +335,8 @@ impl Engine {
     /// the queue pair agreed to it.
     fn on_cc_control(&mut self, index: u32, now: Instant, headers: &RoceHeaders) {
         use sluice_wire::CcControlKind;
-        let attrs = &self.qp_mut(index).attrs;
-        let (credit, probes) = (attrs.cc_control, attrs.path_probes);
+        let qp = self.qp_mut(index);
+        let (credit, probes) = (qp.attrs.cc_control, qp.path_probes);
         match headers.ext.cc_control {
             Some(c) if credit && c.kind == CcControlKind::CreditTotal => {
                 self.on_credit_total(index, now, c.value)
@@ -484,7 +484,7 @@ impl Engine {
             qp.scheduled = more;
             // Services see (and in-line ones seal, say) the packet before it goes. Out of
             // line, `t` moved there: a packet without services is not copied.
-            if self.nic.any_services && qp.attrs.services {
+            if self.nic.any_services && qp.services {
                 match self.serve_outgoing(index, now, more, t, payload) {
                     Some(t) => return Some(t),
                     None => {

@@ -105,7 +105,7 @@ impl Engine {
         while let Some(probe) = self.nic.path.next_probe(now) {
             let agreed = self.is_live(probe.qp) && {
                 let qp = &self.qps[probe.qp as usize];
-                qp.attrs.path_probes && qp.state.sending()
+                qp.path_probes && qp.state.sending()
             };
             if !agreed || self.nic.probes.len() >= super::MAX_PROBES_WAITING {
                 self.nic.counters.probes_unsent += 1;

@@ -316,7 +316,7 @@ impl Engine {
     /// `Counters::probes_unsent`) and the peer's are dropped.
     pub fn set_path_probes(&mut self, qpn: QpNum, on: bool) -> Result<(), Error> {
         let index = self.live(qpn)?;
-        self.qp_mut(index).attrs.path_probes = on;
+        self.qp_mut(index).path_probes = on;
         Ok(())
     }
 
@@ -398,7 +398,7 @@ impl Engine {
         if self.nic.services.len() <= index {
             self.nic.services.resize_with(index + 1, Vec::new);
         }
-        self.qps[index].attrs.services = !services.is_empty();
+        self.qps[index].services = !services.is_empty();
         self.nic.any_services |= !services.is_empty();
         self.nic.services[index] = services;
         if self.nic.service_scratch.capacity() == 0 {
