@@ -32,17 +32,22 @@ pub enum Kind {
     Csv,
     /// Generated random bytes.
     Random,
+    /// Generated sparse binary data: zero-filled and constant buffers, zero-initialised
+    /// records with a few small values, short repeated patterns (fresh or sparse memory,
+    /// which RDMA buffers often are).
+    Sparse,
 }
 
 impl Kind {
     /// All kinds, positives first.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Executable,
         Kind::Text,
         Kind::Gzip,
         Kind::Image,
         Kind::Csv,
         Kind::Random,
+        Kind::Sparse,
     ];
 
     /// Its name in reports.
@@ -54,6 +59,7 @@ impl Kind {
             Kind::Image => "image",
             Kind::Csv => "csv",
             Kind::Random => "random",
+            Kind::Sparse => "sparse",
         }
     }
 
@@ -365,14 +371,14 @@ pub fn build(cfg: &CorpusConfig) -> Result<Vec<Sample>, CorpusError> {
         }
     }
     for i in 0..cfg.generated {
-        for kind in [Kind::Csv, Kind::Random] {
+        for kind in [Kind::Csv, Kind::Random, Kind::Sparse] {
             let origin = format!("generated:{}:{i}", kind.name());
             let mut g =
                 SplitMix::new(cfg.seed ^ (i as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407));
-            let bytes = if kind == Kind::Csv {
-                csv(&mut g)
-            } else {
-                random(&mut g)
+            let bytes = match kind {
+                Kind::Csv => csv(&mut g),
+                Kind::Random => random(&mut g),
+                _ => sparse(&mut g),
             };
             samples.push(Sample {
                 held_out: split(cfg.seed, &origin, cfg.held_out_percent),
@@ -434,6 +440,34 @@ pub fn random(g: &mut SplitMix) -> Vec<u8> {
     }
     v.truncate(n);
     v
+}
+
+/// Generated sparse binary data, one of four shapes per file: all zeros, one constant byte,
+/// zero-initialised records of 16 to 128 bytes with a few small integers in each, or a short
+/// pattern repeated.
+pub fn sparse(g: &mut SplitMix) -> Vec<u8> {
+    let n = 8 * 1024 + g.below(56 * 1024) as usize;
+    match g.below(4) {
+        0 => vec![0; n],
+        1 => vec![g.next_u64() as u8; n],
+        2 => {
+            let record = 16 + g.below(113) as usize;
+            let mut v = vec![0u8; n];
+            for start in (0..n).step_by(record) {
+                for _ in 0..1 + g.below(4) {
+                    let at = start + g.below(record as u64) as usize;
+                    if at < n {
+                        v[at] = g.below(64) as u8;
+                    }
+                }
+            }
+            v
+        }
+        _ => {
+            let pattern: Vec<u8> = (0..1 + g.below(16)).map(|_| g.next_u64() as u8).collect();
+            pattern.iter().copied().cycle().take(n).collect()
+        }
+    }
 }
 
 /// Up to `per_file` whole chunks of `chunk` bytes from a sample, at seeded distinct offsets
