@@ -257,6 +257,11 @@ struct PerfArgs {
     /// A parameter of a service, SERVICE.NAME=VALUE (repeatable).
     #[arg(long = "service-param", value_name = "SERVICE.NAME=VALUE")]
     service_param: Vec<String>,
+    /// Inspect every payload beside the path for executable content (BALBOA's inspection;
+    /// the same as `--service inspect`): the flagged chunks are counted in the table and
+    /// `--json`. Needs nothing from the peer.
+    #[arg(long)]
+    inspect: bool,
     /// How queue pairs recover lost packets: go-back-n (RoCE's) or selective-repeat
     /// (IRN-like; interoperates with a go-back-N peer).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
@@ -667,6 +672,12 @@ fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
             params: Vec::new(),
         })
         .collect();
+    if a.inspect && !services.iter().any(|s| s.name == "inspect") {
+        services.push(perf::NamedPolicy {
+            name: "inspect".to_string(),
+            params: Vec::new(),
+        });
+    }
     if let Some(s) = a
         .services
         .iter()

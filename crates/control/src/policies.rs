@@ -1066,6 +1066,15 @@ pub const SERVICES: Registry<Box<dyn Service>> = Registry {
             both_ends: true,
             build: |p| params::<XorParams>(p).map(|x| Box::new(XorPayload { key: x.key }) as _),
         },
+        PolicyInfo {
+            name: "inspect",
+            summary: "beside the path: flags payload chunks that look like executable code (BALBOA's inspection; sluice-inspect's classifier, docs/inspection.md) and counts them by direction",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<NoParams>(p).map(|_| Box::new(sluice_inspect::Inspect::builtin()) as _)
+            },
+        },
     ],
 };
 
