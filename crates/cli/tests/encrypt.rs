@@ -25,25 +25,9 @@ fn good_key(name: &str, byte: u8) -> PathBuf {
     )
 }
 
-/// `sluice perf ARGS --loopback --json` on RoCE port `port`: its JSON results.
-fn loopback(args: &[&str], port: u16) -> Vec<serde_json::Value> {
-    let port = port.to_string();
-    let o = Command::new(SLUICE)
-        .arg("perf")
-        .args(args)
-        .args(["--loopback", "--json", "-p", "0", "--roce-port", &port])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "sluice perf {args:?}: {}\n{out}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+#[path = "common/perf.rs"]
+mod perf_run;
+use perf_run::loopback;
 
 /// A server on 127.0.0.2 and a client on 127.0.0.1, each with the common `args` and its own
 /// extra ones, within 30 s: each one's success and what it printed.

@@ -5,26 +5,9 @@ use std::process::{Command, Stdio};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// Runs `sluice perf ARGS --loopback --json` on RoCE port `port` (tests run in parallel: each
-/// gets its own) and returns the JSON results.
-fn loopback(args: &[&str], port: u16) -> Vec<serde_json::Value> {
-    let port = port.to_string();
-    let o = Command::new(SLUICE)
-        .args(["perf"])
-        .args(args)
-        .args(["--loopback", "--json", "-p", "0", "--roce-port", &port])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "sluice perf {args:?}: {}\n{out}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+#[path = "common/perf.rs"]
+mod perf_run;
+use perf_run::loopback;
 
 /// Runs `sluice perf ARGS` and checks that it is refused as a usage error (exit 2) whose
 /// message says `says`.

@@ -6,25 +6,15 @@ use std::process::Command;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
+#[path = "common/perf.rs"]
+mod perf_run;
+
 /// Runs `sluice perf ARGS --loopback --json` on RoCE port `port` and returns its one JSON
 /// result.
 fn loopback(args: &[&str], port: u16) -> serde_json::Value {
-    let port = port.to_string();
-    let o = Command::new(SLUICE)
-        .arg("perf")
-        .args(args)
-        .args(["--loopback", "--json", "-p", "0", "--roce-port", &port])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "sluice perf {args:?}: {}\n{out}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 1, "{out}");
-    serde_json::from_str(lines[0]).unwrap()
+    let mut results = perf_run::loopback(args, port);
+    assert_eq!(results.len(), 1, "{results:?}");
+    results.remove(0)
 }
 
 /// Checks one tenant of a result: its fields as given, a bandwidth for each of its QPs,
