@@ -215,6 +215,15 @@ impl AppSpec {
         self.stop_us.unwrap_or(time_limit_us)
     }
 
+    /// The largest message it may post (`MAX_APP_MESSAGE` when sizes come from a CDF).
+    pub fn max_size(&self) -> u64 {
+        match (self.size, self.size_max, &self.size_cdf) {
+            (Some(s), _, _) => s,
+            (None, Some(hi), None) => hi,
+            _ => MAX_APP_MESSAGE,
+        }
+    }
+
     /// The next message's size (one draw of `rng` when sizes vary); `cdf` is `size_cdf`'s
     /// distribution, loaded.
     pub fn draw_size(&self, rng: &mut Rng, cdf: Option<&crate::workload::Cdf>) -> u64 {

@@ -992,8 +992,15 @@ impl<'a> Network<'a> {
         let a = &self.apps[index as usize];
         let spec: &AppSpec = &self.scenario.apps[a.spec];
         let (src, dst) = (a.rec.src, a.rec.dst);
+        // Behind Weir every piece of a split WQE is a WR of its own: the send queue is as
+        // deep as Weir's `sq_depth` (`rnic::send_depth`).
+        let send_wr = self.hosts[src as usize]
+            .paced
+            .as_ref()
+            .and_then(|p| p.weir.as_ref())
+            .map_or(spec.depth, |w| w.config().sq_depth.max(spec.depth));
         let caps = QpCaps {
-            max_send_wr: spec.depth,
+            max_send_wr: send_wr,
             max_recv_wr: spec.depth,
             ..QpCaps::default()
         };

@@ -688,7 +688,7 @@ impl Scenario {
             crate::rnic::RnicParams::resolve(r).map_err(ScenarioError::Invalid)?;
         }
         if let Some(w) = &self.weir {
-            w.config(100_000_000_000, 1, 1)
+            w.config(100_000_000_000, 1, 1, 1)
                 .map_err(ScenarioError::Invalid)?;
         }
         for (i, app) in self.apps.iter().enumerate() {

@@ -14,7 +14,7 @@ use sluice_core::{Completion, QpNum, WcStatus};
 use super::{APP_WR, Ev, Host, Network, Paced, RunError};
 use crate::event::{Ps, from_instant, to_instant};
 use crate::result::FabricCounters;
-use crate::rnic::{Rnic, RnicParams};
+use crate::rnic::{Rnic, RnicParams, send_depth};
 use crate::scenario::Scenario;
 use crate::topology::Topology;
 
@@ -42,15 +42,19 @@ pub(super) fn build_paced(
         .map_err(RunError::App)?;
     let app_qps: usize = scenario.apps.iter().map(|a| a.qps as usize).sum();
     for (h, host) in hosts.iter_mut().enumerate() {
-        let mine = scenario.apps.iter().filter(|a| a.src as usize == h);
-        let Some(depth) = mine.map(|a| a.depth).max() else {
+        let mine = || scenario.apps.iter().filter(|a| a.src as usize == h);
+        let Some(depth) = mine().map(|a| a.depth).max() else {
             continue;
         };
         let line_bps = topo.nodes[h][0].bps;
         let weir = match &scenario.weir {
             Some(w) => {
+                let sq_depth = mine()
+                    .map(|a| send_depth(w.split(), a.depth, a.max_size(), app_qps as u32))
+                    .max()
+                    .unwrap_or(depth);
                 let cfg = w
-                    .config(line_bps, app_qps as u32, depth)
+                    .config(line_bps, app_qps as u32, depth, sq_depth)
                     .map_err(RunError::App)?;
                 Some(Weir::new(cfg).map_err(|e| RunError::App(format!("weir: {e}")))?)
             }

@@ -289,15 +289,46 @@ pub struct WeirSpec {
     pub sync_every: Option<u32>,
 }
 
+/// Send-queue entries per queue pair on a paced host: every piece of a split WQE is a WR
+/// of its own, so the engine's send queue (and Weir's `sq_depth`) holds the pieces of
+/// `depth` WQEs of `max_size` bytes, as `sluice perf --pacer weir` sizes it; at most 8,192
+/// per queue pair and 2^19 over the run's `qps`, since Weir keeps a doorbell time per
+/// entry; never fewer than `depth`. With `depth` alone a split WQE's pieces went out one
+/// round trip apart: 64 KiB at depth 1 took 16 unloaded delays.
+pub fn send_depth(split_bytes: u32, depth: u32, max_size: u64, qps: u32) -> u32 {
+    let pieces = if split_bytes == 0 {
+        1
+    } else {
+        max_size.div_ceil(u64::from(split_bytes)).max(1)
+    };
+    let cap = 8192.min((1u32 << 19) / qps.max(1));
+    (u64::from(depth) * pieces)
+        .min(u64::from(cap))
+        .max(u64::from(depth)) as u32
+}
+
 impl WeirSpec {
-    /// The pacer's configuration for a host of `line_bps` serving QPNs below `max_qpn`
-    /// with send queues `depth` deep; errors start with `weir.FIELD:` (or `weir:` for what
-    /// `Weir::new` refuses).
-    pub fn config(&self, line_bps: u64, max_qpn: u32, depth: u32) -> Result<WeirConfig, String> {
+    /// `split_bytes` as it will be: the field, or Weir's default.
+    pub fn split(&self) -> u32 {
+        self.split_bytes
+            .unwrap_or(WeirConfig::default().split_bytes)
+    }
+
+    /// The pacer's configuration for a host of `line_bps` serving QPNs below `max_qpn`,
+    /// with apps keeping up to `depth` WQEs posted per queue pair and the engine's send
+    /// queues `sq_depth` deep (room for the pieces of split WQEs: [`send_depth`]); errors
+    /// start with `weir.FIELD:` (or `weir:` for what `Weir::new` refuses).
+    pub fn config(
+        &self,
+        line_bps: u64,
+        max_qpn: u32,
+        depth: u32,
+        sq_depth: u32,
+    ) -> Result<WeirConfig, String> {
         let mut c = WeirConfig {
             max_qpn,
             max_wqes: depth,
-            sq_depth: depth,
+            sq_depth: sq_depth.max(depth),
             line_rate: line_bps,
             ..WeirConfig::default()
         };
@@ -393,15 +424,19 @@ mod tests {
     #[test]
     fn weir_fields_are_checked() {
         let w: WeirSpec = toml::from_str("base_delay_us = 4\ninc_mbps = 20").unwrap();
-        let c = w.config(100_000_000_000, 10, 128).unwrap();
+        let c = w.config(100_000_000_000, 10, 128, 512).unwrap();
         assert_eq!((c.base_delay.as_nanos(), c.inc), (4_000, 20_000_000));
+        assert_eq!((c.max_wqes, c.sq_depth), (128, 512));
+        // The send queue is never shallower than the app's depth.
+        assert_eq!(w.config(100_000_000_000, 10, 128, 1).unwrap().sq_depth, 128);
+        assert_eq!(w.split(), 4096);
         for (text, field) in [
             ("base_delay_us = -1", "weir.base_delay_us:"),
             ("inc_mbps = 0", "weir.inc_mbps:"),
             ("init_alpha = 0.5\ninit_beta = 1", "weir:"),
         ] {
             let w: WeirSpec = toml::from_str(text).unwrap();
-            let e = w.config(100_000_000_000, 10, 128).unwrap_err();
+            let e = w.config(100_000_000_000, 10, 128, 128).unwrap_err();
             assert!(e.starts_with(field), "{text}: {e}");
         }
     }

@@ -33,7 +33,7 @@ mod cache;
 mod config;
 
 pub use cache::{CacheCounters, Lookup, SetAssocCache};
-pub use config::{PRESETS, RnicParams, RnicSpec, WeirSpec};
+pub use config::{PRESETS, RnicParams, RnicSpec, WeirSpec, send_depth};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
