@@ -866,6 +866,21 @@ fn the_weir_pacer_completes_every_message() {
     assert_eq!(p["app_completions"], 6);
     assert_eq!(p["swallowed"], 594);
     assert!(p["rate_gbps"].as_f64().unwrap() > 0.0);
+    // The sampled cost of its calls (one in 16 of each kind): 600 posts give 37 samples,
+    // and the per-post figure weighs the three kinds by their calls per post.
+    let cost = &p["cost"];
+    assert_eq!(cost["post"]["calls"], 600);
+    assert_eq!(cost["post"]["samples"], 600 / 16);
+    assert_eq!(cost["completion"]["calls"], 600);
+    let polled = cost["doorbell"]["calls"].as_f64().unwrap();
+    // Nearly every poll hands one out (each is made when a credit fell due).
+    assert!(polled < 1200.0, "{cost}");
+    let median = |k: &str| cost[k]["median_ns"].as_f64().unwrap();
+    let per_post = median("post") + median("doorbell") * polled / 600.0 + median("completion");
+    assert!(
+        (cost["per_post_ns"].as_f64().unwrap() - per_post).abs() < 1e-6,
+        "{cost}"
+    );
     for (i, test) in ["read-bw", "send-bw"].into_iter().enumerate() {
         let r = loopback(
             &[

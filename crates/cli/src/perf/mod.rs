@@ -1,6 +1,7 @@
 //! `sluice perf`: perftest's tests (`ib_write_bw` and friends) over Sluice's own datapath,
 //! able to stand in for either end of a perftest run against Linux Soft-RoCE or a RoCE NIC.
 
+mod cost;
 mod decoupled;
 mod pacer;
 mod report;
@@ -12,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use cost::{CostSummary, PacerCost};
 pub use decoupled::{DecoupledReport, ProcessorReport};
 pub use pacer::{LISTING as PACER_LISTING, PacerReport, parse as parse_pacer};
 pub use report::Report;

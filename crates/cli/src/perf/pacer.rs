@@ -131,6 +131,8 @@ pub struct PacerReport {
     /// time from the doorbell to the poll that found the completion (the engine stamps no
     /// completion time yet).
     pub delay_us: Option<f64>,
+    /// The sampled cost of its calls in this run (`cost.rs`).
+    pub cost: Option<super::cost::PacerCost>,
 }
 
 impl PacerReport {
@@ -152,6 +154,7 @@ impl PacerReport {
             rate_gbps: rate as f64 / 1e9,
             min_rate_gbps: lowest as f64 / 1e9,
             delay_us: delay.map(|ns| ns / 1e3),
+            cost: None,
         }
     }
 
@@ -174,7 +177,21 @@ impl PacerReport {
             self.min_rate_gbps,
             self.increases,
             self.decreases,
-        )
+        ) + &self.cost.map_or(String::new(), |c| {
+            format!(
+                "\n pacer cost (1 call in {} timed, less {} ns of clock): post {} ns, doorbell {} ns, \
+                 completion {} ns (medians; p99 {}, {}, {}); {:.0} ns per post",
+                super::cost::SAMPLE_EVERY,
+                c.clock_pair_ns,
+                c.post.median_ns,
+                c.doorbell.median_ns,
+                c.completion.median_ns,
+                c.post.p99_ns,
+                c.doorbell.p99_ns,
+                c.completion.p99_ns,
+                c.per_post_ns,
+            )
+        })
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use sluice_core::weir::{Decision, Doorbell, Weir, WeirConfig, WeirError};
 use sluice_core::{Completion, SendOp, SendWr, Sge, WcStatus};
 
+use super::cost::PacerTimers;
 use super::pacer::PacerReport;
 use super::session::{QpEnd, Session};
 use super::verify;
@@ -354,6 +355,8 @@ struct Paced {
     /// (`Device::polled_at`) may be from before a sleep, or before the run's setup, and
     /// would add that to every delay Weir measures.
     now: sluice_core::Instant,
+    /// The sampled cost of Weir's calls (`cost.rs`).
+    timers: PacerTimers,
 }
 
 impl Paced {
@@ -382,6 +385,7 @@ impl Paced {
             lowest,
             last_turn: s.dev.now(),
             now: s.dev.now(),
+            timers: PacerTimers::new(),
         })
     }
 
@@ -426,7 +430,12 @@ impl Paced {
                 .saturating_sub(SHORTEST_SLEEP.as_nanos() as u64),
         ));
         while let Some(due) = self.weir.next_timeout().filter(|&due| due <= now) {
-            let Some(d) = self.weir.poll_doorbell(due.max(since)) else {
+            let weir = &mut self.weir;
+            let Some(d) = self
+                .timers
+                .doorbell
+                .time(|| weir.poll_doorbell(due.max(since)))
+            else {
                 break;
             };
             self.ring(s, d, inline_size)?;
@@ -441,12 +450,13 @@ impl Paced {
     /// clocks are synchronised as one.
     fn complete(&mut self, mut c: Completion) -> Result<Option<Completion>, WeirError> {
         let now = self.now;
-        if self.weir.sync_due() {
-            self.weir.sync(now, now);
-        }
-        let app = self
-            .weir
-            .on_completion(c.qp, c.wr_id, c.time, c.status == WcStatus::Success)?;
+        let weir = &mut self.weir;
+        let app = self.timers.completion.time(|| {
+            if weir.sync_due() {
+                weir.sync(now, now);
+            }
+            weir.on_completion(c.qp, c.wr_id, c.time, c.status == WcStatus::Success)
+        })?;
         if self.weir.active_qps() > 0 {
             let rate = self.weir.rate();
             self.busy = Some((rate, self.weir.delay()));
@@ -536,7 +546,12 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                     Some(p) => {
                         p.held[q][(seq % u64::from(depth)) as usize] = (op, buffer);
                         let qpn = s.qps[q].qpn;
-                        match p.weir.post(qpn, seq, size, signaled, p.now) {
+                        let (weir, now) = (&mut p.weir, p.now);
+                        match p
+                            .timers
+                            .post
+                            .time(|| weir.post(qpn, seq, size, signaled, now))
+                        {
                             Ok(Decision::Ring(d)) => p.ring(s, d, o.inline_size)?,
                             Ok(Decision::Hold { .. }) => {}
                             Err(e) => return Err(PerfError::Usage(format!("--pacer weir: {e}"))),
@@ -608,7 +623,11 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
         samples: Vec::new(),
         per_qp: completed.into_iter().zip(finished_at).collect(),
         qp_samples: samples,
-        pacer: paced.map(|p| PacerReport::of(&p.weir, p.busy, p.lowest)),
+        pacer: paced.map(|p| {
+            let mut r = PacerReport::of(&p.weir, p.busy, p.lowest);
+            r.cost = Some(p.timers.summary());
+            r
+        }),
     })
 }
 
