@@ -353,6 +353,19 @@ fn weir_fig4_delay_ramps_for_large_wqes_and_resets_after_pauses() {
 }
 
 #[test]
+fn weir_fig11_fct_as_native_and_the_pacer_cost_is_measured() {
+    let out = quick("weir-fig11");
+    assert!(
+        out.contains("PASS    Weir's median FCT within 10% of native's"),
+        "{out}"
+    );
+    // The real datapath ran and its sampled costs are reported (their level is a debug
+    // build's here, so not asserted).
+    assert!(out.contains("cost per post, 1 QPs"), "{out}");
+    assert!(out.contains("mostly under 1,000 cycles"), "{out}");
+}
+
+#[test]
 fn scr_fig19_probes_see_the_slow_path_and_the_failure_moves_the_flow() {
     let out = quick("scr-fig19");
     for check in [

@@ -15,6 +15,7 @@ mod left;
 mod scr;
 mod swcc;
 mod weir;
+mod weir_fig11;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -232,6 +233,7 @@ pub const ENTRIES: &[Entry] = &[
     weir::FIG4,
     weir::FIG7,
     weir::FIG10,
+    weir_fig11::FIG11,
     weir::SWCC_FIG11A,
 ];
 
