@@ -961,6 +961,36 @@ fn the_weir_pacer_splits_large_posts_and_counts_messages() {
     assert_eq!(r[0]["pacer"]["doorbells"], 50);
 }
 
+/// A completion the pacer keeps from the application is progress: at 1 Mbit/s, 512 B posts
+/// complete every 4.1 ms, and the one the application asked for (-Q 100) only after 410 ms,
+/// longer than the 200 ms stall timeout, which must not give the run up.
+#[test]
+fn completions_the_pacer_swallows_count_as_progress() {
+    let r = loopback(
+        &[
+            "write-bw",
+            "-s",
+            "512",
+            "-n",
+            "100",
+            "-t",
+            "100",
+            "--stall-timeout",
+            "0.2",
+            "--pacer",
+            "weir",
+            "--pacer-param",
+            "line_rate_gbps=0.001",
+            "--pacer-param",
+            "min_rate_gbps=0.001",
+        ],
+        24_813,
+    );
+    assert_eq!(r[0]["iterations"], 100);
+    assert_eq!(r[0]["pacer"]["app_completions"], 1);
+    assert!(r[0]["duration_s"].as_f64().unwrap() > 0.3, "{}", r[0]);
+}
+
 #[test]
 fn bad_pacer_options_are_refused_naming_what_is_wrong() {
     let weir = |param: &str| {
