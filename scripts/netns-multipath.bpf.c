@@ -79,8 +79,11 @@ int mp_link(struct __sk_buff *skb)
     if (c->delay_ns) {
         __u64 at = bpf_ktime_get_ns() + c->delay_ns;
         // Never earlier than a time already set (a socket's SO_TXTIME): only ever later.
+        // Written directly (as EDT rate limiters in tc do) rather than with
+        // bpf_skb_set_tstamp, which kernels before 5.18 lack: fq, on this same device,
+        // reads the field before anything else can clear it.
         if (skb->tstamp < at)
-            bpf_skb_set_tstamp(skb, at, BPF_SKB_TSTAMP_DELIVERY_MONO);
+            skb->tstamp = at;
         add(3, segs);
     }
     return TC_ACT_OK;
