@@ -289,3 +289,39 @@ fn rtt_probe_moves_a_queue_pair_off_a_link_that_fails_mid_run() {
     );
     assert!(client["probes_sent"].as_u64().unwrap() > 0, "{client}");
 }
+
+#[test]
+fn the_setup_script_refuses_bad_arguments_naming_them() {
+    // No root needed: each is refused before anything is made.
+    let run = |args: &[&str]| {
+        let o = Command::new("bash")
+            .arg(script())
+            .args(args)
+            .env("MP_NS", "slmtbad")
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = run(&["set", "c", "1"]);
+    assert!(err.contains("side must be a or b, not 'c'"), "{err}");
+    let err = run(&["set", "a", "3"]);
+    assert!(err.contains("link must be 1 or 2, not '3'"), "{err}");
+    let err = run(&["up", "--delay-us", "ten"]);
+    assert!(
+        err.contains("--delay-us must be a whole number, not 'ten'"),
+        "{err}"
+    );
+    let err = run(&["set", "a", "1", "--drop", "maybe"]);
+    assert!(err.contains("--drop takes on or off, not 'maybe'"), "{err}");
+    let err = run(&["route", "http"]);
+    assert!(
+        err.contains("SPORT must be a whole number, not 'http'"),
+        "{err}"
+    );
+    let err = run(&["frobnicate"]);
+    assert!(
+        err.contains("Usage: scripts/netns-multipath COMMAND"),
+        "{err}"
+    );
+}
