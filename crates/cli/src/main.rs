@@ -165,7 +165,8 @@ struct PerfArgs {
     roce_port: u16,
     /// Send each QP's packets from one of N extra sockets (source port mod N: ECMP entropy
     /// per QP, and paths a control law can choose), 0..=255. 0: from the RoCE port only,
-    /// which lets packets of many QPs share system calls and GSO batches.
+    /// which lets packets of many QPs share system calls and GSO batches. With N > 0 the
+    /// table and --json give the packets each source port sent (`packets_by_port`).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8))]
     source_sockets: u8,
     /// Send and receive RoCE through an AF_XDP socket on this interface (queue 0), past the

@@ -118,6 +118,9 @@ pub struct Device {
     tx_stamps: bool,
     solver: Ipv4IdSolver,
     counters: NetCounters,
+    /// Packets sent from each socket (0: the device's own, k: source socket k): which
+    /// UDP source port, so which path of a multipath route, the packets took.
+    tx_by_source: Vec<u64>,
     #[cfg(feature = "turn-timing")]
     turn: crate::turn_timing::TurnTiming,
     capture: Option<Capture>,
@@ -155,6 +158,7 @@ impl Device {
             return Err(NetError::UnspecifiedAddress);
         }
         let (link, local) = Link::open(&config)?;
+        let sockets = 1 + link.sources().addrs().count();
         Ok(Device {
             engine: Engine::with_policies(config.engine, policies),
             link,
@@ -172,6 +176,7 @@ impl Device {
             tx_stamps: false,
             solver: Ipv4IdSolver::new(),
             counters: NetCounters::default(),
+            tx_by_source: vec![0; sockets],
             #[cfg(feature = "turn-timing")]
             turn: Default::default(),
             capture: None,
@@ -230,6 +235,14 @@ impl Device {
     /// The addresses packets leave from: the device's own, then its source sockets'.
     pub fn source_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         std::iter::once(self.local).chain(self.link.sources().addrs())
+    }
+
+    /// Each address packets leave from ([`Device::source_addrs`]' order) with the packets
+    /// sent from it so far (each segment of a GSO batch counted): with source sockets, how
+    /// the path selector spread the packets over UDP source ports, so over the paths of a
+    /// network that hashes them.
+    pub fn packets_by_source(&self) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
+        self.source_addrs().zip(self.tx_by_source.iter().copied())
     }
 
     /// The engine's clock: nanoseconds since the device opened.
@@ -464,6 +477,7 @@ impl Device {
             Ok(n) => {
                 for m in &msgs[..n] {
                     self.counters.tx_datagrams += m.count as u64;
+                    self.tx_by_source[usize::from(m.source)] += m.count as u64;
                     if m.count > 1 {
                         self.counters.tx_gso_batches += 1;
                     }

@@ -697,6 +697,14 @@ fn a_queue_pair_leaves_from_the_source_socket_of_its_path() {
     assert_eq!(ports.len(), 64);
     assert!(ports.iter().all(|&p| p == ports[0]), "{ports:?}");
     assert!(own[1..].contains(&ports[0]), "{} not in {own:?}", ports[0]);
+    // The per-source count says the same: every packet A sent left from that one socket.
+    let counted: Vec<(u16, u64)> = a
+        .dev
+        .packets_by_source()
+        .filter(|&(_, n)| n > 0)
+        .map(|(addr, n)| (addr.port(), n))
+        .collect();
+    assert_eq!(counted, [(ports[0], 64)]);
 
     // A law's path p is source socket p mod 16: the peer checks the ICRC over that port.
     for (path, socket) in [(16 * 3 + 5, 5usize), (2, 2)] {
@@ -705,6 +713,13 @@ fn a_queue_pair_leaves_from_the_source_socket_of_its_path() {
         let ports = source_ports_of_a_write(&mut a, &mut b, "device-source-ports-law.pcap");
         let want = sources(&a)[1 + socket];
         assert!(ports.iter().all(|&p| p == want), "path {path}: {ports:?}");
+        let by_source: Vec<u64> = a.dev.packets_by_source().map(|(_, n)| n).collect();
+        assert_eq!(by_source[1 + socket], 64, "path {path}: {by_source:?}");
+        assert_eq!(
+            by_source.iter().sum::<u64>(),
+            64,
+            "path {path}: {by_source:?}"
+        );
         assert_eq!(b.dev.counters().rx_icrc_errors, 0);
     }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 pub use cost::{CostSummary, PacerCost};
 pub use decoupled::{DecoupledReport, ProcessorReport};
 pub use pacer::{LISTING as PACER_LISTING, PacerReport, parse as parse_pacer};
-pub use report::Report;
+pub use report::{PortPackets, Report};
 
 pub use sluice_perftest::{Role, Test, Verb};
 

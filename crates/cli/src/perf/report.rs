@@ -55,6 +55,10 @@ pub struct Report {
     /// Out-of-order arrivals, held packets, the receive trackers' memory and path probes.
     #[serde(flatten)]
     pub reorder: Reordering,
+    /// `--source-sockets`: the packets this side sent from each UDP source port over the
+    /// run, its own port first (left out of the JSON without source sockets).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub packets_by_port: Vec<PortPackets>,
     /// `--verify`: messages checked on this side since the run began (`None` without
     /// `--verify`, and left out of the JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +131,44 @@ impl Reordering {
             self.tracker_bytes_shared,
             self.probes_sent,
             self.probe_replies_received
+        )
+    }
+}
+
+/// The packets sent from one UDP source port (on a network that hashes ports onto paths,
+/// the packets one path carried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PortPackets {
+    /// The UDP source port.
+    pub port: u16,
+    /// Packets sent from it (each segment of a GSO batch counted).
+    pub packets: u64,
+}
+
+impl PortPackets {
+    /// Each port's packets between `before` and `after` (a device's
+    /// `packets_by_source`, taken at the start and end of a run; same ports, same order).
+    pub fn between(before: &[PortPackets], after: &[PortPackets]) -> Vec<PortPackets> {
+        after
+            .iter()
+            .zip(before)
+            .map(|(a, b)| PortPackets {
+                port: a.port,
+                packets: a.packets - b.packets,
+            })
+            .collect()
+    }
+
+    /// The line under a result row: the total, and `port:packets` for each port.
+    pub fn row(ports: &[PortPackets]) -> String {
+        let total: u64 = ports.iter().map(|p| p.packets).sum();
+        let each: Vec<String> = ports
+            .iter()
+            .map(|p| format!("{}:{}", p.port, p.packets))
+            .collect();
+        format!(
+            " packets by UDP source port ({total} in all): {}",
+            each.join(" ")
         )
     }
 }
@@ -248,6 +290,7 @@ impl Report {
             retransmitted_packets,
             retransmit_timeouts,
             reorder: Reordering::default(),
+            packets_by_port: Vec::new(),
             verified_messages: None,
             verify_errors: None,
             services: Default::default(),
@@ -524,6 +567,21 @@ mod tests {
     fn report() -> Report {
         let o = Options::new(Test::WriteBw);
         Report::new(&o, "server", 65536, 4096, &mut Measured::default(), 0, 0)
+    }
+
+    #[test]
+    fn packets_by_port_are_the_run_s_differences_in_order() {
+        let at = |v: [(u16, u64); 3]| v.map(|(port, packets)| PortPackets { port, packets });
+        let before = at([(4791, 10), (40001, 0), (40002, 5)]);
+        let after = at([(4791, 10), (40001, 7), (40002, 9)]);
+        let run = PortPackets::between(&before, &after);
+        assert_eq!(run, at([(4791, 0), (40001, 7), (40002, 4)]));
+        assert_eq!(
+            PortPackets::row(&run),
+            " packets by UDP source port (11 in all): 4791:0 40001:7 40002:4"
+        );
+        let json = serde_json::to_string(&run[1]).unwrap();
+        assert_eq!(json, r#"{"port":40001,"packets":7}"#);
     }
 
     #[test]

@@ -456,6 +456,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
     for (i, &size) in sizes.iter().enumerate() {
         let last = i + 1 == sizes.len() || passive_server;
         let before = *s.dev.engine().counters();
+        let ports_before = packets_by_port(s, o);
         let loop_before = s.dev.engine_ref().decoupled_stats();
         let mut m: Measured = if passive_server {
             traffic::bw_responder(s)?
@@ -489,6 +490,8 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             ));
         }
         report.reorder = super::report::Reordering::of(&before, &after, s.dev.engine_ref());
+        report.packets_by_port =
+            super::report::PortPackets::between(&ports_before, &packets_by_port(s, o));
         if !m.per_qp.is_empty() && !o.tenants.is_empty() {
             report.add_tenants(o, &m);
         }
@@ -522,6 +525,12 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 println!("{}", report.row(o.report_gbits));
                 if o.policies.reorders() {
                     println!("{}", report.reorder.row());
+                }
+                if !report.packets_by_port.is_empty() {
+                    println!(
+                        "{}",
+                        super::report::PortPackets::row(&report.packets_by_port)
+                    );
                 }
                 if !report.tenants.is_empty() {
                     println!("{}", report.tenant_rows(o.report_gbits));
@@ -952,4 +961,19 @@ fn service_counters(
         }
     }
     out
+}
+
+/// The packets sent so far from each UDP source port, with `--source-sockets` (empty
+/// without: everything leaves from the RoCE port, and the table has no line for it).
+fn packets_by_port(s: &Session, o: &Options) -> Vec<super::report::PortPackets> {
+    if o.source_sockets == 0 {
+        return Vec::new();
+    }
+    s.dev
+        .packets_by_source()
+        .map(|(addr, packets)| super::report::PortPackets {
+            port: addr.port(),
+            packets,
+        })
+        .collect()
 }
