@@ -6,6 +6,7 @@
 mod common;
 
 use common::{run, scenario};
+use proptest::prelude::*;
 use sluice_sim::RunResult;
 use sluice_sim::app::tenant_stats;
 
@@ -222,4 +223,36 @@ fn bad_services_are_refused_by_field() {
     assert!(e.contains("services.inspect.ns_per_packet"), "{e}");
     let e = bad("[services]\nspeed = 3\n", "size = 1\n");
     assert!(e.contains("speed"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// For any one-packet size and any costs, encryption adds exactly its two stages and
+    /// its overhead's serialisation on the two hops; inspection beside the path adds
+    /// nothing whatever its cost.
+    #[test]
+    fn stage_costs_add_exactly(
+        size in 1u32..=4072,
+        packet_ns in 0u32..2000,
+        byte_milli_ns in 0u32..3000,
+    ) {
+        let byte_ns = f64::from(byte_milli_ns) / 1000.0;
+        let app = format!("size = {size}\n");
+        let plain = one(&two_hosts(&app, ""));
+        let costs = format!("ns_per_packet = {packet_ns}\nns_per_byte = {byte_ns}\n");
+        let enc = one(&two_hosts(
+            &app,
+            &format!("[services]\nall = [\"encrypt\"]\n[services.encrypt]\n{costs}"),
+        ));
+        let stage = f64::from(packet_ns) + byte_ns * f64::from(size);
+        let expected = 2.0 * stage + 2.0 * 24.0 * 0.08;
+        let diff = mean_latency_ns(&enc) - mean_latency_ns(&plain);
+        prop_assert!((diff - expected).abs() < 1.5, "{} against {}", diff, expected);
+        let beside = one(&two_hosts(
+            &app,
+            &format!("[services]\nall = [\"inspect\"]\n[services.inspect]\n{costs}"),
+        ));
+        prop_assert_eq!(&beside.apps, &plain.apps);
+    }
 }
