@@ -297,9 +297,11 @@ impl MrTable {
         let mut at = 0usize;
         for (lkey, addr, n) in sgl.pieces(offset, len) {
             self.check(lkey, pd, addr, u64::from(n), Access::NONE)?;
-            // Length-only memory has no bytes to copy: its payload stays a length.
-            let in_place = in_place || !self.has_bytes(lkey);
-            if in_place && n == len && len > COPY_AT_MOST {
+            // Length-only memory has no bytes to copy: its payload stays a length, however
+            // short (copied, it would become zeros in the buffer that in-line services
+            // then grow, where a length is passed over: `policy::service`).
+            let length_only = !self.has_bytes(lkey);
+            if (in_place || length_only) && n == len && (len > COPY_AT_MOST || length_only) {
                 return Ok(PayloadAt::Region { key: lkey, addr });
             }
             self.read(lkey, addr, &mut dst[at..at + n as usize]);

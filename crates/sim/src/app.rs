@@ -100,6 +100,9 @@ pub struct AppSpec {
     /// With `batch`: the CPU's time per post, ns (default 0: a batch is posted at once).
     #[serde(default)]
     pub post_ns: f64,
+    /// Its queue pairs' modelled services, by name (`encrypt`, `inspect`), at the costs of
+    /// `[services]` (default: `[services] all`).
+    pub services: Option<Vec<String>>,
 }
 
 fn one() -> u32 {

@@ -57,6 +57,7 @@ pub mod result;
 pub mod rnic;
 pub mod run;
 pub mod scenario;
+pub mod services;
 mod tenant_laws;
 
 pub use result::{FlowRecord, ProbeRtt, RunResult};

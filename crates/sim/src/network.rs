@@ -35,6 +35,10 @@ use crate::{Flow, NodeId};
 /// Issue 34: the RNIC model and Weir in front of a host's apps.
 mod paced;
 use paced::{add_paced_counters, build_paced};
+/// Issue 35: modelled payload services (`[services]`).
+mod served;
+use crate::services::ServiceSet;
+use served::Served;
 
 /// A PFC frame: 64 bytes plus preamble and gap.
 const PFC_FRAME: u64 = 84;
@@ -123,6 +127,14 @@ enum Ev {
     },
     /// The first app of `host` stops posting: Weir's rate and delay are noted.
     WeirProbe {
+        host: NodeId,
+    },
+    /// The sealing stage of `host` (`[services]`) has finished its packet.
+    SealDone {
+        host: NodeId,
+    },
+    /// The receiving stage of `host` (`[services]`) has finished its packet.
+    OpenDone {
         host: NodeId,
     },
 }
@@ -352,6 +364,8 @@ pub struct Network<'a> {
     rerouted: Option<Rerouted>,
     /// The receive pipelines (`[reorder_cost]`), if modelled.
     rx: Option<RxPipelines>,
+    /// The modelled payload services (`[services]`), if any queue pair has one.
+    svc: Option<Box<Served>>,
 }
 
 /// Routes computed on the fabric without its failed links, and for each node the port of
@@ -744,6 +758,7 @@ impl<'a> Network<'a> {
                 busy: vec![false; topo.hosts as usize],
                 counters: Default::default(),
             }),
+            svc: Served::build(scenario, topo.hosts),
         })
     }
 
@@ -779,6 +794,8 @@ impl<'a> Network<'a> {
                 Ev::WeirTimer { host } => self.weir_timer(host),
                 Ev::RnicSnapshot { host } => self.rnic_snapshot(host),
                 Ev::WeirProbe { host } => self.weir_probe(host),
+                Ev::SealDone { host } => self.seal_done(host),
+                Ev::OpenDone { host } => self.receive_done(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -834,6 +851,9 @@ impl<'a> Network<'a> {
                 crate::links::add_work(&mut rx.counters.work, &host.engine.tracker_work());
             }
             self.counters.receive = Some(rx.counters);
+        }
+        if let Some(svc) = &self.svc {
+            self.counters.service_model = Some(svc.counters());
         }
         let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
         let flows = self
@@ -958,7 +978,8 @@ impl<'a> Network<'a> {
             let at = self.flow_of_qp.partition_point(|(k, _)| *k < key);
             self.flow_of_qp.insert(at, (key, f.id));
         }
-        self.connect_pair(f.src, f.dst, qp, self.ccx, self.cc_control)?;
+        let set = self.svc.as_ref().map_or(0, |s| s.all);
+        self.connect_pair(f.src, f.dst, qp, self.ccx, self.cc_control, set)?;
         self.write_flow(f, qp)
     }
 
@@ -1032,7 +1053,15 @@ impl<'a> Network<'a> {
         let a = &self.apps[index as usize];
         let spec: &'a AppSpec = &self.scenario.apps[a.spec];
         let (src, dst, ccx, cc_control) = (a.rec.src, a.rec.dst, a.ccx, a.cc_control);
-        self.connect_pair(src, dst, qp, ccx, cc_control)?;
+        let set = match (&self.svc, &spec.services) {
+            (None, _) => 0,
+            (Some(_), Some(names)) => {
+                crate::services::ServicesConfig::set_of(names, "app.services")
+                    .expect("checked when the scenario was loaded")
+            }
+            (Some(s), None) => s.all,
+        };
+        self.connect_pair(src, dst, qp, ccx, cc_control, set)?;
         let tenant = sluice_core::policy::Tenant {
             id: spec.tenant,
             weight: spec.weight,
@@ -1199,6 +1228,10 @@ impl<'a> Network<'a> {
         if let Some((x, y)) = a.qps.take() {
             let _ = self.hosts[src as usize].engine.destroy_qp(x);
             let _ = self.hosts[dst as usize].engine.destroy_qp(y);
+            if let Some(svc) = self.svc.as_mut() {
+                svc.close(src, x.0);
+                svc.close(dst, y.0);
+            }
             self.app_of_qp
                 .retain(|&(k, _)| k != (src, x.0) && k != (dst, y.0));
         }
@@ -1215,6 +1248,7 @@ impl<'a> Network<'a> {
         qp: [QpNum; 2],
         ccx: Option<sluice_wire::CcxLayout>,
         cc_control: bool,
+        set: ServiceSet,
     ) -> Result<(), sluice_core::Error> {
         let t = &self.scenario.transport;
         for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
@@ -1237,15 +1271,24 @@ impl<'a> Network<'a> {
                 )
             };
             self.hosts[me as usize].engine.connect(qp[i], &c)?;
-            if !self.scenario.policies.services.is_empty() {
-                let services = self
+            let encrypt = set & crate::services::ENCRYPT != 0;
+            if !self.scenario.policies.services.is_empty() || encrypt {
+                let mut services = self
                     .scenario
                     .policies
                     .build_services()
                     .expect("checked when the scenario was loaded");
+                if encrypt {
+                    // Last, as `sluice perf --encrypt` puts it: its overhead shortens the
+                    // queue pair's segments.
+                    services.push(Box::new(crate::services::EncryptOverhead));
+                }
                 self.hosts[me as usize]
                     .engine
                     .set_services(qp[i], services)?;
+            }
+            if let Some(svc) = self.svc.as_mut() {
+                svc.open(me, qp[i].0, set);
             }
         }
         Ok(())
@@ -1314,6 +1357,10 @@ impl<'a> Network<'a> {
                 .add_services(self.hosts[spec.dst as usize].engine.services(b));
             let _ = self.hosts[spec.src as usize].engine.destroy_qp(a);
             let _ = self.hosts[spec.dst as usize].engine.destroy_qp(b);
+            if let Some(svc) = self.svc.as_mut() {
+                svc.close(spec.src, a.0);
+                svc.close(spec.dst, b.0);
+            }
             self.flow_of_qp.retain(|&(k, _)| k != (spec.dst, b.0));
         }
         self.flows_open -= 1;
@@ -1408,6 +1455,9 @@ impl<'a> Network<'a> {
             next: NO_PACKET,
         };
         let pkt = self.alloc_packet(packet, &t.headers);
+        if self.seal(host, pkt) {
+            return true;
+        }
         let (class, bytes) = (usize::from(packet.class), u64::from(packet.wire_bytes));
         let i = self.port_index(host, 0);
         let port = &mut self.ports[i];
@@ -1544,6 +1594,7 @@ impl<'a> Network<'a> {
     fn kick_host(&mut self, host: NodeId) {
         let i = self.port_index(host, 0);
         if self.now < self.ports[i].busy_until {
+            self.seal_ahead(host);
             return;
         }
         let buffer = self.scenario.transport.nic_tx_buffer_bytes;
@@ -1551,7 +1602,12 @@ impl<'a> Network<'a> {
             let p = &self.ports[i];
             // A NIC with a transmit buffer takes packets from the engine ahead of the link
             // until it holds `buffer` data bytes: what it took waits there, first in first out.
-            if buffer > 0 && !p.paused && p.queued[DATA] < buffer && self.pull_from_engine(host) {
+            if buffer > 0
+                && !p.paused
+                && p.queued[DATA] < buffer
+                && self.seal_free(host)
+                && self.pull_from_engine(host)
+            {
                 continue;
             }
             let p = &self.ports[i];
@@ -1564,7 +1620,7 @@ impl<'a> Network<'a> {
                 // does (ACKs must go on), but holds at most a few data packets.
                 let room = p.queue[DATA].is_empty()
                     || (p.paused && (p.queue[DATA].len as usize) < HELD_WHILE_PAUSED);
-                if room && self.pull_from_engine(host) {
+                if room && self.seal_free(host) && self.pull_from_engine(host) {
                     continue;
                 }
                 return;
@@ -1586,6 +1642,7 @@ impl<'a> Network<'a> {
                 },
             );
             self.events.push(arrive_at, arrive);
+            self.seal_ahead(host);
             return;
         }
     }
@@ -1674,6 +1731,8 @@ impl<'a> Network<'a> {
         if self.is_host(node) {
             if self.packets[pkt as usize].dst != node {
                 self.free_packet(pkt);
+            } else if self.packets[pkt as usize].class == DATA as u8 && self.receive(node, pkt) {
+                // In the receiving stage of its services.
             } else if self.rx.is_some() && self.packets[pkt as usize].class == DATA as u8 {
                 self.rx_arrive(node, pkt);
             } else {

@@ -354,6 +354,21 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                     "exhausted": w.exhausted,
                 });
             }
+            // Only with `[services]` selected on some queue pair (issue 35).
+            if let Some(m) = &c.service_model {
+                run["service_model"] = json!({
+                    "sealed_packets": m.sealed_packets,
+                    "sealed_bytes": m.sealed_bytes,
+                    "seal_busy_ns": m.seal_busy_ns,
+                    "opened_packets": m.opened_packets,
+                    "open_busy_ns": m.open_busy_ns,
+                    "open_max_waiting": m.open_max_waiting,
+                    "inspected_packets": m.inspected_packets,
+                    "inspected_bytes": m.inspected_bytes,
+                    "inspect_busy_ns": m.inspect_busy_ns,
+                    "inspect_skipped": m.inspect_skipped,
+                });
+            }
             if let Some(d) = &c.decoupled {
                 run["decoupled"] = decoupled_json(d, r.simulated_ns);
             }

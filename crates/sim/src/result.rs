@@ -65,6 +65,8 @@ pub struct FabricCounters {
     pub link_drops: u64,
     /// The receive pipelines' figures, when modelled (`[reorder_cost]`).
     pub receive: Option<ReceiveCounters>,
+    /// The modelled payload services' figures (`[services]`), when a queue pair has one.
+    pub service_model: Option<crate::services::ServiceCounters>,
     /// What the hosts' decoupled control loops did (SCR), summed over hosts, processor
     /// `i` of every host together; `None` when the law runs inline.
     pub decoupled: Option<sluice_core::control::DecoupledStats>,

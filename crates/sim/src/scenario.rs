@@ -62,6 +62,10 @@ pub struct Scenario {
     /// the table.
     #[serde(default)]
     pub weir: Option<crate::rnic::WeirSpec>,
+    /// Modelled payload services (`[services]`, issue 35): their costs, and the services of
+    /// every queue pair (default none).
+    #[serde(default)]
+    pub services: crate::services::ServicesConfig,
     /// The directory relative paths in the scenario (CDF and flow files) start from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -677,6 +681,13 @@ impl Scenario {
             }
         }
         self.links.check()?;
+        self.services.check().map_err(ScenarioError::Invalid)?;
+        for (i, app) in self.apps.iter().enumerate() {
+            if let Some(names) = &app.services {
+                crate::services::ServicesConfig::set_of(names, &format!("app[{i}].services"))
+                    .map_err(ScenarioError::Invalid)?;
+            }
+        }
         if let Some(cost) = &self.reorder_cost {
             cost.check()?;
         }

@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod balboa;
 mod ctl;
 mod fig19;
 mod left;
@@ -235,6 +236,8 @@ pub const ENTRIES: &[Entry] = &[
     weir::FIG10,
     weir_fig11::FIG11,
     weir::SWCC_FIG11A,
+    balboa::FIG7,
+    balboa::FIG8,
 ];
 
 /// The entry called `name`.
