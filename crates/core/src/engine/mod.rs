@@ -264,6 +264,9 @@ pub(crate) struct Nic {
     trackers: Box<dyn TrackerFactory>,
     /// Each queue pair's payload services, by index (empty for most: see `Qp::services`).
     services: Vec<Vec<Box<dyn Service>>>,
+    /// Each queue pair's flags from stages beside the path on their way to a responder's
+    /// completion, by index (as long as `services`).
+    pub(crate) message_flags: Vec<crate::policy::MessageFlags>,
     /// Where a received payload is copied for in-line services to change it (reused).
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
@@ -451,6 +454,7 @@ impl Nic {
             path: EnginePathSelector::new(path),
             trackers: tracker,
             services: Vec::new(),
+            message_flags: Vec::new(),
             service_scratch: Vec::new(),
             any_services: false,
             timers: Timers::default(),
@@ -604,6 +608,24 @@ impl Nic {
     /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
     pub(crate) fn retransmit_timeout(timeout: u8) -> Option<Duration> {
         (timeout != 0).then(|| Duration::from_nanos(4096 << timeout.min(31)))
+    }
+
+    /// Hands the `len` bytes of READ data at `offset`, just placed through `sgl`, to queue
+    /// pair `qp`'s stages that act where responses land ([`Service::landed`]).
+    #[inline(never)]
+    pub(crate) fn landed(&mut self, qp: &Qp, sgl: &crate::qp::SgList, offset: u32, len: u32) {
+        let Some(services) = self.services.get_mut(qp.index() as usize) else {
+            return;
+        };
+        for service in services.iter_mut().filter(|s| s.on_landing()) {
+            let mut at = offset;
+            for (lkey, addr, n) in sgl.pieces(offset, len) {
+                if let Some(bytes) = self.mrs.slice_mut(lkey, addr, n) {
+                    service.landed(qp.num, at, bytes);
+                }
+                at += n;
+            }
+        }
     }
 
     /// Adds a completion; on a CQ overrun the queue pair goes to the error state.

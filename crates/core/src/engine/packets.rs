@@ -10,12 +10,16 @@ use sluice_wire::{OpcodeInfo, Operation, RoceHeaders};
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
 use crate::control::Event;
-use crate::policy::{Direction, Sent, ServicePacket, Verdict};
+use crate::policy::{Direction, Sent, ServiceFlags, ServicePacket, Verdict};
 use crate::qp::QpNum;
 
 /// A received payload past the services: the copy they worked on, and the range of it that
 /// goes on.
 type Served = (Vec<u8>, Range<usize>);
+
+/// Flagged request PSNs a responder keeps until it takes them: as many as the packets a
+/// selective-repeat responder holds past a gap, and more than a window of a go-back-N one.
+const MAX_FLAGGED: usize = 256;
 
 impl Engine {
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
@@ -61,7 +65,12 @@ impl Engine {
         let Some(index) = index else {
             return self.take_packet(now, from, ce, headers, payload);
         };
-        match self.serve_incoming(index, headers, payload) {
+        let mut flags = ServiceFlags::NONE;
+        let served = self.serve_incoming(index, headers, payload, &mut flags);
+        if !flags.is_empty() && served.is_ok() {
+            self.raise_flags(index, headers, Direction::Receive, flags);
+        }
+        match served {
             Ok(Some((copy, kept))) => {
                 self.take_packet(now, from, ce, headers, Payload::Bytes(&copy[kept.clone()]));
                 // Bytes received are counted as they came, in-line services' overhead too.
@@ -230,6 +239,7 @@ impl Engine {
         index: u32,
         headers: &RoceHeaders,
         payload: Payload<'_>,
+        flags: &mut ServiceFlags,
     ) -> Result<Option<Served>, ()> {
         if !headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
             return Ok(None);
@@ -247,7 +257,7 @@ impl Engine {
             Payload::Len(_) => {
                 for service in self.nic.services[index as usize].iter_mut().rev() {
                     if !service.in_line() {
-                        service.observe(&packet, &[]);
+                        *flags |= service.observe(&packet, &[]);
                     }
                 }
                 return Ok(None);
@@ -263,7 +273,8 @@ impl Engine {
         for service in nic.services[index as usize].iter_mut().rev() {
             packet.len = kept.len() as u32;
             if !service.in_line() {
-                service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                *flags |=
+                    service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
                 continue;
             }
             let verdict = match &mut copy {
@@ -579,13 +590,14 @@ impl Engine {
             },
         };
         let mut at = head..head + t.payload_len as usize;
+        let mut flags = ServiceFlags::NONE;
         for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
             if !service.in_line() {
-                match region {
+                flags |= match region {
                     None => service.observe(&packet, &buffer[at.clone()]),
                     Some(bytes) => service.observe(&packet, bytes.unwrap_or(&[])),
-                }
+                };
                 continue;
             }
             let o = service.overhead();
@@ -618,7 +630,65 @@ impl Engine {
             t.payload_at = PayloadAt::Buffer;
             t.payload_len = at.len() as u32;
         }
+        if !flags.is_empty() {
+            let headers = t.headers;
+            self.raise_flags(index, &headers, Direction::Send, flags);
+        }
         Ok(())
+    }
+
+    /// Carries `flags`, raised by stages beside the path on a packet of queue pair `index`,
+    /// towards the completion of the message it belongs to: a request sent, or READ
+    /// response received, to the send request that holds its PSN; a request received to the
+    /// responder, which joins them to its message when it takes that PSN in order. Rare
+    /// (only flagged packets come here), so the send queue is searched.
+    #[cold]
+    #[inline(never)]
+    fn raise_flags(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        direction: Direction,
+        flags: ServiceFlags,
+    ) {
+        self.nic.counters.service_flagged_packets += 1;
+        let Some(info) = headers.bth.opcode.info() else {
+            return;
+        };
+        let psn = headers.bth.psn;
+        let is_response = info.operation == Operation::RdmaReadResponse;
+        let qp = &mut self.qps[index as usize];
+        match (direction, is_response) {
+            (Direction::Send, false) | (Direction::Receive, true) => {
+                if let Some(w) = qp.req.sq.iter_mut().find(|w| {
+                    w.started
+                        && w.span > 0
+                        && !psn.precedes(w.first_psn)
+                        && !w.last_psn().precedes(psn)
+                }) {
+                    w.flags |= flags;
+                }
+            }
+            (Direction::Receive, false) => {
+                if psn.precedes(qp.resp.epsn) {
+                    return; // a duplicate: its message was taken (and flagged) before
+                }
+                let Some(f) = self.nic.message_flags.get_mut(index as usize) else {
+                    return;
+                };
+                // Bounded: past the bound, the oldest (furthest from being taken) goes.
+                if f.pending.len() >= MAX_FLAGGED {
+                    self.nic.counters.service_flags_uncompleted += 1;
+                    f.pending.remove(0);
+                }
+                match f.pending.iter_mut().find(|(p, _)| *p == psn) {
+                    Some((_, old)) => *old |= flags,
+                    None => f.pending.push((psn, flags)),
+                }
+            }
+            // A READ response sent: the incoming READ has no completion here.
+            (Direction::Send, true) => self.nic.counters.service_flags_uncompleted += 1,
+        }
     }
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with

@@ -35,7 +35,10 @@ pub use scheduler::{
     Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};
-pub use service::{ByteCount, Direction, Overhead, Service, ServicePacket, Verdict, XorPayload};
+pub(crate) use service::MessageFlags;
+pub use service::{
+    ByteCount, Direction, Overhead, Service, ServiceFlags, ServicePacket, Verdict, XorPayload,
+};
 pub use tracker::{
     Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
     ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,
