@@ -95,6 +95,12 @@ pub struct Counters {
     /// Flagged messages taken that have no completion to carry the flag (a plain RDMA
     /// WRITE at its responder; an incoming READ's responses): counted here only.
     pub service_flags_uncompleted: u64,
+    /// Received packets dropped before they were taken because the receive credit of the
+    /// deferred stages was used up ([`crate::EngineConfig::service_credit`]); the transport
+    /// recovers them.
+    pub drops_service_credit: u64,
+    /// The most payload bytes that ever waited for deferred stages at once.
+    pub service_queue_peak_bytes: u64,
     /// Completions lost because their completion queue was full (the queue pair then goes
     /// to the error state).
     pub cq_overruns: u64,

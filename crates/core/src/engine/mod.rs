@@ -68,6 +68,32 @@ pub struct EngineConfig {
     /// the scheduler shares unless it was given one ([`crate::policy::Scheduler::set_link`]),
     /// in bits per second.
     pub line_rate_bps: u64,
+    /// Receive crediting (RoCE BALBOA's): how much work may wait for the deferred stages
+    /// ([`crate::policy::Service::deferred`]): received payloads queued for them, in
+    /// packets and bytes. A packet that would pass either is dropped before it is taken
+    /// (counted in [`crate::Counters::drops_service_credit`]) and the transport recovers
+    /// it, so a slow stage slows the sender instead of growing memory. Default 1,024
+    /// packets and 4 MiB.
+    pub service_credit: ServiceCredit,
+}
+
+/// The bound on received work waiting for deferred stages (see
+/// [`EngineConfig::service_credit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceCredit {
+    /// Packets queued at most.
+    pub packets: u32,
+    /// Payload bytes queued at most.
+    pub bytes: u64,
+}
+
+impl Default for ServiceCredit {
+    fn default() -> Self {
+        ServiceCredit {
+            packets: 1024,
+            bytes: 4 << 20,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -82,6 +108,7 @@ impl Default for EngineConfig {
             ack_request_every: 64,
             ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
+            service_credit: ServiceCredit::default(),
         }
     }
 }
@@ -267,6 +294,8 @@ pub(crate) struct Nic {
     /// Each queue pair's flags from stages beside the path on their way to a responder's
     /// completion, by index (as long as `services`).
     pub(crate) message_flags: Vec<crate::policy::MessageFlags>,
+    /// Received payloads waiting for deferred stages, within the receive credit.
+    pub(crate) service_queue: crate::policy::DeferredQueue,
     /// Where a received payload is copied for in-line services to change it (reused).
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
@@ -455,6 +484,7 @@ impl Nic {
             trackers: tracker,
             services: Vec::new(),
             message_flags: Vec::new(),
+            service_queue: Default::default(),
             service_scratch: Vec::new(),
             any_services: false,
             timers: Timers::default(),

@@ -65,10 +65,35 @@ impl Engine {
         let Some(index) = index else {
             return self.take_packet(now, from, ce, headers, payload);
         };
+        // Receive crediting: a payload its deferred stages have no room for is not taken.
+        let deferred = self.defers(index, headers, payload);
+        if deferred
+            && !self
+                .nic
+                .service_queue
+                .admits(self.nic.config.service_credit, payload.len() as usize)
+        {
+            self.nic.counters.rx_packets += 1;
+            self.nic.counters.rx_bytes += u64::from(payload.len());
+            self.nic.counters.drops_service_credit += 1;
+            return;
+        }
         let mut flags = ServiceFlags::NONE;
         let served = self.serve_incoming(index, headers, payload, &mut flags);
         if !flags.is_empty() && served.is_ok() {
             self.raise_flags(index, headers, Direction::Receive, flags);
+        }
+        if deferred {
+            let queued = match (&served, payload) {
+                (Ok(Some((copy, kept))), _) => Some(&copy[kept.clone()]),
+                (Ok(None), Payload::Bytes(bytes)) => Some(bytes),
+                _ => None,
+            };
+            if let Some(bytes) = queued {
+                self.nic.service_queue.push(index, headers, bytes);
+                let peak = self.nic.service_queue.peak_bytes;
+                self.nic.counters.service_queue_peak_bytes = peak;
+            }
         }
         match served {
             Ok(Some((copy, kept))) => {
@@ -225,6 +250,78 @@ impl Engine {
         Some((index, info))
     }
 
+    /// Whether queue pair `index` has a deferred stage for this received packet's payload:
+    /// one with bytes (a length-only payload is seen at once, taking no memory).
+    ///
+    /// Only a packet the transport may take counts against the credit: a request at the
+    /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response.
+    /// A duplicate was seen already, and a go-back-N request past a gap is dropped anyway:
+    /// letting those take credit would crowd out the packet the responder waits for.
+    fn defers(&self, index: u32, headers: &RoceHeaders, payload: Payload<'_>) -> bool {
+        let Some(info) = headers.bth.opcode.info() else {
+            return false;
+        };
+        if !matches!(payload, Payload::Bytes(_))
+            || !info.has_payload
+            || !self.nic.services[index as usize]
+                .iter()
+                .any(|s| s.deferred())
+        {
+            return false;
+        }
+        if info.operation == Operation::RdmaReadResponse {
+            return true;
+        }
+        let qp = &self.qps[index as usize];
+        let (psn, epsn) = (headers.bth.psn, qp.resp.epsn);
+        match qp.attrs.recovery {
+            crate::Recovery::GoBackN => psn == epsn,
+            crate::Recovery::SelectiveRepeat => !psn.precedes(epsn),
+        }
+    }
+
+    /// Gives the deferred stages ([`crate::policy::Service::deferred`]) up to `max` of the
+    /// received payloads waiting for them, oldest first, and returns how many it gave. A
+    /// driver calls it when it has time for them (`sluice-net`'s device after each batch
+    /// it receives); what it leaves waits, within the receive credit. Flags they raise go
+    /// where a stage's beside the path go, if the message is still open.
+    pub fn run_deferred(&mut self, max: usize) -> usize {
+        let mut done = 0;
+        while done < max {
+            let Some(w) = self.nic.service_queue.pop() else {
+                break;
+            };
+            let index = w.index;
+            let mut flags = ServiceFlags::NONE;
+            if self.is_live(index) {
+                let packet = ServicePacket {
+                    qpn: self.qps[index as usize].num,
+                    psn: w.headers.bth.psn,
+                    opcode: w.headers.bth.opcode,
+                    direction: Direction::Receive,
+                    len: w.bytes.len() as u32,
+                    headers: &w.headers,
+                };
+                for service in self.nic.services[index as usize].iter_mut().rev() {
+                    if service.deferred() {
+                        flags |= service.observe(&packet, &w.bytes);
+                    }
+                }
+            }
+            if !flags.is_empty() {
+                self.raise_flags(index, &w.headers, Direction::Receive, flags);
+            }
+            self.nic.service_queue.recycle(w.bytes);
+            done += 1;
+        }
+        done
+    }
+
+    /// Received payloads, and their bytes, waiting for deferred stages.
+    pub fn deferred_waiting(&self) -> (usize, u64) {
+        self.nic.service_queue.depth()
+    }
+
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
     /// so that stages that undo each other nest), on a received payload, for every opcode
     /// that carries one (zero-length included: a stage that authenticates
@@ -273,8 +370,11 @@ impl Engine {
         for service in nic.services[index as usize].iter_mut().rev() {
             packet.len = kept.len() as u32;
             if !service.in_line() {
-                *flags |=
-                    service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                // A deferred stage sees its copy later (`run_deferred`).
+                if !service.deferred() {
+                    *flags |=
+                        service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                }
                 continue;
             }
             let verdict = match &mut copy {

@@ -132,6 +132,7 @@ impl Engine {
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
             self.nic.message_flags[index as usize] = Default::default();
+            self.nic.service_queue.forget(index);
         }
         Ok(num)
     }
@@ -153,6 +154,7 @@ impl Engine {
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
             self.nic.message_flags[index as usize] = Default::default();
+            self.nic.service_queue.forget(index);
         }
         self.nic.timers.clear(index);
         self.nic.probes.retain(|&(i, _)| i != index);
@@ -298,6 +300,7 @@ impl Engine {
                 if let Some(services) = self.nic.services.get_mut(index as usize) {
                     services.clear();
                     self.nic.message_flags[index as usize] = Default::default();
+                    self.nic.service_queue.forget(index);
                 }
             }
         }

@@ -20,11 +20,13 @@
 //! receive tracker about packets past a gap), the control law hears of it as events, and a
 //! completion may follow.
 
+mod deferred;
 mod path;
 mod scheduler;
 mod service;
 mod tracker;
 
+pub(crate) use deferred::DeferredQueue;
 pub(crate) use path::EnginePathSelector;
 pub use path::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,

@@ -181,6 +181,20 @@ pub trait Service: std::fmt::Debug {
         ServiceFlags::NONE
     }
 
+    /// Beside the path and off it: on the receive path, [`Service::observe`] runs not on
+    /// the packet's way but when the driver gives the engine time for it
+    /// ([`crate::Engine::run_deferred`]), on a copy of the payload (after the in-line
+    /// stages) that waits in the engine's queue. The queue is bounded by the receive credit
+    /// ([`crate::EngineConfig::service_credit`]): a packet past it is dropped before it is
+    /// taken, counted, and recovered by the transport (RoCE BALBOA's crediting), so a
+    /// stage slower than the link slows the sender instead of growing memory. Sent packets
+    /// it sees on their way, as any stage beside the path. Its flags come once the packet
+    /// was taken: a READ still waiting for its responses gets them in its completion,
+    /// the rest are counted.
+    fn deferred(&self) -> bool {
+        false
+    }
+
     /// An application offload on a READ's responses where they land (BALBOA's DLRM
     /// preprocessing): whether this stage wants [`Service::landed`]. Read for every
     /// response placed, on a queue pair with services only.
