@@ -9,6 +9,7 @@
 //! figure with the paper's within a stated tolerance and is reported, not enforced, since
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
+mod balboa;
 mod ctl;
 mod fig19;
 mod left;
@@ -233,6 +234,7 @@ pub const ENTRIES: &[Entry] = &[
     weir::FIG7,
     weir::FIG10,
     weir::SWCC_FIG11A,
+    balboa::FIG10,
 ];
 
 /// The entry called `name`.
