@@ -263,6 +263,20 @@ struct PerfArgs {
     /// `--json`. Needs nothing from the peer.
     #[arg(long)]
     inspect: bool,
+    /// An application offload on read-bw's READ responses (`--offload list`): `dlrm`, BALBOA's
+    /// DLRM preprocessing, applied in line where each response lands. The server serves a
+    /// generated DLRM table (run it with --offload too); the client checks every eighth
+    /// READ's buffer against the chain applied to the table.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["verify", "tenant", "fill"])]
+    offload: Option<String>,
+    /// With --offload: the baseline instead, each READ's whole buffer processed on the
+    /// client's core once the READ completed (receive, then process).
+    #[arg(long, requires = "offload")]
+    offload_after: bool,
+    /// Fill every buffer with this file's bytes, repeated (for --inspect: a file of machine
+    /// code is flagged, text is not). Both ends fill their own.
+    #[arg(long, value_name = "FILE", conflicts_with = "verify")]
+    fill: Option<PathBuf>,
     /// How queue pairs recover lost packets: go-back-n (RoCE's) or selective-repeat
     /// (IRN-like; interoperates with a go-back-N peer).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
@@ -518,6 +532,10 @@ fn run_perf(cmd: PerfCommand) -> ExitCode {
         print!("{listing}");
         return ExitCode::SUCCESS;
     }
+    if a.offload.as_deref() == Some("list") {
+        println!("{}", perf::offload_listing());
+        return ExitCode::SUCCESS;
+    }
     let options = match perf_options(test, &a) {
         Ok(o) => o,
         Err(e) => {
@@ -571,6 +589,36 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         }
         _ => None,
     };
+    let app_offload = match &a.offload {
+        None => None,
+        Some(name) => {
+            let o = perf::OffloadOptions::new(name, a.offload_after)?;
+            if test != Test::ReadBw {
+                return Err(format!(
+                    "--offload {name}: works on READ responses: run read-bw (not {})",
+                    test.name()
+                ));
+            }
+            if a.pacer != "none" {
+                return Err(format!(
+                    "--offload {name}: not with --pacer (a paced READ lands in pieces)"
+                ));
+            }
+            Some(o)
+        }
+    };
+    // Read now: an unreadable file is refused before anything connects.
+    let fill = match &a.fill {
+        None => None,
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| format!("--fill {}: cannot read it: {e}", path.display()))?;
+            if bytes.is_empty() {
+                return Err(format!("--fill {}: the file is empty", path.display()));
+            }
+            Some(std::sync::Arc::from(bytes))
+        }
+    };
     let capture = match &a.pcap {
         None => None,
         Some(path) => Some(perf::CaptureOptions {
@@ -622,6 +670,8 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         },
         tenants: a.tenant.clone(),
         pacer: perf::parse_pacer(&a.pacer, &name_values("--pacer-param", &a.pacer_param)?)?,
+        app_offload,
+        fill,
         ..perf::Options::new(test)
     })
 }
@@ -673,6 +723,13 @@ fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
             params: Vec::new(),
         })
         .collect();
+    // The in-line offload is a service where READ responses land; its baseline is not.
+    if a.offload.as_deref() == Some("dlrm") && !a.offload_after {
+        services.push(perf::NamedPolicy {
+            name: "dlrm".to_string(),
+            params: Vec::new(),
+        });
+    }
     if a.inspect && !services.iter().any(|s| s.name == "inspect") {
         services.push(perf::NamedPolicy {
             name: "inspect".to_string(),

@@ -558,6 +558,36 @@ impl Params for XorParams {
     }
 }
 
+/// The DLRM offload's parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct DlrmParams {
+    /// Sparse values are reduced modulo this.
+    pub modulus: u32,
+}
+
+impl Default for DlrmParams {
+    fn default() -> Self {
+        DlrmParams {
+            modulus: sluice_inspect::dlrm::Chain::default().modulus(),
+        }
+    }
+}
+
+impl Params for DlrmParams {
+    const INFO: &'static [ParamInfo] = &[ParamInfo {
+        name: "modulus",
+        help: "sparse values are reduced modulo this, 1..=4294967295 (default 1048576)",
+    }];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "modulus" => self.modulus = parse_u64_in(name, value, 1, u64::from(u32::MAX))? as u32,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
 /// [`Drr`]'s parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct DrrParams {
@@ -1073,6 +1103,19 @@ pub const SERVICES: Registry<Box<dyn Service>> = Registry {
             both_ends: false,
             build: |p| {
                 params::<NoParams>(p).map(|_| Box::new(sluice_inspect::Inspect::builtin()) as _)
+            },
+        },
+        PolicyInfo {
+            name: "dlrm",
+            summary: "offload where READ responses land: DLRM preprocessing (Neg2Zero and log on dense columns, modulus on sparse ones; BALBOA's, sluice-inspect's dlrm) on each response at its place in the buffer",
+            params: DlrmParams::INFO,
+            both_ends: false,
+            build: |p| {
+                params::<DlrmParams>(p).map(|d| {
+                    // `set` keeps the modulus at 1 or more, the chain's one condition.
+                    let chain = sluice_inspect::dlrm::Chain::new(d.modulus).unwrap_or_default();
+                    Box::new(sluice_inspect::dlrm::Offload::new(chain)) as _
+                })
             },
         },
     ],

@@ -89,6 +89,18 @@ pub struct Counters {
     /// Packets not sent because an in-line payload service failed on them (a used-up key,
     /// say); each moved its queue pair to the error state.
     pub service_send_failures: u64,
+    /// Packets a stage beside the path raised a flag on (inspection's executable content),
+    /// either way, each time it was seen.
+    pub service_flagged_packets: u64,
+    /// Flagged messages taken that have no completion to carry the flag (a plain RDMA
+    /// WRITE at its responder; an incoming READ's responses): counted here only.
+    pub service_flags_uncompleted: u64,
+    /// Received packets dropped before they were taken because the receive credit of the
+    /// deferred stages was used up ([`crate::EngineConfig::service_credit`]); the transport
+    /// recovers them.
+    pub drops_service_credit: u64,
+    /// The most payload bytes that ever waited for deferred stages at once.
+    pub service_queue_peak_bytes: u64,
     /// Completions lost because their completion queue was full (the queue pair then goes
     /// to the error state).
     pub cq_overruns: u64,

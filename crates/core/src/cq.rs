@@ -70,6 +70,10 @@ pub struct Completion {
     /// completion timestamp; what a doorbell pacer (Weir) measures a work request's delay
     /// to.
     pub time: crate::Instant,
+    /// What the queue pair's stages beside the path raised on the message's packets
+    /// (inspection's executable content), ORed: on a receive, the SEND or WRITE with
+    /// immediate it took; on a READ, its responses; on a SEND or WRITE, the packets sent.
+    pub flags: crate::policy::ServiceFlags,
 }
 
 impl Completion {
@@ -89,6 +93,7 @@ impl Completion {
             byte_len: 0,
             imm: None,
             time: crate::Instant::ZERO,
+            flags: crate::policy::ServiceFlags::NONE,
         }
     }
 }

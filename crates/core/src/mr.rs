@@ -347,6 +347,17 @@ impl MrTable {
         Ok(())
     }
 
+    /// The `len` bytes at `va` of region `key`, to change in place (`None`: a length-only
+    /// region, or out of bounds).
+    pub(crate) fn slice_mut(&mut self, key: u32, va: u64, len: u32) -> Option<&mut [u8]> {
+        let region = self.get_mut(key)?;
+        let at = region.offset(va, u64::from(len))?;
+        match &mut region.memory {
+            Memory::Bytes(b) => Some(&mut b[at..at + len as usize]),
+            Memory::LengthOnly(_) => None,
+        }
+    }
+
     pub(crate) fn bytes(&self, key: u32) -> Option<&[u8]> {
         match &self.get(key)?.memory {
             Memory::Bytes(b) => Some(b),

@@ -394,6 +394,8 @@ pub(crate) struct SendWqe {
     pub(crate) started: bool,
     /// READ and atomics: every response has arrived.
     pub(crate) responded: bool,
+    /// What stages beside the path raised on its packets (sent, or READ responses).
+    pub(crate) flags: crate::policy::ServiceFlags,
     pub(crate) sgl: SgList,
     /// Inline data, in the first `len` bytes (a buffer reused from an earlier request may be
     /// longer).

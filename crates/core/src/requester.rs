@@ -708,6 +708,9 @@ impl Qp {
             self.fail_request(nic, pos, WcStatus::LocalProtectionError);
             return;
         }
+        if self.services && bytes.is_some() {
+            nic.landed(self, &sgl, read_done, len);
+        }
         self.take_read_data(pos, len);
         self.confirm(nic, now, request_end);
         self.retire(nic);
@@ -810,6 +813,9 @@ impl Qp {
         if nic.mrs.scatter(pd, &sgl, offset, len, bytes).is_err() {
             self.fail_request(nic, pos, WcStatus::LocalProtectionError);
             return;
+        }
+        if self.services && bytes.is_some() {
+            nic.landed(self, &sgl, offset, len);
         }
         self.ask_for_read_gap(pos);
         self.confirm(nic, now, request_end);
@@ -952,6 +958,7 @@ impl Qp {
                     byte_len,
                     imm: None,
                     time: Instant::ZERO,
+                    flags: w.flags,
                 };
                 nic.complete(self, cq, c);
             }

@@ -178,6 +178,9 @@ impl Qp {
         payload: Payload<'_>,
     ) {
         let before = self.resp.epsn;
+        if self.services {
+            self.take_flags(nic, headers.bth.psn, info.position.starts_message());
+        }
         if let Err(refusal) = self.execute(nic, headers, info, payload) {
             self.refuse(nic, headers.bth.psn, refusal);
         }
@@ -302,7 +305,7 @@ impl Qp {
         if ends {
             self.resp.in_progress = None;
             self.finish_recv(nic, wqe, received, imm, WcStatus::Success);
-            self.message_done();
+            self.message_done(nic);
         }
         let ack_every = nic.config.ack_every_packets;
         self.resp.took_request(headers.bth.ack_req, ack_every);
@@ -375,7 +378,7 @@ impl Qp {
                     WcOpcode::RecvRdmaWithImm,
                 );
             }
-            self.message_done();
+            self.message_done(nic);
         }
         let ack_every = nic.config.ack_every_packets;
         self.resp.took_request(headers.bth.ack_req, ack_every);
@@ -581,6 +584,7 @@ impl Qp {
         } else {
             0
         };
+        let flags = self.take_message_flags(nic);
         nic.complete(
             self,
             cq,
@@ -592,12 +596,51 @@ impl Qp {
                 byte_len,
                 imm,
                 time: crate::Instant::ZERO,
+                flags,
             },
         );
     }
 
-    fn message_done(&mut self) {
+    fn message_done(&mut self, nic: &mut Nic) {
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        // A completion took the flags already; one without (a plain WRITE) leaves them.
+        if self.services && !self.take_message_flags(nic).is_empty() {
+            nic.counters.service_flags_uncompleted += 1;
+        }
+    }
+
+    /// The flags of the message being completed (none without services), cleared.
+    fn take_message_flags(&self, nic: &mut Nic) -> crate::policy::ServiceFlags {
+        if !self.services {
+            return crate::policy::ServiceFlags::NONE;
+        }
+        nic.message_flags
+            .get_mut(self.index() as usize)
+            .map(|f| std::mem::take(&mut f.message))
+            .unwrap_or_default()
+    }
+
+    /// The flags stages beside the path raised on the packet at `psn`, which is being
+    /// taken in order: joined to the message's (whose first packet forgets any left by a
+    /// message abandoned half-way). Earlier PSNs still listed were never taken as flagged
+    /// (a flagged copy replaced by a clean one): forgotten.
+    fn take_flags(&self, nic: &mut Nic, psn: Psn, starts: bool) {
+        let Some(f) = nic.message_flags.get_mut(self.index() as usize) else {
+            return;
+        };
+        if starts {
+            f.message = crate::policy::ServiceFlags::NONE;
+        }
+        if f.pending.is_empty() {
+            return;
+        }
+        let message = &mut f.message;
+        f.pending.retain(|&(p, flags)| {
+            if p == psn {
+                *message |= flags;
+            }
+            psn.precedes(p)
+        });
     }
 
     /// Keeps a READ or atomic to answer its duplicates, forgetting the oldest beyond the bound.

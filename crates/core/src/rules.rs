@@ -368,6 +368,7 @@ mod tests {
             solicited: false,
             started: true,
             responded: false,
+            flags: crate::policy::ServiceFlags::NONE,
             sgl: SgList::new(&[]).unwrap(),
             inline: None,
         }

@@ -111,6 +111,68 @@ impl InLine {
     }
 }
 
+/// The chain as an application offload on the [`Service`](sluice_core::policy::Service)
+/// seam: applied to each READ response where it lands in the requester's memory, at its
+/// place in the READ's data ([`Service::landed`](sluice_core::policy::Service::landed)),
+/// so the application finds the READ's buffer processed when it completes. Responses
+/// carry whole words at word-aligned offsets (every path MTU, less any in-line stage's
+/// overhead, is a multiple of 4), so packet by packet equals the whole-buffer pass; a
+/// response at an odd offset would split words across packets, and is counted
+/// ([`Offload::unaligned`]) and left as it came.
+#[derive(Debug, Clone, Default)]
+pub struct Offload {
+    chain: Chain,
+    /// Responses processed.
+    pub packets: u64,
+    /// Bytes processed.
+    pub bytes: u64,
+    /// Responses at an offset that is not a multiple of 4, left alone.
+    pub unaligned: u64,
+}
+
+impl Offload {
+    /// Running `chain`.
+    pub fn new(chain: Chain) -> Self {
+        Offload {
+            chain,
+            ..Offload::default()
+        }
+    }
+}
+
+impl sluice_core::policy::Service for Offload {
+    fn name(&self) -> &str {
+        "dlrm"
+    }
+
+    fn in_line(&self) -> bool {
+        // It changes nothing on the wire: it works where the data lands.
+        false
+    }
+
+    fn on_landing(&self) -> bool {
+        true
+    }
+
+    fn landed(&mut self, _qpn: sluice_core::QpNum, offset: u32, bytes: &mut [u8]) {
+        if offset % 4 != 0 {
+            self.unaligned += 1;
+            return;
+        }
+        self.chain.apply(bytes, offset as usize / 4);
+        self.packets += 1;
+        self.bytes += bytes.len() as u64;
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("landed_packets", self.packets),
+            ("landed_bytes", self.bytes),
+            ("unaligned", self.unaligned),
+        ]
+    }
+}
+
 /// A generated table of `rows` rows: labels 0/1, dense values with some negatives and a long
 /// tail, sparse values as wide hashes. Deterministic in `seed`.
 pub fn generate(rows: usize, seed: u64) -> Vec<u8> {
@@ -147,6 +209,30 @@ mod tests {
         assert!((f32::from_bits(c.word(13, 99)) - 100f32.ln()).abs() < 1e-6);
         assert_eq!(c.word(14, 123_456), 456);
         assert_eq!(c.word(39, 999), 999);
+    }
+
+    #[test]
+    fn offload_per_landing_equals_the_whole_buffer_pass() {
+        use sluice_core::policy::Service;
+        let data = generate(40, 3);
+        let mut whole = data.clone();
+        Chain::default().apply(&mut whole, 0);
+        let mut buf = data.clone();
+        let mut o = Offload::new(Chain::default());
+        // 1 KiB responses, the last short; one landed twice (a re-request's copy, as it came).
+        for (i, piece) in buf.chunks_mut(1024).enumerate() {
+            let raw = piece.to_vec();
+            o.landed(sluice_core::QpNum(1), (i * 1024) as u32, piece);
+            if i == 2 {
+                piece.copy_from_slice(&raw);
+                o.landed(sluice_core::QpNum(1), (i * 1024) as u32, piece);
+            }
+        }
+        assert_eq!(buf, whole);
+        let mut odd = [0u8; 8];
+        o.landed(sluice_core::QpNum(1), 6, &mut odd);
+        assert_eq!(o.unaligned, 1);
+        assert!(o.on_landing() && !o.in_line());
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! The classifier as a beside-the-path stage on the [`Service`] seam: it sees every payload,
 //! cut into the model's chunks, and counts the packets it would flag. It never changes or
-//! holds the payload. Carrying the flag to the application in the completion is the engine's
-//! part (issue 35), not this stage's.
+//! holds the payload. It raises [`ServiceFlags::EXECUTABLE`] on a packet it flags, which the
+//! engine carries to the application in the message's completion.
 
-use sluice_core::policy::{Direction, Service, ServicePacket};
+use sluice_core::policy::{Direction, Service, ServiceFlags, ServicePacket};
 
 use crate::model::Classifier;
 
@@ -74,10 +74,10 @@ impl Service for Inspect {
         false
     }
 
-    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) -> ServiceFlags {
         // A length-only payload (the simulator's) has no bytes to classify.
         if payload.is_empty() {
-            return;
+            return ServiceFlags::NONE;
         }
         self.packets += 1;
         self.bytes += payload.len() as u64;
@@ -86,7 +86,9 @@ impl Service for Inspect {
                 Direction::Send => self.flagged_sent += 1,
                 Direction::Receive => self.flagged_received += 1,
             }
+            return ServiceFlags::EXECUTABLE;
         }
+        ServiceFlags::NONE
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

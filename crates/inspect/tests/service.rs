@@ -1,7 +1,7 @@
 //! The classifier on the `Service` seam: beside the path, counts what it sees and flags
 //! packets carrying code, by direction; length-only payloads are passed over.
 
-use sluice_core::policy::{Direction, Service, ServicePacket};
+use sluice_core::policy::{Direction, Service, ServiceFlags, ServicePacket};
 use sluice_inspect::Inspect;
 use sluice_inspect::corpus::elf_code_ranges;
 use sluice_wire::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders};
@@ -29,7 +29,10 @@ fn counts_and_flags_by_direction() {
     assert!(!s.in_line());
     assert_eq!(s.name(), "inspect");
     let text = include_bytes!("../src/model.rs");
-    s.observe(&packet(Direction::Send, 4096), &text[..4096]);
+    assert_eq!(
+        s.observe(&packet(Direction::Send, 4096), &text[..4096]),
+        ServiceFlags::NONE
+    );
     // The simulator's length-only payload: nothing to see.
     s.observe(&packet(Direction::Receive, 4096), &[]);
     assert_eq!(
@@ -54,7 +57,10 @@ fn counts_and_flags_by_direction() {
     };
     let mid = code.len() / 2;
     // A tail shorter than MIN_CHUNK is not classified: 4096 + 40 bytes give 8 chunks.
-    s.observe(&packet(Direction::Receive, 4136), &code[mid..mid + 4136]);
+    assert_eq!(
+        s.observe(&packet(Direction::Receive, 4136), &code[mid..mid + 4136]),
+        ServiceFlags::EXECUTABLE
+    );
     assert_eq!(s.chunks, 8 + 8);
     assert_eq!((s.flagged_sent, s.flagged_received), (0, 1));
 }

@@ -277,6 +277,12 @@ impl Device {
         // receive's.
         let read_at = (!sent).then_some(now);
         let mut progress = self.receive(false, read_at)?;
+        // Deferred service stages get what this batch queued for them, after the batch:
+        // off the packets' way, but never falling behind a poll (the engine's receive
+        // credit bounds what waits if a stage is slow).
+        if self.engine.run_deferred(usize::MAX) > 0 {
+            progress = true;
+        }
         self.polled = now;
         if self.engine.timeout_due(now) {
             self.engine.handle_timeout(now);

@@ -3,6 +3,7 @@
 
 mod cost;
 mod decoupled;
+mod offload;
 mod pacer;
 mod report;
 mod session;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 pub use cost::{CostSummary, PacerCost};
 pub use decoupled::{DecoupledReport, ProcessorReport};
+pub use offload::{OFFLOADS, OffloadOptions, OffloadReport, listing as offload_listing};
 pub use pacer::{LISTING as PACER_LISTING, PacerReport, parse as parse_pacer};
 pub use report::{PortPackets, Report};
 
@@ -109,6 +111,11 @@ pub struct Options {
     /// (`sluice_core::weir`), which rings the engine's doorbells at a paced rate. Its
     /// depths and QPN range are set from the run's when the traffic starts.
     pub pacer: Option<sluice_core::weir::WeirConfig>,
+    /// `--offload`: an application offload on read-bw's READ responses, in line or after.
+    pub app_offload: Option<OffloadOptions>,
+    /// `--fill`: every buffer filled with these bytes, repeated (what the payload services
+    /// see: `--fill` an executable's code for `--inspect` to flag).
+    pub fill: Option<std::sync::Arc<[u8]>>,
 }
 
 /// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
@@ -438,6 +445,8 @@ impl Options {
             faults: TestFaults::default(),
             tenants: Vec::new(),
             pacer: None,
+            app_offload: None,
+            fill: None,
         }
     }
 

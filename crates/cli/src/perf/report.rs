@@ -69,6 +69,13 @@ pub struct Report {
     /// Each payload service's counters, summed over the queue pairs, since the run began.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub services: ServiceCounters,
+    /// With services: the completions polled on this side since the run began that carried
+    /// their flags (inspection's executable content).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flagged_completions: Option<u64>,
+    /// `--offload`: what the offload did on this side (the read-bw client).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<super::OffloadReport>,
     /// `--tenant` (the client): each tenant's results, in the order given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<TenantReport>,
@@ -294,6 +301,8 @@ impl Report {
             verified_messages: None,
             verify_errors: None,
             services: Default::default(),
+            flagged_completions: None,
+            offload: None,
             tenants: Vec::new(),
             jain_index: None,
             pacer: m.pacer.take(),
@@ -511,7 +520,11 @@ impl Report {
                     format!("  service {name}: {}", values.join(", "))
                 })
                 .collect();
-            lines.join("\n")
+            let flagged = self
+                .flagged_completions
+                .map(|n| format!("\n  completions flagged: {n}"))
+                .unwrap_or_default();
+            lines.join("\n") + &flagged
         })
     }
 

@@ -52,6 +52,11 @@ pub(crate) struct Session {
     /// where in its queue pair's slots the message lands), the server posts receives for
     /// them and checks each message at its completion.
     pub(crate) write_imm: bool,
+    /// `--offload` at a read-bw client: where its READs land and what it did.
+    pub(crate) offload: Option<super::offload::OffloadRun>,
+    /// Completions that carried flags from the payload services (inspection's executable
+    /// content), since the run began.
+    pub(crate) flagged_completions: u64,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
     /// Each QP's send queue depth: `-t`, or with `--pacer weir` room for the pieces of
@@ -513,6 +518,18 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             report.verified_messages = Some(v.checked);
             report.verify_errors = Some(v.errors);
         }
+        if !report.services.is_empty() {
+            report.flagged_completions = Some(s.flagged_completions);
+        }
+        if let Some(run) = &s.offload {
+            let landed = report
+                .services
+                .get("dlrm")
+                .and_then(|c| c.get("landed_bytes"))
+                .copied()
+                .unwrap_or(0);
+            report.offload = Some(run.report(landed));
+        }
         // A passive server reports what it received (SEND) or the client's numbers.
         let measured = !passive_server || o.test == Test::SendBw || report.iterations > 0;
         if measured && !o.quiet {
@@ -543,6 +560,9 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 }
                 if let Some(rows) = report.service_rows() {
                     println!("{rows}");
+                }
+                if let Some(r) = &report.offload {
+                    println!("{}", r.row());
                 }
             }
         }
@@ -664,6 +684,12 @@ fn open(
         verify_slots(o, role, &mut dev, pd, max_size)?
     } else {
         None
+    };
+    // `--offload` at a read-bw client: a slot per READ in flight, like --verify's.
+    let offload = match (o.app_offload, role) {
+        (Some(options), Role::Client) => verify_slots(o, role, &mut dev, pd, max_size)?
+            .map(|slots| super::offload::OffloadRun::new(options, slots)),
+        _ => None,
     };
     // write-bw --verify: each message in flight lands in a slot of its own at the server,
     // whose receive completion (the WRITE carries an immediate) says which.
@@ -805,6 +831,8 @@ fn open(
         verify,
         write_imm,
         last_error_completion: None,
+        offload,
+        flagged_completions: 0,
         send_depth,
         stream,
         exchange,
@@ -814,6 +842,21 @@ fn open(
         mtu: path_mtu.bytes(),
     };
     traffic::post_initial_receives(&mut s, o)?;
+    if let Some(fill) = &o.fill {
+        if let Some(b) = s.dev.engine().mr_bytes_mut(s.mr.lkey) {
+            for chunk in b.chunks_mut(fill.len()) {
+                chunk.copy_from_slice(&fill[..chunk.len()]);
+            }
+        }
+    }
+    if o.app_offload.is_some() && role == Role::Server {
+        // What the client's READs read: the table, from where the server's address points.
+        let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
+        if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {
+            b[from..from + max_size as usize]
+                .copy_from_slice(&super::offload::table(max_size as usize));
+        }
+    }
     if s.verify.is_some() && o.test.verb() == Verb::Read && role == Role::Server {
         let (lkey, from) = (s.mr.lkey, s.recv_offset as usize);
         if let Some(b) = s.dev.engine().mr_bytes_mut(lkey) {

@@ -100,7 +100,12 @@ fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), 
 fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
     let cq = s.cq;
     match s.dev.engine().poll_cq(cq) {
-        Ok(Some(c)) if c.status == WcStatus::Success => Ok(Some(c)),
+        Ok(Some(c)) if c.status == WcStatus::Success => {
+            if !c.flags.is_empty() {
+                s.flagged_completions += 1;
+            }
+            Ok(Some(c))
+        }
         Ok(Some(c)) => {
             let what = format!(
                 "QP {:#x}: work request {} completed with {:?}",
@@ -203,6 +208,10 @@ fn post(
 /// pattern of the QP's next message (numbered over every size of the run, as its receiver
 /// counts them), or cleared for a READ (so that a READ that brought nothing fails).
 fn message_buffer(s: &mut Session, verb: Verb, q: usize, seq: u64, size: u32) -> Buffer {
+    if let (Some(run), Verb::Read) = (&s.offload, verb) {
+        let slots = run.slots;
+        return (slots.mr.lkey, slots.mr.addr + slots.offset(q, seq) as u64);
+    }
     let Some(v) = s.verify.as_mut() else {
         return (s.mr.lkey, s.mr.addr);
     };
@@ -223,6 +232,13 @@ fn message_buffer(s: &mut Session, verb: Verb, q: usize, seq: u64, size: u32) ->
 /// `--verify`: checks what READ `seq` of the QP at `q` brought (into the buffer
 /// `message_buffer` gave it) against the memory the responder serves.
 fn check_read(s: &mut Session, q: usize, seq: u64, size: u32) {
+    if let Some(run) = s.offload.as_mut() {
+        let offset = run.slots.offset(q, seq);
+        if let Some(b) = s.dev.engine().mr_bytes_mut(run.slots.mr.lkey) {
+            run.completed(&mut b[offset..offset + size as usize], seq, size);
+        }
+        return;
+    }
     let Some(v) = s.verify.as_mut() else {
         return;
     };

@@ -10,6 +10,7 @@
 //! the simulator models neither the paper's NIC nor its testbed exactly.
 
 mod balboa;
+mod balboa_fig10;
 mod ctl;
 mod fig19;
 mod left;
@@ -238,6 +239,7 @@ pub const ENTRIES: &[Entry] = &[
     weir::SWCC_FIG11A,
     balboa::FIG7,
     balboa::FIG8,
+    balboa_fig10::FIG10,
 ];
 
 /// The entry called `name`.

@@ -68,6 +68,32 @@ pub struct EngineConfig {
     /// the scheduler shares unless it was given one ([`crate::policy::Scheduler::set_link`]),
     /// in bits per second.
     pub line_rate_bps: u64,
+    /// Receive crediting (RoCE BALBOA's): how much work may wait for the deferred stages
+    /// ([`crate::policy::Service::deferred`]): received payloads queued for them, in
+    /// packets and bytes. A packet that would pass either is dropped before it is taken
+    /// (counted in [`crate::Counters::drops_service_credit`]) and the transport recovers
+    /// it, so a slow stage slows the sender instead of growing memory. Default 1,024
+    /// packets and 4 MiB.
+    pub service_credit: ServiceCredit,
+}
+
+/// The bound on received work waiting for deferred stages (see
+/// [`EngineConfig::service_credit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceCredit {
+    /// Packets queued at most.
+    pub packets: u32,
+    /// Payload bytes queued at most.
+    pub bytes: u64,
+}
+
+impl Default for ServiceCredit {
+    fn default() -> Self {
+        ServiceCredit {
+            packets: 1024,
+            bytes: 4 << 20,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -82,6 +108,7 @@ impl Default for EngineConfig {
             ack_request_every: 64,
             ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
+            service_credit: ServiceCredit::default(),
         }
     }
 }
@@ -264,6 +291,11 @@ pub(crate) struct Nic {
     trackers: Box<dyn TrackerFactory>,
     /// Each queue pair's payload services, by index (empty for most: see `Qp::services`).
     services: Vec<Vec<Box<dyn Service>>>,
+    /// Each queue pair's flags from stages beside the path on their way to a responder's
+    /// completion, by index (as long as `services`).
+    pub(crate) message_flags: Vec<crate::policy::MessageFlags>,
+    /// Received payloads waiting for deferred stages, within the receive credit.
+    pub(crate) service_queue: crate::policy::DeferredQueue,
     /// Where a received payload is copied for in-line services to change it (reused).
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
@@ -451,6 +483,8 @@ impl Nic {
             path: EnginePathSelector::new(path),
             trackers: tracker,
             services: Vec::new(),
+            message_flags: Vec::new(),
+            service_queue: Default::default(),
             service_scratch: Vec::new(),
             any_services: false,
             timers: Timers::default(),
@@ -604,6 +638,24 @@ impl Nic {
     /// The retransmit timeout of a queue pair: 4.096 us x 2^timeout.
     pub(crate) fn retransmit_timeout(timeout: u8) -> Option<Duration> {
         (timeout != 0).then(|| Duration::from_nanos(4096 << timeout.min(31)))
+    }
+
+    /// Hands the `len` bytes of READ data at `offset`, just placed through `sgl`, to queue
+    /// pair `qp`'s stages that act where responses land ([`Service::landed`]).
+    #[inline(never)]
+    pub(crate) fn landed(&mut self, qp: &Qp, sgl: &crate::qp::SgList, offset: u32, len: u32) {
+        let Some(services) = self.services.get_mut(qp.index() as usize) else {
+            return;
+        };
+        for service in services.iter_mut().filter(|s| s.on_landing()) {
+            let mut at = offset;
+            for (lkey, addr, n) in sgl.pieces(offset, len) {
+                if let Some(bytes) = self.mrs.slice_mut(lkey, addr, n) {
+                    service.landed(qp.num, at, bytes);
+                }
+                at += n;
+            }
+        }
     }
 
     /// Adds a completion; on a CQ overrun the queue pair goes to the error state.

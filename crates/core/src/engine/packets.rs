@@ -10,12 +10,16 @@ use sluice_wire::{OpcodeInfo, Operation, RoceHeaders};
 use super::{Engine, Payload, PayloadAt, Transmit};
 use crate::Instant;
 use crate::control::Event;
-use crate::policy::{Direction, Sent, ServicePacket, Verdict};
+use crate::policy::{Direction, Sent, ServiceFlags, ServicePacket, Verdict};
 use crate::qp::QpNum;
 
 /// A received payload past the services: the copy they worked on, and the range of it that
 /// goes on.
 type Served = (Vec<u8>, Range<usize>);
+
+/// Flagged request PSNs a responder keeps until it takes them: as many as the packets a
+/// selective-repeat responder holds past a gap, and more than a window of a go-back-N one.
+const MAX_FLAGGED: usize = 256;
 
 impl Engine {
     /// A received packet, already decoded and ICRC-checked by the caller (see `sluice-wire`).
@@ -61,7 +65,37 @@ impl Engine {
         let Some(index) = index else {
             return self.take_packet(now, from, ce, headers, payload);
         };
-        match self.serve_incoming(index, headers, payload) {
+        // Receive crediting: a payload its deferred stages have no room for is not taken.
+        let deferred = self.defers(index, headers, payload);
+        if deferred
+            && !self
+                .nic
+                .service_queue
+                .admits(self.nic.config.service_credit, payload.len() as usize)
+        {
+            self.nic.counters.rx_packets += 1;
+            self.nic.counters.rx_bytes += u64::from(payload.len());
+            self.nic.counters.drops_service_credit += 1;
+            return;
+        }
+        let mut flags = ServiceFlags::NONE;
+        let served = self.serve_incoming(index, headers, payload, &mut flags);
+        if !flags.is_empty() && served.is_ok() {
+            self.raise_flags(index, headers, Direction::Receive, flags);
+        }
+        if deferred {
+            let queued = match (&served, payload) {
+                (Ok(Some((copy, kept))), _) => Some(&copy[kept.clone()]),
+                (Ok(None), Payload::Bytes(bytes)) => Some(bytes),
+                _ => None,
+            };
+            if let Some(bytes) = queued {
+                self.nic.service_queue.push(index, headers, bytes);
+                let peak = self.nic.service_queue.peak_bytes;
+                self.nic.counters.service_queue_peak_bytes = peak;
+            }
+        }
+        match served {
             Ok(Some((copy, kept))) => {
                 self.take_packet(now, from, ce, headers, Payload::Bytes(&copy[kept.clone()]));
                 // Bytes received are counted as they came, in-line services' overhead too.
@@ -216,6 +250,78 @@ impl Engine {
         Some((index, info))
     }
 
+    /// Whether queue pair `index` has a deferred stage for this received packet's payload:
+    /// one with bytes (a length-only payload is seen at once, taking no memory).
+    ///
+    /// Only a packet the transport may take counts against the credit: a request at the
+    /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response.
+    /// A duplicate was seen already, and a go-back-N request past a gap is dropped anyway:
+    /// letting those take credit would crowd out the packet the responder waits for.
+    fn defers(&self, index: u32, headers: &RoceHeaders, payload: Payload<'_>) -> bool {
+        let Some(info) = headers.bth.opcode.info() else {
+            return false;
+        };
+        if !matches!(payload, Payload::Bytes(_))
+            || !info.has_payload
+            || !self.nic.services[index as usize]
+                .iter()
+                .any(|s| s.deferred())
+        {
+            return false;
+        }
+        if info.operation == Operation::RdmaReadResponse {
+            return true;
+        }
+        let qp = &self.qps[index as usize];
+        let (psn, epsn) = (headers.bth.psn, qp.resp.epsn);
+        match qp.attrs.recovery {
+            crate::Recovery::GoBackN => psn == epsn,
+            crate::Recovery::SelectiveRepeat => !psn.precedes(epsn),
+        }
+    }
+
+    /// Gives the deferred stages ([`crate::policy::Service::deferred`]) up to `max` of the
+    /// received payloads waiting for them, oldest first, and returns how many it gave. A
+    /// driver calls it when it has time for them (`sluice-net`'s device after each batch
+    /// it receives); what it leaves waits, within the receive credit. Flags they raise go
+    /// where a stage's beside the path go, if the message is still open.
+    pub fn run_deferred(&mut self, max: usize) -> usize {
+        let mut done = 0;
+        while done < max {
+            let Some(w) = self.nic.service_queue.pop() else {
+                break;
+            };
+            let index = w.index;
+            let mut flags = ServiceFlags::NONE;
+            if self.is_live(index) {
+                let packet = ServicePacket {
+                    qpn: self.qps[index as usize].num,
+                    psn: w.headers.bth.psn,
+                    opcode: w.headers.bth.opcode,
+                    direction: Direction::Receive,
+                    len: w.bytes.len() as u32,
+                    headers: &w.headers,
+                };
+                for service in self.nic.services[index as usize].iter_mut().rev() {
+                    if service.deferred() {
+                        flags |= service.observe(&packet, &w.bytes);
+                    }
+                }
+            }
+            if !flags.is_empty() {
+                self.raise_flags(index, &w.headers, Direction::Receive, flags);
+            }
+            self.nic.service_queue.recycle(w.bytes);
+            done += 1;
+        }
+        done
+    }
+
+    /// Received payloads, and their bytes, waiting for deferred stages.
+    pub fn deferred_waiting(&self) -> (usize, u64) {
+        self.nic.service_queue.depth()
+    }
+
     /// Runs queue pair `index`'s services, last first (the reverse of the send side's order,
     /// so that stages that undo each other nest), on a received payload, for every opcode
     /// that carries one (zero-length included: a stage that authenticates
@@ -230,6 +336,7 @@ impl Engine {
         index: u32,
         headers: &RoceHeaders,
         payload: Payload<'_>,
+        flags: &mut ServiceFlags,
     ) -> Result<Option<Served>, ()> {
         if !headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
             return Ok(None);
@@ -247,7 +354,7 @@ impl Engine {
             Payload::Len(_) => {
                 for service in self.nic.services[index as usize].iter_mut().rev() {
                     if !service.in_line() {
-                        service.observe(&packet, &[]);
+                        *flags |= service.observe(&packet, &[]);
                     }
                 }
                 return Ok(None);
@@ -263,7 +370,11 @@ impl Engine {
         for service in nic.services[index as usize].iter_mut().rev() {
             packet.len = kept.len() as u32;
             if !service.in_line() {
-                service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                // A deferred stage sees its copy later (`run_deferred`).
+                if !service.deferred() {
+                    *flags |=
+                        service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                }
                 continue;
             }
             let verdict = match &mut copy {
@@ -579,13 +690,14 @@ impl Engine {
             },
         };
         let mut at = head..head + t.payload_len as usize;
+        let mut flags = ServiceFlags::NONE;
         for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
             if !service.in_line() {
-                match region {
+                flags |= match region {
                     None => service.observe(&packet, &buffer[at.clone()]),
                     Some(bytes) => service.observe(&packet, bytes.unwrap_or(&[])),
-                }
+                };
                 continue;
             }
             let o = service.overhead();
@@ -618,7 +730,65 @@ impl Engine {
             t.payload_at = PayloadAt::Buffer;
             t.payload_len = at.len() as u32;
         }
+        if !flags.is_empty() {
+            let headers = t.headers;
+            self.raise_flags(index, &headers, Direction::Send, flags);
+        }
         Ok(())
+    }
+
+    /// Carries `flags`, raised by stages beside the path on a packet of queue pair `index`,
+    /// towards the completion of the message it belongs to: a request sent, or READ
+    /// response received, to the send request that holds its PSN; a request received to the
+    /// responder, which joins them to its message when it takes that PSN in order. Rare
+    /// (only flagged packets come here), so the send queue is searched.
+    #[cold]
+    #[inline(never)]
+    fn raise_flags(
+        &mut self,
+        index: u32,
+        headers: &RoceHeaders,
+        direction: Direction,
+        flags: ServiceFlags,
+    ) {
+        self.nic.counters.service_flagged_packets += 1;
+        let Some(info) = headers.bth.opcode.info() else {
+            return;
+        };
+        let psn = headers.bth.psn;
+        let is_response = info.operation == Operation::RdmaReadResponse;
+        let qp = &mut self.qps[index as usize];
+        match (direction, is_response) {
+            (Direction::Send, false) | (Direction::Receive, true) => {
+                if let Some(w) = qp.req.sq.iter_mut().find(|w| {
+                    w.started
+                        && w.span > 0
+                        && !psn.precedes(w.first_psn)
+                        && !w.last_psn().precedes(psn)
+                }) {
+                    w.flags |= flags;
+                }
+            }
+            (Direction::Receive, false) => {
+                if psn.precedes(qp.resp.epsn) {
+                    return; // a duplicate: its message was taken (and flagged) before
+                }
+                let Some(f) = self.nic.message_flags.get_mut(index as usize) else {
+                    return;
+                };
+                // Bounded: past the bound, the oldest (furthest from being taken) goes.
+                if f.pending.len() >= MAX_FLAGGED {
+                    self.nic.counters.service_flags_uncompleted += 1;
+                    f.pending.remove(0);
+                }
+                match f.pending.iter_mut().find(|(p, _)| *p == psn) {
+                    Some((_, old)) => *old |= flags,
+                    None => f.pending.push((psn, flags)),
+                }
+            }
+            // A READ response sent: the incoming READ has no completion here.
+            (Direction::Send, true) => self.nic.counters.service_flags_uncompleted += 1,
+        }
     }
 
     /// The `len` bytes of payload at `at` of a packet [`Engine::poll_transmit`] gave with

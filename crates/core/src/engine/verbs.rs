@@ -131,6 +131,8 @@ impl Engine {
         self.nic.path.reset(index);
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
+            self.nic.message_flags[index as usize] = Default::default();
+            self.nic.service_queue.forget(index);
         }
         Ok(num)
     }
@@ -151,6 +153,8 @@ impl Engine {
         }
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
+            self.nic.message_flags[index as usize] = Default::default();
+            self.nic.service_queue.forget(index);
         }
         self.nic.timers.clear(index);
         self.nic.probes.retain(|&(i, _)| i != index);
@@ -295,6 +299,8 @@ impl Engine {
                 // Its services go with the rest: a reset queue pair agrees to nothing yet.
                 if let Some(services) = self.nic.services.get_mut(index as usize) {
                     services.clear();
+                    self.nic.message_flags[index as usize] = Default::default();
+                    self.nic.service_queue.forget(index);
                 }
             }
         }
@@ -397,6 +403,9 @@ impl Engine {
         }
         if self.nic.services.len() <= index {
             self.nic.services.resize_with(index + 1, Vec::new);
+            self.nic
+                .message_flags
+                .resize_with(index + 1, Default::default);
         }
         self.qps[index].services = !services.is_empty();
         self.nic.any_services |= !services.is_empty();
@@ -579,6 +588,7 @@ impl Engine {
             started: false,
             read_done: 0,
             responded: false,
+            flags: crate::policy::ServiceFlags::NONE,
         });
         self.schedule(index);
         Ok(())

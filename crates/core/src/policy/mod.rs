@@ -20,11 +20,13 @@
 //! receive tracker about packets past a gap), the control law hears of it as events, and a
 //! completion may follow.
 
+mod deferred;
 mod path;
 mod scheduler;
 mod service;
 mod tracker;
 
+pub(crate) use deferred::DeferredQueue;
 pub(crate) use path::EnginePathSelector;
 pub use path::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,
@@ -35,7 +37,10 @@ pub use scheduler::{
     Scheduler, Served, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};
-pub use service::{ByteCount, Direction, Overhead, Service, ServicePacket, Verdict, XorPayload};
+pub(crate) use service::MessageFlags;
+pub use service::{
+    ByteCount, Direction, Overhead, Service, ServiceFlags, ServicePacket, Verdict, XorPayload,
+};
 pub use tracker::{
     Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
     ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,

@@ -68,6 +68,55 @@ impl Overhead {
     }
 }
 
+/// What a stage beside the path raises about a packet it saw (BALBOA's DPI verdict): the
+/// engine ORs the flags of a message's packets and hands them to the application in that
+/// message's completion ([`crate::Completion::flags`]). A bit set, so stages that mean
+/// different things can sit on one queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ServiceFlags(pub u8);
+
+impl ServiceFlags {
+    /// Nothing raised.
+    pub const NONE: ServiceFlags = ServiceFlags(0);
+    /// The payload carries executable content (inspection).
+    pub const EXECUTABLE: ServiceFlags = ServiceFlags(1);
+
+    /// Whether no flag is raised.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether every flag of `other` is raised here.
+    pub const fn contains(self, other: ServiceFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for ServiceFlags {
+    type Output = ServiceFlags;
+    fn bitor(self, other: ServiceFlags) -> ServiceFlags {
+        ServiceFlags(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOrAssign for ServiceFlags {
+    fn bitor_assign(&mut self, other: ServiceFlags) {
+        self.0 |= other.0;
+    }
+}
+
+/// A responder's flags on their way to a completion: those raised on request packets not
+/// taken yet, by PSN, and those of the message being taken. Kept by the engine for each
+/// queue pair with services (apart from the queue pair, whose lines are full).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MessageFlags {
+    /// Request PSNs at or past the expected one that stages flagged (empty, and
+    /// unallocated, unless something was flagged).
+    pub(crate) pending: Vec<(Psn, ServiceFlags)>,
+    /// The flags of the message in progress's packets taken so far.
+    pub(crate) message: ServiceFlags,
+}
+
 /// What an in-line stage decides about a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -124,9 +173,44 @@ pub trait Service: std::fmt::Debug {
         None
     }
 
-    /// Beside the path: sees `payload`.
-    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) {
+    /// Beside the path: sees `payload`, and raises the flags it finds in it (none by
+    /// default). A packet the transport then drops (a duplicate, one past a gap) is seen
+    /// again when it comes again.
+    fn observe(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) -> ServiceFlags {
         let _ = (packet, payload);
+        ServiceFlags::NONE
+    }
+
+    /// Beside the path and off it: on the receive path, [`Service::observe`] runs not on
+    /// the packet's way but when the driver gives the engine time for it
+    /// ([`crate::Engine::run_deferred`]), on a copy of the payload (after the in-line
+    /// stages) that waits in the engine's queue. The queue is bounded by the receive credit
+    /// ([`crate::EngineConfig::service_credit`]): a packet past it is dropped before it is
+    /// taken, counted, and recovered by the transport (RoCE BALBOA's crediting), so a
+    /// stage slower than the link slows the sender instead of growing memory. Sent packets
+    /// it sees on their way, as any stage beside the path. Its flags come once the packet
+    /// was taken: a READ still waiting for its responses gets them in its completion,
+    /// the rest are counted.
+    fn deferred(&self) -> bool {
+        false
+    }
+
+    /// An application offload on a READ's responses where they land (BALBOA's DLRM
+    /// preprocessing): whether this stage wants [`Service::landed`]. Read for every
+    /// response placed, on a queue pair with services only.
+    fn on_landing(&self) -> bool {
+        false
+    }
+
+    /// Called once a READ response's bytes are placed in the requester's memory, in order
+    /// or (selective repeat) past a gap, with those bytes where they lie in the region (one
+    /// call per scatter piece) and their offset in the READ's data. The stage may change
+    /// them: what it leaves is what the application finds when the READ completes. A
+    /// response placed again (a re-request's copy) is handed over again, as it came, so a
+    /// stage that maps the bytes as they came gives the same result. Local, never on the
+    /// wire: the peer need not run it.
+    fn landed(&mut self, qpn: QpNum, offset: u32, bytes: &mut [u8]) {
+        let _ = (qpn, offset, bytes);
     }
 
     /// Named counters to report (bytes seen, packets flagged...).
@@ -157,13 +241,14 @@ impl Service for ByteCount {
         false
     }
 
-    fn observe(&mut self, packet: &ServicePacket<'_>, _payload: &[u8]) {
+    fn observe(&mut self, packet: &ServicePacket<'_>, _payload: &[u8]) -> ServiceFlags {
         let (packets, bytes) = match packet.direction {
             Direction::Send => (&mut self.sent_packets, &mut self.sent_bytes),
             Direction::Receive => (&mut self.received_packets, &mut self.received_bytes),
         };
         *packets += 1;
         *bytes += u64::from(packet.len);
+        ServiceFlags::NONE
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -230,6 +315,16 @@ mod tests {
         assert_ne!(&bytes, b"payload");
         s.transform(&packet(Direction::Receive, 7), &mut bytes);
         assert_eq!(&bytes, b"payload");
+    }
+
+    #[test]
+    fn flags_combine_as_a_bit_set() {
+        let mut f = ServiceFlags::NONE;
+        assert!(f.is_empty());
+        f |= ServiceFlags::EXECUTABLE;
+        assert!(f.contains(ServiceFlags::EXECUTABLE));
+        assert_eq!(f | ServiceFlags(2), ServiceFlags(3));
+        assert!(!ServiceFlags(2).contains(ServiceFlags::EXECUTABLE));
     }
 
     #[test]
