@@ -1116,6 +1116,7 @@ fn plb_and_rtt_probe_work_through_sluice_perf() {
     for key in [
         "out_of_order_arrivals",
         "held_packets",
+        "placed_packets",
         "retransmitted_packets",
     ] {
         assert!(r[key].is_u64(), "{key}: {r}");
@@ -1128,7 +1129,9 @@ fn plb_and_rtt_probe_work_through_sluice_perf() {
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("out-of-order arrivals") && text.contains("probes"),
+        text.contains("out-of-order arrivals")
+            && text.contains("placed directly")
+            && text.contains("probes"),
         "{text}"
     );
 }

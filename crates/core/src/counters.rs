@@ -64,6 +64,9 @@ pub struct Counters {
     pub out_of_order_arrivals: u64,
     /// Selective repeat: packets the responder held past a gap.
     pub packets_held: u64,
+    /// Of those, WRITE packets whose payload was placed at its address on arrival (their
+    /// WRITE's first packet had arrived) rather than copied and placed when the gap filled.
+    pub packets_placed: u64,
     /// Duplicate requests the responder answered again (or dropped).
     pub duplicate_requests: u64,
     /// Responses that matched nothing outstanding (late duplicates).

@@ -15,10 +15,21 @@ const SPARE_BUFFERS: usize = 16;
 pub(crate) struct Held {
     pub(crate) psn: Psn,
     pub(crate) headers: RoceHeaders,
-    /// The payload bytes (empty for a length-only payload, whose length is `len`).
+    /// The payload bytes (empty for a length-only payload, whose length is `len`, and for a
+    /// WRITE packet placed already).
     pub(crate) bytes: Vec<u8>,
     pub(crate) len: u32,
     pub(crate) real: bool,
+}
+
+/// The first packet of a WRITE held ahead of a gap, its RETH checked: the packets after it
+/// in the same WRITE can be placed before it executes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldWrite {
+    pub(crate) psn: Psn,
+    pub(crate) rkey: u32,
+    pub(crate) va: u64,
+    pub(crate) len: u32,
 }
 
 /// What became of a packet offered to [`ReorderBuffer::hold`].
@@ -41,6 +52,9 @@ pub(crate) struct ReorderBuffer {
     /// Payload buffers of released packets, reused (no allocation per held packet once warm).
     spare: Vec<Vec<u8>>,
     pub(crate) limit: usize,
+    /// The last WRITE whose first packet was held (one is enough for a WRITE reordered
+    /// within itself; a packet of an earlier one is copied as before).
+    pub(crate) write: Option<HeldWrite>,
 }
 
 impl ReorderBuffer {
@@ -50,11 +64,14 @@ impl ReorderBuffer {
             tracker,
             held: Vec::new(),
             spare: Vec::new(),
+            write: None,
         }
     }
 
     /// Holds a packet `offset` PSNs past the expected one, arrived at `now` (the tracker
-    /// records it with the time: LEFT's gather FIFOs wait by it), or says why not.
+    /// records it with the time: LEFT's gather FIFOs wait by it), or says why not. Its
+    /// payload is copied if given; `None` keeps only its length (a length-only payload, or a
+    /// WRITE packet the caller places itself once this says `Held`).
     pub(crate) fn hold(
         &mut self,
         offset: u32,
@@ -74,9 +91,10 @@ impl ReorderBuffer {
                 return Hold::Refused;
             }
         }
-        let mut bytes = self.spare.pop().unwrap_or_default();
-        bytes.clear();
+        let mut bytes = Vec::new();
         if let Some(p) = payload {
+            bytes = self.spare.pop().unwrap_or_default();
+            bytes.clear();
             bytes.extend_from_slice(p);
         }
         self.held.push(Held {
@@ -98,17 +116,18 @@ impl ReorderBuffer {
     /// Gives a payload buffer back for reuse (a few are kept; a queue pair that stops
     /// reordering gives the rest of its memory back).
     pub(crate) fn recycle(&mut self, bytes: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS {
+        if self.spare.len() < SPARE_BUFFERS && bytes.capacity() > 0 {
             self.spare.push(bytes);
         }
     }
 
     pub(crate) fn clear(&mut self) {
         for h in self.held.drain(..) {
-            if self.spare.len() < SPARE_BUFFERS {
+            if self.spare.len() < SPARE_BUFFERS && h.bytes.capacity() > 0 {
                 self.spare.push(h.bytes);
             }
         }
+        self.write = None;
         self.tracker.advance(u32::MAX);
     }
 }

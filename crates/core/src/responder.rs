@@ -86,7 +86,7 @@ impl Qp {
         );
         match self.resp.arrival(psn) {
             Arrival::InOrder => {}
-            Arrival::Ahead(d) => return self.on_request_ahead(nic, d, headers, payload),
+            Arrival::Ahead(d) => return self.on_request_ahead(nic, d, headers, info, payload),
             Arrival::Duplicate => {
                 nic.counters.duplicate_requests += 1;
                 return self.on_duplicate(nic, headers, info);
@@ -99,33 +99,136 @@ impl Qp {
     }
 
     /// A request `d` PSNs past the expected one: a gap. Selective repeat keeps the packet
-    /// for later (if it has room). The first missing PSN is NAK'd, once per gap, unless the
-    /// tracker does not take a gap for loss (LEFT): then only a packet it could not hold
-    /// brings the NAK.
+    /// for later (if it has room): a WRITE packet whose address is known already is placed
+    /// now and only its headers kept; any other has its payload copied. The first missing
+    /// PSN is NAK'd, once per gap, unless the tracker does not take a gap for loss (LEFT):
+    /// then only a packet it could not hold brings the NAK.
     fn on_request_ahead(
         &mut self,
         nic: &mut Nic,
         d: u32,
         headers: &RoceHeaders,
+        info: &OpcodeInfo,
         payload: Payload<'_>,
     ) {
         nic.counters.out_of_order_arrivals += 1;
+        let target = self.write_target(nic, d, headers, info, payload.len());
         if let Some(reorder) = &mut self.resp.reorder {
-            let bytes = match payload {
-                Payload::Bytes(b) => Some(b),
-                Payload::Len(_) => None,
+            let bytes = match (payload, target) {
+                (Payload::Bytes(b), None) => Some(b),
+                _ => None,
             };
             // The engine set the clock to the packet's arrival.
             let now = nic.clock;
             let held = reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now);
             if held == Hold::Held {
                 nic.counters.packets_held += 1;
+                if let Some((rkey, va)) = target {
+                    if let Payload::Bytes(b) = payload {
+                        nic.mrs.write(rkey, va, b);
+                    }
+                    nic.counters.packets_placed += 1;
+                }
+                if let (Some(reth), true) = (headers.ext.reth, info.position == Position::First) {
+                    // Checked as `begin_write` will check it, so that what follows it may
+                    // be placed; a refused one is refused again when it executes.
+                    let writable = self.attrs.access.contains(Access::REMOTE_WRITE)
+                        && matches!(
+                            info.operation,
+                            Operation::RdmaWrite | Operation::RdmaWriteWithImmediate
+                        )
+                        && remote(
+                            &nic.mrs,
+                            self.pd,
+                            reth.rkey,
+                            reth.va,
+                            u64::from(reth.dma_len),
+                            Access::REMOTE_WRITE,
+                        )
+                        .is_ok();
+                    if writable {
+                        reorder.write = Some(crate::reorder::HeldWrite {
+                            psn: headers.bth.psn,
+                            rkey: reth.rkey,
+                            va: reth.va,
+                            len: reth.dma_len,
+                        });
+                    }
+                }
             }
             if !reorder.tracker.gap_is_loss() && held != Hold::Refused {
                 return;
             }
         }
         self.nak_gap(nic);
+    }
+
+    /// Where the payload of a WRITE middle or last packet `d` PSNs past the expected one
+    /// goes, if that is known without the packets between: its WRITE's first packet has
+    /// executed (the WRITE is in progress at the expected PSN) or is held ahead. A WRITE's
+    /// packets have consecutive PSNs and every one but the last is one MTU, so the packet
+    /// k PSNs after its first is at k MTUs from the RETH's address. `None` (the first packet
+    /// is missing, the packet does not fit the WRITE, or the region no longer allows it):
+    /// the payload is copied and placed when the packet executes.
+    fn write_target(
+        &self,
+        nic: &Nic,
+        d: u32,
+        headers: &RoceHeaders,
+        info: &OpcodeInfo,
+        len: u32,
+    ) -> Option<(u32, u64)> {
+        if !matches!(info.position, Position::Middle | Position::Last)
+            || !matches!(
+                info.operation,
+                Operation::RdmaWrite | Operation::RdmaWriteWithImmediate
+            )
+            || len == 0
+        {
+            return None;
+        }
+        // The packet `k` PSNs after the one at `va` with `remaining` bytes left of its WRITE.
+        let fit = |rkey: u32, va: u64, remaining: u32, k: u32| {
+            let mtu = self.attrs.mtu;
+            let offset = u64::from(k) * u64::from(mtu);
+            let end = offset + u64::from(len);
+            let fits = match info.position {
+                Position::Middle => len == mtu && end < u64::from(remaining),
+                _ => end == u64::from(remaining),
+            };
+            let va = va.checked_add(offset)?;
+            let allowed = || {
+                remote(
+                    &nic.mrs,
+                    self.pd,
+                    rkey,
+                    va,
+                    u64::from(len),
+                    Access::REMOTE_WRITE,
+                )
+                .is_ok()
+            };
+            (fits && allowed()).then_some((rkey, va))
+        };
+        if let Some(InProgress::Write {
+            rkey,
+            va,
+            remaining,
+            ..
+        }) = self.resp.in_progress
+        {
+            if let Some(t) = fit(rkey, va, remaining, d) {
+                return Some(t);
+            }
+        }
+        let w = self.resp.reorder.as_ref()?.write?;
+        let k = w.psn.distance_to(headers.bth.psn);
+        // Its first packet still ahead of the expected PSN: not executed yet (once it has,
+        // the WRITE is in progress or over).
+        if k <= 0 || self.resp.epsn.distance_to(w.psn) <= 0 {
+            return None;
+        }
+        fit(w.rkey, w.va, w.len, k as u32)
     }
 
     /// Selective repeat, after a request at the expected PSN: the packets held behind the
@@ -936,6 +1039,7 @@ mod tests {
     use crate::engine::fixture::{Fixture, MTU, RQ_PSN, request, write_only};
     use crate::qp::{QpState, Response};
     use crate::{Instant, Payload};
+    use sluice_wire::RoceHeaders;
 
     const NOW: Instant = Instant::ZERO;
 
@@ -1045,6 +1149,91 @@ mod tests {
             })
             .expect("a NAK");
         assert_eq!(nak.headers.bth.psn.value(), RQ_PSN + 4);
+    }
+
+    /// A WRITE of four packets, `FIRST MIDDLE MIDDLE LAST`, at `psn`: its headers, in order.
+    fn write_of_four(psn: u32, rkey: u32, va: u64) -> [RoceHeaders; 4] {
+        let reth = Reth {
+            va,
+            rkey,
+            dma_len: 4 * MTU,
+        };
+        let ext = |reth| ExtHeaders {
+            reth,
+            ..ExtHeaders::default()
+        };
+        [
+            request(Opcode::RC_RDMA_WRITE_FIRST, psn, false, ext(Some(reth))),
+            request(Opcode::RC_RDMA_WRITE_MIDDLE, psn + 1, false, ext(None)),
+            request(Opcode::RC_RDMA_WRITE_MIDDLE, psn + 2, false, ext(None)),
+            request(Opcode::RC_RDMA_WRITE_LAST, psn + 3, true, ext(None)),
+        ]
+    }
+
+    #[test]
+    fn a_write_packet_past_a_gap_is_placed_directly_once_its_first_packet_arrived() {
+        let mut f = Fixture::with(
+            crate::EngineConfig::default(),
+            crate::Recovery::SelectiveRepeat,
+        );
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        let data = |i: usize| vec![i as u8 + 1; MTU as usize];
+        let at = |i: usize| i * MTU as usize..(i + 1) * MTU as usize;
+        // In progress: the first packet executed, the second is late; the third and last
+        // are placed on arrival, their payload not kept.
+        let w = write_of_four(RQ_PSN, rkey, va);
+        f.request(&w[0], Payload::Bytes(&data(0)));
+        for i in [3, 2] {
+            f.request(&w[i], Payload::Bytes(&data(i)));
+            assert_eq!(&f.memory()[at(i)], &data(i)[..], "packet {i} placed");
+        }
+        assert_eq!(&f.memory()[at(1)], &[0; MTU as usize][..]);
+        let counters = f.nic().counters;
+        assert_eq!((counters.packets_held, counters.packets_placed), (2, 2));
+        let held = &f.qp().resp.reorder.as_ref().unwrap().held;
+        assert!(held.iter().all(|h| h.bytes.capacity() == 0 && !h.real));
+        // The application overwrites a placed packet's bytes: executing it later in order
+        // must not write them again (it was placed once, from the packet).
+        f.memory()[at(3)].fill(0xEE);
+        f.request(&w[1], Payload::Bytes(&data(1)));
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 4, "the WRITE completed");
+        assert_eq!(&f.memory()[at(1)], &data(1)[..]);
+        assert!(f.memory()[at(3)].iter().all(|&b| b == 0xEE));
+        assert!(f.qp().resp.in_progress.is_none());
+
+        // Its first packet held ahead of a gap: the rest of the WRITE is placed by its RETH.
+        let (gap, base) = (RQ_PSN + 4, RQ_PSN + 5);
+        let w = write_of_four(base, rkey, va + 4 * u64::from(MTU));
+        f.request(&w[0], Payload::Bytes(&data(4)));
+        f.request(&w[2], Payload::Bytes(&data(6)));
+        assert_eq!(&f.memory()[at(6)], &data(6)[..]);
+        let counters = f.nic().counters;
+        assert_eq!((counters.packets_held, counters.packets_placed), (4, 3));
+        // The next WRITE's first packet missing: nothing to place by (the held first packet
+        // is another WRITE's, which this packet is past the end of), so it is copied.
+        let later = write_of_four(base + 4, rkey, va + 8 * u64::from(MTU));
+        f.request(&later[1], Payload::Bytes(&data(9)));
+        let counters = f.nic().counters;
+        assert_eq!((counters.packets_held, counters.packets_placed), (5, 3));
+        assert_eq!(&f.memory()[at(9)], &[0; MTU as usize][..]);
+        // The gap fills: everything executes in order, each byte in place.
+        f.request(
+            &write_only(gap, false, rkey, va + 12 * u64::from(MTU), 4),
+            Payload::Bytes(&[5; 4]),
+        );
+        for i in [1, 3] {
+            f.request(&w[i], Payload::Bytes(&data(4 + i)));
+        }
+        f.request(&later[0], Payload::Bytes(&data(8)));
+        for i in [2, 3] {
+            f.request(&later[i], Payload::Bytes(&data(8 + i)));
+        }
+        assert_eq!(f.qp().resp.epsn.value(), base + 8);
+        for i in (0..12).filter(|&i| i != 3) {
+            assert_eq!(&f.memory()[at(i)], &data(i)[..], "packet {i}");
+        }
+        let counters = f.nic().counters;
+        assert_eq!((counters.packets_held, counters.packets_placed), (5, 3));
     }
 
     #[test]

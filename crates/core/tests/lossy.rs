@@ -616,6 +616,10 @@ struct Outcome {
     selector: Selector,
     /// How deep the link reordered (see [`World::deepest_overtaking`]).
     overtaking: u64,
+    /// Packets the responders held past a gap, and of those the WRITE packets they placed
+    /// at their address on arrival.
+    held: u64,
+    placed: u64,
 }
 
 thread_local! {
@@ -960,6 +964,18 @@ impl Rig {
                 .then_some(self.setup.tracker),
             selector: self.setup.selector,
             overtaking: self.world.deepest_overtaking,
+            held: self
+                .world
+                .engines
+                .iter()
+                .map(|e| e.counters().packets_held)
+                .sum(),
+            placed: self
+                .world
+                .engines
+                .iter()
+                .map(|e| e.counters().packets_placed)
+                .sum(),
         }
     }
 
@@ -1181,6 +1197,8 @@ fn run_all(default: u64, deep: bool) -> (u64, u64) {
     // Cases per loss rate and recovery (go-back-N, selective repeat).
     let mut links = [[0usize; 2]; LOSS.len()];
     let mut trackers = [0usize; Tracker::ALL.len()];
+    // Packets held past a gap and, of those, placed directly, by tracker.
+    let mut held = [(0u64, 0u64); Tracker::ALL.len()];
     let mut selectors = [0usize; Selector::ALL.len()];
     // How deep the link reordered: the deepest, and in how many cases 100 packets or more.
     let (mut deepest, mut deep_cases) = (0, 0);
@@ -1199,7 +1217,10 @@ fn run_all(default: u64, deep: bool) -> (u64, u64) {
                 service_drops += outcome.service_drops;
                 links[outcome.link.0][usize::from(outcome.link.1)] += 1;
                 if let Some(t) = outcome.tracker {
-                    trackers[Tracker::ALL.iter().position(|&k| k == t).unwrap()] += 1;
+                    let k = Tracker::ALL.iter().position(|&k| k == t).unwrap();
+                    trackers[k] += 1;
+                    held[k].0 += outcome.held;
+                    held[k].1 += outcome.placed;
                 }
                 deepest = deepest.max(outcome.overtaking);
                 deep_cases += usize::from(outcome.overtaking >= 100);
@@ -1222,6 +1243,7 @@ fn run_all(default: u64, deep: bool) -> (u64, u64) {
         Tracker::ALL
     );
     eprintln!("cases by path selector {:?}: {selectors:?}", Selector::ALL);
+    eprintln!("packets held past a gap and of those placed directly, by tracker: {held:?}");
     eprintln!("the link reordered up to {deepest} packets deep; 100 or more in {deep_cases} cases");
     if deep && cases.len() >= 100 {
         assert!(
@@ -1241,6 +1263,12 @@ fn run_all(default: u64, deep: bool) -> (u64, u64) {
         assert!(
             trackers_used.iter().chain(&selectors).all(|&n| n >= 5),
             "every tracker with selective repeat, every selector: {trackers:?} {selectors:?}"
+        );
+        // Direct placement ran under every tracker that held packets, beside copying.
+        let held_used = if deep { &held[1..] } else { &held[..] };
+        assert!(
+            held_used.iter().all(|&(h, p)| p > 0 && p < h),
+            "every tracker placed some held WRITE packets directly and copied others: {held:?}"
         );
     }
     assert!(

@@ -329,17 +329,25 @@ pub enum WorkloadSpec {
         /// Bytes per flow (> 0).
         bytes: u64,
     },
-    /// Every host sends `bytes` to every other host at time 0.
+    /// Every participant sends `bytes` to every other participant at time 0.
     AllToAll {
         /// Bytes per flow (> 0).
         bytes: u64,
+        /// How many hosts take part (2 ..= hosts), spread evenly over the host ids (rank k
+        /// is host k x hosts / participants); every host when absent.
+        #[serde(default)]
+        participants: Option<u32>,
     },
-    /// Ring all-reduce of `bytes` per host over all hosts: 2(N-1) steps; in each step host i
-    /// sends a chunk of bytes/N (rounded up) to host (i+1) % N, once it has received the
-    /// previous step's chunk from host i-1.
+    /// Ring all-reduce of `bytes` per participant: 2(N-1) steps; in each step rank i sends a
+    /// chunk of bytes/N (rounded up) to rank (i+1) % N, once it has received the previous
+    /// step's chunk from rank i-1.
     AllReduce {
-        /// The size of each host's buffer (> 0).
+        /// The size of each participant's buffer (> 0).
         bytes: u64,
+        /// How many hosts take part (2 ..= hosts), spread evenly over the host ids (rank k
+        /// is host k x hosts / participants); every host when absent.
+        #[serde(default)]
+        participants: Option<u32>,
     },
     /// Flows listed in a file: one per line `src dst bytes start_ns`, whitespace or comma
     /// separated, `#` comments and blank lines ignored.
@@ -410,8 +418,14 @@ impl WorkloadSpec {
                 start_ns,
             } => incast(senders, bytes, receiver, start_ns, hosts),
             WorkloadSpec::Permutation { bytes } => permutation(bytes, hosts, &mut rng),
-            WorkloadSpec::AllToAll { bytes } => all_to_all(bytes, hosts),
-            WorkloadSpec::AllReduce { bytes } => all_reduce(bytes, hosts),
+            WorkloadSpec::AllToAll {
+                bytes,
+                participants: n,
+            } => all_to_all(bytes, &participants(kind, n, hosts)?),
+            WorkloadSpec::AllReduce {
+                bytes,
+                participants: n,
+            } => all_reduce(bytes, &participants(kind, n, hosts)?),
             WorkloadSpec::File { ref path } => from_file(&base_dir.join(path), hosts),
             WorkloadSpec::None => Ok(Vec::new()),
         }
@@ -605,41 +619,60 @@ fn permutation(bytes: u64, hosts: u32, rng: &mut Rng) -> Result<Vec<Flow>, Workl
         .collect())
 }
 
-fn all_to_all(bytes: u64, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
+/// The hosts a collective of `n` participants (every host when `None`) runs on, in rank
+/// order: rank k is host k x hosts / n, so that the participants spread evenly over the
+/// fabric (in a dragonfly, over its groups and routers) rather than filling its first hosts.
+fn participants(
+    kind: &'static str,
+    n: Option<u32>,
+    hosts: u32,
+) -> Result<Vec<NodeId>, WorkloadError> {
+    let n = n.unwrap_or(hosts);
+    if !(2..=hosts).contains(&n) {
+        return Err(invalid(
+            kind,
+            "participants",
+            format!("must be 2 ..= {hosts} (the topology's hosts), found {n}"),
+        ));
+    }
+    Ok((0..u64::from(n))
+        .map(|k| (k * u64::from(hosts) / u64::from(n)) as NodeId)
+        .collect())
+}
+
+fn all_to_all(bytes: u64, ranks: &[NodeId]) -> Result<Vec<Flow>, WorkloadError> {
     const KIND: &str = "all-to-all";
     check_bytes(KIND, bytes)?;
-    let n = u64::from(hosts);
-    check_count(KIND, n * (n - 1), "use fewer hosts")?;
+    let n = ranks.len() as u64;
+    check_count(KIND, n * (n - 1), "use fewer hosts or participants")?;
     let mut flows = Vec::with_capacity((n * (n - 1)) as usize);
-    for src in 0..hosts {
-        for dst in (0..hosts).filter(|&d| d != src) {
+    for &src in ranks {
+        for &dst in ranks.iter().filter(|&&d| d != src) {
             flows.push(flow(flows.len(), src, dst, bytes, 0));
         }
     }
     Ok(flows)
 }
 
-fn all_reduce(bytes: u64, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
+fn all_reduce(bytes: u64, ranks: &[NodeId]) -> Result<Vec<Flow>, WorkloadError> {
     const KIND: &str = "all-reduce";
     check_bytes(KIND, bytes)?;
-    let n = u64::from(hosts);
+    let n = ranks.len() as u64;
     let steps = 2 * (n - 1);
-    check_count(KIND, steps * n, "use fewer hosts")?;
+    check_count(KIND, steps * n, "use fewer hosts or participants")?;
     let chunk = bytes.div_ceil(n);
     let mut flows = Vec::with_capacity((steps * n) as usize);
-    // Flow s * N + i is host i's step s. Reduce-scatter then all-gather: in both halves a
-    // host forwards (after adding its own share, in the first) the chunk it has just
-    // received, so its step s waits for host i-1's step s-1 to arrive.
+    // Flow s * N + i is rank i's step s. Reduce-scatter then all-gather: in both halves a
+    // rank forwards (after adding its own share, in the first) the chunk it has just
+    // received, so its step s waits for rank i-1's step s-1 to arrive.
     for step in 0..steps {
-        for host in 0..hosts {
+        for rank in 0..n {
             let id = flows.len();
-            let after = (step > 0).then(|| {
-                let prev_host = (host + hosts - 1) % hosts;
-                ((step - 1) * n + u64::from(prev_host)) as u32
-            });
+            let after = (step > 0).then(|| ((step - 1) * n + (rank + n - 1) % n) as u32);
+            let (src, dst) = (ranks[rank as usize], ranks[((rank + 1) % n) as usize]);
             flows.push(Flow {
                 after,
-                ..flow(id, host, (host + 1) % hosts, chunk, 0)
+                ..flow(id, src, dst, chunk, 0)
             });
         }
     }
@@ -1075,7 +1108,10 @@ mod tests {
     fn hosts_below_two_rejected() {
         for spec in [
             WorkloadSpec::Permutation { bytes: 1 },
-            WorkloadSpec::AllToAll { bytes: 1 },
+            WorkloadSpec::AllToAll {
+                bytes: 1,
+                participants: None,
+            },
             poisson_spec("websearch", 0.5, 10.0),
         ] {
             let err = spec.generate(1, BPS, 0, Path::new(".")).unwrap_err();
@@ -1123,7 +1159,14 @@ mod tests {
     #[test]
     fn all_to_all_covers_every_pair_once() {
         let n = 7;
-        let flows = gen_flows(&WorkloadSpec::AllToAll { bytes: 999 }, n, 0);
+        let flows = gen_flows(
+            &WorkloadSpec::AllToAll {
+                bytes: 999,
+                participants: None,
+            },
+            n,
+            0,
+        );
         assert_eq!(flows.len(), (n * (n - 1)) as usize);
         let pairs: std::collections::BTreeSet<(NodeId, NodeId)> =
             flows.iter().map(|f| (f.src, f.dst)).collect();
@@ -1133,9 +1176,12 @@ mod tests {
             assert_ne!(f.src, f.dst);
             assert_eq!((f.bytes, f.start_ns, f.after), (999, 0, None));
         }
-        let err = WorkloadSpec::AllToAll { bytes: 1 }
-            .generate(100_000, BPS, 0, Path::new("."))
-            .unwrap_err();
+        let err = WorkloadSpec::AllToAll {
+            bytes: 1,
+            participants: None,
+        }
+        .generate(100_000, BPS, 0, Path::new("."))
+        .unwrap_err();
         assert!(matches!(err, WorkloadError::TooManyFlows { .. }), "{err}");
     }
 
@@ -1143,7 +1189,14 @@ mod tests {
     fn all_reduce_chains_steps_around_the_ring() {
         let n = 5u32;
         let bytes = 1001; // 1001 / 5 rounds up to 201.
-        let flows = gen_flows(&WorkloadSpec::AllReduce { bytes }, n, 0);
+        let flows = gen_flows(
+            &WorkloadSpec::AllReduce {
+                bytes,
+                participants: None,
+            },
+            n,
+            0,
+        );
         let steps = 2 * (n - 1);
         assert_eq!(flows.len(), (steps * n) as usize);
         for (i, f) in flows.iter().enumerate() {
@@ -1169,11 +1222,70 @@ mod tests {
             assert_eq!(flows.iter().filter(|f| f.dst == host).count() as u32, steps);
         }
         // Two hosts: one step each way, then back.
-        let two = gen_flows(&WorkloadSpec::AllReduce { bytes: 3 }, 2, 0);
+        let two = gen_flows(
+            &WorkloadSpec::AllReduce {
+                bytes: 3,
+                participants: None,
+            },
+            2,
+            0,
+        );
         assert_eq!(two.len(), 4);
         assert_eq!(two[2].after, Some(1));
         assert_eq!(two[3].after, Some(0));
         assert_eq!(two[0].bytes, 2);
+    }
+
+    #[test]
+    fn collectives_spread_their_participants_over_the_hosts() {
+        // 4 of 10 hosts: ranks at 0, 2 (2.5 rounded down), 5 and 7.
+        let spec = WorkloadSpec::AllToAll {
+            bytes: 7,
+            participants: Some(4),
+        };
+        let flows = gen_flows(&spec, 10, 0);
+        assert_eq!(flows.len(), 12);
+        let used: std::collections::BTreeSet<NodeId> = flows.iter().map(|f| f.src).collect();
+        assert_eq!(used.into_iter().collect::<Vec<_>>(), [0, 2, 5, 7]);
+        // The ring runs over the ranks in order and closes from the last to the first.
+        let spec = WorkloadSpec::AllReduce {
+            bytes: 8,
+            participants: Some(4),
+        };
+        let flows = gen_flows(&spec, 10, 0);
+        assert_eq!(flows.len(), 2 * 3 * 4);
+        let ring: Vec<(NodeId, NodeId)> = flows[..4].iter().map(|f| (f.src, f.dst)).collect();
+        assert_eq!(ring, [(0, 2), (2, 5), (5, 7), (7, 0)]);
+        assert_eq!(
+            flows[4].after,
+            Some(3),
+            "rank 0 forwards what rank 3 sent it"
+        );
+        assert_eq!(flows[0].bytes, 2);
+        // All of them: the same flows as without the field.
+        let all = WorkloadSpec::AllReduce {
+            bytes: 8,
+            participants: Some(5),
+        };
+        let none = WorkloadSpec::AllReduce {
+            bytes: 8,
+            participants: None,
+        };
+        assert_eq!(gen_flows(&all, 5, 0), gen_flows(&none, 5, 0));
+        for bad in [0, 1, 11] {
+            let err = WorkloadSpec::AllToAll {
+                bytes: 1,
+                participants: Some(bad),
+            }
+            .generate(10, BPS, 0, Path::new("."))
+            .unwrap_err();
+            assert!(
+                err.to_string().contains(&format!(
+                    "`participants` must be 2 ..= 10 (the topology's hosts), found {bad}"
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]
@@ -1334,10 +1446,22 @@ mod tests {
         assert!(matches!(spec, WorkloadSpec::Permutation { bytes: 100 }));
         assert_eq!(spec.name(), "permutation");
         let spec = parse("kind = \"all-to-all\"\nbytes = 100");
-        assert!(matches!(spec, WorkloadSpec::AllToAll { bytes: 100 }));
+        assert!(matches!(
+            spec,
+            WorkloadSpec::AllToAll {
+                bytes: 100,
+                participants: None
+            }
+        ));
         assert_eq!(spec.name(), "all-to-all");
         let spec = parse("kind = \"all-reduce\"\nbytes = 1048576");
-        assert!(matches!(spec, WorkloadSpec::AllReduce { bytes: 1_048_576 }));
+        assert!(matches!(
+            spec,
+            WorkloadSpec::AllReduce {
+                bytes: 1_048_576,
+                participants: None
+            }
+        ));
         assert_eq!(spec.name(), "all-reduce");
         let spec = parse("kind = \"file\"\npath = \"flows.txt\"");
         assert!(matches!(spec, WorkloadSpec::File { ref path } if path == "flows.txt"));

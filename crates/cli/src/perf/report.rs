@@ -100,6 +100,9 @@ pub struct Reordering {
     pub out_of_order_arrivals: u64,
     /// Of those, the packets selective repeat held until the gap filled.
     pub held_packets: u64,
+    /// Of the held, the WRITE packets placed at their address on arrival (their WRITE's
+    /// first packet had arrived); the rest had their payload copied until the gap filled.
+    pub placed_packets: u64,
     /// The receive trackers' memory at the end, bytes: every queue pair's own...
     pub tracker_bytes_per_connection: u64,
     /// ...and what they share (LEFT's pool).
@@ -121,6 +124,7 @@ impl Reordering {
         Reordering {
             out_of_order_arrivals: after.out_of_order_arrivals - before.out_of_order_arrivals,
             held_packets: after.packets_held - before.packets_held,
+            placed_packets: after.packets_placed - before.packets_placed,
             tracker_bytes_per_connection: memory.per_connection as u64,
             tracker_bytes_shared: memory.shared as u64,
             probes_sent: after.probes_sent - before.probes_sent,
@@ -131,9 +135,11 @@ impl Reordering {
     /// The line under a result row.
     pub fn row(&self) -> String {
         format!(
-            " reordering: {} out-of-order arrivals, {} held; tracker memory {} B per connection + {} B shared; probes {} sent, {} answered",
+            " reordering: {} out-of-order arrivals, {} held ({} placed directly, {} copied); tracker memory {} B per connection + {} B shared; probes {} sent, {} answered",
             self.out_of_order_arrivals,
             self.held_packets,
+            self.placed_packets,
+            self.held_packets - self.placed_packets,
             self.tracker_bytes_per_connection,
             self.tracker_bytes_shared,
             self.probes_sent,

@@ -14,6 +14,7 @@ mod balboa_fig10;
 mod ctl;
 mod fig19;
 mod left;
+mod left_fct;
 mod scr;
 mod swcc;
 mod weir;
@@ -227,6 +228,7 @@ pub const ENTRIES: &[Entry] = &[
     left::FIG1,
     left::FIG6,
     left::FIG7,
+    left_fct::FIG45,
     ctl::SCR_FIG10B,
     ctl::SCR_FIG10CD,
     ctl::SWCC_FIG12,
