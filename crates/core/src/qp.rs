@@ -646,6 +646,15 @@ pub(crate) struct Knobs {
     pub(crate) window_bytes: Option<u64>,
 }
 
+/// The packet priorities the control law set (see `Actions::set_priority`): request
+/// packets, and responses, CNPs and control packets; `None`: none. Four bytes, kept apart
+/// from `Knobs` to sit in the padding after `recv_cq` (the line layout is pinned).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Priorities {
+    pub(crate) request: Option<u8>,
+    pub(crate) response: Option<u8>,
+}
+
 /// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of
 /// queue pairs each packet finds its queue pair cold, and every cache line it touches is a
 /// miss. Line 0 holds what every visit reads (state, flags, attributes, the protection domain,
@@ -692,6 +701,7 @@ pub(crate) struct Qp {
     /// rate shortens the wait at once.
     pub(crate) paced: (crate::Instant, u64),
     pub(crate) recv_cq: CqId,
+    pub(crate) priorities: Priorities,
     /// The largest credit total the peer has granted us. (Here, so that `resp` starts a
     /// line.)
     pub(crate) credit_total_seen: u64,
@@ -724,6 +734,7 @@ impl Qp {
             scheduled: false,
             async_pending: false,
             knobs: Knobs::default(),
+            priorities: Priorities::default(),
             cnp_due: false,
             path: None,
             granted_total: 0,

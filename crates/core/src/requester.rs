@@ -492,6 +492,7 @@ impl Qp {
             },
             payload_len,
             payload_at,
+            priority: self.priorities.request,
         }
     }
 

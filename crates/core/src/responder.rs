@@ -666,6 +666,7 @@ impl Qp {
         dst: std::net::IpAddr,
         dest_qp: u32,
     ) -> Option<Transmit> {
+        let priority = self.priorities.response;
         let unsequenced = |src_port, bth, ext| Transmit {
             dst,
             src_port,
@@ -676,6 +677,7 @@ impl Qp {
             },
             payload_len: 0,
             payload_at: PayloadAt::Buffer,
+            priority,
         };
         if self.cnp_due {
             // The control law's congestion notification goes before anything else.
@@ -770,6 +772,7 @@ impl Qp {
             headers: RoceHeaders { bth, ccx, ext },
             payload_len,
             payload_at,
+            priority: self.priorities.response,
         })
     }
 

@@ -630,3 +630,61 @@ fn a_credit_total_in_any_packet_counts_once_whatever_the_order() {
     assert_eq!(c.grants_received, 2, "only totals that were news");
     assert_eq!(c.stale_responses, 5);
 }
+
+/// A law that gives request packets priority 5 from the start and, on a CNP, sends one back
+/// at priority 7 (Homa's grants and ACKs overtake data the same way).
+#[derive(Debug, Clone, Default)]
+struct Prioritiser;
+
+impl Law for Prioritiser {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "prioritiser"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Start, EventKind::Cnp])
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, act: &mut Actions) {
+        match event {
+            Event::Start { .. } => act.set_priority(5),
+            Event::Cnp => {
+                act.set_response_priority(9); // clamped to 7
+                act.send_cnp();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_law_sets_the_priority_of_requests_and_of_responses_apart() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.set_controller(0, Box::new(Inline::new(Prioritiser)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mut payload = [0u8; 4096];
+    // The peer's engine has no law: its packets carry no priority.
+    p.post_write(&mut world, 1, 0, 8);
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
+    assert_eq!(t.priority, Some(5));
+    assert!(
+        world.engines[1]
+            .poll_transmit(world.now, &mut payload)
+            .is_none()
+    );
+    let cnp = p.cnp();
+    world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
+    assert_eq!(t.headers.bth.opcode, Opcode::CNP);
+    assert_eq!(t.priority, Some(7));
+    // The TOS a driver writes: DSCP = base + priority, the ECN bits kept.
+    let tos = sluice_wire::priority_tos(0x02, sluice_wire::DEFAULT_DSCP_BASE, 7);
+    assert_eq!((tos >> 2, tos & 3), (15, 0x02));
+    assert_eq!(sluice_wire::tos_priority(tos, 8), Some(7));
+}

@@ -53,6 +53,7 @@ mod ip;
 mod opcode;
 mod packet;
 pub mod pcap;
+mod priority;
 mod probe;
 mod psn;
 mod size;
@@ -77,6 +78,9 @@ pub use ip::{
 };
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ICRC_LEN, RoceHeaders, RocePacket, pad_for};
+pub use priority::{
+    DEFAULT_DSCP_BASE, MAX_DSCP_BASE, PRIORITY_LEVELS, check_dscp_base, priority_tos, tos_priority,
+};
 pub use probe::{PROBE_KIND, PROBE_REPLY_KIND, PathProbeHeader};
 pub use psn::Psn;
 pub use size::{

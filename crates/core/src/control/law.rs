@@ -96,6 +96,8 @@ pub struct Actions {
     cnp: bool,
     path: Option<u16>,
     wake: bool,
+    priority: Option<u8>,
+    response_priority: Option<u8>,
 }
 
 impl Actions {
@@ -151,6 +153,23 @@ impl Actions {
         self.wake = true;
     }
 
+    /// Send this queue pair's request packets (new and resent) at priority `level`, 0 the
+    /// lowest ..= 7 the highest (above 7 counts as 7), from the next one built on, until
+    /// changed. The engine hands it to the driver with each packet
+    /// ([`crate::Transmit::priority`]), which writes it into the IP header's DSCP bits
+    /// (`sluice_wire::priority_tos`: DSCP = a configured base + level, ECN bits kept).
+    /// Without it (the default) a packet carries no priority and the driver's own TOS.
+    pub fn set_priority(&mut self, level: u8) {
+        self.priority = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+    }
+
+    /// Send this queue pair's responses (ACKs, NAKs, READ responses), CNPs and control
+    /// packets at priority `level` (as [`Actions::set_priority`]): Homa sends its grants
+    /// and acknowledgements at the highest level so that they overtake data.
+    pub fn set_response_priority(&mut self, level: u8) {
+        self.response_priority = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+    }
+
     /// The rate decision: `None` if untouched, `Some(None)` for no pacing ([`Actions::unpace`]),
     /// `Some(Some(bps))` for a rate in bits per second ([`Actions::set_rate`]).
     pub fn rate(&self) -> Option<Option<u64>> {
@@ -190,6 +209,16 @@ impl Actions {
         self.wake
     }
 
+    /// The request priority set ([`Actions::set_priority`]), if any.
+    pub fn priority(&self) -> Option<u8> {
+        self.priority
+    }
+
+    /// The response priority set ([`Actions::set_response_priority`]), if any.
+    pub fn response_priority(&self) -> Option<u8> {
+        self.response_priority
+    }
+
     /// Whether nothing was decided.
     pub fn is_empty(&self) -> bool {
         *self == Actions::default()
@@ -210,6 +239,8 @@ impl Actions {
         self.cnp |= later.cnp;
         self.path = later.path.or(self.path);
         self.wake |= later.wake;
+        self.priority = later.priority.or(self.priority);
+        self.response_priority = later.response_priority.or(self.response_priority);
     }
 }
 

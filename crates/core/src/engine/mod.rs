@@ -199,6 +199,12 @@ pub struct Transmit {
     pub payload_len: u32,
     /// Where the payload is.
     pub payload_at: PayloadAt,
+    /// The priority the control law chose for this packet, 0 the lowest ..= 7 the highest
+    /// (`Actions::set_priority`, `Actions::set_response_priority`); `None` if it chose none.
+    /// The driver writes it into the IP header's DSCP bits with `sluice_wire::priority_tos`
+    /// (DSCP = its configured base + priority, ECN bits kept); a `None` packet keeps the
+    /// driver's own TOS.
+    pub priority: Option<u8>,
 }
 
 /// Where the payload of a [`Transmit`] is.
@@ -532,6 +538,12 @@ impl Nic {
         }
         if let Some(port) = act.path() {
             qp.path = Some(port);
+        }
+        if let Some(level) = act.priority() {
+            qp.priorities.request = Some(level);
+        }
+        if let Some(level) = act.response_priority() {
+            qp.priorities.response = Some(level);
         }
         let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
         if act.cnp() {

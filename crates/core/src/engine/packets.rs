@@ -454,6 +454,7 @@ impl Engine {
                 },
                 payload_len: 0,
                 payload_at: PayloadAt::Buffer,
+                priority: qp.priorities.response,
             });
         }
         None
