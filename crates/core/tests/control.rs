@@ -688,3 +688,59 @@ fn a_law_sets_the_priority_of_requests_and_of_responses_apart() {
     assert_eq!((tos >> 2, tos & 3), (15, 0x02));
     assert_eq!(sluice_wire::tos_priority(tos, 8), Some(7));
 }
+
+/// A gating law that records where each packet it is asked about lies in its message.
+#[derive(Debug, Clone, Default)]
+struct Positions(Rc<RefCell<Vec<sluice_core::control::MessagePos>>>);
+
+impl Law for Positions {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "positions"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::GATE
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), _: &Event, _: &mut Actions) {}
+
+    fn gate_message(
+        &mut self,
+        _: Instant,
+        _: &mut (),
+        pos: &sluice_core::control::MessagePos,
+    ) -> Gate {
+        self.0.borrow_mut().push(*pos);
+        Gate::Send
+    }
+}
+
+#[test]
+fn the_gate_hears_each_packets_place_in_its_message() {
+    let law = Positions::default();
+    let seen = law.0.clone();
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.set_controller(0, Box::new(Inline::new(law)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mtu = PairOptions::default().mtu.bytes();
+    let len = 2 * mtu + 100;
+    p.post_write(&mut world, 1, 0, len);
+    p.post_write(&mut world, 2, 0, 10);
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 2));
+    let seen = seen.borrow();
+    let first = seen[0].id;
+    let want: Vec<(u32, u32, u32, u32)> = vec![
+        (first, len, 0, mtu),
+        (first, len, mtu, mtu),
+        (first, len, 2 * mtu, 100),
+        ((first + 3) & 0xFF_FFFF, 10, 0, 10),
+    ];
+    let got: Vec<_> = seen
+        .iter()
+        .map(|p| (p.id, p.len, p.offset, p.bytes))
+        .collect();
+    assert_eq!(got, want);
+}

@@ -43,6 +43,13 @@ pub trait Law: std::fmt::Debug {
         Gate::Send
     }
 
+    /// [`Law::gate`] told where the packet lies in its message (a work request): what a law
+    /// that schedules messages rather than bytes (Homa) needs. The engine asks this one;
+    /// the default forgets the position and asks [`Law::gate`].
+    fn gate_message(&mut self, now: Instant, ctx: &mut Self::Context, pos: &MessagePos) -> Gate {
+        self.gate(now, ctx, pos.bytes)
+    }
+
     /// The CC extension header this law reads its signal from best (timestamps for a delay
     /// law, INT for HPCC), if any. A driver turns it on where it knows both ends agree;
     /// without it the law gets what plain RoCE gives.
@@ -69,11 +76,39 @@ pub trait Law: std::fmt::Debug {
     ) {
     }
 
+    /// [`Law::stamp`] for a request packet, told where it lies in its message (resent
+    /// packets too, with their own position). The default forgets the position.
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        ctx: &mut Self::Context,
+        _pos: &MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.stamp(now, ctx, out);
+    }
+
     /// `bytes` of request payload arrived on this host for a queue pair that another law
     /// runs (a simulator host whose apps choose their own laws): a host-domain signal, for
     /// a law that measures its port (SCR's receiver-driven control). Its own queue pairs'
     /// arrivals come as [`Event::Rx`]. Default: ignored.
     fn on_foreign_rx(&mut self, _now: Instant, _bytes: u32) {}
+}
+
+/// Where a request packet lies in its message (one work request), for
+/// [`Law::gate_message`] and [`Law::stamp_request`]. Both ends of a queue pair name a message
+/// by its first PSN, which the responder sees too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MessagePos {
+    /// The message's first PSN (24 bits): its name on the wire.
+    pub id: u32,
+    /// The message's payload length in bytes (0 for READ requests and atomics, which carry
+    /// none).
+    pub len: u32,
+    /// The offset in the message of the packet's first payload byte.
+    pub offset: u32,
+    /// The packet's payload bytes.
+    pub bytes: u32,
 }
 
 /// The answer of [`Law::gate`].
@@ -263,6 +298,12 @@ pub trait Controller: std::fmt::Debug {
     /// May a request packet of `bytes` go now on `qp`? (Asked only with [`EventMask::GATE`].)
     fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate;
 
+    /// [`Controller::gate`] told where the packet lies in its message (see
+    /// [`Law::gate_message`]). Default: asks [`Controller::gate`].
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &MessagePos) -> Gate {
+        self.gate(now, qp, pos.bytes)
+    }
+
     /// When [`Controller::on_timeout`] should next run.
     fn next_timeout(&mut self) -> Option<Instant>;
 
@@ -279,6 +320,18 @@ pub trait Controller: std::fmt::Debug {
 
     /// Fills the declared CC header of a packet of `qp` about to leave (see [`Law::stamp`]).
     fn stamp(&mut self, _now: Instant, _qp: u32, _out: &mut sluice_wire::DeclaredCcx) {}
+
+    /// Fills the declared CC header of a request of `qp` about to leave (see
+    /// [`Law::stamp_request`]). Default: [`Controller::stamp`].
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        _pos: &MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.stamp(now, qp, out);
+    }
 
     /// What SCR's decoupled loop did, if the law runs behind one (`None`: inline).
     fn decoupled_stats(&self) -> Option<super::DecoupledStats> {

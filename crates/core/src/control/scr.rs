@@ -509,6 +509,16 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.stamp(now, self.store.ctx(qp), out);
     }
 
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        pos: &super::MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.law.stamp_request(now, self.store.ctx(qp), pos, out);
+    }
+
     fn decoupled_stats(&self) -> Option<DecoupledStats> {
         Some(DecoupledStats {
             totals: self.stats,
@@ -546,6 +556,10 @@ impl<L: Law> Controller for Decoupled<L> {
         // The TX decision stays on the packet's path (SwCC): it reads the context as the
         // processors last left it.
         self.law.gate(now, self.store.ctx(qp), bytes)
+    }
+
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &super::MessagePos) -> Gate {
+        self.law.gate_message(now, self.store.ctx(qp), pos)
     }
 
     fn next_timeout(&mut self) -> Option<Instant> {

@@ -523,9 +523,22 @@ impl Nic {
         self.interest.gates()
     }
 
-    /// Asks the controller whether a request packet of `bytes` of `qp` may go now.
-    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, bytes: u32) -> Gate {
-        self.controller.gate(now, qp.index(), bytes)
+    /// Asks the controller whether a request packet of `qp` at `pos` may go now.
+    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, pos: &crate::control::MessagePos) -> Gate {
+        self.controller.gate_message(now, qp.index(), pos)
+    }
+
+    /// Lets the law fill the declared CC header of a request of `qp` at `pos`.
+    pub(crate) fn stamp_request(
+        &mut self,
+        qp: &Qp,
+        now: Instant,
+        pos: &crate::control::MessagePos,
+        ccx: &mut Option<sluice_wire::Ccx>,
+    ) {
+        if let Some(sluice_wire::Ccx::Declared(out)) = ccx {
+            self.controller.stamp_request(now, qp.index(), pos, out);
+        }
     }
 
     /// Carries out a control law's decisions for `qp` (a live one).
