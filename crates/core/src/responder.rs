@@ -709,6 +709,7 @@ impl Qp {
                     let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
                     let ext = ExtHeaders {
                         cc_control: Some(sluice_wire::CcControl {
+                            detail: 0,
                             kind: sluice_wire::CcControlKind::CreditTotal,
                             value: total,
                         }),

@@ -574,6 +574,7 @@ fn a_grant_total_counts_once_whatever_the_order() {
         ccx: None,
         ext: ExtHeaders {
             cc_control: Some(sluice_wire::CcControl {
+                detail: 0,
                 kind: sluice_wire::CcControlKind::CreditTotal,
                 value: total,
             }),

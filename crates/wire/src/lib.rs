@@ -48,6 +48,7 @@ mod datagram;
 mod error;
 mod ethernet;
 mod ext;
+mod homa;
 pub mod icrc;
 mod ip;
 mod opcode;
@@ -72,6 +73,7 @@ pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetHeader};
 pub use ext::{AtomicAckEth, AtomicEth, CcControl, CcControlKind, Deth, ExtHeaders, Reth};
+pub use homa::{HOMA_BUSY_KIND, HOMA_GRANT_KIND, HOMA_RESEND_KIND, HomaControl};
 pub use ip::{
     IPV4_HEADER_LEN, IPV6_HEADER_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
     UDP_HEADER_LEN, UdpHeader, internet_checksum, udp6_checksum,
