@@ -674,6 +674,9 @@ pub(crate) struct Qp {
     pub(crate) async_pending: bool,
     /// The control law asked for a CNP to the peer.
     pub(crate) cnp_due: bool,
+    /// The control law asked for a Homa control message to the peer (`homa_due`,
+    /// `busy_due`): a flag on line 0, so a visit that owes nothing reads no further.
+    pub(crate) control_due: bool,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
     /// Both ends agreed to exchange Sluice's path probes (control packets of kinds 2 and 3).
@@ -708,6 +711,10 @@ pub(crate) struct Qp {
     pub(crate) resp: Responder,
     /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
     pub(crate) granted_total: u64,
+    /// A Homa GRANT or RESEND the law asked for, not yet sent.
+    pub(crate) homa_due: Option<sluice_wire::HomaControl>,
+    /// A Homa BUSY (for this message) the law asked for, not yet sent.
+    pub(crate) busy_due: Option<u32>,
 }
 
 /// The CC extension header of a request, kept for the responses that echo it.
@@ -736,8 +743,11 @@ impl Qp {
             knobs: Knobs::default(),
             priorities: Priorities::default(),
             cnp_due: false,
+            control_due: false,
             path: None,
             granted_total: 0,
+            homa_due: None,
+            busy_due: None,
             credit_total_seen: 0,
             control_started: false,
             path_probes: false,
@@ -818,6 +828,7 @@ impl Qp {
     /// Whether the responder owes the peer a packet, or the control law asked for one.
     pub(crate) fn owes_peer(&self) -> bool {
         self.cnp_due
+            || self.control_due
             || self.resp.grant_due > 0
             || self.resp.ack_due
             || !self.resp.responses.is_empty()

@@ -720,6 +720,34 @@ impl Qp {
                 }
             }
         }
+        if self.control_due {
+            // Homa's messages: a GRANT or RESEND first, then a BUSY, one per call.
+            let message = match self.homa_due.take() {
+                Some(m) => Some(m),
+                None => self
+                    .busy_due
+                    .take()
+                    .map(|message| sluice_wire::HomaControl::Busy { message }),
+            };
+            self.control_due = self.homa_due.is_some() || self.busy_due.is_some();
+            if let Some(m) = message {
+                let agreed = self.state != QpState::Error && self.attrs.cc_control;
+                match m.control() {
+                    Ok(c) if agreed => {
+                        nic.counters.homa_sent += 1;
+                        let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
+                        let ext = ExtHeaders {
+                            cc_control: Some(c),
+                            ..ExtHeaders::default()
+                        };
+                        let port = nic.source_port(self, bth.psn, bth.opcode);
+                        return Some(unsequenced(port, bth, ext));
+                    }
+                    // Not agreed, in error, or a field out of range: never on the wire.
+                    _ => nic.counters.homa_unsent += 1,
+                }
+            }
+        }
         None
     }
 
@@ -740,7 +768,7 @@ impl Qp {
             return None;
         }
         let dst = self.attrs.peer?;
-        if (self.cnp_due || self.resp.grant_due > 0)
+        if (self.cnp_due || self.control_due || self.resp.grant_due > 0)
             && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
         {
             return Some(t);

@@ -745,3 +745,94 @@ fn the_gate_hears_each_packets_place_in_its_message() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// Homa's control messages in miniature: the receiver grants on every arrival, the sender
+/// answers every GRANT with a BUSY; each end records what it heard.
+#[derive(Debug, Clone, Default)]
+struct HomaTalk(Rc<RefCell<Vec<sluice_wire::HomaControl>>>);
+
+impl Law for HomaTalk {
+    type Context = u32;
+
+    fn name(&self) -> &'static str {
+        "homa-talk"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Rx, EventKind::Homa])
+    }
+
+    fn on_event(&mut self, _: Instant, got: &mut u32, event: &Event, act: &mut Actions) {
+        use sluice_wire::HomaControl;
+        match *event {
+            Event::Rx { bytes, .. } => {
+                *got += bytes;
+                act.send_homa(HomaControl::Grant {
+                    message: 1,
+                    offset: *got,
+                    priority: 3,
+                });
+            }
+            Event::Homa(m) => {
+                self.0.borrow_mut().push(m);
+                if let HomaControl::Grant { message, .. } = m {
+                    act.send_homa(HomaControl::Busy { message });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn homa_talk(agreed: [bool; 2]) -> (World, [HomaTalk; 2]) {
+    let laws = [HomaTalk::default(), HomaTalk::default()];
+    let mut world = World::new(2, 3, Impairments::CLEAN);
+    for (h, law) in laws.iter().enumerate() {
+        world.set_controller(h, Box::new(Inline::new(law.clone())));
+    }
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    for h in 0..2 {
+        world.engines[h].set_cc_control(p.qp[h], agreed[h]).unwrap();
+    }
+    p.write_and_wait(&mut world, 3 * PairOptions::default().mtu.bytes());
+    world.run_until(Duration::from_millis(1), |_| false);
+    (world, laws)
+}
+
+#[test]
+fn homa_messages_flow_only_between_ends_that_agreed() {
+    use sluice_wire::HomaControl;
+    let (world, laws) = homa_talk([true, true]);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!((b.homa_sent, a.homa_received), (3, 3), "{a:?} {b:?}");
+    assert_eq!((a.homa_sent, b.homa_received), (3, 3));
+    let grants = laws[0].0.borrow().clone();
+    let offsets: Vec<u32> = grants
+        .iter()
+        .map(|g| match *g {
+            HomaControl::Grant {
+                offset, priority, ..
+            } => {
+                assert_eq!(priority, 3);
+                offset
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mtu = PairOptions::default().mtu.bytes();
+    assert_eq!(offsets, [mtu, 2 * mtu, 3 * mtu]);
+    assert_eq!(*laws[1].0.borrow(), [HomaControl::Busy { message: 1 }; 3]);
+    // The receiver agreed, the sender did not: the grants leave and are dropped on
+    // arrival, counted; the sender's law hears nothing and so sends no BUSY.
+    let (world, laws) = homa_talk([false, true]);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!(
+        (b.homa_sent, a.drops_homa_unagreed, a.homa_received),
+        (3, 3, 0)
+    );
+    assert!(laws[0].0.borrow().is_empty() && laws[1].0.borrow().is_empty());
+    // The other way round: the receiver's grants are never sent.
+    let (world, _) = homa_talk([true, false]);
+    let b = world.engines[1].counters();
+    assert_eq!((b.homa_sent, b.homa_unsent), (0, 3));
+}

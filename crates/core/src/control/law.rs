@@ -133,6 +133,8 @@ pub struct Actions {
     wake: bool,
     priority: Option<u8>,
     response_priority: Option<u8>,
+    homa: Option<sluice_wire::HomaControl>,
+    busy: Option<u32>,
 }
 
 impl Actions {
@@ -244,6 +246,29 @@ impl Actions {
         self.wake
     }
 
+    /// Send the peer one of Homa's control messages (a control packet of kind 4-6; it
+    /// arrives there as [`Event::Homa`]). A GRANT or RESEND replaces one decided earlier and
+    /// not yet sent (a GRANT's offset is a total; a RESEND asks for what is still missing);
+    /// a BUSY is kept apart, so a queue pair that both sends and receives messages can owe
+    /// one of each. Sent only if the two ends agreed to control packets; otherwise counted
+    /// in `Counters::homa_unsent`.
+    pub fn send_homa(&mut self, message: sluice_wire::HomaControl) {
+        match message {
+            sluice_wire::HomaControl::Busy { message } => self.busy = Some(message),
+            m => self.homa = Some(m),
+        }
+    }
+
+    /// The GRANT or RESEND to send ([`Actions::send_homa`]), if any.
+    pub fn homa(&self) -> Option<sluice_wire::HomaControl> {
+        self.homa
+    }
+
+    /// The message a BUSY is to be sent for ([`Actions::send_homa`]), if any.
+    pub fn busy(&self) -> Option<u32> {
+        self.busy
+    }
+
     /// The request priority set ([`Actions::set_priority`]), if any.
     pub fn priority(&self) -> Option<u8> {
         self.priority
@@ -276,6 +301,8 @@ impl Actions {
         self.wake |= later.wake;
         self.priority = later.priority.or(self.priority);
         self.response_priority = later.response_priority.or(self.response_priority);
+        self.homa = later.homa.or(self.homa);
+        self.busy = later.busy.or(self.busy);
     }
 }
 

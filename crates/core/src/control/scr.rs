@@ -148,6 +148,9 @@ impl Default for ScrConfig {
             EventKind::Telemetry,
             EventKind::Hint,
             EventKind::Header,
+            // A GRANT's offset is a total, and a RESEND or BUSY lost in a merge is asked
+            // again at the next resend timeout.
+            EventKind::Homa,
         ] {
             coalesce[k as usize] = Coalesce::KeepLatest;
         }

@@ -563,6 +563,16 @@ impl Nic {
             qp.cnp_due = true;
             wake = true;
         }
+        if let Some(m) = act.homa() {
+            qp.homa_due = Some(m);
+            qp.control_due = true;
+            wake = true;
+        }
+        if let Some(m) = act.busy() {
+            qp.busy_due = Some(m);
+            qp.control_due = true;
+            wake = true;
+        }
         if act.granted() > 0 {
             qp.resp.grant_due = qp.resp.grant_due.saturating_add(act.granted());
             wake = true;
