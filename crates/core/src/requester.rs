@@ -384,7 +384,14 @@ impl Qp {
                 bytes: (wqe.len - self.req.cursor_offset).min(self.attrs.mtu),
             }
         };
-        nic.gate(self, now, &pos) != crate::control::Gate::Hold
+        match nic.gate(self, now, &pos) {
+            crate::control::Gate::Send => true,
+            crate::control::Gate::Hold => false,
+            crate::control::Gate::SendAt(level) => {
+                self.priorities.request = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+                true
+            }
+        }
     }
 
     /// Finds the payload of `packet`: inline data (copied into the buffer: the work request

@@ -116,6 +116,11 @@ pub struct MessagePos {
 pub enum Gate {
     /// The packet goes now.
     Send,
+    /// The packet goes now at priority `level` (0 lowest ..= 7 highest, clamped), as do
+    /// the queue pair's later request packets until changed: [`Actions::set_priority`] for
+    /// this packet on (Homa sends a message's unscheduled bytes and its granted bytes at
+    /// different levels, decided packet by packet).
+    SendAt(u8),
     /// The packet waits until the law calls [`Actions::wake`].
     Hold,
 }
