@@ -380,6 +380,11 @@ impl Homa {
         let level = self.level(ctx.token);
         let want = ctx.r_len.min(ctx.r_received.saturating_add(self.rtt_bytes));
         if want > ctx.r_granted || level != ctx.r_level {
+            if want > ctx.r_granted {
+                // The resend timer runs from the grant for the bytes it asks for (a message
+                // that waited for a place has heard nothing for a while).
+                ctx.r_heard = now;
+            }
             ctx.r_granted = ctx.r_granted.max(want);
             ctx.r_level = level;
             act.send_homa(HomaControl::Grant {
@@ -499,16 +504,15 @@ impl Law for Homa {
                     self.on_header(now, ctx, m, l, e, act);
                 }
             }
+            // A grant for a message this queue pair is not sending (done already) is stale.
             Event::Homa(HomaControl::Grant {
                 message,
                 offset,
                 priority,
-            }) => {
-                if ctx.s_known && message == ctx.s_msg {
-                    ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
-                    ctx.s_level = priority;
-                    act.wake();
-                }
+            }) if ctx.s_known && message == ctx.s_msg => {
+                ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
+                ctx.s_level = priority;
+                act.wake();
             }
             Event::Homa(HomaControl::Resend {
                 message,
@@ -526,10 +530,8 @@ impl Law for Homa {
                     act.send_homa(HomaControl::Busy { message });
                 }
             }
-            Event::Homa(HomaControl::Busy { message }) => {
-                if ctx.r_active && message == ctx.r_msg {
-                    ctx.r_heard = now;
-                }
+            Event::Homa(HomaControl::Busy { message }) if ctx.r_active && message == ctx.r_msg => {
+                ctx.r_heard = now;
             }
             Event::Timer => {
                 ctx.timer_at = None;
