@@ -17,7 +17,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use sluice_control::Params;
 use sluice_control::homa::{Homa, HomaContext, HomaParams, declaration};
-use sluice_core::control::{Actions, Event, EventMask, Gate, Inline, Law, MessagePos};
+use sluice_core::control::{
+    Actions, Decoupled, Event, EventMask, Gate, Inline, Law, MessagePos, ScrConfig,
+};
 use sluice_core::*;
 use sluice_testkit::*;
 use sluice_wire::{DeclaredCcx, HomaControl};
@@ -52,6 +54,28 @@ impl Law for Recorded {
         self.homa.on_event(now, ctx, e, act);
     }
 
+    fn on_event_at(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        ctx: &mut HomaContext,
+        e: &Event,
+        act: &mut Actions,
+    ) {
+        if let Event::Homa(m) = e {
+            self.heard.borrow_mut().push(*m);
+        }
+        self.homa.on_event_at(now, qp, ctx, e, act);
+    }
+
+    fn take_wake(&mut self) -> Option<u32> {
+        self.homa.take_wake()
+    }
+
+    fn wakes_pending(&self) -> bool {
+        self.homa.wakes_pending()
+    }
+
     fn gate_message(&mut self, now: Instant, ctx: &mut HomaContext, pos: &MessagePos) -> Gate {
         self.homa.gate_message(now, ctx, pos)
     }
@@ -80,6 +104,8 @@ struct Case {
     /// Message lengths, taken in turn by the queue pairs.
     lens: Vec<u32>,
     overcommit: u8,
+    /// Behind SCR's queues (2 processors, 2 µs loop delay) rather than inline.
+    decoupled: bool,
 }
 
 fn case_strategy() -> impl Strategy<Value = Case> {
@@ -89,13 +115,15 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         1..=3usize,
         prop::collection::vec(1..=SLOT, 1..=MESSAGES),
         1..=3u8,
+        any::<bool>(),
     )
-        .prop_map(|(seed, loss, pairs, lens, overcommit)| Case {
+        .prop_map(|(seed, loss, pairs, lens, overcommit, decoupled)| Case {
             seed,
             loss,
             pairs,
             lens,
             overcommit,
+            decoupled,
         })
 }
 
@@ -124,7 +152,16 @@ fn run(case: &Case, link: Impairments) -> Result<Outcome, String> {
             homa: Homa::new(p),
             heard: Rc::clone(heard),
         };
-        world.set_controller(h, Box::new(Inline::new(law)));
+        if case.decoupled {
+            let scr = ScrConfig {
+                processors: 2,
+                loop_delay: Duration::from_micros(2),
+                ..ScrConfig::default()
+            };
+            world.set_controller(h, Box::new(Decoupled::new(law, scr)));
+        } else {
+            world.set_controller(h, Box::new(Inline::new(law)));
+        }
     }
     let options = PairOptions {
         mtu: Mtu::M1024,
@@ -262,6 +299,7 @@ fn a_clean_link_needs_no_resend_and_grants_in_srpt_order() {
         pairs: 3,
         lens: vec![60 * 1024, 20 * 1024, 40 * 1024],
         overcommit: 1,
+        decoupled: false,
     };
     let o = run(&case, Impairments::CLEAN).unwrap();
     // Queue pair q's message is named 1000 (q + 1); the order in which each was granted to
@@ -295,6 +333,7 @@ fn lost_grants_are_repaired_by_resend() {
         pairs: 1,
         lens: vec![48 * 1024],
         overcommit: 2,
+        decoupled: false,
     };
     let heard = run_with_blackout(&case);
     assert!(
