@@ -40,11 +40,11 @@
 //! can take a higher one). Grants, RESENDs, BUSYs and ACKs go at the highest level.
 //!
 //! **Departures.** Homa's receiver sees all its messages at once; a law sees one queue
-//! pair's event at a time and can act only for that queue pair. So the `overcommit` granted
-//! messages are a law-wide table (SRPT among them is exact), but a message that is not in it
-//! learns that a place freed (or that it now beats the longest one there) on its own poll
-//! timer, every `base_rtt_us` while it waits: a promotion is up to one base RTT late, the
-//! bubble Homa's overcommitment exists to hide. A fully granted message leaves the table
+//! pair's event at a time. So the `overcommit` granted messages are a law-wide table (SRPT
+//! among them is exact), and the waiting ones a law-wide heap: a place freed goes to the
+//! shortest waiting message, woken at once (`Law::take_wake`: its queue pair hears a Timer),
+//! and a waiting message that becomes shorter than the longest member takes its place on
+//! its own next packet. A fully granted message leaves the table
 //! (its last bytes are in flight), as in Homa. RoCE RC recovers lost data itself (NAK and
 //! go-back-N, or selective repeat); what it cannot recover is a lost GRANT, which strands
 //! a sender that holds. RESEND is what repairs it: a sender asked for bytes it has not sent
@@ -52,7 +52,9 @@
 //! RC's recovery has them, or my send queue is busy with the messages ahead"), which
 //! restarts the receiver's timer. The sender does not pick among its queue pairs (Homa's
 //! sender-side SRPT): the engine's scheduler does that. A table member not heard from for
-//! four resend timeouts (its queue pair gone) may be displaced by any waiting message.
+//! four resend timeouts (its queue pair gone) may be displaced by any waiting message; as
+//! such a member frees no place, waiting messages also look for one every 8 resend
+//! timeouts on their own (every base RTT if the law was never told their queue pair).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -98,8 +100,7 @@ pub struct HomaParams {
     /// RTTbytes, the bytes of each message sent unscheduled and kept granted ahead of what
     /// arrived; 0 = `link_gbps` x `base_rtt_us`. Default 0. Both ends must agree.
     pub rtt_bytes: u64,
-    /// The base RTT in µs (RTTbytes, and how often a waiting message looks for a place).
-    /// Default 13.
+    /// The base RTT in µs that sizes RTTbytes. Default 13.
     pub base_rtt_us: f64,
     /// The link rate in Gbit/s that sizes RTTbytes. Default 100.
     pub link_gbps: f64,
@@ -147,7 +148,7 @@ impl Params for HomaParams {
         },
         ParamInfo {
             name: "base_rtt_us",
-            help: "base RTT in µs, sizing RTTbytes and a waiting message's poll, 0.1..=100000 (default 13)",
+            help: "base RTT in µs, sizing RTTbytes, 0.1..=100000 (default 13)",
         },
         ParamInfo {
             name: "link_gbps",
