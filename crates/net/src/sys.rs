@@ -384,7 +384,11 @@ impl Sender {
             hdr.msg_flags = 0;
             let gso = m.count > 1;
             let space = if gso { cmsg_space(size_of::<u16>()) } else { 0 }
-                + if m.tos.is_some() { cmsg_space(size_of::<c_int>()) } else { 0 };
+                + if m.tos.is_some() {
+                    cmsg_space(size_of::<c_int>())
+                } else {
+                    0
+                };
             if space > 0 {
                 hdr.msg_control = a.cmsgs[i].as_mut_ptr().cast::<c_void>();
                 hdr.msg_controllen = space as _;

@@ -68,7 +68,8 @@ impl<L: Law> Controller for Inline<L> {
 
     #[inline]
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
-        self.law.on_event_at(now, qp, self.store.ctx(qp), event, act);
+        self.law
+            .on_event_at(now, qp, self.store.ctx(qp), event, act);
         if let Some(timer) = act.take_timer() {
             self.store.set_timer(qp, timer);
         }
