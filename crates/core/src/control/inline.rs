@@ -48,6 +48,16 @@ impl<L: Law> Controller for Inline<L> {
         self.law.stamp(now, self.store.ctx(qp), out);
     }
 
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        pos: &super::MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.law.stamp_request(now, self.store.ctx(qp), pos, out);
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
     }
@@ -58,7 +68,8 @@ impl<L: Law> Controller for Inline<L> {
 
     #[inline]
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
-        self.law.on_event(now, self.store.ctx(qp), event, act);
+        self.law
+            .on_event_at(now, qp, self.store.ctx(qp), event, act);
         if let Some(timer) = act.take_timer() {
             self.store.set_timer(qp, timer);
         }
@@ -69,11 +80,26 @@ impl<L: Law> Controller for Inline<L> {
         self.law.gate(now, self.store.ctx(qp), bytes)
     }
 
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &super::MessagePos) -> Gate {
+        self.law.gate_message(now, self.store.ctx(qp), pos)
+    }
+
     fn next_timeout(&mut self) -> Option<Instant> {
+        if self.law.wakes_pending() {
+            return Some(Instant::ZERO); // due at once
+        }
         self.store.next_timer()
     }
 
     fn on_timeout(&mut self, now: Instant, out: &mut Deferred) {
+        // Queue pairs the law woke hear a Timer first, as if theirs had fired now.
+        while let Some(qp) = self.law.take_wake() {
+            let mut act = Actions::default();
+            self.on_event(now, qp, &Event::Timer, &mut act);
+            if !act.is_empty() {
+                out.push((qp, act));
+            }
+        }
         while let Some((qp, _)) = self.store.pop_due(now) {
             let mut act = Actions::default();
             self.on_event(now, qp, &Event::Timer, &mut act);

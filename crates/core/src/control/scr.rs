@@ -148,6 +148,9 @@ impl Default for ScrConfig {
             EventKind::Telemetry,
             EventKind::Hint,
             EventKind::Header,
+            // A GRANT's offset is a total, and a RESEND or BUSY lost in a merge is asked
+            // again at the next resend timeout.
+            EventKind::Homa,
         ] {
             coalesce[k as usize] = Coalesce::KeepLatest;
         }
@@ -407,7 +410,10 @@ impl<L: Law> Decoupled<L> {
 
     /// Starts every run due by `now`, in time order per processor.
     fn start_due(&mut self, now: Instant) {
-        // Law timers become events like any other signal.
+        // Law timers become events like any other signal; so do the law's wakes.
+        while let Some(qp) = self.law.take_wake() {
+            self.enqueue(now, qp, &Event::Timer);
+        }
         while let Some((qp, at)) = self.store.pop_due(now) {
             self.enqueue(at, qp, &Event::Timer);
         }
@@ -440,7 +446,7 @@ impl<L: Law> Decoupled<L> {
                 }
                 let mut act = Actions::default();
                 self.law
-                    .on_event(start, self.store.ctx(qp), &event, &mut act);
+                    .on_event_at(start, qp, self.store.ctx(qp), &event, &mut act);
                 if let Some(timer) = act.take_timer() {
                     self.store.set_timer(qp, timer);
                 }
@@ -509,6 +515,16 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.stamp(now, self.store.ctx(qp), out);
     }
 
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        pos: &super::MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.law.stamp_request(now, self.store.ctx(qp), pos, out);
+    }
+
     fn decoupled_stats(&self) -> Option<DecoupledStats> {
         Some(DecoupledStats {
             totals: self.stats,
@@ -548,7 +564,14 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.gate(now, self.store.ctx(qp), bytes)
     }
 
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &super::MessagePos) -> Gate {
+        self.law.gate_message(now, self.store.ctx(qp), pos)
+    }
+
     fn next_timeout(&mut self) -> Option<Instant> {
+        if self.law.wakes_pending() {
+            return Some(Instant::ZERO); // due at once
+        }
         let timer = self.store.next_timer();
         self.processors
             .iter()
