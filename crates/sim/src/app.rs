@@ -100,6 +100,10 @@ pub struct AppSpec {
     /// With `batch`: the CPU's time per post, ns (default 0: a batch is posted at once).
     #[serde(default)]
     pub post_ns: f64,
+    /// The priority (0 lowest ..= 7 highest) its data packets carry in their DSCP, as a
+    /// queue pair's traffic class would, unless the control law picks one; only
+    /// `[switch] priorities` above 1 serve it (default: none, the lowest).
+    pub priority: Option<u8>,
 }
 
 fn one() -> u32 {
@@ -115,6 +119,12 @@ impl AppSpec {
         }
         if self.weight == 0 {
             return Err("weight: expected at least 1".into());
+        }
+        if let Some(p) = self
+            .priority
+            .filter(|&p| p >= crate::priority::MAX_PRIORITIES)
+        {
+            return Err(format!("priority: expected 0 ..= 7, got {p}"));
         }
         if !(1..=MAX_APP_QPS).contains(&self.qps) {
             return Err(format!(
