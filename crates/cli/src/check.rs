@@ -480,6 +480,17 @@ mod tests {
     /// A path probe (or reply) as a raw IPv4 datagram with a valid ICRC; `poke` changes the
     /// control header's byte at that offset before the ICRC is computed.
     fn probe_datagram(reply: bool, poke: Option<usize>) -> Vec<u8> {
+        let probe = PathProbeHeader {
+            reply,
+            port: 0xC123,
+            seq: 9,
+        };
+        control_datagram(probe.control(), poke)
+    }
+
+    /// A control packet carrying `control` as a raw IPv4 datagram with a valid ICRC; `poke`
+    /// as in `probe_datagram`.
+    fn control_datagram(control: sluice_wire::CcControl, poke: Option<usize>) -> Vec<u8> {
         let ip = IpHeader::V4(Ipv4Header {
             src: std::net::Ipv4Addr::new(10, 0, 0, 1),
             dst: std::net::Ipv4Addr::new(10, 0, 0, 2),
@@ -492,16 +503,11 @@ mod tests {
             src_port: 0xC123,
             dst_port: ROCE_V2_PORT,
         };
-        let probe = PathProbeHeader {
-            reply,
-            port: 0xC123,
-            seq: 9,
-        };
         let roce = RoceHeaders {
             bth: Bth::new(Opcode::RC_CC_CONTROL, 0x11, Psn::new(0)),
             ccx: None,
             ext: ExtHeaders {
-                cc_control: Some(probe.control()),
+                cc_control: Some(control),
                 ..ExtHeaders::default()
             },
         };
@@ -532,6 +538,48 @@ mod tests {
             assert_eq!((s.malformed, s.ok), (1, false), "byte {at}");
             assert!(
                 s.problems[0].detail.contains("bad path probe"),
+                "{:?}",
+                s.problems
+            );
+        }
+    }
+
+    #[test]
+    fn homa_grants_resends_and_busies_pass_and_malformed_ones_do_not() {
+        use sluice_wire::HomaControl;
+        let messages = [
+            HomaControl::Grant {
+                message: 0x42,
+                offset: 65_536,
+                priority: 5,
+            },
+            HomaControl::Resend {
+                message: 0x42,
+                offset: 4096,
+                length: 8192,
+                priority: 7,
+            },
+            HomaControl::Busy { message: 0x42 },
+        ];
+        let mut w = PcapWriter::new(Vec::new(), link_type::RAW, 65535).unwrap();
+        for m in messages {
+            w.write(0, &control_datagram(m.control().unwrap(), None))
+                .unwrap();
+        }
+        let s = check(&w.into_inner()[..], "homa", ROCE_V2_PORT).unwrap();
+        assert_eq!((s.roce_packets, s.malformed, s.ok), (3, 0, true));
+        // A reserved byte (1, 3) or a GRANT with a length (byte 4): malformed, by name.
+        for at in [1, 3, 4] {
+            let mut w = PcapWriter::new(Vec::new(), link_type::RAW, 65535).unwrap();
+            w.write(
+                0,
+                &control_datagram(messages[0].control().unwrap(), Some(at)),
+            )
+            .unwrap();
+            let s = check(&w.into_inner()[..], "bad", ROCE_V2_PORT).unwrap();
+            assert_eq!((s.malformed, s.ok), (1, false), "byte {at}");
+            assert!(
+                s.problems[0].detail.contains("bad Homa control header"),
                 "{:?}",
                 s.problems
             );

@@ -11,6 +11,7 @@ pub mod registry;
 pub mod credit;
 pub mod dcqcn;
 pub mod dctcp;
+pub mod homa;
 pub mod hpcc;
 pub mod line_rate;
 pub mod notification;

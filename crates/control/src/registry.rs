@@ -3,7 +3,7 @@
 use sluice_core::control::{Controller, Decoupled, Inline, Law, ScrConfig};
 
 use crate::params::{ParamError, ParamInfo, Params};
-use crate::{credit, dcqcn, dctcp, hpcc, line_rate, rate_credit, static_rate, swift, timely};
+use crate::{credit, dcqcn, dctcp, homa, hpcc, line_rate, rate_credit, static_rate, swift, timely};
 
 /// How a law runs: on the event's own path (SwCC), or behind SCR's coalescing queues and
 /// processor pool.
@@ -97,6 +97,13 @@ pub const LAWS: &[LawInfo] = &[
         params: rate_credit::RateCreditParams::INFO,
         control_packets: true,
         build: |p, m| make(rate_credit::RateCredit::new, p, m),
+    },
+    LawInfo {
+        name: "homa",
+        summary: "Homa (Montazeri et al. 2018): unscheduled first RTTbytes, SRPT grants with overcommitment, priorities by size and rank, RESEND/BUSY; both ends must run it (declared header and control packets)",
+        params: homa::HomaParams::INFO,
+        control_packets: true,
+        build: |p, m| make(homa::Homa::new, p, m),
     },
 ];
 
@@ -215,6 +222,7 @@ mod tests {
             ("hpcc", include_str!("hpcc.rs")),
             ("credit", include_str!("credit.rs")),
             ("rate-credit", include_str!("rate_credit.rs")),
+            ("homa", include_str!("homa.rs")),
         ];
         assert_eq!(sources.len(), LAWS.len());
         for (law, source) in sources {

@@ -49,6 +49,16 @@ pub struct Counters {
     /// Grants a law made that could not be sent: the queue pair negotiated neither control
     /// packets nor the credit CCX, or it is in the error state.
     pub grants_unsent: u64,
+    /// Homa control messages (GRANT, RESEND, BUSY: control packets of kinds 4-6) sent.
+    pub homa_sent: u64,
+    /// Homa control messages received and handed to the law.
+    pub homa_received: u64,
+    /// Homa control messages a law asked for that were not sent: the queue pair did not
+    /// agree to control packets, or it is in the error state.
+    pub homa_unsent: u64,
+    /// Homa control messages received on a queue pair that did not agree to control
+    /// packets: dropped (also counted as unexpected opcodes).
+    pub drops_homa_unagreed: u64,
     /// Path probes sent (for a path selector that probes, e.g. `rtt-probe`), and replies
     /// sent to the peer's probes.
     pub probes_sent: u64,

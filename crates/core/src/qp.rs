@@ -646,6 +646,15 @@ pub(crate) struct Knobs {
     pub(crate) window_bytes: Option<u64>,
 }
 
+/// The packet priorities the control law set (see `Actions::set_priority`): request
+/// packets, and responses, CNPs and control packets; `None`: none. Four bytes, kept apart
+/// from `Knobs` to sit in the padding after `recv_cq` (the line layout is pinned).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Priorities {
+    pub(crate) request: Option<u8>,
+    pub(crate) response: Option<u8>,
+}
+
 /// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of
 /// queue pairs each packet finds its queue pair cold, and every cache line it touches is a
 /// miss. Line 0 holds what every visit reads (state, flags, attributes, the protection domain,
@@ -665,6 +674,9 @@ pub(crate) struct Qp {
     pub(crate) async_pending: bool,
     /// The control law asked for a CNP to the peer.
     pub(crate) cnp_due: bool,
+    /// The control law asked for a Homa control message to the peer (`homa_due`,
+    /// `busy_due`): a flag on line 0, so a visit that owes nothing reads no further.
+    pub(crate) control_due: bool,
     /// The control law was told the queue pair started sending.
     pub(crate) control_started: bool,
     /// Both ends agreed to exchange Sluice's path probes (control packets of kinds 2 and 3).
@@ -692,12 +704,17 @@ pub(crate) struct Qp {
     /// rate shortens the wait at once.
     pub(crate) paced: (crate::Instant, u64),
     pub(crate) recv_cq: CqId,
+    pub(crate) priorities: Priorities,
     /// The largest credit total the peer has granted us. (Here, so that `resp` starts a
     /// line.)
     pub(crate) credit_total_seen: u64,
     pub(crate) resp: Responder,
     /// Credit granted to the peer in all, sent (wrapping; grants carry the total).
     pub(crate) granted_total: u64,
+    /// A Homa GRANT or RESEND the law asked for, not yet sent.
+    pub(crate) homa_due: Option<sluice_wire::HomaControl>,
+    /// A Homa BUSY (for this message) the law asked for, not yet sent.
+    pub(crate) busy_due: Option<u32>,
 }
 
 /// The CC extension header of a request, kept for the responses that echo it.
@@ -724,9 +741,13 @@ impl Qp {
             scheduled: false,
             async_pending: false,
             knobs: Knobs::default(),
+            priorities: Priorities::default(),
             cnp_due: false,
+            control_due: false,
             path: None,
             granted_total: 0,
+            homa_due: None,
+            busy_due: None,
             credit_total_seen: 0,
             control_started: false,
             path_probes: false,
@@ -807,6 +828,7 @@ impl Qp {
     /// Whether the responder owes the peer a packet, or the control law asked for one.
     pub(crate) fn owes_peer(&self) -> bool {
         self.cnp_due
+            || self.control_due
             || self.resp.grant_due > 0
             || self.resp.ack_due
             || !self.resp.responses.is_empty()

@@ -308,7 +308,7 @@ impl Qp {
         } else {
             PayloadAt::Buffer
         };
-        Some(self.record_sent(nic, now, &packet, payload_at))
+        Some(self.record_sent(nic, now, cursor, &packet, payload_at))
     }
 
     /// Begins the request at `cursor` if it has not begun: gives it its PSNs, unless the
@@ -371,12 +371,27 @@ impl Qp {
             return true;
         }
         let wqe = &self.req.sq[cursor];
-        let bytes = if wqe.op.is_read_or_atomic() {
-            0
+        let pos = if wqe.op.is_read_or_atomic() {
+            crate::control::MessagePos {
+                id: wqe.first_psn.value(),
+                ..Default::default()
+            }
         } else {
-            (wqe.len - self.req.cursor_offset).min(self.attrs.mtu)
+            crate::control::MessagePos {
+                id: wqe.first_psn.value(),
+                len: wqe.len,
+                offset: self.req.cursor_offset,
+                bytes: (wqe.len - self.req.cursor_offset).min(self.attrs.mtu),
+            }
         };
-        nic.gate(self, now, bytes) != crate::control::Gate::Hold
+        match nic.gate(self, now, &pos) {
+            crate::control::Gate::Send => true,
+            crate::control::Gate::Hold => false,
+            crate::control::Gate::SendAt(level) => {
+                self.priorities.request = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+                true
+            }
+        }
     }
 
     /// Finds the payload of `packet`: inline data (copied into the buffer: the work request
@@ -409,6 +424,19 @@ impl Qp {
         }
     }
 
+    /// Where `packet` (of the work request at `cursor`) lies in its message, for the law.
+    #[inline]
+    fn message_pos(&self, cursor: usize, packet: &RequestPacket) -> crate::control::MessagePos {
+        let wqe = &self.req.sq[cursor];
+        let carries = !wqe.op.is_read_or_atomic();
+        crate::control::MessagePos {
+            id: wqe.first_psn.value(),
+            len: if carries { wqe.len } else { 0 },
+            offset: if carries { packet.offset } else { 0 },
+            bytes: packet.payload_len,
+        }
+    }
+
     /// Records that `packet` leaves now: the sequence moves on, the retransmit timer runs,
     /// pacing takes the packet's time on the wire, an RTT sample may start, the control
     /// law hears of it; returns the packet to send.
@@ -417,6 +445,7 @@ impl Qp {
         &mut self,
         nic: &mut Nic,
         now: Instant,
+        cursor: usize,
         packet: &RequestPacket,
         payload_at: PayloadAt,
     ) -> Transmit {
@@ -436,7 +465,10 @@ impl Qp {
         }
         let dst = self.attrs.peer.expect("an RTS queue pair has a peer");
         let mut qp_ccx = self.ccx_out(now, false);
-        nic.stamp_declared(self, now, &mut qp_ccx);
+        if qp_ccx.is_some() {
+            let pos = self.message_pos(cursor, packet);
+            nic.stamp_request(self, now, &pos, &mut qp_ccx);
+        }
         let timeout = Nic::retransmit_timeout(self.attrs.timeout);
         let arm_at = match (self.req.deadline, timeout) {
             (None, Some(t)) => {
@@ -492,6 +524,7 @@ impl Qp {
             },
             payload_len,
             payload_at,
+            priority: self.priorities.request,
         }
     }
 

@@ -666,6 +666,7 @@ impl Qp {
         dst: std::net::IpAddr,
         dest_qp: u32,
     ) -> Option<Transmit> {
+        let priority = self.priorities.response;
         let unsequenced = |src_port, bth, ext| Transmit {
             dst,
             src_port,
@@ -676,6 +677,7 @@ impl Qp {
             },
             payload_len: 0,
             payload_at: PayloadAt::Buffer,
+            priority,
         };
         if self.cnp_due {
             // The control law's congestion notification goes before anything else.
@@ -707,6 +709,7 @@ impl Qp {
                     let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
                     let ext = ExtHeaders {
                         cc_control: Some(sluice_wire::CcControl {
+                            detail: 0,
                             kind: sluice_wire::CcControlKind::CreditTotal,
                             value: total,
                         }),
@@ -714,6 +717,34 @@ impl Qp {
                     };
                     let port = nic.source_port(self, bth.psn, bth.opcode);
                     return Some(unsequenced(port, bth, ext));
+                }
+            }
+        }
+        if self.control_due {
+            // Homa's messages: a GRANT or RESEND first, then a BUSY, one per call.
+            let message = match self.homa_due.take() {
+                Some(m) => Some(m),
+                None => self
+                    .busy_due
+                    .take()
+                    .map(|message| sluice_wire::HomaControl::Busy { message }),
+            };
+            self.control_due = self.homa_due.is_some() || self.busy_due.is_some();
+            if let Some(m) = message {
+                let agreed = self.state != QpState::Error && self.attrs.cc_control;
+                match m.control() {
+                    Ok(c) if agreed => {
+                        nic.counters.homa_sent += 1;
+                        let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
+                        let ext = ExtHeaders {
+                            cc_control: Some(c),
+                            ..ExtHeaders::default()
+                        };
+                        let port = nic.source_port(self, bth.psn, bth.opcode);
+                        return Some(unsequenced(port, bth, ext));
+                    }
+                    // Not agreed, in error, or a field out of range: never on the wire.
+                    _ => nic.counters.homa_unsent += 1,
                 }
             }
         }
@@ -737,7 +768,7 @@ impl Qp {
             return None;
         }
         let dst = self.attrs.peer?;
-        if (self.cnp_due || self.resp.grant_due > 0)
+        if (self.cnp_due || self.control_due || self.resp.grant_due > 0)
             && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
         {
             return Some(t);
@@ -770,6 +801,7 @@ impl Qp {
             headers: RoceHeaders { bth, ccx, ext },
             payload_len,
             payload_at,
+            priority: self.priorities.response,
         })
     }
 

@@ -574,6 +574,7 @@ fn a_grant_total_counts_once_whatever_the_order() {
         ccx: None,
         ext: ExtHeaders {
             cc_control: Some(sluice_wire::CcControl {
+                detail: 0,
                 kind: sluice_wire::CcControlKind::CreditTotal,
                 value: total,
             }),
@@ -629,4 +630,209 @@ fn a_credit_total_in_any_packet_counts_once_whatever_the_order() {
     let c = world.engines[0].counters();
     assert_eq!(c.grants_received, 2, "only totals that were news");
     assert_eq!(c.stale_responses, 5);
+}
+
+/// A law that gives request packets priority 5 from the start and, on a CNP, sends one back
+/// at priority 7 (Homa's grants and ACKs overtake data the same way).
+#[derive(Debug, Clone, Default)]
+struct Prioritiser;
+
+impl Law for Prioritiser {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "prioritiser"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Start, EventKind::Cnp])
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), event: &Event, act: &mut Actions) {
+        match event {
+            Event::Start { .. } => act.set_priority(5),
+            Event::Cnp => {
+                act.set_response_priority(9); // clamped to 7
+                act.send_cnp();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_law_sets_the_priority_of_requests_and_of_responses_apart() {
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.set_controller(0, Box::new(Inline::new(Prioritiser)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mut payload = [0u8; 4096];
+    // The peer's engine has no law: its packets carry no priority.
+    p.post_write(&mut world, 1, 0, 8);
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
+    assert_eq!(t.priority, Some(5));
+    assert!(
+        world.engines[1]
+            .poll_transmit(world.now, &mut payload)
+            .is_none()
+    );
+    let cnp = p.cnp();
+    world.engines[0].handle_packet(world.now, world.addrs[1], false, &cnp, Payload::Len(0));
+    let t = world.engines[0]
+        .poll_transmit(world.now, &mut payload)
+        .unwrap();
+    assert_eq!(t.headers.bth.opcode, Opcode::CNP);
+    assert_eq!(t.priority, Some(7));
+    // The TOS a driver writes: DSCP = base + priority, the ECN bits kept.
+    let tos = sluice_wire::priority_tos(0x02, sluice_wire::DEFAULT_DSCP_BASE, 7);
+    assert_eq!((tos >> 2, tos & 3), (15, 0x02));
+    assert_eq!(sluice_wire::tos_priority(tos, 8), Some(7));
+}
+
+/// A gating law that records where each packet it is asked about lies in its message.
+#[derive(Debug, Clone, Default)]
+struct Positions(Rc<RefCell<Vec<sluice_core::control::MessagePos>>>);
+
+impl Law for Positions {
+    type Context = ();
+
+    fn name(&self) -> &'static str {
+        "positions"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::GATE
+    }
+
+    fn on_event(&mut self, _: Instant, _: &mut (), _: &Event, _: &mut Actions) {}
+
+    fn gate_message(
+        &mut self,
+        _: Instant,
+        _: &mut (),
+        pos: &sluice_core::control::MessagePos,
+    ) -> Gate {
+        self.0.borrow_mut().push(*pos);
+        Gate::Send
+    }
+}
+
+#[test]
+fn the_gate_hears_each_packets_place_in_its_message() {
+    let law = Positions::default();
+    let seen = law.0.clone();
+    let mut world = World::new(2, 1, Impairments::CLEAN);
+    world.set_controller(0, Box::new(Inline::new(law)));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let mtu = PairOptions::default().mtu.bytes();
+    let len = 2 * mtu + 100;
+    p.post_write(&mut world, 1, 0, len);
+    p.post_write(&mut world, 2, 0, 10);
+    let cq = p.send_cq[0];
+    assert!(world.run_until(Duration::from_millis(10), |w| w.engines[0].cq_len(cq) == 2));
+    let seen = seen.borrow();
+    let first = seen[0].id;
+    let want: Vec<(u32, u32, u32, u32)> = vec![
+        (first, len, 0, mtu),
+        (first, len, mtu, mtu),
+        (first, len, 2 * mtu, 100),
+        ((first + 3) & 0xFF_FFFF, 10, 0, 10),
+    ];
+    let got: Vec<_> = seen
+        .iter()
+        .map(|p| (p.id, p.len, p.offset, p.bytes))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// Homa's control messages in miniature: the receiver grants on every arrival, the sender
+/// answers every GRANT with a BUSY; each end records what it heard.
+#[derive(Debug, Clone, Default)]
+struct HomaTalk(Rc<RefCell<Vec<sluice_wire::HomaControl>>>);
+
+impl Law for HomaTalk {
+    type Context = u32;
+
+    fn name(&self) -> &'static str {
+        "homa-talk"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[EventKind::Rx, EventKind::Homa])
+    }
+
+    fn on_event(&mut self, _: Instant, got: &mut u32, event: &Event, act: &mut Actions) {
+        use sluice_wire::HomaControl;
+        match *event {
+            Event::Rx { bytes, .. } => {
+                *got += bytes;
+                act.send_homa(HomaControl::Grant {
+                    message: 1,
+                    offset: *got,
+                    priority: 3,
+                });
+            }
+            Event::Homa(m) => {
+                self.0.borrow_mut().push(m);
+                if let HomaControl::Grant { message, .. } = m {
+                    act.send_homa(HomaControl::Busy { message });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn homa_talk(agreed: [bool; 2]) -> (World, [HomaTalk; 2]) {
+    let laws = [HomaTalk::default(), HomaTalk::default()];
+    let mut world = World::new(2, 3, Impairments::CLEAN);
+    for (h, law) in laws.iter().enumerate() {
+        world.set_controller(h, Box::new(Inline::new(law.clone())));
+    }
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    for h in 0..2 {
+        world.engines[h].set_cc_control(p.qp[h], agreed[h]).unwrap();
+    }
+    p.write_and_wait(&mut world, 3 * PairOptions::default().mtu.bytes());
+    world.run_until(Duration::from_millis(1), |_| false);
+    (world, laws)
+}
+
+#[test]
+fn homa_messages_flow_only_between_ends_that_agreed() {
+    use sluice_wire::HomaControl;
+    let (world, laws) = homa_talk([true, true]);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!((b.homa_sent, a.homa_received), (3, 3), "{a:?} {b:?}");
+    assert_eq!((a.homa_sent, b.homa_received), (3, 3));
+    let grants = laws[0].0.borrow().clone();
+    let offsets: Vec<u32> = grants
+        .iter()
+        .map(|g| match *g {
+            HomaControl::Grant {
+                offset, priority, ..
+            } => {
+                assert_eq!(priority, 3);
+                offset
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mtu = PairOptions::default().mtu.bytes();
+    assert_eq!(offsets, [mtu, 2 * mtu, 3 * mtu]);
+    assert_eq!(*laws[1].0.borrow(), [HomaControl::Busy { message: 1 }; 3]);
+    // The receiver agreed, the sender did not: the grants leave and are dropped on
+    // arrival, counted; the sender's law hears nothing and so sends no BUSY.
+    let (world, laws) = homa_talk([false, true]);
+    let (a, b) = (world.engines[0].counters(), world.engines[1].counters());
+    assert_eq!(
+        (b.homa_sent, a.drops_homa_unagreed, a.homa_received),
+        (3, 3, 0)
+    );
+    assert!(laws[0].0.borrow().is_empty() && laws[1].0.borrow().is_empty());
+    // The other way round: the receiver's grants are never sent.
+    let (world, _) = homa_talk([true, false]);
+    let b = world.engines[1].counters();
+    assert_eq!((b.homa_sent, b.homa_unsent), (0, 3));
 }

@@ -59,6 +59,9 @@ pub enum Error {
     /// A path probe (a control packet of kind 2 or 3) that is malformed.
     #[error("bad path probe: {0}")]
     BadProbe(&'static str),
+    /// A Homa GRANT, RESEND or BUSY (a control packet of kind 4, 5 or 6) that is malformed.
+    #[error("bad Homa control header: {0}")]
+    BadHoma(&'static str),
     /// The IP version nibble is neither 4 nor 6, or disagrees with the framing.
     #[error("bad IP version {0}")]
     BadIpVersion(u8),

@@ -47,13 +47,16 @@ pub struct Deth {
 }
 
 /// Sluice's congestion-control control header (16 bytes, after the BTH of an
-/// `RC_CC_CONTROL` packet, opcode 0x18, which the IBTA reserves): one byte of kind, seven
-/// reserved (zero), and a 64-bit value. Sent only between peers that agreed to it at
+/// `RC_CC_CONTROL` packet, opcode 0x18, which the IBTA reserves): one byte of kind, three
+/// reserved (zero), a 32-bit detail (bytes 4..8: zero except in a Homa RESEND, see
+/// [`crate::HomaControl`]) and a 64-bit value. Sent only between peers that agreed to it at
 /// connection setup; see `docs/control.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CcControl {
     /// What `value` means.
     pub kind: CcControlKind,
+    /// Bytes 4..8: a Homa RESEND's length; zero in every other kind.
+    pub detail: u32,
     /// The value.
     pub value: u64,
 }
@@ -69,6 +72,12 @@ pub enum CcControlKind {
     PathProbe,
     /// A path probe's reply, echoing the probe's port and number.
     PathProbeReply,
+    /// Homa's GRANT ([`crate::HomaControl::Grant`]).
+    HomaGrant,
+    /// Homa's RESEND ([`crate::HomaControl::Resend`]).
+    HomaResend,
+    /// Homa's BUSY ([`crate::HomaControl::Busy`]).
+    HomaBusy,
     /// A kind this version does not know (kept, so it can be re-encoded as received).
     Other(u8),
 }
@@ -79,6 +88,9 @@ impl From<u8> for CcControlKind {
             1 => CcControlKind::CreditTotal,
             crate::probe::PROBE_KIND => CcControlKind::PathProbe,
             crate::probe::PROBE_REPLY_KIND => CcControlKind::PathProbeReply,
+            crate::homa::HOMA_GRANT_KIND => CcControlKind::HomaGrant,
+            crate::homa::HOMA_RESEND_KIND => CcControlKind::HomaResend,
+            crate::homa::HOMA_BUSY_KIND => CcControlKind::HomaBusy,
             k => CcControlKind::Other(k),
         }
     }
@@ -90,6 +102,9 @@ impl From<CcControlKind> for u8 {
             CcControlKind::CreditTotal => 1,
             CcControlKind::PathProbe => crate::probe::PROBE_KIND,
             CcControlKind::PathProbeReply => crate::probe::PROBE_REPLY_KIND,
+            CcControlKind::HomaGrant => crate::homa::HOMA_GRANT_KIND,
+            CcControlKind::HomaResend => crate::homa::HOMA_RESEND_KIND,
+            CcControlKind::HomaBusy => crate::homa::HOMA_BUSY_KIND,
             CcControlKind::Other(k) => k,
         }
     }
@@ -103,13 +118,15 @@ impl CcControl {
     pub(crate) fn read(b: &[u8]) -> CcControl {
         CcControl {
             kind: b[0].into(),
+            detail: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
             value: be64(b, 8),
         }
     }
 
-    fn bytes(&self) -> [u8; 16] {
+    pub(crate) fn bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[0] = self.kind.into();
+        b[4..8].copy_from_slice(&self.detail.to_be_bytes());
         b[8..].copy_from_slice(&self.value.to_be_bytes());
         b
     }
@@ -330,6 +347,8 @@ impl ExtHeaders {
                     "a path probe's reserved bytes 10..12 are zero",
                 ));
             }
+            // Nor a Homa message it would refuse.
+            crate::homa::HomaControl::check(&c.bytes())?;
             put(&c.bytes());
         }
         debug_assert_eq!(at, len);

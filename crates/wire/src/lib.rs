@@ -48,11 +48,13 @@ mod datagram;
 mod error;
 mod ethernet;
 mod ext;
+mod homa;
 pub mod icrc;
 mod ip;
 mod opcode;
 mod packet;
 pub mod pcap;
+mod priority;
 mod probe;
 mod psn;
 mod size;
@@ -71,12 +73,16 @@ pub use datagram::{IpUdp, emit_datagram};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetHeader};
 pub use ext::{AtomicAckEth, AtomicEth, CcControl, CcControlKind, Deth, ExtHeaders, Reth};
+pub use homa::{HOMA_BUSY_KIND, HOMA_GRANT_KIND, HOMA_RESEND_KIND, HomaControl};
 pub use ip::{
     IPV4_HEADER_LEN, IPV6_HEADER_LEN, IpHeader, Ipv4Header, Ipv6Header, ROCE_V2_PORT,
     UDP_HEADER_LEN, UdpHeader, internet_checksum, udp6_checksum,
 };
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ICRC_LEN, RoceHeaders, RocePacket, pad_for};
+pub use priority::{
+    DEFAULT_DSCP_BASE, MAX_DSCP_BASE, PRIORITY_LEVELS, check_dscp_base, priority_tos, tos_priority,
+};
 pub use probe::{PROBE_KIND, PROBE_REPLY_KIND, PathProbeHeader};
 pub use psn::Psn;
 pub use size::{

@@ -64,6 +64,7 @@ impl<'a> RocePacket<'a> {
         }
         if let Some(at) = info.offset_of(HeaderSet::CC_CONTROL) {
             crate::probe::PathProbeHeader::check(&ext[at..])?;
+            crate::homa::HomaControl::check(&ext[at..at + crate::CcControl::LEN])?;
         }
         let icrc_at = buf.len() - ICRC_LEN;
         let body = &buf[header_len..icrc_at];

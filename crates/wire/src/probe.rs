@@ -57,6 +57,7 @@ impl PathProbeHeader {
             } else {
                 CcControlKind::PathProbe
             },
+            detail: 0,
             value: u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
         }
     }
@@ -69,6 +70,9 @@ impl PathProbeHeader {
             CcControlKind::PathProbeReply => true,
             _ => return Ok(None),
         };
+        if c.detail != 0 {
+            return Err(Error::BadProbe("reserved bytes 4..8 are not zero"));
+        }
         let v = c.value.to_be_bytes();
         if v[RESERVED_MID.start - 8..RESERVED_MID.end - 8] != [0, 0] {
             return Err(Error::BadProbe("reserved bytes 10..12 are not zero"));
@@ -155,11 +159,13 @@ mod tests {
         }
         let grant = CcControl {
             kind: CcControlKind::CreditTotal,
+            detail: 0,
             value: u64::MAX,
         };
         assert_eq!(PathProbeHeader::from_control(&grant), Ok(None));
         let bad = CcControl {
             kind: CcControlKind::PathProbeReply,
+            detail: 0,
             value: 0x0000_0100_0000_0000,
         };
         assert!(PathProbeHeader::from_control(&bad).is_err());

@@ -60,7 +60,13 @@ fn arb_ext(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
                 imm_dt: has(HeaderSet::IMM_DT).then_some(imm),
                 ieth: has(HeaderSet::IETH).then_some(ieth),
                 cc_control: has(HeaderSet::CC_CONTROL).then_some(CcControl {
-                    kind: cc.0.into(),
+                    kind: if (HOMA_GRANT_KIND..=HOMA_BUSY_KIND).contains(&cc.0) {
+                        // Homa's kinds check every field: a random value is rarely one.
+                        CcControlKind::Other(cc.0 | 0x80)
+                    } else {
+                        cc.0.into()
+                    },
+                    detail: 0,
                     // A path probe's reserved bytes are zero (an encoder refuses others).
                     value: if matches!(cc.0, PROBE_KIND | PROBE_REPLY_KIND) {
                         cc.1 & !0x0000_FFFF_0000_0000

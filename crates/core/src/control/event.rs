@@ -83,6 +83,10 @@ pub enum Event {
     /// `Law::ccx` and `sluice_wire::DeclaredLayout`): the peer's field values, read with the
     /// layout's `Field`s.
     Header(sluice_wire::DeclaredCcx),
+    /// The peer sent one of Homa's control messages (a GRANT, RESEND or BUSY: kinds 4-6
+    /// of the 0x18 control packet, accepted only on a queue pair that agreed to control
+    /// packets).
+    Homa(sluice_wire::HomaControl),
 }
 
 /// The kind of a NAK, as a control law needs it.
@@ -129,11 +133,13 @@ pub enum EventKind {
     Hint,
     /// [`Event::Header`].
     Header,
+    /// [`Event::Homa`].
+    Homa,
 }
 
 impl EventKind {
     /// Every kind, in order.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Start,
         EventKind::Tx,
         EventKind::Rx,
@@ -146,8 +152,9 @@ impl EventKind {
         EventKind::Credit,
         EventKind::Hint,
         EventKind::Header,
+        EventKind::Homa,
     ];
-    /// The number of kinds (12).
+    /// The number of kinds (13).
     pub const COUNT: usize = Self::ALL.len();
 }
 
@@ -167,6 +174,7 @@ impl Event {
             Event::Credit { .. } => EventKind::Credit,
             Event::Hint(_) => EventKind::Hint,
             Event::Header(_) => EventKind::Header,
+            Event::Homa(_) => EventKind::Homa,
         }
     }
 }
@@ -228,6 +236,7 @@ pub(crate) const PACKET_KINDS: EventMask = EventMask::of(&[
     EventKind::Telemetry,
     EventKind::Credit,
     EventKind::Header,
+    EventKind::Homa,
 ]);
 
 /// SwCC's selective triggering by opcode: a 32-bit one-hot mask over the low five bits of

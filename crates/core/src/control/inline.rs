@@ -48,6 +48,16 @@ impl<L: Law> Controller for Inline<L> {
         self.law.stamp(now, self.store.ctx(qp), out);
     }
 
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        pos: &super::MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.law.stamp_request(now, self.store.ctx(qp), pos, out);
+    }
+
     fn reset(&mut self, qp: u32) {
         self.store.reset(qp);
     }
@@ -67,6 +77,10 @@ impl<L: Law> Controller for Inline<L> {
     #[inline]
     fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate {
         self.law.gate(now, self.store.ctx(qp), bytes)
+    }
+
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &super::MessagePos) -> Gate {
+        self.law.gate_message(now, self.store.ctx(qp), pos)
     }
 
     fn next_timeout(&mut self) -> Option<Instant> {

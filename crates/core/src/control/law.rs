@@ -43,6 +43,13 @@ pub trait Law: std::fmt::Debug {
         Gate::Send
     }
 
+    /// [`Law::gate`] told where the packet lies in its message (a work request): what a law
+    /// that schedules messages rather than bytes (Homa) needs. The engine asks this one;
+    /// the default forgets the position and asks [`Law::gate`].
+    fn gate_message(&mut self, now: Instant, ctx: &mut Self::Context, pos: &MessagePos) -> Gate {
+        self.gate(now, ctx, pos.bytes)
+    }
+
     /// The CC extension header this law reads its signal from best (timestamps for a delay
     /// law, INT for HPCC), if any. A driver turns it on where it knows both ends agree;
     /// without it the law gets what plain RoCE gives.
@@ -69,6 +76,18 @@ pub trait Law: std::fmt::Debug {
     ) {
     }
 
+    /// [`Law::stamp`] for a request packet, told where it lies in its message (resent
+    /// packets too, with their own position). The default forgets the position.
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        ctx: &mut Self::Context,
+        _pos: &MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.stamp(now, ctx, out);
+    }
+
     /// `bytes` of request payload arrived on this host for a queue pair that another law
     /// runs (a simulator host whose apps choose their own laws): a host-domain signal, for
     /// a law that measures its port (SCR's receiver-driven control). Its own queue pairs'
@@ -76,11 +95,32 @@ pub trait Law: std::fmt::Debug {
     fn on_foreign_rx(&mut self, _now: Instant, _bytes: u32) {}
 }
 
+/// Where a request packet lies in its message (one work request), for
+/// [`Law::gate_message`] and [`Law::stamp_request`]. Both ends of a queue pair name a message
+/// by its first PSN, which the responder sees too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MessagePos {
+    /// The message's first PSN (24 bits): its name on the wire.
+    pub id: u32,
+    /// The message's payload length in bytes (0 for READ requests and atomics, which carry
+    /// none).
+    pub len: u32,
+    /// The offset in the message of the packet's first payload byte.
+    pub offset: u32,
+    /// The packet's payload bytes.
+    pub bytes: u32,
+}
+
 /// The answer of [`Law::gate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
     /// The packet goes now.
     Send,
+    /// The packet goes now at priority `level` (0 lowest ..= 7 highest, clamped), as do
+    /// the queue pair's later request packets until changed: [`Actions::set_priority`] for
+    /// this packet on (Homa sends a message's unscheduled bytes and its granted bytes at
+    /// different levels, decided packet by packet).
+    SendAt(u8),
     /// The packet waits until the law calls [`Actions::wake`].
     Hold,
 }
@@ -96,6 +136,10 @@ pub struct Actions {
     cnp: bool,
     path: Option<u16>,
     wake: bool,
+    priority: Option<u8>,
+    response_priority: Option<u8>,
+    homa: Option<sluice_wire::HomaControl>,
+    busy: Option<u32>,
 }
 
 impl Actions {
@@ -151,6 +195,23 @@ impl Actions {
         self.wake = true;
     }
 
+    /// Send this queue pair's request packets (new and resent) at priority `level`, 0 the
+    /// lowest ..= 7 the highest (above 7 counts as 7), from the next one built on, until
+    /// changed. The engine hands it to the driver with each packet
+    /// ([`crate::Transmit::priority`]), which writes it into the IP header's DSCP bits
+    /// (`sluice_wire::priority_tos`: DSCP = a configured base + level, ECN bits kept).
+    /// Without it (the default) a packet carries no priority and the driver's own TOS.
+    pub fn set_priority(&mut self, level: u8) {
+        self.priority = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+    }
+
+    /// Send this queue pair's responses (ACKs, NAKs, READ responses), CNPs and control
+    /// packets at priority `level` (as [`Actions::set_priority`]): Homa sends its grants
+    /// and acknowledgements at the highest level so that they overtake data.
+    pub fn set_response_priority(&mut self, level: u8) {
+        self.response_priority = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+    }
+
     /// The rate decision: `None` if untouched, `Some(None)` for no pacing ([`Actions::unpace`]),
     /// `Some(Some(bps))` for a rate in bits per second ([`Actions::set_rate`]).
     pub fn rate(&self) -> Option<Option<u64>> {
@@ -190,6 +251,39 @@ impl Actions {
         self.wake
     }
 
+    /// Send the peer one of Homa's control messages (a control packet of kind 4-6; it
+    /// arrives there as [`Event::Homa`]). A GRANT or RESEND replaces one decided earlier and
+    /// not yet sent (a GRANT's offset is a total; a RESEND asks for what is still missing);
+    /// a BUSY is kept apart, so a queue pair that both sends and receives messages can owe
+    /// one of each. Sent only if the two ends agreed to control packets; otherwise counted
+    /// in `Counters::homa_unsent`.
+    pub fn send_homa(&mut self, message: sluice_wire::HomaControl) {
+        match message {
+            sluice_wire::HomaControl::Busy { message } => self.busy = Some(message),
+            m => self.homa = Some(m),
+        }
+    }
+
+    /// The GRANT or RESEND to send ([`Actions::send_homa`]), if any.
+    pub fn homa(&self) -> Option<sluice_wire::HomaControl> {
+        self.homa
+    }
+
+    /// The message a BUSY is to be sent for ([`Actions::send_homa`]), if any.
+    pub fn busy(&self) -> Option<u32> {
+        self.busy
+    }
+
+    /// The request priority set ([`Actions::set_priority`]), if any.
+    pub fn priority(&self) -> Option<u8> {
+        self.priority
+    }
+
+    /// The response priority set ([`Actions::set_response_priority`]), if any.
+    pub fn response_priority(&self) -> Option<u8> {
+        self.response_priority
+    }
+
     /// Whether nothing was decided.
     pub fn is_empty(&self) -> bool {
         *self == Actions::default()
@@ -210,6 +304,10 @@ impl Actions {
         self.cnp |= later.cnp;
         self.path = later.path.or(self.path);
         self.wake |= later.wake;
+        self.priority = later.priority.or(self.priority);
+        self.response_priority = later.response_priority.or(self.response_priority);
+        self.homa = later.homa.or(self.homa);
+        self.busy = later.busy.or(self.busy);
     }
 }
 
@@ -232,6 +330,12 @@ pub trait Controller: std::fmt::Debug {
     /// May a request packet of `bytes` go now on `qp`? (Asked only with [`EventMask::GATE`].)
     fn gate(&mut self, now: Instant, qp: u32, bytes: u32) -> Gate;
 
+    /// [`Controller::gate`] told where the packet lies in its message (see
+    /// [`Law::gate_message`]). Default: asks [`Controller::gate`].
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &MessagePos) -> Gate {
+        self.gate(now, qp, pos.bytes)
+    }
+
     /// When [`Controller::on_timeout`] should next run.
     fn next_timeout(&mut self) -> Option<Instant>;
 
@@ -248,6 +352,18 @@ pub trait Controller: std::fmt::Debug {
 
     /// Fills the declared CC header of a packet of `qp` about to leave (see [`Law::stamp`]).
     fn stamp(&mut self, _now: Instant, _qp: u32, _out: &mut sluice_wire::DeclaredCcx) {}
+
+    /// Fills the declared CC header of a request of `qp` about to leave (see
+    /// [`Law::stamp_request`]). Default: [`Controller::stamp`].
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        _pos: &MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.stamp(now, qp, out);
+    }
 
     /// What SCR's decoupled loop did, if the law runs behind one (`None`: inline).
     fn decoupled_stats(&self) -> Option<super::DecoupledStats> {

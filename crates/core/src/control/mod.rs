@@ -18,5 +18,5 @@ mod store;
 pub(crate) use event::PACKET_KINDS;
 pub use event::{Event, EventKind, EventMask, IntHop, IntPath, MAX_INT_HOPS, NakKind, OpcodeMask};
 pub use inline::Inline;
-pub use law::{Actions, Controller, Deferred, Gate, Law, MAX_CONTEXT_BYTES, NoControl};
+pub use law::{Actions, Controller, Deferred, Gate, Law, MAX_CONTEXT_BYTES, MessagePos, NoControl};
 pub use scr::{Coalesce, Decoupled, DecoupledStats, EarlyExit, ProcessorLoad, ScrConfig, ScrStats};

@@ -148,6 +148,9 @@ impl Default for ScrConfig {
             EventKind::Telemetry,
             EventKind::Hint,
             EventKind::Header,
+            // A GRANT's offset is a total, and a RESEND or BUSY lost in a merge is asked
+            // again at the next resend timeout.
+            EventKind::Homa,
         ] {
             coalesce[k as usize] = Coalesce::KeepLatest;
         }
@@ -509,6 +512,16 @@ impl<L: Law> Controller for Decoupled<L> {
         self.law.stamp(now, self.store.ctx(qp), out);
     }
 
+    fn stamp_request(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        pos: &super::MessagePos,
+        out: &mut sluice_wire::DeclaredCcx,
+    ) {
+        self.law.stamp_request(now, self.store.ctx(qp), pos, out);
+    }
+
     fn decoupled_stats(&self) -> Option<DecoupledStats> {
         Some(DecoupledStats {
             totals: self.stats,
@@ -546,6 +559,10 @@ impl<L: Law> Controller for Decoupled<L> {
         // The TX decision stays on the packet's path (SwCC): it reads the context as the
         // processors last left it.
         self.law.gate(now, self.store.ctx(qp), bytes)
+    }
+
+    fn gate_message(&mut self, now: Instant, qp: u32, pos: &super::MessagePos) -> Gate {
+        self.law.gate_message(now, self.store.ctx(qp), pos)
     }
 
     fn next_timeout(&mut self) -> Option<Instant> {

@@ -199,6 +199,12 @@ pub struct Transmit {
     pub payload_len: u32,
     /// Where the payload is.
     pub payload_at: PayloadAt,
+    /// The priority the control law chose for this packet, 0 the lowest ..= 7 the highest
+    /// (`Actions::set_priority`, `Actions::set_response_priority`); `None` if it chose none.
+    /// The driver writes it into the IP header's DSCP bits with `sluice_wire::priority_tos`
+    /// (DSCP = its configured base + priority, ECN bits kept); a `None` packet keeps the
+    /// driver's own TOS.
+    pub priority: Option<u8>,
 }
 
 /// Where the payload of a [`Transmit`] is.
@@ -517,9 +523,22 @@ impl Nic {
         self.interest.gates()
     }
 
-    /// Asks the controller whether a request packet of `bytes` of `qp` may go now.
-    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, bytes: u32) -> Gate {
-        self.controller.gate(now, qp.index(), bytes)
+    /// Asks the controller whether a request packet of `qp` at `pos` may go now.
+    pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, pos: &crate::control::MessagePos) -> Gate {
+        self.controller.gate_message(now, qp.index(), pos)
+    }
+
+    /// Lets the law fill the declared CC header of a request of `qp` at `pos`.
+    pub(crate) fn stamp_request(
+        &mut self,
+        qp: &Qp,
+        now: Instant,
+        pos: &crate::control::MessagePos,
+        ccx: &mut Option<sluice_wire::Ccx>,
+    ) {
+        if let Some(sluice_wire::Ccx::Declared(out)) = ccx {
+            self.controller.stamp_request(now, qp.index(), pos, out);
+        }
     }
 
     /// Carries out a control law's decisions for `qp` (a live one).
@@ -533,9 +552,25 @@ impl Nic {
         if let Some(port) = act.path() {
             qp.path = Some(port);
         }
+        if let Some(level) = act.priority() {
+            qp.priorities.request = Some(level);
+        }
+        if let Some(level) = act.response_priority() {
+            qp.priorities.response = Some(level);
+        }
         let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
         if act.cnp() {
             qp.cnp_due = true;
+            wake = true;
+        }
+        if let Some(m) = act.homa() {
+            qp.homa_due = Some(m);
+            qp.control_due = true;
+            wake = true;
+        }
+        if let Some(m) = act.busy() {
+            qp.busy_due = Some(m);
+            qp.control_due = true;
             wake = true;
         }
         if act.granted() > 0 {

@@ -350,6 +350,27 @@ impl Engine {
             {
                 self.on_probe(index, now, &c)
             }
+            Some(c)
+                if matches!(
+                    c.kind,
+                    CcControlKind::HomaGrant | CcControlKind::HomaResend | CcControlKind::HomaBusy
+                ) =>
+            {
+                match sluice_wire::HomaControl::from_control(&c) {
+                    Ok(Some(m)) if credit => {
+                        self.nic.counters.homa_received += 1;
+                        self.emit(index, now, Event::Homa(m));
+                    }
+                    // Not agreed: a standard RoCE peer would drop the opcode too.
+                    Ok(Some(_)) => {
+                        self.nic.counters.drops_homa_unagreed += 1;
+                        self.nic.counters.drops_unexpected_opcode += 1;
+                    }
+                    // The decoder refuses malformed ones already; one built otherwise is
+                    // not taken either.
+                    _ => self.nic.counters.drops_unexpected_opcode += 1,
+                }
+            }
             _ => self.nic.counters.drops_unexpected_opcode += 1,
         }
     }
@@ -454,6 +475,7 @@ impl Engine {
                 },
                 payload_len: 0,
                 payload_at: PayloadAt::Buffer,
+                priority: qp.priorities.response,
             });
         }
         None

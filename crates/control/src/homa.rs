@@ -1,0 +1,882 @@
+//! Homa (Montazeri et al., SIGCOMM 2018) as a control law: receiver-driven scheduling of
+//! messages with switch priorities.
+//!
+//! A **message** is one work request (SEND or WRITE) of a queue pair, named at both ends by
+//! its first PSN. Both ends must run this law and agree on two things at connection setup:
+//! its declared CC header (below) and control packets (GRANT, RESEND and BUSY are kinds 4-6
+//! of Sluice's 0x18 control packet, `sluice_wire::HomaControl`).
+//!
+//! ```text
+//! sender:   gate(packet at offset o of a message of length L):
+//!             o < rtt_bytes                Send at the unscheduled level for L
+//!             o < granted                  Send at the level of the latest GRANT
+//!             otherwise                    Hold
+//!           GRANT(m, offset, level):       granted = max(granted, offset); wake
+//!           RESEND(m, from, len, level):   not yet sent up to from+len: a GRANT was lost,
+//!                                          take it as one; otherwise BUSY(m)
+//! receiver: header(m, L, end) per packet:  received = max(received, end)
+//!           while scheduled bytes remain:  if m is among the `overcommit` active messages
+//!                                          with the fewest remaining bytes (SRPT), GRANT
+//!                                          min(L, received + rtt_bytes) at its rank's level
+//!           granted > received for resend_us without progress: RESEND(received..granted)
+//!           BUSY(m):                       restart the resend timer
+//! ```
+//!
+//! **Why a declared header.** The receiver must know each message's length and where each
+//! packet lies in it; RoCE carries a WRITE's length in its first packet only and a SEND's
+//! nowhere. Homa puts them in every data packet; here the sender stamps them into a CC
+//! header the law declares (SwCC's programmable header, `DeclaredLayout`): `message` (24
+//! bits, the first PSN), `length` and `end` (the byte after the packet's last), 12 bytes all
+//! covered by the ICRC, since a corrupted length would misrank a message. A declared layout
+//! rather than a new fixed one because it is this law's alone, negotiated and checked by
+//! `sluice pcap check` like any declared layout, and costs the engine nothing when unused.
+//!
+//! **Priorities.** `priorities` levels (8), 0 the lowest. The top `cutoffs + 1` are
+//! unscheduled: a message no longer than `unsched_cutoffs[i]` sends its unscheduled bytes
+//! at level `priorities - 1 - i` (shorter, higher), longer ones at the lowest of them. The
+//! rest (0 ..= 3 by default) are scheduled: with `n` granted messages the one with the
+//! fewest remaining bytes gets level `min(n, levels) - 1`, the next one less, and so on
+//! (Homa uses the lowest levels while few messages are granted, so that a shorter newcomer
+//! can take a higher one). Grants, RESENDs, BUSYs and ACKs go at the highest level.
+//!
+//! **Departures.** Homa's receiver sees all its messages at once; a law sees one queue
+//! pair's event at a time and can act only for that queue pair. So the `overcommit` granted
+//! messages are a law-wide table (SRPT among them is exact), but a message that is not in it
+//! learns that a place freed (or that it now beats the longest one there) on its own poll
+//! timer, every `base_rtt_us` while it waits: a promotion is up to one base RTT late, the
+//! bubble Homa's overcommitment exists to hide. A fully granted message leaves the table
+//! (its last bytes are in flight), as in Homa. RoCE RC recovers lost data itself (NAK and
+//! go-back-N, or selective repeat); what it cannot recover is a lost GRANT, which strands
+//! a sender that holds. RESEND is what repairs it: a sender asked for bytes it has not sent
+//! takes the RESEND as the lost GRANT; asked for bytes it did send, it answers BUSY ("sent;
+//! RC's recovery has them, or my send queue is busy with the messages ahead"), which
+//! restarts the receiver's timer. The sender does not pick among its queue pairs (Homa's
+//! sender-side SRPT): the engine's scheduler does that. A table member not heard from for
+//! four resend timeouts (its queue pair gone) may be displaced by any waiting message.
+
+use std::time::Duration;
+
+use sluice_core::Instant;
+use sluice_core::control::{Actions, Event, EventKind, EventMask, Gate, Law, MessagePos};
+use sluice_wire::{
+    CcxLayout, Coverage, DeclaredCcx, DeclaredLayout, Field, FieldSpec, HomaControl,
+    PRIORITY_LEVELS,
+};
+
+use crate::params::{
+    ParamError, ParamInfo, Params, parse_f64_in, parse_u64, parse_u64_in, unknown, us_to_ns,
+};
+
+/// The id of Homa's declared header on the wire ('H').
+pub const LAYOUT_ID: u8 = 0x48;
+
+/// The most unscheduled cutoffs (so at least one scheduled level remains of 8).
+pub const MAX_CUTOFFS: usize = 6;
+
+/// The most messages granted at once (the overcommitment degree's bound: a law-wide table).
+pub const MAX_OVERCOMMIT: usize = 8;
+
+/// The header both ends must agree on: the message (first PSN), its length, and the byte
+/// after this packet's last; all covered by the ICRC.
+pub fn declaration() -> DeclaredLayout {
+    DeclaredLayout::new(
+        LAYOUT_ID,
+        &[
+            FieldSpec::bytes("message", 0, 3, Coverage::Covered),
+            FieldSpec::bytes("length", 3, 4, Coverage::Covered),
+            FieldSpec::bytes("end", 7, 4, Coverage::Covered),
+        ],
+    )
+    .expect("a valid declaration")
+}
+
+/// Homa's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HomaParams {
+    /// RTTbytes, the bytes of each message sent unscheduled and kept granted ahead of what
+    /// arrived; 0 = `link_gbps` x `base_rtt_us`. Default 0. Both ends must agree.
+    pub rtt_bytes: u64,
+    /// The base RTT in µs (RTTbytes, and how often a waiting message looks for a place).
+    /// Default 13.
+    pub base_rtt_us: f64,
+    /// The link rate in Gbit/s that sizes RTTbytes. Default 100.
+    pub link_gbps: f64,
+    /// The degree of overcommitment: messages granted at once, 1..=8. Default 4.
+    pub overcommit: u8,
+    /// Priority levels used, 2..=8. Default 8.
+    pub priorities: u8,
+    /// Message-size cutoffs of the unscheduled levels, ascending, at most 6: `cutoffs + 1`
+    /// unscheduled levels. Default 1000, 10000, 100000 bytes.
+    pub unsched_cutoffs: [u32; MAX_CUTOFFS],
+    /// How many of `unsched_cutoffs` are set.
+    pub cutoffs: u8,
+    /// Granted bytes missing this long (µs) without progress bring a RESEND. Default 100.
+    pub resend_us: f64,
+}
+
+impl Default for HomaParams {
+    fn default() -> Self {
+        HomaParams {
+            rtt_bytes: 0,
+            base_rtt_us: 13.0,
+            link_gbps: 100.0,
+            overcommit: 4,
+            priorities: PRIORITY_LEVELS,
+            unsched_cutoffs: [1000, 10_000, 100_000, 0, 0, 0],
+            cutoffs: 3,
+            resend_us: 100.0,
+        }
+    }
+}
+
+fn bad_cutoffs(value: &str) -> ParamError {
+    ParamError::Invalid {
+        name: "unsched_cutoffs".into(),
+        value: value.into(),
+        expected: "at most 6 ascending byte counts separated by '/' (e.g. 1000/10000/100000)",
+    }
+}
+
+impl Params for HomaParams {
+    const INFO: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "rtt_bytes",
+            help: "RTTbytes: bytes of each message sent unscheduled and kept granted ahead, 0 = link x base RTT (default 0)",
+        },
+        ParamInfo {
+            name: "base_rtt_us",
+            help: "base RTT in µs, sizing RTTbytes and a waiting message's poll, 0.1..=100000 (default 13)",
+        },
+        ParamInfo {
+            name: "link_gbps",
+            help: "link rate in Gbit/s sizing RTTbytes, 0.001..=10000 (default 100)",
+        },
+        ParamInfo {
+            name: "overcommit",
+            help: "degree of overcommitment: messages granted at once, 1..=8 (default 4)",
+        },
+        ParamInfo {
+            name: "priorities",
+            help: "priority levels used, 2..=8, more than the unscheduled cutoffs + 1 (default 8)",
+        },
+        ParamInfo {
+            name: "unsched_cutoffs",
+            help: "message-size cutoffs of the unscheduled levels, ascending, '/'-separated, at most 6 (default 1000/10000/100000)",
+        },
+        ParamInfo {
+            name: "resend_us",
+            help: "µs without progress on granted bytes before a RESEND, 1..=10^7 (default 100)",
+        },
+    ];
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ParamError> {
+        match name {
+            "rtt_bytes" => self.rtt_bytes = parse_u64(name, value)?.min(u64::from(u32::MAX)),
+            "base_rtt_us" => self.base_rtt_us = parse_f64_in(name, value, 0.1, 100_000.0)?,
+            "link_gbps" => self.link_gbps = parse_f64_in(name, value, 0.001, 10_000.0)?,
+            "overcommit" => self.overcommit = parse_u64_in(name, value, 1, 8)? as u8,
+            "priorities" => self.priorities = parse_u64_in(name, value, 2, 8)? as u8,
+            "unsched_cutoffs" => {
+                let mut cutoffs = [0u32; MAX_CUTOFFS];
+                let mut n = 0;
+                for part in value.split('/').filter(|p| !p.trim().is_empty()) {
+                    let c: u32 = part.trim().parse().map_err(|_| bad_cutoffs(value))?;
+                    if n == MAX_CUTOFFS || (n > 0 && c <= cutoffs[n - 1]) {
+                        return Err(bad_cutoffs(value));
+                    }
+                    cutoffs[n] = c;
+                    n += 1;
+                }
+                self.unsched_cutoffs = cutoffs;
+                self.cutoffs = n as u8;
+            }
+            "resend_us" => self.resend_us = parse_f64_in(name, value, 1.0, 1e7)?,
+            _ => return Err(unknown::<Self>(name)),
+        }
+        Ok(())
+    }
+}
+
+/// Per queue pair: the sender's half (the message it is sending) and the receiver's (the
+/// message it is receiving). 64 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HomaContext {
+    /// Sender: the message being sent (first PSN), its length, how far it may go, how far
+    /// it went, the level of its latest grant; `s_known` once a message was seen.
+    s_msg: u32,
+    s_len: u32,
+    s_granted: u32,
+    s_sent: u32,
+    s_level: u8,
+    s_known: bool,
+    /// Receiver: the message arriving, its length, bytes arrived (the largest end seen),
+    /// bytes granted (unscheduled included), the level granted; `r_active` while bytes
+    /// are missing.
+    r_active: bool,
+    r_level: u8,
+    r_msg: u32,
+    r_len: u32,
+    r_received: u32,
+    r_granted: u32,
+    /// Receiver: this queue pair's name in the law's table (0: none yet).
+    token: u32,
+    /// Receiver: the last progress, RESEND or BUSY (the resend timer runs from it).
+    r_heard: Instant,
+    /// Receiver: when a waiting message next looks for a place among the granted.
+    poll_at: Option<Instant>,
+    /// The law timer armed for this queue pair.
+    timer_at: Option<Instant>,
+}
+
+/// One granted message in the law's table.
+#[derive(Debug, Clone, Copy, Default)]
+struct Member {
+    /// The receiving queue pair's token; 0: a free place.
+    token: u32,
+    remaining: u32,
+    heard: Instant,
+}
+
+/// Homa: see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Homa {
+    rtt_bytes: u32,
+    base_rtt: Duration,
+    resend: Duration,
+    overcommit: usize,
+    /// The highest level (grants, ACKs) and the number of scheduled levels (0..sched).
+    top: u8,
+    sched: u8,
+    cutoffs: [u32; MAX_CUTOFFS],
+    unsched_levels: u8,
+    /// The granted messages (at most `overcommit` places used).
+    granted: [Member; MAX_OVERCOMMIT],
+    next_token: u32,
+    fields: [Field; 3],
+    layout: CcxLayout,
+}
+
+impl Homa {
+    /// A Homa law with parameters `p`. Unscheduled levels that would leave no scheduled
+    /// one are dropped from the bottom (the largest cutoffs merge).
+    pub fn new(p: HomaParams) -> Homa {
+        let rtt = match p.rtt_bytes {
+            0 => (p.link_gbps * 1e9 / 8.0 * p.base_rtt_us * 1e-6) as u64,
+            b => b,
+        };
+        let priorities = p.priorities.clamp(2, PRIORITY_LEVELS);
+        let unsched_levels = (p.cutoffs + 1).min(priorities - 1);
+        let d = declaration();
+        let field = |name| d.field(name).expect("declared above");
+        Homa {
+            rtt_bytes: rtt.clamp(1, u64::from(u32::MAX)) as u32,
+            base_rtt: Duration::from_nanos(us_to_ns(p.base_rtt_us)),
+            resend: Duration::from_nanos(us_to_ns(p.resend_us)),
+            overcommit: usize::from(p.overcommit).clamp(1, MAX_OVERCOMMIT),
+            top: priorities - 1,
+            sched: priorities - unsched_levels,
+            cutoffs: p.unsched_cutoffs,
+            unsched_levels,
+            granted: [Member::default(); MAX_OVERCOMMIT],
+            next_token: 0,
+            fields: [field("message"), field("length"), field("end")],
+            layout: d.layout(),
+        }
+    }
+
+    /// The level of a message of `len` bytes' unscheduled packets.
+    pub fn unscheduled_level(&self, len: u32) -> u8 {
+        let i = self.cutoffs[..usize::from(self.unsched_levels - 1)]
+            .iter()
+            .position(|&c| len <= c)
+            .unwrap_or(usize::from(self.unsched_levels - 1));
+        self.top - i as u8
+    }
+
+    /// The place of `token` in the table, if it holds one.
+    fn place(&self, token: u32) -> Option<usize> {
+        self.granted[..self.overcommit]
+            .iter()
+            .position(|m| m.token == token)
+    }
+
+    /// Puts `token` (with `remaining` bytes) among the granted if it is there already, a
+    /// place is free, or it has fewer remaining bytes than the longest there (or that one
+    /// went silent): SRPT with overcommitment. Whether it is in.
+    fn join(&mut self, now: Instant, token: u32, remaining: u32) -> bool {
+        if let Some(i) = self.place(token) {
+            self.granted[i].remaining = remaining;
+            self.granted[i].heard = now;
+            return true;
+        }
+        let stale = self.resend * 4;
+        let places = &mut self.granted[..self.overcommit];
+        // A free place, else a silent member, else the longest.
+        let worst = places
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, m)| {
+                (
+                    m.token == 0,
+                    now - m.heard > stale,
+                    m.remaining,
+                    std::cmp::Reverse(m.token),
+                )
+            })
+            .map(|(i, _)| i)
+            .expect("at least one place");
+        let w = places[worst];
+        if w.token == 0 || now - w.heard > stale || remaining < w.remaining {
+            places[worst] = Member {
+                token,
+                remaining,
+                heard: now,
+            };
+            true
+        } else {
+            false
+        }
+    }
+
+    fn leave(&mut self, token: u32) {
+        if let Some(i) = self.place(token) {
+            self.granted[i] = Member::default();
+        }
+    }
+
+    /// The scheduled level of a member: by its rank in remaining bytes (ties by token),
+    /// from the lowest levels up while fewer messages than levels are granted.
+    fn level(&self, token: u32) -> u8 {
+        let places = &self.granted[..self.overcommit];
+        let Some(me) = places.iter().find(|m| m.token == token) else {
+            return 0;
+        };
+        let (mut n, mut rank) = (0u8, 0u8);
+        for m in places.iter().filter(|m| m.token != 0) {
+            n += 1;
+            if (m.remaining, m.token) < (me.remaining, me.token) {
+                rank += 1;
+            }
+        }
+        n.min(self.sched).saturating_sub(1).saturating_sub(rank)
+    }
+
+    /// The receiver's scheduling of `ctx`'s message: leave the table when done or fully
+    /// granted; otherwise join it if SRPT says so and grant RTTbytes ahead of what arrived
+    /// at the rank's level, or wait for a place.
+    fn schedule(&mut self, now: Instant, ctx: &mut HomaContext, act: &mut Actions) {
+        let remaining = ctx.r_len - ctx.r_received;
+        if remaining == 0 || ctx.r_granted >= ctx.r_len {
+            self.leave(ctx.token);
+            ctx.poll_at = None;
+            ctx.r_active = remaining != 0;
+            return;
+        }
+        if !self.join(now, ctx.token, remaining) {
+            ctx.poll_at.get_or_insert(now + self.base_rtt);
+            return;
+        }
+        ctx.poll_at = None;
+        let level = self.level(ctx.token);
+        let want = ctx.r_len.min(ctx.r_received.saturating_add(self.rtt_bytes));
+        if want > ctx.r_granted || level != ctx.r_level {
+            ctx.r_granted = ctx.r_granted.max(want);
+            ctx.r_level = level;
+            act.send_homa(HomaControl::Grant {
+                message: ctx.r_msg,
+                offset: ctx.r_granted,
+                priority: level,
+            });
+            if ctx.r_granted >= ctx.r_len {
+                self.leave(ctx.token); // fully granted: its place goes to the next
+            }
+        }
+    }
+
+    /// The receiver's resend check: granted bytes missing for `resend` without progress.
+    fn check_resend(&mut self, now: Instant, ctx: &mut HomaContext, act: &mut Actions) {
+        if ctx.r_active && ctx.r_granted > ctx.r_received && now - ctx.r_heard >= self.resend {
+            act.send_homa(HomaControl::Resend {
+                message: ctx.r_msg,
+                offset: ctx.r_received,
+                length: ctx.r_granted - ctx.r_received,
+                priority: ctx.r_level,
+            });
+            ctx.r_heard = now;
+        }
+    }
+
+    /// Arms the law timer for the earlier of the poll and the resend deadline.
+    fn rearm(&self, ctx: &mut HomaContext, act: &mut Actions) {
+        let resend_at =
+            (ctx.r_active && ctx.r_granted > ctx.r_received).then(|| ctx.r_heard + self.resend);
+        let at = match (ctx.poll_at, resend_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if at != ctx.timer_at {
+            match at {
+                Some(at) => act.arm_timer(at),
+                None => act.cancel_timer(),
+            }
+            ctx.timer_at = at;
+        }
+    }
+
+    /// A packet of the peer's message arrived (its declared header).
+    fn on_header(
+        &mut self,
+        now: Instant,
+        ctx: &mut HomaContext,
+        message: u32,
+        len: u32,
+        end: u32,
+        act: &mut Actions,
+    ) {
+        if ctx.token == 0 {
+            self.next_token = self.next_token.wrapping_add(1).max(1);
+            ctx.token = self.next_token;
+        }
+        let new = ctx.r_len == 0 || message != ctx.r_msg;
+        if !new && !ctx.r_active {
+            return; // a late packet of a message already complete
+        }
+        if new {
+            // A new message (RC delivers messages in order: the previous one is done).
+            self.leave(ctx.token);
+            ctx.r_msg = message;
+            ctx.r_len = len;
+            ctx.r_received = 0;
+            ctx.r_granted = len.min(self.rtt_bytes);
+            ctx.r_level = 0;
+            ctx.r_active = true;
+            ctx.r_heard = now;
+            ctx.poll_at = None;
+            act.set_response_priority(self.top);
+        }
+        let end = end.min(ctx.r_len);
+        if end > ctx.r_received {
+            ctx.r_received = end;
+            ctx.r_heard = now;
+        }
+        self.schedule(now, ctx, act);
+        if ctx.r_received >= ctx.r_len {
+            ctx.r_active = false;
+        }
+    }
+}
+
+impl Law for Homa {
+    type Context = HomaContext;
+
+    fn name(&self) -> &'static str {
+        "homa"
+    }
+
+    fn interest(&self) -> EventMask {
+        EventMask::of(&[
+            EventKind::Start,
+            EventKind::Header,
+            EventKind::Homa,
+            EventKind::Timer,
+        ])
+        .union(EventMask::GATE)
+    }
+
+    fn ccx(&self) -> Option<CcxLayout> {
+        Some(self.layout)
+    }
+
+    fn on_event(&mut self, now: Instant, ctx: &mut HomaContext, event: &Event, act: &mut Actions) {
+        match *event {
+            Event::Start { .. } => {
+                act.unpace();
+                act.set_response_priority(self.top);
+            }
+            Event::Header(h) => {
+                let [m, l, e] = self.fields.map(|f| h.get(f) as u32);
+                if l != 0 {
+                    self.on_header(now, ctx, m, l, e, act);
+                }
+            }
+            Event::Homa(HomaControl::Grant {
+                message,
+                offset,
+                priority,
+            }) => {
+                if ctx.s_known && message == ctx.s_msg {
+                    ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
+                    ctx.s_level = priority;
+                    act.wake();
+                }
+            }
+            Event::Homa(HomaControl::Resend {
+                message,
+                offset,
+                length,
+                priority,
+            }) => {
+                let end = offset.saturating_add(length);
+                if ctx.s_known && message == ctx.s_msg && ctx.s_sent < end.min(ctx.s_len) {
+                    // Asked for bytes never sent: the GRANT for them was lost.
+                    ctx.s_granted = ctx.s_granted.max(end.min(ctx.s_len));
+                    ctx.s_level = priority;
+                    act.wake();
+                } else {
+                    act.send_homa(HomaControl::Busy { message });
+                }
+            }
+            Event::Homa(HomaControl::Busy { message }) => {
+                if ctx.r_active && message == ctx.r_msg {
+                    ctx.r_heard = now;
+                }
+            }
+            Event::Timer => {
+                ctx.timer_at = None;
+                if ctx.r_active && ctx.poll_at.is_some_and(|at| at <= now) {
+                    ctx.poll_at = None;
+                    self.schedule(now, ctx, act);
+                }
+                self.check_resend(now, ctx, act);
+            }
+            _ => {}
+        }
+        self.rearm(ctx, act);
+    }
+
+    fn gate_message(&mut self, _: Instant, ctx: &mut HomaContext, pos: &MessagePos) -> Gate {
+        if pos.len == 0 {
+            return Gate::Send; // a READ request or an atomic: no message to schedule
+        }
+        if !ctx.s_known || pos.id != ctx.s_msg {
+            ctx.s_known = true;
+            ctx.s_msg = pos.id;
+            ctx.s_len = pos.len;
+            ctx.s_granted = pos.len.min(self.rtt_bytes);
+            ctx.s_sent = 0;
+            ctx.s_level = 0;
+        }
+        let level = if pos.offset < self.rtt_bytes {
+            self.unscheduled_level(pos.len)
+        } else if pos.offset < ctx.s_granted {
+            ctx.s_level
+        } else {
+            return Gate::Hold;
+        };
+        ctx.s_sent = ctx.s_sent.max(pos.offset + pos.bytes);
+        Gate::SendAt(level)
+    }
+
+    fn stamp_request(
+        &mut self,
+        _: Instant,
+        _: &mut HomaContext,
+        pos: &MessagePos,
+        out: &mut DeclaredCcx,
+    ) {
+        if pos.len != 0 {
+            let [m, l, e] = self.fields;
+            out.set(m, u64::from(pos.id));
+            out.set(l, u64::from(pos.len));
+            out.set(e, u64::from(pos.offset + pos.bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Instant = Instant::ZERO;
+
+    fn law(rtt_bytes: u64, overcommit: u8) -> Homa {
+        Homa::new(HomaParams {
+            rtt_bytes,
+            overcommit,
+            ..HomaParams::default()
+        })
+    }
+
+    fn header(message: u32, len: u32, end: u32) -> Event {
+        let d = declaration();
+        let mut h = d.empty();
+        let [m, l, e] = ["message", "length", "end"].map(|n| d.field(n).unwrap());
+        h.set(m, u64::from(message));
+        h.set(l, u64::from(len));
+        h.set(e, u64::from(end));
+        Event::Header(h)
+    }
+
+    fn event(law: &mut Homa, now: Instant, ctx: &mut HomaContext, e: Event) -> Actions {
+        let mut act = Actions::default();
+        law.on_event(now, ctx, &e, &mut act);
+        act
+    }
+
+    fn pos(id: u32, len: u32, offset: u32) -> MessagePos {
+        MessagePos {
+            id,
+            len,
+            offset,
+            bytes: (len - offset).min(4096),
+        }
+    }
+
+    fn grant(message: u32, offset: u32, priority: u8) -> Option<HomaControl> {
+        Some(HomaControl::Grant {
+            message,
+            offset,
+            priority,
+        })
+    }
+
+    #[test]
+    fn unscheduled_levels_follow_the_size_cutoffs_from_the_top() {
+        let h = law(10_000, 4);
+        let levels: Vec<u8> = [1, 1000, 1001, 10_000, 50_000, 100_000, 100_001, u32::MAX]
+            .iter()
+            .map(|&len| h.unscheduled_level(len))
+            .collect();
+        assert_eq!(levels, [7, 7, 6, 6, 5, 5, 4, 4]);
+        // Scheduled levels are the four below.
+        assert_eq!((h.top, h.sched), (7, 4));
+        // With 3 levels, two cutoffs merge into the last unscheduled level.
+        let mut p = HomaParams::default();
+        p.set("priorities", "3").unwrap();
+        let h = Homa::new(p);
+        assert_eq!((h.top, h.sched, h.unsched_levels), (2, 1, 2));
+        assert_eq!(h.unscheduled_level(10), 2);
+        assert_eq!(h.unscheduled_level(5000), 1);
+        assert_eq!(h.unscheduled_level(u32::MAX), 1);
+    }
+
+    #[test]
+    fn cutoffs_parse_ascending_and_refuse_the_rest_naming_the_field() {
+        let mut p = HomaParams::default();
+        p.set("unsched_cutoffs", "500/ 4000/64000").unwrap();
+        assert_eq!(
+            (p.cutoffs, &p.unsched_cutoffs[..3]),
+            (3, &[500, 4000, 64000][..])
+        );
+        for bad in ["5/4", "1/2/3/4/5/6/7", "x", "10/10"] {
+            let e = p.set("unsched_cutoffs", bad).unwrap_err();
+            assert!(e.to_string().contains("unsched_cutoffs"), "{e}");
+        }
+        p.set("unsched_cutoffs", "").unwrap();
+        assert_eq!(Homa::new(p).unscheduled_level(u32::MAX), 7);
+    }
+
+    #[test]
+    fn a_sender_sends_rtt_bytes_unscheduled_then_only_what_is_granted() {
+        let mut h = law(10_000, 4);
+        let mut ctx = HomaContext::default();
+        let len = 30_000; // unscheduled at level 5 (10,000 < len <= 100,000)
+        // 0, 4096, 8192 start below RTTbytes: unscheduled (the last overshoots by a packet's
+        // tail, as Homa rounds to packets); 12288 waits for a grant.
+        for offset in [0, 4096, 8192] {
+            assert_eq!(
+                h.gate_message(T0, &mut ctx, &pos(9, len, offset)),
+                Gate::SendAt(5)
+            );
+        }
+        assert_eq!(
+            h.gate_message(T0, &mut ctx, &pos(9, len, 12_288)),
+            Gate::Hold
+        );
+        // A grant for another message changes nothing; one for this one wakes it.
+        let a = event(
+            &mut h,
+            T0,
+            &mut ctx,
+            Event::Homa(HomaControl::Grant {
+                message: 8,
+                offset: 30_000,
+                priority: 3,
+            }),
+        );
+        assert!(!a.woken());
+        let a = event(
+            &mut h,
+            T0,
+            &mut ctx,
+            Event::Homa(grant(9, 20_000, 2).unwrap()),
+        );
+        assert!(a.woken());
+        for offset in [12_288, 16_384] {
+            assert_eq!(
+                h.gate_message(T0, &mut ctx, &pos(9, len, offset)),
+                Gate::SendAt(2)
+            );
+        }
+        assert_eq!(
+            h.gate_message(T0, &mut ctx, &pos(9, len, 20_480)),
+            Gate::Hold
+        );
+        // A stale (smaller) grant takes nothing back but sets the level.
+        event(
+            &mut h,
+            T0,
+            &mut ctx,
+            Event::Homa(grant(9, 4096, 1).unwrap()),
+        );
+        assert_eq!(ctx.s_granted, 20_000);
+        // RESEND of bytes never sent: the grant for them was lost, take it as one.
+        let a = event(
+            &mut h,
+            T0,
+            &mut ctx,
+            Event::Homa(HomaControl::Resend {
+                message: 9,
+                offset: 20_480,
+                length: 4096,
+                priority: 3,
+            }),
+        );
+        assert!(a.woken() && a.homa().is_none() && a.busy().is_none());
+        assert_eq!(
+            h.gate_message(T0, &mut ctx, &pos(9, len, 20_480)),
+            Gate::SendAt(3)
+        );
+        // RESEND of bytes sent (lost on the way: RC resends them), or of another message:
+        // BUSY.
+        for (message, offset) in [(9, 0), (7, 0)] {
+            let a = event(
+                &mut h,
+                T0,
+                &mut ctx,
+                Event::Homa(HomaControl::Resend {
+                    message,
+                    offset,
+                    length: 4096,
+                    priority: 3,
+                }),
+            );
+            assert_eq!(a.busy(), Some(message));
+            assert!(!a.woken());
+        }
+        // The next message starts unscheduled again, at its own size's level.
+        assert_eq!(
+            h.gate_message(T0, &mut ctx, &pos(20, 800, 0)),
+            Gate::SendAt(7)
+        );
+        // READs and atomics are not messages here.
+        assert_eq!(
+            h.gate_message(T0, &mut ctx, &MessagePos::default()),
+            Gate::Send
+        );
+    }
+
+    #[test]
+    fn the_receiver_grants_srpt_with_overcommitment_and_rank_levels() {
+        // Overcommit 2, RTTbytes 10,000, scheduled levels 0..=3.
+        let mut h = law(10_000, 2);
+        let (mut a, mut b, mut c) = Default::default();
+        let t = |us| Instant::ZERO + Duration::from_micros(us);
+        // A (100,000 B) alone: rank 0 of 1, the lowest level; granted RTTbytes ahead.
+        let act = event(&mut h, t(0), &mut a, header(1, 100_000, 4096));
+        assert_eq!(act.homa(), grant(1, 14_096, 0));
+        assert_eq!(act.response_priority(), Some(7));
+        // B (50,000 B) joins: it is shorter, so rank 0 of 2, level 1.
+        let act = event(&mut h, t(1), &mut b, header(2, 50_000, 4096));
+        assert_eq!(act.homa(), grant(2, 14_096, 1));
+        // C (30,000 B): the table is full; C beats A (the longest), which is displaced.
+        let act = event(&mut h, t(2), &mut c, header(3, 30_000, 4096));
+        assert_eq!(act.homa(), grant(3, 14_096, 1));
+        // B's next packet: rank 1 of 2 now, level 0, granted on.
+        let act = event(&mut h, t(3), &mut b, header(2, 50_000, 8192));
+        assert_eq!(act.homa(), grant(2, 18_192, 0));
+        // A's next packet: not among the two shortest, so no grant; it polls every base
+        // RTT (13 µs), sooner than its resend timeout.
+        let act = event(&mut h, t(4), &mut a, header(1, 100_000, 8192));
+        assert_eq!(act.homa(), None);
+        assert_eq!(act.timer(), Some(Some(t(4) + Duration::from_micros(13))));
+        // C is granted to its end (30,000): fully granted, it leaves the table...
+        let act = event(&mut h, t(5), &mut c, header(3, 30_000, 20_480));
+        assert_eq!(act.homa(), grant(3, 30_000, 1));
+        // ...so A's poll finds a place: rank 1 of 2 (B is shorter), level 0.
+        let act = event(&mut h, t(17), &mut a, Event::Timer);
+        assert_eq!(act.homa(), grant(1, 18_192, 0));
+        // B's next packet: rank 0 of 2, level 1.
+        let act = event(&mut h, t(18), &mut b, header(2, 50_000, 12_288));
+        assert_eq!(act.homa(), grant(2, 22_288, 1));
+        // A late packet of C arrives: C completes; nothing granted.
+        let act = event(&mut h, t(19), &mut c, header(3, 30_000, 30_000));
+        assert_eq!(act.homa(), None);
+        assert!(!c.r_active);
+        let act = event(&mut h, t(20), &mut c, header(3, 30_000, 8192));
+        assert!(act.homa().is_none() && !c.r_active);
+    }
+
+    #[test]
+    fn missing_granted_bytes_bring_a_resend_and_busy_restarts_the_timer() {
+        let mut h = law(10_000, 4);
+        let mut r = HomaContext::default();
+        let t = |us| Instant::ZERO + Duration::from_micros(us);
+        let act = event(&mut h, t(0), &mut r, header(5, 40_000, 4096));
+        assert_eq!(act.homa(), grant(5, 14_096, 0));
+        // Resend timeout 100 µs after the last progress.
+        assert_eq!(act.timer(), Some(Some(t(100))));
+        let act = event(&mut h, t(100), &mut r, Event::Timer);
+        assert_eq!(
+            act.homa(),
+            Some(HomaControl::Resend {
+                message: 5,
+                offset: 4096,
+                length: 10_000,
+                priority: 0,
+            })
+        );
+        assert_eq!(act.timer(), Some(Some(t(200))));
+        // The sender says BUSY at 150: the next RESEND waits until 250.
+        let act = event(
+            &mut h,
+            t(150),
+            &mut r,
+            Event::Homa(HomaControl::Busy { message: 5 }),
+        );
+        assert_eq!(act.timer(), Some(Some(t(250))));
+        // Progress restarts it too; a message wholly arrived arms nothing.
+        let act = event(&mut h, t(160), &mut r, header(5, 40_000, 40_000));
+        assert_eq!(act.timer(), Some(None));
+        assert!(!r.r_active);
+    }
+
+    #[test]
+    fn a_silent_member_is_displaced() {
+        let mut h = law(10_000, 1);
+        let (mut a, mut b) = (HomaContext::default(), HomaContext::default());
+        let t = |us| Instant::ZERO + Duration::from_micros(us);
+        assert!(
+            event(&mut h, t(0), &mut a, header(1, 20_000, 4096))
+                .homa()
+                .is_some()
+        );
+        // B is longer: it waits while A is heard from...
+        assert!(
+            event(&mut h, t(1), &mut b, header(2, 90_000, 4096))
+                .homa()
+                .is_none()
+        );
+        // ...and takes A's place once A was silent for four resend timeouts (its queue
+        // pair gone).
+        assert!(event(&mut h, t(402), &mut b, Event::Timer).homa().is_some());
+    }
+
+    #[test]
+    fn requests_are_stamped_with_their_message_length_and_end() {
+        let mut h = law(10_000, 4);
+        let mut out = declaration().empty();
+        h.stamp_request(
+            T0,
+            &mut HomaContext::default(),
+            &pos(0xAB_CDEF, 9000, 8192),
+            &mut out,
+        );
+        let [m, l, e] = h.fields;
+        assert_eq!(
+            (out.get(m), out.get(l), out.get(e)),
+            (0xAB_CDEF, 9000, 9000)
+        );
+        assert_eq!(declaration().layout(), h.ccx().unwrap());
+    }
+}
