@@ -1426,7 +1426,9 @@ impl<'a> Network<'a> {
         if self.prio.enabled() && packet.class == DATA as u8 {
             // The host, as the driver writing the IP header, puts the packet's priority in
             // its DSCP: the law's, else its app's traffic class.
-            let level = self.app_priority(dst, t.headers.bth.dest_qp);
+            let level = t
+                .priority
+                .or_else(|| self.app_priority(dst, t.headers.bth.dest_qp));
             self.packets[pkt as usize].tos = self.prio.tos(level);
         }
         let (class, bytes) = (usize::from(packet.class), u64::from(packet.wire_bytes));

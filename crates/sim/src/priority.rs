@@ -2,21 +2,22 @@
 //! queue of an egress port a data packet joins, read from the DSCP its sender wrote.
 //!
 //! The sender (the simulated host, as a driver writing the IP header) puts the priority the
-//! control law chose (or its app's `priority`) into the DSCP bits as `dscp_base + priority`
-//! (priority 0 the lowest ..= 7 the highest); a switch reads it back from the DSCP. A DSCP
+//! control law chose (`Transmit::priority`, or else its app's `priority`) into the DSCP bits
+//! as `dscp_base + priority` (priority 0 the lowest ..= 7 the highest), with
+//! `sluice_wire::priority_tos`; a switch reads it back with `sluice_wire::tos_priority`. A DSCP
 //! outside `dscp_base ..= dscp_base + 7` (a packet nobody gave a priority) is priority 0.
 //! With fewer queues than levels, level `p` goes to queue `p * queues / 8`: the levels are
 //! spread evenly and their order kept (8 levels on 4 queues: 0-1, 2-3, 4-5, 6-7).
 
 /// Priority levels a packet may carry, and the most queues a port may have for them.
-pub const MAX_PRIORITIES: u8 = 8;
+pub const MAX_PRIORITIES: u8 = sluice_wire::PRIORITY_LEVELS;
 
 /// The default DSCP of priority 0: DSCP 8 ..= 15 carry priorities 0 ..= 7 (class selector 1
 /// and above), leaving DSCP 0, best effort, distinguishable from "lowest priority".
-pub const DEFAULT_DSCP_BASE: u8 = 8;
+pub const DEFAULT_DSCP_BASE: u8 = sluice_wire::DEFAULT_DSCP_BASE;
 
 /// The largest DSCP base: the eight levels must fit in the 6-bit DSCP.
-pub const MAX_DSCP_BASE: u8 = 63 - (MAX_PRIORITIES - 1);
+pub const MAX_DSCP_BASE: u8 = sluice_wire::MAX_DSCP_BASE;
 
 /// How a port's data queues are picked: `queues` of them, and the DSCP of priority 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,17 +57,14 @@ impl Priorities {
     /// above 7: 7). ECN bits are left clear: the simulator carries CE apart.
     pub fn tos(&self, priority: Option<u8>) -> u8 {
         match priority {
-            Some(p) => (self.dscp_base + p.min(MAX_PRIORITIES - 1)) << 2,
+            Some(p) => sluice_wire::priority_tos(0, self.dscp_base, p),
             None => 0,
         }
     }
 
     /// The priority level a TOS byte carries, 0 when its DSCP is none of the eight.
     pub fn level(&self, tos: u8) -> u8 {
-        (tos >> 2)
-            .checked_sub(self.dscp_base)
-            .filter(|p| *p < MAX_PRIORITIES)
-            .unwrap_or(0)
+        sluice_wire::tos_priority(tos, self.dscp_base).unwrap_or(0)
     }
 
     /// The data queue (0 ..= queues - 1, higher served first) of a packet with `tos`.
