@@ -11,6 +11,7 @@
 
 mod ctl;
 mod fig19;
+mod homa;
 mod left;
 mod scr;
 mod swcc;
@@ -233,6 +234,7 @@ pub const ENTRIES: &[Entry] = &[
     weir::FIG7,
     weir::FIG10,
     weir::SWCC_FIG11A,
+    homa::WEBSEARCH,
 ];
 
 /// The entry called `name`.
