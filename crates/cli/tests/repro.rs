@@ -373,10 +373,16 @@ fn homa_websearch_runs_homa_beside_dcqcn_and_dctcp_on_the_same_flows() {
     // docs/repro.md has the full run.
     let (_, out) = quick_run("homa-websearch");
     assert!(
-        out.contains("PASS    every flow completes under every law"),
+        out.contains("PASS    lossy: every flow completes under Homa"),
         "{out}"
     );
-    for law in ["homa ", "dcqcn ", "dctcp "] {
-        assert!(out.lines().any(|l| l.starts_with(law)), "{law}: {out}");
+    for fabric in ["lossy ", "lossless "] {
+        for law in [" homa ", " dcqcn ", " dctcp "] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with(fabric) && l.contains(law)),
+                "{fabric}{law}: {out}"
+            );
+        }
     }
 }
