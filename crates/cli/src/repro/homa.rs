@@ -1,9 +1,9 @@
 //! Homa's own headline as a check (issue 36): web search flow sizes at 80% load on the
 //! fat-tree, Homa (with the switches' strict-priority queues) against DCQCN and DCTCP on the
-//! same flows. Homa (Montazeri et al., SIGCOMM 2018) reports that short messages see a 99th
-//! percentile slowdown near 1 to 2 under heavy load where senders-driven protocols queue
-//! them behind long flows; the shape that counts here is Homa's short-flow p99 slowdown well
-//! below DCQCN's and DCTCP's.
+//! same flows, on a lossy fabric (Homa's paper's) and a lossless one (PFC). Homa (Montazeri
+//! et al., SIGCOMM 2018) shows short messages keeping a low tail slowdown under heavy load
+//! where sender-driven laws queue them behind long flows; the shape that counts here is
+//! Homa's short-flow p99 slowdown well below DCQCN's and DCTCP's. docs/repro.md has the run.
 
 use sluice_sim::RunResult;
 use sluice_sim::plot::{Chart, Series};
@@ -14,7 +14,7 @@ use super::{Check, Entry, Report, Scale, Table, f, simulate_all};
 pub(super) const WEBSEARCH: Entry = Entry {
     name: "homa-websearch",
     source: "Homa (SIGCOMM 2018) headline, issue 36",
-    summary: "web search at 80% load on the fat-tree: Homa with 8 strict priorities against DCQCN and DCTCP, short-flow p50/p99 slowdown",
+    summary: "web search at 80% load on the fat-tree, lossy and lossless: Homa with 8 strict priorities against DCQCN and DCTCP, short-flow p50/p99 slowdown",
     run: websearch,
     needs: &[],
 };
