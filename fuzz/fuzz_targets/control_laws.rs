@@ -1,6 +1,9 @@
 //! Arbitrary event sequences for every control law, inline and behind SCR's queues, over a
 //! few queue pairs with their timers: no panic (overflow checks are on), and every rate a
-//! law sets lies between 1 bit/s and the line rate, every window is at least one byte.
+//! law sets lies between 1 bit/s and the line rate, every window is at least one byte, every
+//! Homa message a law sends is one the wire encodes. Homa's declared header and its GRANT,
+//! RESEND and BUSY arrive with arbitrary fields, and the gate is asked with arbitrary
+//! message positions.
 #![no_main]
 
 use std::time::Duration;
@@ -9,9 +12,9 @@ use libfuzzer_sys::fuzz_target;
 use sluice_control::registry::{LAWS, Mode, build};
 use sluice_core::Instant;
 use sluice_core::control::{
-    Actions, Controller, EarlyExit, Event, IntHop, IntPath, NakKind, ScrConfig,
+    Actions, Controller, EarlyExit, Event, IntHop, IntPath, MessagePos, NakKind, ScrConfig,
 };
-use sluice_wire::Psn;
+use sluice_wire::{HomaControl, Psn};
 
 const LINE: u64 = 100_000_000_000;
 
@@ -26,7 +29,7 @@ fn event(b: &[u8]) -> (u32, u64, Event) {
     let x = u32_at(b, 5);
     let y = u32_at(b, 9);
     let psn = Psn::new(x);
-    let e = match b[13] % 11 {
+    let e = match b[13] % 13 {
         0 => Event::Start {
             mtu: 256 << (y % 5),
             line_rate_bps: LINE,
@@ -72,7 +75,32 @@ fn event(b: &[u8]) -> (u32, u64, Event) {
             bytes: u64::from(x) << (b[14] % 40),
         },
         9 => Event::Timer,
-        _ => Event::Hint(u64::from(x)),
+        10 => Event::Hint(u64::from(x)),
+        // Homa's declared header: message, length and end as the peer stamped them.
+        11 => {
+            let d = sluice_control::homa::declaration();
+            let mut h = d.empty();
+            for (name, v) in [("message", x), ("length", y), ("end", y.wrapping_sub(x))] {
+                h.set(d.field(name).expect("declared"), u64::from(v));
+            }
+            Event::Header(h)
+        }
+        _ => Event::Homa(match b[14] % 3 {
+            0 => HomaControl::Grant {
+                message: x & 0xFF_FFFF,
+                offset: y,
+                priority: b[15] % 8,
+            },
+            1 => HomaControl::Resend {
+                message: x & 0xFF_FFFF,
+                offset: y,
+                length: u32::from(b[15]) << 8 | 1,
+                priority: b[15] % 8,
+            },
+            _ => HomaControl::Busy {
+                message: x & 0xFF_FFFF,
+            },
+        }),
     };
     (qp, gap, e)
 }
@@ -83,6 +111,12 @@ fn check(act: &Actions) {
     }
     if let Some(Some(window)) = act.window() {
         assert!(window >= 1, "window {window}");
+    }
+    if let Some(m) = act.homa() {
+        assert!(m.control().is_ok(), "{m:?}");
+    }
+    if let Some(m) = act.busy() {
+        assert!(HomaControl::Busy { message: m }.control().is_ok(), "{m}");
     }
 }
 
@@ -102,8 +136,18 @@ fn drive(c: &mut dyn Controller, data: &[u8]) {
                 check(&act);
             }
         }
-        if matches!(e, Event::Tx { .. }) && c.interest().gates() {
-            let _ = c.gate(t, qp, 4096);
+        if let Event::Tx { psn, bytes, .. } = e
+            && c.interest().gates()
+        {
+            // A packet somewhere in a message of up to 4 GiB, named by its first PSN.
+            let len = bytes.wrapping_mul(0x9E37) | 1;
+            let pos = MessagePos {
+                id: psn.value(),
+                len,
+                offset: psn.value() % len,
+                bytes: bytes.min(len - psn.value() % len),
+            };
+            let _ = c.gate_message(t, qp, &pos);
         }
         // Timer events only ever come from the controller itself.
         if !matches!(e, Event::Timer) && c.interest().contains(e.kind()) {

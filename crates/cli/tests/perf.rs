@@ -280,7 +280,7 @@ fn a_bad_congestion_control_is_a_usage_error() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success());
     for law in [
-        "none", "static", "dcqcn", "dctcp", "timely", "swift", "hpcc", "credit",
+        "none", "static", "dcqcn", "dctcp", "timely", "swift", "hpcc", "credit", "homa",
     ] {
         assert!(out.contains(law), "{law} missing from --cc list: {out}");
     }
@@ -1104,4 +1104,89 @@ fn inspect_sees_every_payload_and_flags_no_zero_buffer() {
     assert_eq!(n("inspected_packets"), 20 * 16 + resent, "{r}");
     assert_eq!(n("chunks"), n("inspected_packets") * 8, "{r}");
     assert_eq!(n("flagged_chunks"), 0, "{r}");
+}
+
+/// `--cc homa` over loopback with RTTbytes of 16 KiB, so that each 64 KiB message sends
+/// its first 16 KiB unscheduled and the rest only as granted: the server's GRANTs (0x18
+/// control packets, kind 4) reach the client and the flow runs on them (RESENDs and BUSYs
+/// are allowed: a software host may hold granted bytes past the resend timeout); every data packet
+/// carries Homa's declared header and its priority in the IP header's DSCP (per packet);
+/// the capture passes `sluice pcap check`.
+#[test]
+fn homa_runs_on_grants_over_loopback() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let pcap = dir.join("perf-homa.pcap");
+    let pcap_arg = pcap.to_str().unwrap();
+    let args = [
+        "write-bw",
+        "-s",
+        "65536",
+        "-n",
+        "200",
+        "--cc",
+        "homa",
+        "--cc-param",
+        "rtt_bytes=16384",
+        "--pcap",
+        pcap_arg,
+    ];
+    let bw = loopback(&args, 24_450)[0]["bw_avg_gbps"].as_f64().unwrap();
+    assert!(bw > 0.05, "homa: {bw} Gbit/s");
+    let (mut grants, mut data) = (0, 0);
+    let mut data_levels = std::collections::BTreeSet::new();
+    for d in checked_capture(&pcap) {
+        let ip_udp = sluice_wire::IpUdp::parse(&d).unwrap();
+        let sluice_wire::IpHeader::V4(ip) = ip_udp.ip else {
+            panic!("loopback is IPv4");
+        };
+        // The priority is DSCP 8 + level (the default base), the ECN bits the device's.
+        let level = sluice_wire::tos_priority(ip.tos, sluice_wire::DEFAULT_DSCP_BASE);
+        assert_eq!(ip.tos & 3, sluice_net::DEFAULT_TOS & 3);
+        let p = ip_udp.roce().unwrap();
+        let h = p.headers();
+        if h.bth.opcode == sluice_wire::Opcode::RC_CC_CONTROL
+            || h.bth.opcode == sluice_wire::Opcode::RC_ACKNOWLEDGE
+        {
+            assert_eq!(level, Some(7), "{:?} at {level:?}", h.bth.opcode);
+        } else {
+            data_levels.insert(level.expect("every data packet has a priority"));
+        }
+        if h.bth.opcode == sluice_wire::Opcode::RC_CC_CONTROL {
+            let c = h.ext.cc_control.unwrap();
+            match sluice_wire::HomaControl::from_control(&c).unwrap() {
+                Some(sluice_wire::HomaControl::Grant {
+                    offset, priority, ..
+                }) => {
+                    // Beyond the unscheduled bytes, within the message; a scheduled level.
+                    assert!((16_384..=65_536).contains(&offset), "{offset}");
+                    assert!(priority < 4, "{priority}");
+                    grants += 1;
+                }
+                // A software host can sit on granted bytes past the 100 µs resend timeout
+                // (a debug build on a loaded machine): RESENDs and BUSYs may appear.
+                Some(_) => {}
+                None => panic!("a control packet that is not Homa's: {c:?}"),
+            }
+        } else if h.ext.reth.is_some() || h.bth.opcode.0 <= 0x0B {
+            assert!(
+                matches!(h.ccx, Some(sluice_wire::Ccx::Declared(_))),
+                "{:?} without Homa's header",
+                h.bth.opcode
+            );
+            data += 1;
+        }
+    }
+    assert_eq!(data, 3200);
+    // Unscheduled bytes of a 64 KiB message at level 5 (10,000 < 65,536 <= 100,000); the
+    // granted ones at a scheduled level, 0 with one message granted at a time.
+    assert!(
+        data_levels.contains(&5) && data_levels.contains(&0),
+        "{data_levels:?}"
+    );
+    assert!(
+        data_levels.iter().all(|l| *l == 5 || *l < 4),
+        "{data_levels:?}"
+    );
+    // At least one grant per message (48 KiB of each is scheduled).
+    assert!(grants >= 200, "{grants} grants");
 }

@@ -1,7 +1,10 @@
 //! Nanoseconds per event for every law, run inline with its context in cache (1 QP) and
 //! spread over 16,384 QPs (contexts out of L1/L2), and behind SCR's decoupled queues
 //! (coalescing, 4 processors). Prints one table; every ratio is against a figure measured
-//! in the same run.
+//! in the same run. Beside the registry's laws, `swcc_credit` (a library law on its declared
+//! header). Laws that read a declared header get one per packet (Homa's message, length and
+//! end; SwCC's returned credit), Homa a GRANT per packet too, and a gating law is asked with
+//! each packet's place in a 64 KiB message.
 //!
 //! `cargo bench -p sluice-control --bench laws` (`SLUICE_BENCH_EVENTS` events per run).
 
@@ -9,11 +12,13 @@ use std::hint::black_box;
 use std::time::{Duration, Instant as Clock};
 
 use sluice_control::registry::{LAWS, Mode, build};
+use sluice_control::{homa, swcc_credit};
 use sluice_core::Instant;
 use sluice_core::control::{
-    Actions, Controller, Event, EventKind, Gate, IntHop, IntPath, ScrConfig,
+    Actions, Controller, Decoupled, Event, EventKind, Gate, Inline, IntHop, IntPath, MessagePos,
+    ScrConfig,
 };
-use sluice_wire::Psn;
+use sluice_wire::{CcxLayout, HomaControl, Psn};
 
 /// What a transport would hand a law per packet, in proportion: one TX and one RX per
 /// data packet, an ACK (with an RTT sample) and telemetry per packet, a credit per
@@ -22,11 +27,35 @@ use sluice_wire::Psn;
 #[derive(Debug, Clone, Copy)]
 enum Step {
     Event(Event),
-    Gate(u32),
+    Gate(MessagePos),
+}
+
+/// The declared header packet `i` carries for a law that declared `layout`: Homa's (the
+/// packet's message, its length and end) or SwCC's credit (a growing total); `None` for
+/// any other.
+fn declared_header(layout: Option<CcxLayout>, i: u32, pos: &MessagePos) -> Option<Event> {
+    let homa = homa::declaration();
+    let swcc = swcc_credit::declaration();
+    if layout == Some(homa.layout()) {
+        let mut h = homa.empty();
+        let end = pos.offset + pos.bytes;
+        for (name, v) in [("message", pos.id), ("length", pos.len), ("end", end)] {
+            h.set(homa.field(name).expect("declared"), u64::from(v));
+        }
+        Some(Event::Header(h))
+    } else if layout == Some(swcc.layout()) {
+        let mut h = swcc.empty();
+        let f = swcc.field("returned_credit").expect("declared");
+        h.set(f, u64::from(i.wrapping_mul(4096)));
+        Some(Event::Header(h))
+    } else {
+        None
+    }
 }
 
 fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
     let interest = c.interest();
+    let layout = c.ccx();
     let mut out = Vec::with_capacity(len);
     let mut i = 0u32;
     let mut tx_bytes = 0u32;
@@ -64,8 +93,27 @@ fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
             },
             Event::Credit { bytes: 4096 },
         ];
+        // Packet i is packet i mod 16 of a 64 KiB message.
+        let pos = MessagePos {
+            id: (i / 16 * 16) & 0xFF_FFFF,
+            len: 65_536,
+            offset: i % 16 * 4096,
+            bytes: 4096,
+        };
         if interest.gates() {
-            out.push(Step::Gate(4096));
+            out.push(Step::Gate(pos));
+        }
+        if interest.contains(EventKind::Header)
+            && let Some(h) = declared_header(layout, i, &pos)
+        {
+            out.push(Step::Event(h));
+        }
+        if interest.contains(EventKind::Homa) {
+            out.push(Step::Event(Event::Homa(HomaControl::Grant {
+                message: pos.id,
+                offset: pos.offset + 16_384,
+                priority: 1,
+            })));
         }
         for e in candidates {
             if interest.contains(e.kind()) {
@@ -113,8 +161,8 @@ fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> f64 {
                 c.on_event(t, q, &e, &mut act);
                 black_box(act);
             }
-            Step::Gate(bytes) => {
-                black_box(c.gate(t, q, bytes) == Gate::Send);
+            Step::Gate(pos) => {
+                black_box(c.gate_message(t, q, &pos) == Gate::Send);
             }
         }
         if k % 8 == 0 && c.next_timeout().is_some_and(|at| at <= t) {
@@ -149,31 +197,46 @@ fn main() {
         "{:11} {:>10} {:>12} {:>8} {:>15} {:>9}",
         "law", "inline 1QP", "inline 16kQP", "16k/1", "decoupled 16kQP", "dec/inl"
     );
-    for law in LAWS {
-        let mut probe = build(law.name, &[], &Mode::Inline).expect("defaults build");
-        let steps = stream(probe.as_mut(), 4096);
+    // The registry's laws, and SwCC's credit law (a library law, built here).
+    type Builder = Box<dyn Fn(&Mode) -> Box<dyn Controller>>;
+    let mut laws: Vec<(&str, Builder)> = LAWS
+        .iter()
+        .map(|l| {
+            let b: Builder = Box::new(|m| build(l.name, &[], m).expect("defaults build"));
+            (l.name, b)
+        })
+        .collect();
+    laws.push((
+        "swcc_credit",
+        Box::new(|m| match m {
+            Mode::Inline => Box::new(Inline::new(swcc_credit::SwccCredit::new(65_536))),
+            Mode::Decoupled(c) => {
+                Box::new(Decoupled::new(swcc_credit::SwccCredit::new(65_536), *c))
+            }
+        }),
+    ));
+    for (name, make) in &laws {
+        let probe = make(&Mode::Inline);
+        let steps = stream(probe.as_ref(), 4096);
         if steps.is_empty() {
-            println!(
-                "{:11} asks for no per-packet event: costs nothing per packet",
-                law.name
-            );
+            println!("{name:11} asks for no per-packet event: costs nothing per packet");
             continue;
         }
         let inline = |qps| {
             best_of(5, || {
-                let mut c = build(law.name, &[], &Mode::Inline).unwrap();
+                let mut c = make(&Mode::Inline);
                 run(c.as_mut(), &steps, qps, events)
             })
         };
         let one = inline(1);
         let many = inline(16_384);
         let dec = best_of(5, || {
-            let mut c = build(law.name, &[], &Mode::Decoupled(scr)).unwrap();
+            let mut c = make(&Mode::Decoupled(scr));
             run(c.as_mut(), &steps, 16_384, events)
         });
         println!(
             "{:11} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2}",
-            law.name,
+            name,
             one,
             many,
             many / one,

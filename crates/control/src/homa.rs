@@ -40,11 +40,11 @@
 //! can take a higher one). Grants, RESENDs, BUSYs and ACKs go at the highest level.
 //!
 //! **Departures.** Homa's receiver sees all its messages at once; a law sees one queue
-//! pair's event at a time and can act only for that queue pair. So the `overcommit` granted
-//! messages are a law-wide table (SRPT among them is exact), but a message that is not in it
-//! learns that a place freed (or that it now beats the longest one there) on its own poll
-//! timer, every `base_rtt_us` while it waits: a promotion is up to one base RTT late, the
-//! bubble Homa's overcommitment exists to hide. A fully granted message leaves the table
+//! pair's event at a time. So the `overcommit` granted messages are a law-wide table (SRPT
+//! among them is exact), and the waiting ones a law-wide heap: a place freed goes to the
+//! shortest waiting message, woken at once (`Law::take_wake`: its queue pair hears a Timer),
+//! and a waiting message that becomes shorter than the longest member takes its place on
+//! its own next packet. A fully granted message leaves the table
 //! (its last bytes are in flight), as in Homa. RoCE RC recovers lost data itself (NAK and
 //! go-back-N, or selective repeat); what it cannot recover is a lost GRANT, which strands
 //! a sender that holds. RESEND is what repairs it: a sender asked for bytes it has not sent
@@ -52,8 +52,12 @@
 //! RC's recovery has them, or my send queue is busy with the messages ahead"), which
 //! restarts the receiver's timer. The sender does not pick among its queue pairs (Homa's
 //! sender-side SRPT): the engine's scheduler does that. A table member not heard from for
-//! four resend timeouts (its queue pair gone) may be displaced by any waiting message.
+//! four resend timeouts (its queue pair gone) may be displaced by any waiting message; as
+//! such a member frees no place, waiting messages also look for one every 8 resend
+//! timeouts on their own (every base RTT if the law was never told their queue pair).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use sluice_core::Instant;
@@ -96,8 +100,7 @@ pub struct HomaParams {
     /// RTTbytes, the bytes of each message sent unscheduled and kept granted ahead of what
     /// arrived; 0 = `link_gbps` x `base_rtt_us`. Default 0. Both ends must agree.
     pub rtt_bytes: u64,
-    /// The base RTT in µs (RTTbytes, and how often a waiting message looks for a place).
-    /// Default 13.
+    /// The base RTT in µs that sizes RTTbytes. Default 13.
     pub base_rtt_us: f64,
     /// The link rate in Gbit/s that sizes RTTbytes. Default 100.
     pub link_gbps: f64,
@@ -145,7 +148,7 @@ impl Params for HomaParams {
         },
         ParamInfo {
             name: "base_rtt_us",
-            help: "base RTT in µs, sizing RTTbytes and a waiting message's poll, 0.1..=100000 (default 13)",
+            help: "base RTT in µs, sizing RTTbytes, 0.1..=100000 (default 13)",
         },
         ParamInfo {
             name: "link_gbps",
@@ -198,7 +201,7 @@ impl Params for HomaParams {
 }
 
 /// Per queue pair: the sender's half (the message it is sending) and the receiver's (the
-/// message it is receiving). 64 bytes.
+/// message it is receiving). 72 bytes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HomaContext {
     /// Sender: the message being sent (first PSN), its length, how far it may go, how far
@@ -220,10 +223,16 @@ pub struct HomaContext {
     r_granted: u32,
     /// Receiver: this queue pair's name in the law's table (0: none yet).
     token: u32,
-    /// Receiver: the last progress, RESEND or BUSY (the resend timer runs from it).
+    /// Receiver: the last progress, RESEND or BUSY (the resend timer runs from it), and
+    /// the RESENDs since the last progress (each doubles the wait, up to 8 x).
     r_heard: Instant,
-    /// Receiver: when a waiting message next looks for a place among the granted.
+    resends: u8,
+    /// Receiver: when a waiting message next looks for a place on its own (a fallback:
+    /// a freed place wakes the best waiting message at once).
     poll_at: Option<Instant>,
+    /// The engine's index of this queue pair plus one (0: not known, as when a test drives
+    /// the law through `Law::on_event`): whom a freed place wakes.
+    qp1: u32,
     /// The law timer armed for this queue pair.
     timer_at: Option<Instant>,
 }
@@ -233,6 +242,8 @@ pub struct HomaContext {
 struct Member {
     /// The receiving queue pair's token; 0: a free place.
     token: u32,
+    /// Its queue pair's index plus one (0: unknown).
+    qp1: u32,
     remaining: u32,
     heard: Instant,
 }
@@ -252,6 +263,14 @@ pub struct Homa {
     /// The granted messages (at most `overcommit` places used).
     granted: [Member; MAX_OVERCOMMIT],
     next_token: u32,
+    /// The waiting messages, shortest first: (remaining, queue pair index, generation).
+    /// An entry is current while `wait_gen[qp]` holds its generation; stale ones are
+    /// skipped when popped and dropped when the heap outgrows the queue pairs.
+    waiting: BinaryHeap<Reverse<(u32, u32, u32)>>,
+    wait_gen: Vec<u32>,
+    generation: u32,
+    /// Queue pairs to wake (a freed place's next holder), for `Law::take_wake`.
+    wakes: Vec<u32>,
     fields: [Field; 3],
     layout: CcxLayout,
 }
@@ -279,6 +298,10 @@ impl Homa {
             unsched_levels,
             granted: [Member::default(); MAX_OVERCOMMIT],
             next_token: 0,
+            waiting: BinaryHeap::new(),
+            wait_gen: Vec::new(),
+            generation: 0,
+            wakes: Vec::new(),
             fields: [field("message"), field("length"), field("end")],
             layout: d.layout(),
         }
@@ -303,7 +326,7 @@ impl Homa {
     /// Puts `token` (with `remaining` bytes) among the granted if it is there already, a
     /// place is free, or it has fewer remaining bytes than the longest there (or that one
     /// went silent): SRPT with overcommitment. Whether it is in.
-    fn join(&mut self, now: Instant, token: u32, remaining: u32) -> bool {
+    fn join(&mut self, now: Instant, token: u32, qp1: u32, remaining: u32) -> bool {
         if let Some(i) = self.place(token) {
             self.granted[i].remaining = remaining;
             self.granted[i].heard = now;
@@ -329,18 +352,63 @@ impl Homa {
         if w.token == 0 || now - w.heard > stale || remaining < w.remaining {
             places[worst] = Member {
                 token,
+                qp1,
                 remaining,
                 heard: now,
             };
+            self.not_waiting(qp1);
+            if w.token != 0 && now - w.heard <= stale {
+                // Displaced, it waits for a place like any other.
+                self.wait(w.qp1, w.remaining);
+            }
             true
         } else {
             false
         }
     }
 
+    /// Takes `token` out of the table; its place goes to the best waiting message, which
+    /// is woken to claim it.
     fn leave(&mut self, token: u32) {
         if let Some(i) = self.place(token) {
             self.granted[i] = Member::default();
+            while let Some(Reverse((_, qp, generation))) = self.waiting.pop() {
+                if self.wait_gen.get(qp as usize) == Some(&generation) {
+                    self.wait_gen[qp as usize] = 0;
+                    self.wakes.push(qp);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Queue pair `qp1 - 1` waits for a place with `remaining` bytes (unknown queue pairs,
+    /// 0, rely on their poll).
+    fn wait(&mut self, qp1: u32, remaining: u32) {
+        let Some(qp) = qp1.checked_sub(1) else {
+            return;
+        };
+        let at = qp as usize;
+        if self.wait_gen.len() <= at {
+            self.wait_gen.resize(at + 1, 0); // once per queue pair index, not per event
+        }
+        self.generation = self.generation.wrapping_add(1).max(1);
+        self.wait_gen[at] = self.generation;
+        self.waiting.push(Reverse((remaining, qp, self.generation)));
+        if self.waiting.len() > 2 * self.wait_gen.len() + 64 {
+            let current = &self.wait_gen;
+            self.waiting
+                .retain(|Reverse((_, q, g))| current.get(*q as usize) == Some(g));
+        }
+    }
+
+    /// Queue pair `qp1 - 1` no longer waits.
+    fn not_waiting(&mut self, qp1: u32) {
+        if let Some(g) = qp1
+            .checked_sub(1)
+            .and_then(|q| self.wait_gen.get_mut(q as usize))
+        {
+            *g = 0;
         }
     }
 
@@ -368,18 +436,34 @@ impl Homa {
         let remaining = ctx.r_len - ctx.r_received;
         if remaining == 0 || ctx.r_granted >= ctx.r_len {
             self.leave(ctx.token);
+            self.not_waiting(ctx.qp1);
             ctx.poll_at = None;
             ctx.r_active = remaining != 0;
             return;
         }
-        if !self.join(now, ctx.token, remaining) {
-            ctx.poll_at.get_or_insert(now + self.base_rtt);
+        if !self.join(now, ctx.token, ctx.qp1, remaining) {
+            self.wait(ctx.qp1, remaining);
+            // A freed place wakes the best waiting message; the poll is the fallback for
+            // a member that went silent (its queue pair gone), which frees no place. A
+            // message the law cannot wake (its queue pair unknown) polls every base RTT.
+            let poll = if ctx.qp1 == 0 {
+                self.base_rtt
+            } else {
+                self.resend * 8
+            };
+            ctx.poll_at.get_or_insert(now + poll);
             return;
         }
         ctx.poll_at = None;
         let level = self.level(ctx.token);
         let want = ctx.r_len.min(ctx.r_received.saturating_add(self.rtt_bytes));
         if want > ctx.r_granted || level != ctx.r_level {
+            if want > ctx.r_granted {
+                // The resend timer runs from the grant for the bytes it asks for (a message
+                // that waited for a place has heard nothing for a while).
+                ctx.r_heard = now;
+                ctx.resends = 0;
+            }
             ctx.r_granted = ctx.r_granted.max(want);
             ctx.r_level = level;
             act.send_homa(HomaControl::Grant {
@@ -395,7 +479,10 @@ impl Homa {
 
     /// The receiver's resend check: granted bytes missing for `resend` without progress.
     fn check_resend(&mut self, now: Instant, ctx: &mut HomaContext, act: &mut Actions) {
-        if ctx.r_active && ctx.r_granted > ctx.r_received && now - ctx.r_heard >= self.resend {
+        if ctx.r_active
+            && ctx.r_granted > ctx.r_received
+            && now - ctx.r_heard >= self.resend_wait(ctx)
+        {
             act.send_homa(HomaControl::Resend {
                 message: ctx.r_msg,
                 offset: ctx.r_received,
@@ -403,23 +490,34 @@ impl Homa {
                 priority: ctx.r_level,
             });
             ctx.r_heard = now;
+            ctx.resends = (ctx.resends + 1).min(3);
         }
     }
 
-    /// Arms the law timer for the earlier of the poll and the resend deadline.
+    /// How long missing granted bytes wait for a RESEND: `resend`, doubling with each
+    /// RESEND that brought no progress, up to 8 x (a sender that is slow rather than
+    /// stranded is not asked every timeout, and every waiting message's timer costs).
+    fn resend_wait(&self, ctx: &HomaContext) -> Duration {
+        self.resend * (1u32 << ctx.resends)
+    }
+
+    /// Arms the law timer for the earlier of the poll and the resend deadline, if that is
+    /// sooner than the timer already armed. A deadline that moved later (progress restarts
+    /// the resend timer with every packet) leaves the timer as it is: when it fires early,
+    /// the handler finds nothing due and arms it again. So a flowing message touches the
+    /// timer once per resend timeout, not once per packet.
     fn rearm(&self, ctx: &mut HomaContext, act: &mut Actions) {
-        let resend_at =
-            (ctx.r_active && ctx.r_granted > ctx.r_received).then(|| ctx.r_heard + self.resend);
+        let resend_at = (ctx.r_active && ctx.r_granted > ctx.r_received)
+            .then(|| ctx.r_heard + self.resend_wait(ctx));
         let at = match (ctx.poll_at, resend_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if at != ctx.timer_at {
-            match at {
-                Some(at) => act.arm_timer(at),
-                None => act.cancel_timer(),
-            }
-            ctx.timer_at = at;
+        if let Some(at) = at
+            && ctx.timer_at.is_none_or(|armed| at < armed)
+        {
+            act.arm_timer(at);
+            ctx.timer_at = Some(at);
         }
     }
 
@@ -451,6 +549,7 @@ impl Homa {
             ctx.r_level = 0;
             ctx.r_active = true;
             ctx.r_heard = now;
+            ctx.resends = 0;
             ctx.poll_at = None;
             act.set_response_priority(self.top);
         }
@@ -458,6 +557,7 @@ impl Homa {
         if end > ctx.r_received {
             ctx.r_received = end;
             ctx.r_heard = now;
+            ctx.resends = 0;
         }
         self.schedule(now, ctx, act);
         if ctx.r_received >= ctx.r_len {
@@ -487,6 +587,26 @@ impl Law for Homa {
         Some(self.layout)
     }
 
+    fn on_event_at(
+        &mut self,
+        now: Instant,
+        qp: u32,
+        ctx: &mut HomaContext,
+        event: &Event,
+        act: &mut Actions,
+    ) {
+        ctx.qp1 = qp.saturating_add(1);
+        self.on_event(now, ctx, event, act);
+    }
+
+    fn take_wake(&mut self) -> Option<u32> {
+        self.wakes.pop()
+    }
+
+    fn wakes_pending(&self) -> bool {
+        !self.wakes.is_empty()
+    }
+
     fn on_event(&mut self, now: Instant, ctx: &mut HomaContext, event: &Event, act: &mut Actions) {
         match *event {
             Event::Start { .. } => {
@@ -499,16 +619,15 @@ impl Law for Homa {
                     self.on_header(now, ctx, m, l, e, act);
                 }
             }
+            // A grant for a message this queue pair is not sending (done already) is stale.
             Event::Homa(HomaControl::Grant {
                 message,
                 offset,
                 priority,
-            }) => {
-                if ctx.s_known && message == ctx.s_msg {
-                    ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
-                    ctx.s_level = priority;
-                    act.wake();
-                }
+            }) if ctx.s_known && message == ctx.s_msg => {
+                ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
+                ctx.s_level = priority;
+                act.wake();
             }
             Event::Homa(HomaControl::Resend {
                 message,
@@ -526,15 +645,18 @@ impl Law for Homa {
                     act.send_homa(HomaControl::Busy { message });
                 }
             }
-            Event::Homa(HomaControl::Busy { message }) => {
-                if ctx.r_active && message == ctx.r_msg {
-                    ctx.r_heard = now;
-                }
+            Event::Homa(HomaControl::Busy { message }) if ctx.r_active && message == ctx.r_msg => {
+                ctx.r_heard = now;
             }
+            // Its timer, or a wake: a freed place may be this message's.
             Event::Timer => {
-                ctx.timer_at = None;
-                if ctx.r_active && ctx.poll_at.is_some_and(|at| at <= now) {
-                    ctx.poll_at = None;
+                if ctx.timer_at.is_some_and(|at| at <= now) {
+                    ctx.timer_at = None;
+                }
+                if ctx.r_active {
+                    if ctx.poll_at.is_some_and(|at| at <= now) {
+                        ctx.poll_at = None;
+                    }
                     self.schedule(now, ctx, act);
                 }
                 self.check_resend(now, ctx, act);
@@ -826,19 +948,53 @@ mod tests {
                 priority: 0,
             })
         );
-        assert_eq!(act.timer(), Some(Some(t(200))));
-        // The sender says BUSY at 150: the next RESEND waits until 250.
-        let act = event(
-            &mut h,
-            t(150),
-            &mut r,
-            Event::Homa(HomaControl::Busy { message: 5 }),
-        );
-        assert_eq!(act.timer(), Some(Some(t(250))));
-        // Progress restarts it too; a message wholly arrived arms nothing.
-        let act = event(&mut h, t(160), &mut r, header(5, 40_000, 40_000));
-        assert_eq!(act.timer(), Some(None));
+        // The next waits twice as long: 300.
+        assert_eq!(act.timer(), Some(Some(t(300))));
+        // The sender says BUSY at 150: the next RESEND waits until 350. The timer armed for
+        // 300 stays; firing then, it finds nothing due and moves to 350.
+        let busy = Event::Homa(HomaControl::Busy { message: 5 });
+        let act = event(&mut h, t(150), &mut r, busy);
+        assert_eq!(act.timer(), None);
+        let act = event(&mut h, t(300), &mut r, Event::Timer);
+        assert_eq!((act.homa(), act.timer()), (None, Some(Some(t(350)))));
+        // Progress restarts it too; once the message wholly arrived a firing does nothing.
+        let act = event(&mut h, t(310), &mut r, header(5, 40_000, 40_000));
+        assert_eq!(act.timer(), None);
         assert!(!r.r_active);
+        let act = event(&mut h, t(350), &mut r, Event::Timer);
+        assert!(act.is_empty(), "{act:?}");
+    }
+
+    #[test]
+    fn a_freed_place_wakes_the_shortest_waiting_message() {
+        let mut h = law(10_000, 1);
+        let mut ctx = [HomaContext::default(); 3];
+        let t = |us| Instant::ZERO + Duration::from_micros(us);
+        let mut on = |h: &mut Homa, us, q: usize, e: Event| {
+            let mut act = Actions::default();
+            h.on_event_at(t(us), q as u32, &mut ctx[q], &e, &mut act);
+            act
+        };
+        // A (queue pair 0) holds the one place; C (2, 50 KB) and B (1, 30 KB) wait. C's
+        // timer is its resend timeout (its unscheduled bytes are missing), not a poll
+        // every RTT (its poll, the fallback, is 8 resend timeouts away).
+        assert!(on(&mut h, 0, 0, header(1, 20_000, 4096)).homa().is_some());
+        let act = on(&mut h, 1, 2, header(3, 50_000, 4096));
+        assert_eq!(act.timer(), Some(Some(t(101))));
+        assert!(on(&mut h, 2, 1, header(2, 30_000, 4096)).homa().is_none());
+        assert!(!h.wakes_pending());
+        // A is granted to its end: it leaves, and B, the shorter, is woken at once.
+        assert_eq!(
+            on(&mut h, 3, 0, header(1, 20_000, 12_288)).homa(),
+            grant(1, 20_000, 0)
+        );
+        assert!(h.wakes_pending());
+        assert_eq!((h.take_wake(), h.take_wake()), (Some(1), None));
+        assert_eq!(on(&mut h, 3, 1, Event::Timer).homa(), grant(2, 14_096, 0));
+        // B completes: C is woken next.
+        on(&mut h, 4, 1, header(2, 30_000, 30_000));
+        assert_eq!(h.take_wake(), Some(2));
+        assert_eq!(on(&mut h, 4, 2, Event::Timer).homa(), grant(3, 14_096, 0));
     }
 
     #[test]

@@ -791,8 +791,8 @@ fn homa_talk(agreed: [bool; 2]) -> (World, [HomaTalk; 2]) {
         world.set_controller(h, Box::new(Inline::new(law.clone())));
     }
     let p = Pair::connect(&mut world, &PairOptions::default());
-    for h in 0..2 {
-        world.engines[h].set_cc_control(p.qp[h], agreed[h]).unwrap();
+    for (h, &on) in agreed.iter().enumerate() {
+        world.engines[h].set_cc_control(p.qp[h], on).unwrap();
     }
     p.write_and_wait(&mut world, 3 * PairOptions::default().mtu.bytes());
     world.run_until(Duration::from_millis(1), |_| false);

@@ -118,22 +118,27 @@ impl Capture {
     }
 
     /// Records RoCE packet `roce` (parsed: `packet`), which travelled from `src` to `dst`
-    /// with IPv4 identification `ip_id` (`path`), under the IP and UDP headers a
+    /// with IPv4 identification `ip_id` and TOS (traffic class) `tos` (`path`), under the
+    /// IP and UDP headers a
     /// Don't-Fragment socket sends it with. Those are built only for a packet the filter
     /// keeps.
     pub(crate) fn record(
         &mut self,
         now: Instant,
         sent: bool,
-        path: (SocketAddr, SocketAddr, u16),
+        path: (SocketAddr, SocketAddr, u16, u8),
         roce: &[u8],
         packet: &RocePacket<'_>,
     ) {
         if !self.filter.keeps(sent, packet) {
             return;
         }
-        let (src, dst, ip_id) = path;
-        let ip = IpHeader::between(src.ip(), dst.ip(), ip_id);
+        let (src, dst, ip_id, tos) = path;
+        let mut ip = IpHeader::between(src.ip(), dst.ip(), ip_id);
+        match &mut ip {
+            IpHeader::V4(h) => h.tos = tos,
+            IpHeader::V6(h) => h.traffic_class = tos,
+        }
         let (ip_len, udp_len) = (ip.header_len(), UDP_HEADER_LEN + roce.len());
         let udp = UdpHeader {
             src_port: src.port(),

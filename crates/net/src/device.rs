@@ -48,6 +48,11 @@ pub struct DeviceConfig {
     pub peer_port: u16,
     /// The whole IPv4 TOS / IPv6 traffic-class byte: DSCP and ECN bits.
     pub tos: u8,
+    /// The DSCP of packet priority 0 when a control law sets priorities (Homa): a packet
+    /// at priority `p` leaves with DSCP `dscp_base + p` and `tos`'s ECN bits, set per packet
+    /// (`IP_TOS` control message; the AF_XDP path keeps `tos`). Default
+    /// `sluice_wire::DEFAULT_DSCP_BASE` (8); at most 56.
+    pub dscp_base: u8,
     /// The engine's configuration (its limits, timers and defaults).
     pub engine: EngineConfig,
     /// Let the kernel segment batches (UDP GSO) and coalesce receives (UDP GRO) where it can.
@@ -77,6 +82,7 @@ impl DeviceConfig {
             local: SocketAddr::new(ip, ROCE_V2_PORT),
             peer_port: ROCE_V2_PORT,
             tos: DEFAULT_TOS,
+            dscp_base: sluice_wire::DEFAULT_DSCP_BASE,
             engine: EngineConfig::default(),
             offload: true,
             socket_buffer: 32 << 20,
@@ -97,6 +103,9 @@ pub struct Device {
     link: Link,
     local: SocketAddr,
     peer_port: u16,
+    /// The socket's TOS byte and the DSCP of priority 0 (`DeviceConfig::dscp_base`).
+    tos: u8,
+    dscp_base: u8,
     epoch: std::time::Instant,
     /// The `now` of the latest poll: what packets received later may be timed no earlier
     /// than (everything the engine sent before was stamped no later).
@@ -111,7 +120,7 @@ pub struct Device {
     tx_msgs: Vec<OutMsg>,
     /// The ACKs of the batch being staged (with where they go and the socket they leave
     /// from), placed after its other packets.
-    tx_acks: Vec<(OutPacket, SocketAddr, u8)>,
+    tx_acks: Vec<(OutPacket, SocketAddr, u8, Option<u8>)>,
     /// Messages of `tx_msgs` already sent (the rest wait for room in the socket buffer).
     tx_sent: usize,
     /// Some staged packet carries CCX timestamps (to move to when it leaves).
@@ -154,12 +163,16 @@ impl Device {
         if config.local.ip().is_unspecified() {
             return Err(NetError::UnspecifiedAddress);
         }
+        sluice_wire::check_dscp_base(config.dscp_base)
+            .map_err(|why| NetError::DscpBase(config.dscp_base, why))?;
         let (link, local) = Link::open(&config)?;
         Ok(Device {
             engine: Engine::with_policies(config.engine, policies),
             link,
             local,
             peer_port: config.peer_port,
+            tos: config.tos,
+            dscp_base: config.dscp_base,
             epoch: std::time::Instant::now(),
             polled: Instant::ZERO,
             wall: WallClock::default(),
@@ -478,7 +491,9 @@ impl Device {
                                 roce.extend_from_slice(part);
                             }
                             if let Ok(packet) = RocePacket::parse(roce) {
-                                capture.record(now, true, (from, m.dst, p.ip_id), roce, &packet);
+                                let tos = m.tos.unwrap_or(self.tos);
+                                let path = (from, m.dst, p.ip_id, tos);
+                                capture.record(now, true, path, roce, &packet);
                             }
                         }
                     }
@@ -607,6 +622,7 @@ impl Device {
                     count: 1,
                     segment: 0,
                     ack: m.ack,
+                    tos: m.tos,
                 });
             }
         }
@@ -684,15 +700,19 @@ impl Device {
                 stamped,
             };
             debug_assert_eq!(packet.len(), end - start);
+            // A priority the law set goes into the TOS byte's DSCP bits, per packet.
+            let tos = t
+                .priority
+                .map(|p| sluice_wire::priority_tos(self.tos, self.dscp_base, p));
             if t.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE {
-                self.tx_acks.push((packet, dst, source));
+                self.tx_acks.push((packet, dst, source, tos));
             } else {
-                self.place(packet, dst, source, false, gso);
+                self.place(packet, (dst, source, tos), false, gso);
             }
         }
         for i in 0..self.tx_acks.len() {
-            let (packet, dst, source) = self.tx_acks[i];
-            self.place(packet, dst, source, true, gso);
+            let (packet, dst, source, tos) = self.tx_acks[i];
+            self.place(packet, (dst, source, tos), true, gso);
         }
         self.tx_acks.clear();
         if !self.link.sources().is_empty() {
@@ -712,7 +732,16 @@ impl Device {
     /// microsecond on loopback), and a peer that waits for a reply and for the ACK of its
     /// own message (perftest's latency loops) gets both at once; elsewhere the kernel or
     /// the network splits them as any GSO send. `gso`: whether the link segments batches.
-    fn place(&mut self, mut packet: OutPacket, dst: SocketAddr, source: u8, ack: bool, gso: bool) {
+    /// `to`: the destination, the socket, and the TOS if not the socket's (packets of one
+    /// GSO batch share all three).
+    fn place(
+        &mut self,
+        mut packet: OutPacket,
+        to: (SocketAddr, u8, Option<u8>),
+        ack: bool,
+        gso: bool,
+    ) {
+        let (dst, source, tos) = to;
         let len = packet.len();
         let last = self.tx_msgs.last_mut().filter(|m| {
             // Every packet is placed here, in order: the last message ends at the last one.
@@ -720,6 +749,7 @@ impl Device {
             let segment = usize::from(m.segment);
             gso && m.dst == dst
                 && m.source == source
+                && m.tos == tos
                 && m.count < MAX_GSO_SEGMENTS
                 && (m.count + 1) * segment <= MAX_GSO_BYTES
                 && self.tx_packets[m.first + m.count - 1].len() == segment
@@ -737,6 +767,7 @@ impl Device {
                 count: 1,
                 segment: len as u16,
                 ack,
+                tos,
             }),
         }
         self.tx_packets.push(packet);
@@ -862,7 +893,7 @@ impl Delivery<'_> {
             counters.rx_ce += 1;
         }
         if let Some(c) = capture.as_deref_mut() {
-            c.record(now, false, (msg.src, local, ip_id), roce, packet);
+            c.record(now, false, (msg.src, local, ip_id, msg.tos), roce, packet);
         }
         let headers = packet.headers();
         engine.handle_packet(

@@ -64,6 +64,9 @@ pub enum NetError {
         "a device needs a specific local address (the ICRC covers it), not the unspecified one"
     )]
     UnspecifiedAddress,
+    /// The configured DSCP base leaves no room for the eight priority levels.
+    #[error("dscp_base {0}: {1}")]
+    DscpBase(u8, &'static str),
     /// A socket could not bind its address.
     #[error("cannot bind UDP {addr}: {source}{hint}", hint = bind_hint(source))]
     Bind {

@@ -23,7 +23,7 @@ const SO_RCVBUFFORCE: c_int = 33;
 /// the buffer is aligned for `cmsghdr`.
 const RX_CMSG_WORDS: usize = 12;
 /// Room for one UDP_SEGMENT control message (a u16), aligned likewise.
-const TX_CMSG_WORDS: usize = 4;
+const TX_CMSG_WORDS: usize = 6;
 
 /// The most datagrams one `sendmmsg` or `recvmmsg` call moves.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -258,6 +258,10 @@ pub(crate) struct OutMsg {
     pub(crate) segment: u16,
     /// ACKs (or NAKs): sent after the other messages of their batch (see `Device::stage`).
     pub(crate) ack: bool,
+    /// The TOS (traffic class) byte of its packets, if not the socket's: a packet priority
+    /// the control law set (`Transmit::priority`), sent as an `IP_TOS` / `IPV6_TCLASS`
+    /// control message.
+    pub(crate) tos: Option<u8>,
 }
 
 /// Where one packet to send lies: its headers, pad and ICRC in the send buffer, its payload
@@ -378,19 +382,42 @@ impl Sender {
             hdr.msg_iov = &raw mut a.iovs[first_iov];
             hdr.msg_iovlen = (iov_at - first_iov) as _;
             hdr.msg_flags = 0;
-            if m.count > 1 {
-                let space = cmsg_space(size_of::<u16>());
+            let gso = m.count > 1;
+            let space = if gso { cmsg_space(size_of::<u16>()) } else { 0 }
+                + if m.tos.is_some() {
+                    cmsg_space(size_of::<c_int>())
+                } else {
+                    0
+                };
+            if space > 0 {
                 hdr.msg_control = a.cmsgs[i].as_mut_ptr().cast::<c_void>();
                 hdr.msg_controllen = space as _;
                 // SAFETY: msg_control points at `space` bytes of this message's own aligned
-                // cmsg buffer (TX_CMSG_WORDS * 8 >= CMSG_SPACE(2)); CMSG_FIRSTHDR and
-                // CMSG_DATA stay inside it.
+                // cmsg buffer (TX_CMSG_WORDS * 8 = 48 >= CMSG_SPACE(2) + CMSG_SPACE(4));
+                // CMSG_FIRSTHDR, CMSG_NXTHDR and CMSG_DATA stay inside it (each header is
+                // written, length first, before the next is asked for).
                 unsafe {
-                    let c = libc::CMSG_FIRSTHDR(hdr);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(m.segment);
+                    let mut c = libc::CMSG_FIRSTHDR(hdr);
+                    if gso {
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(m.segment);
+                        c = libc::CMSG_NXTHDR(hdr, c);
+                    }
+                    if let Some(tos) = m.tos {
+                        let (level, kind) = if m.dst.is_ipv4() {
+                            (libc::IPPROTO_IP, libc::IP_TOS)
+                        } else {
+                            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                        };
+                        (*c).cmsg_level = level;
+                        (*c).cmsg_type = kind;
+                        (*c).cmsg_len = libc::CMSG_LEN(size_of::<c_int>() as u32) as _;
+                        libc::CMSG_DATA(c)
+                            .cast::<c_int>()
+                            .write_unaligned(c_int::from(tos));
+                    }
                 }
             } else {
                 hdr.msg_control = std::ptr::null_mut();

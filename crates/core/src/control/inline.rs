@@ -68,7 +68,8 @@ impl<L: Law> Controller for Inline<L> {
 
     #[inline]
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
-        self.law.on_event(now, self.store.ctx(qp), event, act);
+        self.law
+            .on_event_at(now, qp, self.store.ctx(qp), event, act);
         if let Some(timer) = act.take_timer() {
             self.store.set_timer(qp, timer);
         }
@@ -84,10 +85,21 @@ impl<L: Law> Controller for Inline<L> {
     }
 
     fn next_timeout(&mut self) -> Option<Instant> {
+        if self.law.wakes_pending() {
+            return Some(Instant::ZERO); // due at once
+        }
         self.store.next_timer()
     }
 
     fn on_timeout(&mut self, now: Instant, out: &mut Deferred) {
+        // Queue pairs the law woke hear a Timer first, as if theirs had fired now.
+        while let Some(qp) = self.law.take_wake() {
+            let mut act = Actions::default();
+            self.on_event(now, qp, &Event::Timer, &mut act);
+            if !act.is_empty() {
+                out.push((qp, act));
+            }
+        }
         while let Some((qp, _)) = self.store.pop_due(now) {
             let mut act = Actions::default();
             self.on_event(now, qp, &Event::Timer, &mut act);

@@ -34,6 +34,36 @@ pub trait Law: std::fmt::Debug {
     /// React to `event`.
     fn on_event(&mut self, now: Instant, ctx: &mut Self::Context, event: &Event, act: &mut Actions);
 
+    /// [`Law::on_event`] told the engine's index of the queue pair (dense, reused after
+    /// the queue pair is destroyed): for a law that keeps queue pairs in a law-wide table and
+    /// later wakes one ([`Law::take_wake`]). The controllers call this one; the default
+    /// forgets the index.
+    fn on_event_at(
+        &mut self,
+        now: Instant,
+        _qp: u32,
+        ctx: &mut Self::Context,
+        event: &Event,
+        act: &mut Actions,
+    ) {
+        self.on_event(now, ctx, event, act);
+    }
+
+    /// A queue pair (an index from [`Law::on_event_at`]) that should hear
+    /// [`Event::Timer`] now, though none of its events is being handled: a law acting for
+    /// another queue pair than the current one (Homa's receiver handing a freed grant place
+    /// to the best waiting message). The controller asks until `None`, when it next runs
+    /// its timers ([`Law::wakes_pending`] makes that now). A queue pair's context decides
+    /// what the Timer means: one woken that has nothing to do ignores it. Default: none.
+    fn take_wake(&mut self) -> Option<u32> {
+        None
+    }
+
+    /// Whether [`Law::take_wake`] has a queue pair to give. Default: no.
+    fn wakes_pending(&self) -> bool {
+        false
+    }
+
     /// SwCC's TX function: may a new request packet carrying `bytes` of payload go now?
     /// Asked only if [`Law::interest`] holds [`EventMask::GATE`], and only for packets sent
     /// for the first time (recovery never waits for credit). On [`Gate::Send`] the packet

@@ -410,7 +410,10 @@ impl<L: Law> Decoupled<L> {
 
     /// Starts every run due by `now`, in time order per processor.
     fn start_due(&mut self, now: Instant) {
-        // Law timers become events like any other signal.
+        // Law timers become events like any other signal; so do the law's wakes.
+        while let Some(qp) = self.law.take_wake() {
+            self.enqueue(now, qp, &Event::Timer);
+        }
         while let Some((qp, at)) = self.store.pop_due(now) {
             self.enqueue(at, qp, &Event::Timer);
         }
@@ -443,7 +446,7 @@ impl<L: Law> Decoupled<L> {
                 }
                 let mut act = Actions::default();
                 self.law
-                    .on_event(start, self.store.ctx(qp), &event, &mut act);
+                    .on_event_at(start, qp, self.store.ctx(qp), &event, &mut act);
                 if let Some(timer) = act.take_timer() {
                     self.store.set_timer(qp, timer);
                 }
@@ -566,6 +569,9 @@ impl<L: Law> Controller for Decoupled<L> {
     }
 
     fn next_timeout(&mut self) -> Option<Instant> {
+        if self.law.wakes_pending() {
+            return Some(Instant::ZERO); // due at once
+        }
         let timer = self.store.next_timer();
         self.processors
             .iter()
