@@ -168,5 +168,8 @@ fn homa_short_beside_long(priorities: u8) -> u64 {
 #[test]
 fn homas_priorities_reach_the_switches() {
     let (one, eight) = (homa_short_beside_long(1), homa_short_beside_long(8));
-    assert!(eight * 2 < one, "short p99 {eight} ns with priorities, {one} without");
+    assert!(
+        eight * 2 < one,
+        "short p99 {eight} ns with priorities, {one} without"
+    );
 }
