@@ -720,35 +720,47 @@ impl Qp {
                 }
             }
         }
-        if self.control_due {
-            // Homa's messages: a GRANT or RESEND first, then a BUSY, one per call.
-            let message = match self.homa_due.take() {
-                Some(m) => Some(m),
-                None => self
-                    .busy_due
-                    .take()
-                    .map(|message| sluice_wire::HomaControl::Busy { message }),
-            };
-            self.control_due = self.homa_due.is_some() || self.busy_due.is_some();
-            if let Some(m) = message {
-                let agreed = self.state != QpState::Error && self.attrs.cc_control;
-                match m.control() {
-                    Ok(c) if agreed => {
-                        nic.counters.homa_sent += 1;
-                        let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
-                        let ext = ExtHeaders {
-                            cc_control: Some(c),
-                            ..ExtHeaders::default()
-                        };
-                        let port = nic.source_port(self, bth.psn, bth.opcode);
-                        return Some(unsequenced(port, bth, ext));
-                    }
-                    // Not agreed, in error, or a field out of range: never on the wire.
-                    _ => nic.counters.homa_unsent += 1,
-                }
-            }
+        if self.control_due
+            && let Some((port, bth, ext)) = self.homa_packet(nic, dest_qp)
+        {
+            return Some(unsequenced(port, bth, ext));
         }
         None
+    }
+
+    /// Homa's owed messages (a GRANT or RESEND first, then a BUSY, one per call): the
+    /// source port and headers of the control packet to send, if one may go. Kept out of
+    /// line: it runs only for Homa, and `control_packet` is inlined into every response's
+    /// path.
+    #[inline(never)]
+    fn homa_packet(&mut self, nic: &mut Nic, dest_qp: u32) -> Option<(u16, Bth, ExtHeaders)> {
+        let message = match self.homa_due.take() {
+            Some(m) => Some(m),
+            None => self
+                .busy_due
+                .take()
+                .map(|message| sluice_wire::HomaControl::Busy { message }),
+        };
+        self.control_due = self.homa_due.is_some() || self.busy_due.is_some();
+        let m = message?;
+        let agreed = self.state != QpState::Error && self.attrs.cc_control;
+        match m.control() {
+            Ok(c) if agreed => {
+                nic.counters.homa_sent += 1;
+                let bth = Bth::new(Opcode::RC_CC_CONTROL, dest_qp, Psn::new(0));
+                let ext = ExtHeaders {
+                    cc_control: Some(c),
+                    ..ExtHeaders::default()
+                };
+                let port = nic.source_port(self, bth.psn, bth.opcode);
+                Some((port, bth, ext))
+            }
+            // Not agreed, in error, or a field out of range: never on the wire.
+            _ => {
+                nic.counters.homa_unsent += 1;
+                None
+            }
+        }
     }
 
     /// The next response of the queue pair: owed READ responses, atomic ACKs and NAKs in
