@@ -103,6 +103,10 @@ pub struct AppSpec {
     /// Its queue pairs' modelled services, by name (`encrypt`, `inspect`), at the costs of
     /// `[services]` (default: `[services] all`).
     pub services: Option<Vec<String>>,
+    /// The priority (0 lowest ..= 7 highest) its data packets carry in their DSCP, as a
+    /// queue pair's traffic class would, unless the control law picks one; only
+    /// `[switch] priorities` above 1 serve it (default: none, the lowest).
+    pub priority: Option<u8>,
 }
 
 fn one() -> u32 {
@@ -118,6 +122,12 @@ impl AppSpec {
         }
         if self.weight == 0 {
             return Err("weight: expected at least 1".into());
+        }
+        if let Some(p) = self
+            .priority
+            .filter(|&p| p >= crate::priority::MAX_PRIORITIES)
+        {
+            return Err(format!("priority: expected 0 ..= 7, got {p}"));
         }
         if !(1..=MAX_APP_QPS).contains(&self.qps) {
             return Err(format!(

@@ -52,6 +52,7 @@ pub mod event;
 mod ideal;
 pub mod links;
 pub mod network;
+pub mod priority;
 pub mod report;
 pub mod result;
 pub mod rnic;

@@ -46,6 +46,9 @@ const PFC_FRAME: u64 = 84;
 /// data may be paused by PFC.
 const CONTROL: usize = 0;
 const DATA: usize = 1;
+/// A port's queues: control, then one per data priority (`[switch] priorities`): priority
+/// `p`'s queue is `DATA + p`. Without priorities only `DATA` is used.
+const QUEUES: usize = DATA + crate::priority::MAX_PRIORITIES as usize;
 /// Slots of a switch's flowlet table (hashed, as in hardware: colliding flows share one).
 const FLOWLET_SLOTS: usize = 4096;
 /// Data packets a paused host port holds while it keeps taking the engine's ACKs.
@@ -153,6 +156,8 @@ struct Packet {
     in_port: u16,
     ce: bool,
     class: u8,
+    /// The IPv4 TOS byte its sender wrote (its DSCP carries its priority; ECN is `ce`).
+    tos: u8,
     /// The packet behind it in its port's queue.
     next: u32,
 }
@@ -216,8 +221,11 @@ struct PortState {
     /// Picoseconds per byte when the rate makes that exact (every rate that divides
     /// 8 Tbit/s: 100, 400 Gbit/s...), else 0 (computed per packet).
     ps_per_byte: Ps,
-    queue: [Fifo; 2],
-    queued: [u64; 2],
+    /// Control, then data by priority (`QUEUES`); a host port uses `CONTROL` and `DATA` only.
+    queue: [Fifo; QUEUES],
+    queued: [u64; QUEUES],
+    /// Data bytes over all the data queues.
+    data_queued: u64,
     /// Sending until then; free from then on.
     busy_until: Ps,
     /// A switch port's `TxDone` is scheduled (it has one only while packets wait for it).
@@ -315,6 +323,10 @@ pub struct Network<'a> {
     /// Copies of what every packet reads (kept by value: one load, not a chain).
     hosts_count: u32,
     switch: SwitchConfig,
+    /// The switches' strict-priority queues (`[switch] priorities`).
+    prio: crate::priority::Priorities,
+    /// Some app has a `priority` (looked up per data packet only then).
+    app_priorities: bool,
     flowlet_gap_ps: Ps,
     seed: u64,
     cc: &'a CcConfig,
@@ -485,6 +497,9 @@ pub enum RunError {
     /// A `[links]` entry does not fit the fabric.
     #[error("{0}")]
     Links(String),
+    /// A `[switch]` setting is out of range.
+    #[error("{0}")]
+    Switch(String),
     /// `transport.mtu` is not one RoCE allows.
     #[error("transport.mtu: {0} is not a RoCE MTU (256, 512, 1024, 2048 or 4096)")]
     Mtu(u32),
@@ -704,6 +719,12 @@ impl<'a> Network<'a> {
             scenario,
             hosts_count: topo.hosts,
             switch: scenario.switch.clone(),
+            prio: scenario
+                .switch
+                .priority_queues()
+                .map_err(RunError::Switch)?,
+            app_priorities: scenario.switch.priorities > 1
+                && scenario.apps.iter().any(|a| a.priority.is_some()),
             flowlet_gap_ps: (scenario.switch.flowlet_gap_us * PS_PER_US as f64) as Ps,
             seed: scenario.seed,
             cc,
@@ -1451,10 +1472,19 @@ impl<'a> Network<'a> {
             payload_len: t.payload_len,
             wire_bytes: frame_bytes(&t.headers, u64::from(t.payload_len)) as u32,
             ce: false,
+            tos: 0,
             in_port: 0,
             next: NO_PACKET,
         };
         let pkt = self.alloc_packet(packet, &t.headers);
+        if self.prio.enabled() && packet.class == DATA as u8 {
+            // The host, as the driver writing the IP header, puts the packet's priority in
+            // its DSCP: the law's, else its app's traffic class.
+            let level = t
+                .priority
+                .or_else(|| self.app_priority(dst, t.headers.bth.dest_qp));
+            self.packets[pkt as usize].tos = self.prio.tos(level);
+        }
         if self.seal(host, pkt) {
             return true;
         }
@@ -1463,7 +1493,23 @@ impl<'a> Network<'a> {
         let port = &mut self.ports[i];
         port.queue[class].push_back(&mut self.packets, pkt);
         port.queued[class] += bytes;
+        if class != CONTROL {
+            port.data_queued += bytes;
+        }
         true
+    }
+
+    /// The `priority` of the app whose queue pair `qpn` at `peer` a packet is addressed to.
+    fn app_priority(&self, peer: NodeId, qpn: u32) -> Option<u8> {
+        if !self.app_priorities {
+            return None;
+        }
+        let key = (peer, qpn);
+        let at = self.app_of_qp.partition_point(|(k, _)| *k < key);
+        let &(k, a) = self.app_of_qp.get(at)?;
+        (k == key)
+            .then(|| self.scenario.apps[self.apps[a as usize].spec].priority)
+            .flatten()
     }
 
     fn alloc_packet(&mut self, p: Packet, headers: &RoceHeaders) -> u32 {
@@ -1657,8 +1703,13 @@ impl<'a> Network<'a> {
         if self.now >= st.busy_until && !st.down {
             let class = if !st.queue[CONTROL].is_empty() {
                 CONTROL
-            } else if !st.queue[DATA].is_empty() && !st.paused {
-                DATA
+            } else if st.data_queued > 0 && !st.paused {
+                // Strict priority: the highest data queue with packets.
+                let top = DATA + usize::from(self.prio.queues()) - 1;
+                (DATA..=top)
+                    .rev()
+                    .find(|&q| !st.queue[q].is_empty())
+                    .expect("data queued")
             } else {
                 return;
             };
@@ -1666,7 +1717,7 @@ impl<'a> Network<'a> {
             self.switch_transmit(node, i, class, pkt);
         }
         let st = &mut self.ports[i];
-        let waiting = !st.queue[CONTROL].is_empty() || !st.queue[DATA].is_empty();
+        let waiting = !st.queue[CONTROL].is_empty() || st.data_queued > 0;
         if waiting && !st.wake_pending && !st.down {
             st.wake_pending = true;
             let at = st.busy_until.max(self.now);
@@ -1682,6 +1733,9 @@ impl<'a> Network<'a> {
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         let st = &mut self.ports[i];
         st.queued[class] -= bytes;
+        if class != CONTROL {
+            st.data_queued -= bytes;
+        }
         st.tx_bytes += bytes;
         let ser = if st.ps_per_byte > 0 {
             bytes * st.ps_per_byte
@@ -1706,12 +1760,13 @@ impl<'a> Network<'a> {
         // Data packets collect the path's records (the port's queue and count with this
         // packet gone); an ACK carries its data packet's back unchanged (as HPCC's switches
         // do: they stamp data packets only).
-        if self.switch.int && class == DATA {
+        if self.switch.int && class != CONTROL {
             let st = &self.ports[i];
             stamp_int(
                 &mut self.headers[pkt as usize],
                 IntHop {
-                    qlen_bytes: st.queued[class].min(u64::from(u32::MAX)) as u32,
+                    // The port's data over all its priorities: what its link must drain.
+                    qlen_bytes: st.data_queued.min(u64::from(u32::MAX)) as u32,
                     tx_bytes: st.tx_bytes as u32,
                     ts_ns: (self.now / PS_PER_NS) as u32,
                     rate_100mbps: (st.bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
@@ -1782,7 +1837,7 @@ impl<'a> Network<'a> {
                     .map(|k| (start + k) % cands.len())
                     .min_by_key(|&k| {
                         let q = &self.ports[self.port_index(node, cands[k])];
-                        q.queued[DATA] + q.queued[CONTROL]
+                        q.data_queued + q.queued[CONTROL]
                     })
                     .unwrap_or(start)
             }
@@ -1847,7 +1902,7 @@ impl<'a> Network<'a> {
             Routing::Adaptive => (0..cands.len())
                 .min_by_key(|&k| {
                     let q = &self.ports[self.port_index(node, old(k))];
-                    q.queued[DATA] + q.queued[CONTROL]
+                    q.data_queued + q.queued[CONTROL]
                 })
                 .unwrap_or(0),
             Routing::Flowlet => {
@@ -1888,10 +1943,13 @@ impl<'a> Network<'a> {
                 continue;
             }
             self.links_down += 1;
-            for class in [CONTROL, DATA] {
+            for class in 0..QUEUES {
                 while let Some(pkt) = self.ports[i].queue[class].pop_front(&self.packets) {
                     let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
                     self.ports[i].queued[class] -= bytes;
+                    if class != CONTROL {
+                        self.ports[i].data_queued -= bytes;
+                    }
                     self.leave_switch(n, pkt, bytes);
                     self.counters.link_drops += 1;
                     self.free_packet(pkt);
@@ -1952,22 +2010,29 @@ impl<'a> Network<'a> {
         let sw = &self.switch;
         let s = (node - self.hosts_count) as usize;
         let p = &self.packets[pkt as usize];
-        let (bytes, class, in_port) = (u64::from(p.wire_bytes), usize::from(p.class), p.in_port);
+        let (bytes, in_port) = (u64::from(p.wire_bytes), p.in_port);
+        // The queue it joins: control, or its priority's data queue.
+        let class = match usize::from(p.class) {
+            CONTROL => CONTROL,
+            _ => DATA + usize::from(self.prio.queue(p.tos)),
+        };
         let i = self.port_index(node, out);
         let used = self.buffer_used[s];
         let free = sw.buffer_bytes.saturating_sub(used);
+        // Dynamic thresholds and RED act on the queue the packet joins, as per-queue
+        // thresholds and WRED do in a switch with several queues per port.
         let over_threshold = sw.pfc.is_none()
-            && class == DATA
-            && (self.ports[i].queued[DATA] + bytes) as f64 > sw.dt_alpha * free as f64;
+            && class != CONTROL
+            && (self.ports[i].queued[class] + bytes) as f64 > sw.dt_alpha * free as f64;
         if bytes > free || over_threshold {
             self.counters.drops += 1;
             self.free_packet(pkt);
             return;
         }
         if let Some(ecn) = &sw.ecn {
-            if class == DATA {
+            if class != CONTROL {
                 // A draw only when the outcome is in doubt (below Kmin nothing is marked).
-                let p = ecn.chance(self.ports[i].queued[DATA]);
+                let p = ecn.chance(self.ports[i].queued[class]);
                 if p >= 1.0 || (p > 0.0 && self.rng.chance(p)) {
                     self.packets[pkt as usize].ce = true;
                     self.counters.ecn_marks += 1;
@@ -1978,8 +2043,12 @@ impl<'a> Network<'a> {
         let st = &mut self.ports[i];
         st.queue[class].push_back(&mut self.packets, pkt);
         st.queued[class] += bytes;
-        st.max_queue = st.max_queue.max(st.queued[DATA] + st.queued[CONTROL]);
-        if class == DATA {
+        if class != CONTROL {
+            st.data_queued += bytes;
+        }
+        st.max_queue = st.max_queue.max(st.data_queued + st.queued[CONTROL]);
+        if class != CONTROL {
+            // PFC counts the ingress port's data over all priorities: one lossless class.
             if let Some(pfc) = sw.pfc {
                 let j = self.port_index(node, in_port);
                 let ing = &mut self.ports[j];
@@ -2058,7 +2127,7 @@ impl<'a> Network<'a> {
         let (mut max_q, mut total_q) = (0, 0);
         // Hosts have one port each, and come first.
         for st in &mut self.ports[self.hosts_count as usize..] {
-            let q = st.queued[DATA] + st.queued[CONTROL];
+            let q = st.data_queued + st.queued[CONTROL];
             max_q = max_q.max(q);
             total_q += q;
             if port_series {
@@ -2103,7 +2172,8 @@ fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
                     0
                 },
                 queue: Default::default(),
-                queued: [0; 2],
+                queued: [0; QUEUES],
+                data_queued: 0,
                 busy_until: 0,
                 wake_pending: false,
                 paused: false,

@@ -129,6 +129,18 @@ pub struct SwitchConfig {
     /// unordered, no switch id): a probe's reply from the probe's source port comes back
     /// along the probed path (`rtt-probe`). Off: each switch hashes the 5-tuple with its id.
     pub symmetric_hash: bool,
+    /// Data queues per egress port, served strictly highest priority first (1: one queue,
+    /// no priorities); a packet's queue comes from its DSCP (`crate::priority`).
+    pub priorities: u8,
+    /// The DSCP of priority 0 (priority `p` is `dscp_base + p`), as hosts write it.
+    pub dscp_base: u8,
+}
+
+impl SwitchConfig {
+    /// The strict-priority queues these settings give (checked by `Scenario::validate`).
+    pub fn priority_queues(&self) -> Result<crate::priority::Priorities, String> {
+        crate::priority::Priorities::new(self.priorities, self.dscp_base)
+    }
 }
 
 impl Default for SwitchConfig {
@@ -142,6 +154,8 @@ impl Default for SwitchConfig {
             pfc: None,
             int: true,
             symmetric_hash: false,
+            priorities: 1,
+            dscp_base: crate::priority::DEFAULT_DSCP_BASE,
         }
     }
 }
@@ -556,6 +570,9 @@ impl Scenario {
                 "switch.flowlet_gap_us: expected a number of microseconds >= 0, got {}",
                 sw.flowlet_gap_us
             ));
+        }
+        if let Err(e) = sw.priority_queues() {
+            return bad(e);
         }
         if let Some(ecn) = &sw.ecn {
             if ecn.kmin_bytes > ecn.kmax_bytes {

@@ -13,6 +13,7 @@ mod balboa;
 mod balboa_fig10;
 mod ctl;
 mod fig19;
+mod homa;
 mod left;
 mod left_fct;
 mod scr;
@@ -242,6 +243,7 @@ pub const ENTRIES: &[Entry] = &[
     balboa::FIG7,
     balboa::FIG8,
     balboa_fig10::FIG10,
+    homa::WEBSEARCH,
 ];
 
 /// The entry called `name`.

@@ -1,0 +1,175 @@
+//! Strict-priority queues in the switches (`[switch] priorities`): a port serves its data
+//! queues highest priority first, a packet's queue read from the DSCP its host wrote.
+
+mod common;
+
+use common::{run, scenario};
+
+/// Hosts 0 and 1 send to host 2 through one switch at 100 Gbit/s, without congestion
+/// control: the switch's port to host 2 is the one they share. `a` and `b` are the two
+/// apps' extra fields.
+fn shared_port(priorities: u8, a: &str, b: &str) -> String {
+    format!(
+        r#"
+        time_limit_us = 400
+        [topology]
+        kind = "star"
+        hosts = 3
+        link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        priorities = {priorities}
+        [[app]]
+        label = "low"
+        src = 0
+        dst = 2
+        size = 65536
+        depth = 8
+        warmup_us = 20
+        stop_us = 200
+        {a}
+        [[app]]
+        label = "high"
+        src = 1
+        dst = 2
+        size = 65536
+        depth = 8
+        warmup_us = 20
+        stop_us = 200
+        {b}
+        "#
+    )
+}
+
+/// The two apps' measured bytes (low, high).
+fn measured(text: &str) -> (u64, u64) {
+    let runs = run(&scenario(text));
+    let apps = &runs[0].apps;
+    assert_eq!(apps.len(), 2);
+    for q in apps {
+        assert!(!q.failed, "{q:?}");
+        assert_eq!(q.posted, q.completed, "everything completes: {q:?}");
+    }
+    (apps[0].measured_bytes, apps[1].measured_bytes)
+}
+
+#[test]
+fn a_low_priority_flow_yields_to_a_high_one_at_a_shared_port() {
+    // One data queue: the two share the port about evenly.
+    let (low, high) = measured(&shared_port(1, "priority = 1", "priority = 6"));
+    let ratio = high as f64 / low as f64;
+    assert!((0.5..2.0).contains(&ratio), "shared: low {low} high {high}");
+    // Eight: the high one takes the port, the low one what is left (almost nothing).
+    let (low, high) = measured(&shared_port(8, "priority = 1", "priority = 6"));
+    assert!(high > 20 * low, "strict: low {low} high {high}");
+    // The order follows the levels, not the apps: swapped, so is the outcome.
+    let (low2, high2) = measured(&shared_port(8, "priority = 6", "priority = 1"));
+    assert!(low2 > 20 * high2, "swapped: {low2} {high2}");
+    // Fewer queues than levels: 1 and 6 still land in different queues of 4 (0 and 3) ...
+    let (low, high) = measured(&shared_port(4, "priority = 1", "priority = 6"));
+    assert!(high > 20 * low, "four queues: low {low} high {high}");
+    // ... and 6 and 7 in the same one: shared again.
+    let (low, high) = measured(&shared_port(4, "priority = 6", "priority = 7"));
+    let ratio = high as f64 / low as f64;
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "same queue: low {low} high {high}"
+    );
+}
+
+#[test]
+fn read_responses_carry_their_apps_priority() {
+    // The high app reads from host 1 into host 2: its data are READ responses, sent by
+    // host 1, and they take the port to host 2 from the low app's WRITEs.
+    let text = shared_port(8, "priority = 0", "priority = 7").replace(
+        "src = 1\n        dst = 2",
+        "src = 2\n        dst = 1\n        op = \"read\"",
+    );
+    assert!(text.contains("op = \"read\""));
+    let (low, high) = measured(&text);
+    assert!(high > 20 * low, "read: low {low} high {high}");
+}
+
+#[test]
+fn priorities_repeat_exactly_and_cost_nothing_when_off() {
+    let text = shared_port(8, "priority = 2", "priority = 5");
+    let (a, b) = (run(&scenario(&text)), run(&scenario(&text)));
+    assert_eq!(a[0].apps, b[0].apps);
+    assert_eq!(a[0].series, b[0].series);
+    // Apps' priorities with one data queue: the same run as without them.
+    let on = run(&scenario(&shared_port(1, "priority = 1", "priority = 6")));
+    let off = run(&scenario(&shared_port(1, "", "")));
+    assert_eq!(on[0].apps, off[0].apps);
+    assert_eq!(on[0].series, off[0].series);
+}
+
+#[test]
+fn bad_values_are_refused_naming_the_field() {
+    for (text, field) in [
+        (shared_port(0, "", ""), "switch.priorities"),
+        (shared_port(9, "", ""), "switch.priorities"),
+        (
+            shared_port(8, "", "").replace("priorities = 8", "priorities = 8\ndscp_base = 57"),
+            "switch.dscp_base",
+        ),
+        (shared_port(8, "priority = 8", ""), "app[0].priority"),
+    ] {
+        let e = sluice_sim::Scenario::parse(&text, std::path::Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    }
+}
+
+/// Homa over strict priorities: a long message stream from host 0 and short messages from
+/// host 1 share the port to host 2. Without priorities the short ones wait behind what
+/// Homa granted the long one; with them their unscheduled bytes go first.
+fn homa_short_beside_long(priorities: u8) -> u64 {
+    let text = format!(
+        r#"
+        time_limit_us = 2000
+        [topology]
+        kind = "star"
+        hosts = 3
+        link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        priorities = {priorities}
+        [[cc]]
+        name = "homa"
+        [[app]]
+        label = "long"
+        src = 0
+        dst = 2
+        size = 4000000
+        depth = 2
+        stop_us = 400
+        [[app]]
+        label = "short"
+        src = 1
+        dst = 2
+        size = 4096
+        depth = 1
+        start_us = 50
+        stop_us = 400
+        "#
+    );
+    let runs = run(&scenario(&text));
+    let apps = &runs[0].apps;
+    for q in apps {
+        assert!(!q.failed && q.posted == q.completed, "{q:?}");
+    }
+    let mut lat = apps[1].latencies_ns.clone();
+    assert!(lat.len() > 20, "{lat:?}");
+    lat.sort_unstable();
+    lat[lat.len() * 99 / 100]
+}
+
+#[test]
+fn homas_priorities_reach_the_switches() {
+    let (one, eight) = (homa_short_beside_long(1), homa_short_beside_long(8));
+    assert!(
+        eight * 2 < one,
+        "short p99 {eight} ns with priorities, {one} without"
+    );
+}
