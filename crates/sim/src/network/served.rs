@@ -148,6 +148,7 @@ impl Network<'_> {
         let port = &mut self.ports[i];
         port.queue[DATA].push_back(&mut self.packets, pkt);
         port.queued[DATA] += bytes;
+        port.data_queued += bytes;
         self.after_engine(host);
     }
 
