@@ -927,7 +927,8 @@ impl Qp {
     /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
     /// Its phases: the control law's packets first, then the owed response's headers
     /// (`read_response` or `acknowledgement`), then what every packet to the peer carries.
-    #[inline]
+    /// The engine asks its two halves apart (`Engine::visit_from`); the tests ask this.
+    #[cfg(test)]
     pub(crate) fn next_response_packet(
         &mut self,
         nic: &mut Nic,
@@ -955,11 +956,22 @@ impl Qp {
         nic: &mut Nic,
         now: crate::Instant,
     ) -> Option<Transmit> {
-        let dst = self.attrs.peer?;
-        if let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn) {
-            return Some(t);
+        loop {
+            if !self.owes_peer() {
+                return None;
+            }
+            let dst = self.attrs.peer?;
+            if self.owes_control()
+                && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
+            {
+                return Some(t);
+            }
+            let mut again = false;
+            let t = self.owed_response(nic, now, dst, &mut again);
+            if !again {
+                return t;
+            }
         }
-        self.next_plain_response(nic, now)
     }
 
     /// [`Qp::next_response_packet`] of a queue pair that owes no control packet
@@ -970,12 +982,35 @@ impl Qp {
         nic: &mut Nic,
         now: crate::Instant,
     ) -> Option<Transmit> {
-        // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
-        // before reading the fields a response is built from (other cache lines).
-        if !self.owes_peer() {
-            return None;
+        loop {
+            // Most visits (a requester's turn) owe nothing: decide that from the flags
+            // alone, before reading the fields a response is built from (other cache lines).
+            if !self.owes_peer() {
+                return None;
+            }
+            let dst = self.attrs.peer?;
+            let mut again = false;
+            let t = self.owed_response(nic, now, dst, &mut again);
+            if !again {
+                return t;
+            }
+            // Refusing the READ set no control flag: still none owed.
+            debug_assert!(!self.owes_control());
         }
-        let dst = self.attrs.peer?;
+    }
+
+    /// The owed response's packet: a READ response, atomic ACK or NAK in PSN order, or a
+    /// coalesced ACK. `again`: a READ's region was gone, and the NAK that says so is owed
+    /// instead; the caller asks again (a loop, not a call: a call's result meeting an ACK
+    /// built in place made every ACK be built aside and copied, 64 instructions).
+    #[inline(always)]
+    fn owed_response(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+        dst: std::net::IpAddr,
+        again: &mut bool,
+    ) -> Option<Transmit> {
         if self.state == QpState::Error
             && !matches!(self.resp.responses.front(), Some(Response::Nak { .. }))
         {
@@ -984,8 +1019,10 @@ impl Qp {
         let packet = match self.resp.responses.front() {
             Some(Response::Read { .. }) => match self.read_response(nic) {
                 Some(packet) => packet,
-                // Its region is gone: the NAK that says so is owed instead.
-                None => return self.next_response_packet(nic, now),
+                None => {
+                    *again = true;
+                    return None;
+                }
             },
             _ => self.acknowledgement()?,
         };
