@@ -31,8 +31,8 @@ pub mod weir;
 pub use counters::Counters;
 pub use cq::{Completion, WcOpcode, WcStatus};
 pub use engine::{
-    Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PayloadAt, PdId, ServiceCredit,
-    Transmit,
+    Connection, CqId, CqOverrun, Engine, EngineConfig, Payload, PayloadAt, PdId, Priority,
+    ServiceCredit, Transmit,
 };
 pub use error::Error;
 pub use mr::{Access, Memory, MrInfo};

@@ -649,12 +649,12 @@ pub(crate) struct Knobs {
 }
 
 /// The packet priorities the control law set (see `Actions::set_priority`): request
-/// packets, and responses, CNPs and control packets; `None`: none. Four bytes, kept apart
-/// from `Knobs` to sit in the padding after `recv_cq` (the line layout is pinned).
+/// packets, and responses, CNPs and control packets; `Priority::NONE`: none. Two bytes,
+/// kept apart from `Knobs` to sit in the padding after `recv_cq` (the line layout is pinned).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Priorities {
-    pub(crate) request: Option<u8>,
-    pub(crate) response: Option<u8>,
+    pub(crate) request: crate::Priority,
+    pub(crate) response: crate::Priority,
 }
 
 /// One queue pair. Laid out for the cache (`repr(C)`: declaration order): with thousands of

@@ -187,7 +187,7 @@ fn request_headers(
 
 impl Qp {
     /// The next request packet, if the window, fences and limits allow.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next_request_packet(
         &mut self,
         nic: &mut Nic,
@@ -388,7 +388,7 @@ impl Qp {
             crate::control::Gate::Send => true,
             crate::control::Gate::Hold => false,
             crate::control::Gate::SendAt(level) => {
-                self.priorities.request = Some(level.min(sluice_wire::PRIORITY_LEVELS - 1));
+                self.priorities.request = crate::Priority::level(level);
                 true
             }
         }

@@ -704,10 +704,20 @@ impl Qp {
         );
     }
 
+    #[inline(always)]
     fn message_done(&mut self, nic: &mut Nic) {
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
-        // A completion took the flags already; one without (a plain WRITE) leaves them.
-        if self.services && !self.take_message_flags(nic).is_empty() {
+        if self.services {
+            self.forget_message_flags(nic);
+        }
+    }
+
+    /// A completion took the flags already; one without (a plain WRITE) leaves them, and
+    /// they are counted. Out of line: only queue pairs with services come here.
+    #[cold]
+    #[inline(never)]
+    fn forget_message_flags(&self, nic: &mut Nic) {
+        if !self.take_message_flags(nic).is_empty() {
             nic.counters.service_flags_uncompleted += 1;
         }
     }
@@ -726,7 +736,10 @@ impl Qp {
     /// The flags stages beside the path raised on the packet at `psn`, which is being
     /// taken in order: joined to the message's (whose first packet forgets any left by a
     /// message abandoned half-way). Earlier PSNs still listed were never taken as flagged
-    /// (a flagged copy replaced by a clean one): forgotten.
+    /// (a flagged copy replaced by a clean one): forgotten. Out of line: only queue pairs
+    /// with services come here.
+    #[cold]
+    #[inline(never)]
     fn take_flags(&self, nic: &mut Nic, psn: Psn, starts: bool) {
         let Some(f) = nic.message_flags.get_mut(self.index() as usize) else {
             return;
@@ -914,23 +927,90 @@ impl Qp {
     /// read in place from the region ([`PayloadAt::Region`]); no other response has one.
     /// Its phases: the control law's packets first, then the owed response's headers
     /// (`read_response` or `acknowledgement`), then what every packet to the peer carries.
-    #[inline]
+    /// The engine asks its two halves apart (`Engine::visit_from`); the tests ask this.
+    #[cfg(test)]
     pub(crate) fn next_response_packet(
         &mut self,
         nic: &mut Nic,
         now: crate::Instant,
     ) -> Option<Transmit> {
-        // Most visits (a requester's turn) owe nothing: decide that from the flags alone,
-        // before reading the fields a response is built from (other cache lines).
-        if !self.owes_peer() {
-            return None;
+        if self.owes_control() {
+            self.control_then_response(nic, now)
+        } else {
+            self.next_plain_response(nic, now)
         }
-        let dst = self.attrs.peer?;
-        if (self.cnp_due || self.control_due || self.resp.grant_due > 0)
-            && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
-        {
-            return Some(t);
+    }
+
+    /// Whether the control law asked for a packet to the peer (a CNP, a grant, Homa's).
+    #[inline(always)]
+    pub(crate) fn owes_control(&self) -> bool {
+        self.cnp_due || self.control_due || self.resp.grant_due > 0
+    }
+
+    /// [`Qp::next_response_packet`] when the control law asked for a packet
+    /// ([`Qp::owes_control`]): that one, or else the owed response. Out of line: see
+    /// `Engine::visit_from`.
+    #[inline(never)]
+    pub(crate) fn control_then_response(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+    ) -> Option<Transmit> {
+        loop {
+            if !self.owes_peer() {
+                return None;
+            }
+            let dst = self.attrs.peer?;
+            if self.owes_control()
+                && let Some(t) = self.control_packet(nic, dst, self.attrs.dest_qpn)
+            {
+                return Some(t);
+            }
+            let mut again = false;
+            let t = self.owed_response(nic, now, dst, &mut again);
+            if !again {
+                return t;
+            }
         }
+    }
+
+    /// [`Qp::next_response_packet`] of a queue pair that owes no control packet
+    /// (`!owes_control()`): the engine's hot path.
+    #[inline(always)]
+    pub(crate) fn next_plain_response(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+    ) -> Option<Transmit> {
+        loop {
+            // Most visits (a requester's turn) owe nothing: decide that from the flags
+            // alone, before reading the fields a response is built from (other cache lines).
+            if !self.owes_peer() {
+                return None;
+            }
+            let dst = self.attrs.peer?;
+            let mut again = false;
+            let t = self.owed_response(nic, now, dst, &mut again);
+            if !again {
+                return t;
+            }
+            // Refusing the READ set no control flag: still none owed.
+            debug_assert!(!self.owes_control());
+        }
+    }
+
+    /// The owed response's packet: a READ response, atomic ACK or NAK in PSN order, or a
+    /// coalesced ACK. `again`: a READ's region was gone, and the NAK that says so is owed
+    /// instead; the caller asks again (a loop, not a call: a call's result meeting an ACK
+    /// built in place made every ACK be built aside and copied, 64 instructions).
+    #[inline(always)]
+    fn owed_response(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+        dst: std::net::IpAddr,
+        again: &mut bool,
+    ) -> Option<Transmit> {
         if self.state == QpState::Error
             && !matches!(self.resp.responses.front(), Some(Response::Nak { .. }))
         {
@@ -939,8 +1019,10 @@ impl Qp {
         let packet = match self.resp.responses.front() {
             Some(Response::Read { .. }) => match self.read_response(nic) {
                 Some(packet) => packet,
-                // Its region is gone: the NAK that says so is owed instead.
-                None => return self.next_response_packet(nic, now),
+                None => {
+                    *again = true;
+                    return None;
+                }
             },
             _ => self.acknowledgement()?,
         };

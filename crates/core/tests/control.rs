@@ -671,7 +671,7 @@ fn a_law_sets_the_priority_of_requests_and_of_responses_apart() {
     let t = world.engines[0]
         .poll_transmit(world.now, &mut payload)
         .unwrap();
-    assert_eq!(t.priority, Some(5));
+    assert_eq!(t.priority.get(), Some(5));
     assert!(
         world.engines[1]
             .poll_transmit(world.now, &mut payload)
@@ -683,7 +683,7 @@ fn a_law_sets_the_priority_of_requests_and_of_responses_apart() {
         .poll_transmit(world.now, &mut payload)
         .unwrap();
     assert_eq!(t.headers.bth.opcode, Opcode::CNP);
-    assert_eq!(t.priority, Some(7));
+    assert_eq!(t.priority.get(), Some(7));
     // The TOS a driver writes: DSCP = base + priority, the ECN bits kept.
     let tos = sluice_wire::priority_tos(0x02, sluice_wire::DEFAULT_DSCP_BASE, 7);
     assert_eq!((tos >> 2, tos & 3), (15, 0x02));

@@ -723,6 +723,7 @@ impl Device {
             // A priority the law set goes into the TOS byte's DSCP bits, per packet.
             let tos = t
                 .priority
+                .get()
                 .map(|p| sluice_wire::priority_tos(self.tos, self.dscp_base, p));
             if t.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE {
                 self.tx_acks.push((packet, dst, source, tos));

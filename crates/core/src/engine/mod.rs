@@ -227,11 +227,55 @@ pub struct Transmit {
     /// Where the payload is.
     pub payload_at: PayloadAt,
     /// The priority the control law chose for this packet, 0 the lowest ..= 7 the highest
-    /// (`Actions::set_priority`, `Actions::set_response_priority`); `None` if it chose none.
-    /// The driver writes it into the IP header's DSCP bits with `sluice_wire::priority_tos`
-    /// (DSCP = its configured base + priority, ECN bits kept); a `None` packet keeps the
-    /// driver's own TOS.
-    pub priority: Option<u8>,
+    /// (`Actions::set_priority`, `Actions::set_response_priority`); [`Priority::NONE`] if it
+    /// chose none. The driver writes [`Priority::get`] into the IP header's DSCP bits with
+    /// `sluice_wire::priority_tos` (DSCP = its configured base + priority, ECN bits kept); a
+    /// packet without one keeps the driver's own TOS.
+    pub priority: Priority,
+}
+
+/// A packet priority the control law chose (0 the lowest ..= 7 the highest), or none: one
+/// byte, where `Option<u8>` takes two and made every [`Transmit`] (built and copied for each
+/// packet) 8 bytes larger.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Priority(u8);
+
+impl Priority {
+    /// No priority: the packet keeps the driver's own TOS.
+    pub const NONE: Priority = Priority(u8::MAX);
+
+    /// Priority `level`, 0 the lowest; above 7 counts as 7.
+    pub const fn level(level: u8) -> Priority {
+        let top = sluice_wire::PRIORITY_LEVELS - 1;
+        Priority(if level > top { top } else { level })
+    }
+
+    /// The level, or `None` for [`Priority::NONE`].
+    pub const fn get(self) -> Option<u8> {
+        if self.0 == Self::NONE.0 {
+            None
+        } else {
+            Some(self.0)
+        }
+    }
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Priority::NONE
+    }
+}
+
+impl From<Option<u8>> for Priority {
+    fn from(level: Option<u8>) -> Self {
+        level.map_or(Priority::NONE, Priority::level)
+    }
+}
+
+impl std::fmt::Debug for Priority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 /// Where the payload of a [`Transmit`] is.
@@ -587,10 +631,10 @@ impl Nic {
             qp.path = Some(port);
         }
         if let Some(level) = act.priority() {
-            qp.priorities.request = Some(level);
+            qp.priorities.request = Priority::level(level);
         }
         if let Some(level) = act.response_priority() {
-            qp.priorities.response = Some(level);
+            qp.priorities.response = Priority::level(level);
         }
         let mut wake = act.woken() || act.rate().is_some() || act.window().is_some();
         if act.cnp() {
@@ -759,5 +803,33 @@ pub(crate) fn send_opcode(op: SendOp) -> WcOpcode {
         SendOp::Read { .. } => WcOpcode::RdmaRead,
         SendOp::CompareSwap { .. } => WcOpcode::CompareSwap,
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    }
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::{Priority, Transmit};
+
+    #[test]
+    fn a_priority_is_a_level_clamped_to_seven_or_none() {
+        assert_eq!(Priority::NONE.get(), None);
+        assert_eq!(Priority::default(), Priority::NONE);
+        for level in 0..=7 {
+            assert_eq!(Priority::level(level).get(), Some(level));
+            assert_eq!(Priority::from(Some(level)).get(), Some(level));
+        }
+        // Above the top level counts as the top level, u8::MAX included: never "none".
+        for level in [8, 100, u8::MAX] {
+            assert_eq!(Priority::level(level).get(), Some(7));
+        }
+        assert_eq!(Priority::from(None), Priority::NONE);
+        assert_eq!(format!("{:?}", Priority::level(3)), "Some(3)");
+    }
+
+    #[test]
+    fn a_transmit_stays_as_small_as_before_it_had_a_priority() {
+        // Built and copied for every packet: the priority took a byte of padding.
+        assert_eq!(size_of::<Priority>(), 1);
+        assert!(size_of::<Transmit>() <= 288, "{}", size_of::<Transmit>());
     }
 }
