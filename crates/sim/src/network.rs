@@ -1482,6 +1482,7 @@ impl<'a> Network<'a> {
             // its DSCP: the law's, else its app's traffic class.
             let level = t
                 .priority
+                .get()
                 .or_else(|| self.app_priority(dst, t.headers.bth.dest_qp));
             self.packets[pkt as usize].tos = self.prio.tos(level);
         }
