@@ -69,6 +69,10 @@ impl Priorities {
 
     /// The data queue (0 ..= queues - 1, higher served first) of a packet with `tos`.
     pub fn queue(&self, tos: u8) -> u8 {
+        // One queue (the default) needs no look at the TOS: every switch enqueue asks.
+        if self.queues == 1 {
+            return 0;
+        }
         self.level(tos) * self.queues / MAX_PRIORITIES
     }
 }
