@@ -355,3 +355,22 @@ impl ExtHeaders {
         Ok(len)
     }
 }
+
+/// The bytes of a whole 0x18 control packet (BTH and `c`, no ICRC) to QP 0x12: what the
+/// tests of each control-packet kind (`homa.rs`, `probe.rs`) decode and corrupt.
+#[cfg(test)]
+pub(crate) fn encoded_cc_control(c: CcControl) -> Vec<u8> {
+    use crate::{Bth, Opcode, Psn, RoceHeaders};
+    let headers = RoceHeaders {
+        bth: Bth::new(Opcode::RC_CC_CONTROL, 0x12, Psn::new(0)),
+        ccx: None,
+        ext: ExtHeaders {
+            cc_control: Some(c),
+            ..ExtHeaders::default()
+        },
+    };
+    let mut out = vec![0u8; headers.wire_len(0).unwrap()];
+    let n = headers.emit(&[], &mut out).unwrap();
+    out.truncate(n);
+    out
+}

@@ -186,21 +186,10 @@ impl HomaControl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders, RocePacket};
+    use crate::RocePacket;
 
     fn encoded(c: CcControl) -> Vec<u8> {
-        let headers = RoceHeaders {
-            bth: Bth::new(Opcode::RC_CC_CONTROL, 0x12, Psn::new(0)),
-            ccx: None,
-            ext: ExtHeaders {
-                cc_control: Some(c),
-                ..ExtHeaders::default()
-            },
-        };
-        let mut out = vec![0u8; headers.wire_len(0).unwrap()];
-        let n = headers.emit(&[], &mut out).unwrap();
-        out.truncate(n);
-        out
+        crate::ext::encoded_cc_control(c)
     }
 
     #[test]

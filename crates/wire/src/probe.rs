@@ -106,18 +106,7 @@ mod tests {
     use crate::{Bth, ExtHeaders, Opcode, Psn, RoceHeaders, RocePacket};
 
     fn encoded(probe: PathProbeHeader) -> Vec<u8> {
-        let headers = RoceHeaders {
-            bth: Bth::new(Opcode::RC_CC_CONTROL, 0x12, Psn::new(0)),
-            ccx: None,
-            ext: ExtHeaders {
-                cc_control: Some(probe.control()),
-                ..ExtHeaders::default()
-            },
-        };
-        let mut out = vec![0u8; headers.wire_len(0).unwrap()];
-        let n = headers.emit(&[], &mut out).unwrap();
-        out.truncate(n);
-        out
+        crate::ext::encoded_cc_control(probe.control())
     }
 
     #[test]
