@@ -161,6 +161,36 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Two hosts through one switch at 100 Gbit/s, 1 us links, MTU 4096, one app writing
 /// `size` bytes with `depth` messages posted; `services` its `[services]` table.
+/// The median write-lat of `size`-byte messages with `svc`, in us, and the path MTU it ran at.
+fn measure_latency(size: u32, iterations: u64, svc: Svc) -> Result<(f64, u32), String> {
+    let (_, latency, mtu) = measure(Test::WriteLat, size, iterations, svc)?;
+    Ok((latency.ok_or("write_lat gave no latency")?, mtu))
+}
+
+/// The model's runs of a figure: for each size, a latency run (depth 1) and then a
+/// bandwidth run (depth 4), each once per `(name, services)` variant, in that order, so
+/// size `k`'s latency run of variant `v` is at `2 * variants.len() * k + v` and its
+/// bandwidth run `variants.len()` after it.
+fn model_sweep(
+    sizes: &[u32],
+    window_us: impl Fn(u32, u32) -> f64,
+    variants: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let mut scenarios = Vec::new();
+    for &s in sizes {
+        for (tag, depth) in [("lat", 1), ("bw", 4)] {
+            let w = window_us(s, depth);
+            for (name, services) in variants {
+                scenarios.push((
+                    format!("{name}-{tag}-{s}"),
+                    model_scenario(s, depth, w, services),
+                ));
+            }
+        }
+    }
+    scenarios
+}
+
 fn model_scenario(size: u32, depth: u32, window_us: f64, services: &str) -> String {
     format!(
         "name = \"balboa-model\"\n\
@@ -230,35 +260,24 @@ fn fig7(scale: Scale) -> Result<Report, String> {
         "doorbell".to_string(),
         model_scenario(DOORBELL, 1, 100.0, ""),
     )];
-    for &s in sizes {
-        for (tag, depth) in [("lat", 1), ("bw", 4)] {
-            let w = window(s, depth);
-            scenarios.push((format!("plain-{tag}-{s}"), model_scenario(s, depth, w, "")));
-            scenarios.push((
-                format!("inline-{tag}-{s}"),
-                model_scenario(s, depth, w, enc),
-            ));
-        }
-    }
+    scenarios.extend(model_sweep(
+        sizes,
+        window,
+        &[("plain", ""), ("inline", enc)],
+    ));
     let runs = simulate_all(&mut report, scenarios)?;
     let first = |i: usize| runs[i].first().ok_or("a model run gave no result");
     let sim_doorbell = model_figures(first(0)?).0;
 
     let lat_iters = if quick { 200 } else { 2000 };
     let mut points = Vec::new();
-    let doorbell = measure(Test::WriteLat, DOORBELL, lat_iters, Svc::Plain)?
-        .1
-        .ok_or("write_lat gave no latency")?;
+    let doorbell = measure_latency(DOORBELL, lat_iters, Svc::Plain)?.0;
     for (k, &size) in sizes.iter().enumerate() {
         // Bandwidth runs carry at least 8 MiB (quick) or 512 MiB, at least 200 messages.
         let bytes: u64 = if quick { 8 << 20 } else { 512 << 20 };
         let bw_iters = (bytes / u64::from(size)).max(200);
-        let lat = |svc| -> Result<(f64, u32), String> {
-            let (_, t, mtu) = measure(Test::WriteLat, size, lat_iters, svc)?;
-            Ok((t.ok_or("write_lat gave no latency")?, mtu))
-        };
-        let (lat_plain, mtu) = lat(Svc::Plain)?;
-        let (lat_inline, _) = lat(Svc::Encrypt)?;
+        let (lat_plain, mtu) = measure_latency(size, lat_iters, Svc::Plain)?;
+        let (lat_inline, _) = measure_latency(size, lat_iters, Svc::Encrypt)?;
         let bw_plain = measure(Test::WriteBw, size, bw_iters, Svc::Plain)?.0;
         let bw_inline = measure(Test::WriteBw, size, bw_iters, Svc::Encrypt)?.0;
         let (seal_us, open_us) = cipher_pass_us(
@@ -596,21 +615,11 @@ fn fig8(scale: Scale) -> Result<Report, String> {
         let per_msg_us = f64::from(size) * 8.0 / 2e3 + 5.0;
         (per_msg_us * if depth == 1 { 20.0 } else { 30.0 }).clamp(50.0, 20_000.0)
     };
-    let mut scenarios = Vec::new();
-    for &s in sizes {
-        for (tag, depth) in [("lat", 1), ("bw", 4)] {
-            let w = window(s, depth);
-            scenarios.push((format!("plain-{tag}-{s}"), model_scenario(s, depth, w, "")));
-            scenarios.push((
-                format!("beside-{tag}-{s}"),
-                model_scenario(s, depth, w, beside),
-            ));
-            scenarios.push((
-                format!("inline-{tag}-{s}"),
-                model_scenario(s, depth, w, inline),
-            ));
-        }
-    }
+    let scenarios = model_sweep(
+        sizes,
+        window,
+        &[("plain", ""), ("beside", beside), ("inline", inline)],
+    );
     let runs = simulate_all(&mut report, scenarios)?;
     let first = |i: usize| runs[i].first().ok_or("a model run gave no result");
 
@@ -619,13 +628,8 @@ fn fig8(scale: Scale) -> Result<Report, String> {
     for (k, &size) in sizes.iter().enumerate() {
         let bytes: u64 = if quick { 1 << 20 } else { 256 << 20 };
         let bw_iters = (bytes / u64::from(size)).max(if quick { 16 } else { 100 });
-        let lat = |svc| -> Result<f64, String> {
-            measure(Test::WriteLat, size, lat_iters, svc)?
-                .1
-                .ok_or_else(|| "write_lat gave no latency".to_string())
-        };
-        let lat_plain = lat(Svc::Plain)?;
-        let lat_inspect = lat(Svc::Inspect)?;
+        let lat_plain = measure_latency(size, lat_iters, Svc::Plain)?.0;
+        let lat_inspect = measure_latency(size, lat_iters, Svc::Inspect)?.0;
         let bw_plain = measure(Test::WriteBw, size, bw_iters, Svc::Plain)?.0;
         let bw_inspect = measure(Test::WriteBw, size, bw_iters, Svc::Inspect)?.0;
         let at = 6 * k;
