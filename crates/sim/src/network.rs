@@ -245,6 +245,29 @@ struct PortState {
     down: bool,
 }
 
+impl PortState {
+    /// `pkt`, of `bytes` on the wire, joins queue `class`: counted there and, for a data
+    /// queue, in the port's data total (which strict priority, INT and the routing modes
+    /// read), so that the two counts cannot disagree.
+    #[inline]
+    fn push(&mut self, packets: &mut [Packet], class: usize, pkt: u32, bytes: u64) {
+        self.queue[class].push_back(packets, pkt);
+        self.queued[class] += bytes;
+        if class != CONTROL {
+            self.data_queued += bytes;
+        }
+    }
+
+    /// A packet of `bytes`, already taken from queue `class`, has left the port.
+    #[inline]
+    fn left(&mut self, class: usize, bytes: u64) {
+        self.queued[class] -= bytes;
+        if class != CONTROL {
+            self.data_queued -= bytes;
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Host {
     engine: Engine,
@@ -1491,12 +1514,7 @@ impl<'a> Network<'a> {
         }
         let (class, bytes) = (usize::from(packet.class), u64::from(packet.wire_bytes));
         let i = self.port_index(host, 0);
-        let port = &mut self.ports[i];
-        port.queue[class].push_back(&mut self.packets, pkt);
-        port.queued[class] += bytes;
-        if class != CONTROL {
-            port.data_queued += bytes;
-        }
+        self.ports[i].push(&mut self.packets, class, pkt, bytes);
         true
     }
 
@@ -1733,10 +1751,7 @@ impl<'a> Network<'a> {
     fn start_sending(&mut self, i: usize, class: usize, pkt: u32) -> (Ps, Ps, Ev) {
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         let st = &mut self.ports[i];
-        st.queued[class] -= bytes;
-        if class != CONTROL {
-            st.data_queued -= bytes;
-        }
+        st.left(class, bytes);
         st.tx_bytes += bytes;
         let ser = if st.ps_per_byte > 0 {
             bytes * st.ps_per_byte
@@ -1947,10 +1962,7 @@ impl<'a> Network<'a> {
             for class in 0..QUEUES {
                 while let Some(pkt) = self.ports[i].queue[class].pop_front(&self.packets) {
                     let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
-                    self.ports[i].queued[class] -= bytes;
-                    if class != CONTROL {
-                        self.ports[i].data_queued -= bytes;
-                    }
+                    self.ports[i].left(class, bytes);
                     self.leave_switch(n, pkt, bytes);
                     self.counters.link_drops += 1;
                     self.free_packet(pkt);
@@ -2042,11 +2054,7 @@ impl<'a> Network<'a> {
         }
         self.buffer_used[s] += bytes;
         let st = &mut self.ports[i];
-        st.queue[class].push_back(&mut self.packets, pkt);
-        st.queued[class] += bytes;
-        if class != CONTROL {
-            st.data_queued += bytes;
-        }
+        st.push(&mut self.packets, class, pkt, bytes);
         st.max_queue = st.max_queue.max(st.data_queued + st.queued[CONTROL]);
         if class != CONTROL {
             // PFC counts the ingress port's data over all priorities: one lossless class.

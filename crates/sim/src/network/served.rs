@@ -145,10 +145,7 @@ impl Network<'_> {
         };
         let bytes = u64::from(self.packets[pkt as usize].wire_bytes);
         let i = self.port_index(host, 0);
-        let port = &mut self.ports[i];
-        port.queue[DATA].push_back(&mut self.packets, pkt);
-        port.queued[DATA] += bytes;
-        port.data_queued += bytes;
+        self.ports[i].push(&mut self.packets, DATA, pkt, bytes);
         self.after_engine(host);
     }
 
