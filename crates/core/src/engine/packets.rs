@@ -648,6 +648,10 @@ impl Engine {
     /// [`Engine::visit_from`]'s visit of queue pair `index` when it owes a control packet:
     /// that packet, or else what it would send otherwise; `None` if nothing (the scheduler
     /// let it go, or a service stopped it).
+    ///
+    /// Its tail repeats `visit_from`'s on purpose: one shared function taking the
+    /// `Option<Transmit>`, even `#[inline(always)]`, made every packet be built aside and
+    /// copied (117 more instructions a message by `scripts/bench-engine-instructions`).
     #[inline(never)]
     fn visit_owing_control(
         &mut self,
