@@ -3,6 +3,7 @@
 
 mod cost;
 mod decoupled;
+mod doorbell;
 mod offload;
 mod pacer;
 mod report;
@@ -116,6 +117,11 @@ pub struct Options {
     /// `--fill`: every buffer filled with these bytes, repeated (what the payload services
     /// see: `--fill` an executable's code for `--inspect` to flag).
     pub fill: Option<std::sync::Arc<[u8]>>,
+    /// RoCE BALBOA Fig 7's CPU baseline, for `sluice repro balboa-fig7` (no flag): write-lat
+    /// with the `--encrypt` handshake's keys but no encrypting queue pair; each side seals
+    /// its message on its CPU, sends it as a plain WRITE and an 8-byte doorbell WRITE, and
+    /// the peer opens it on its CPU when the doorbell rings (`perf/doorbell.rs`).
+    pub doorbell_crypt: bool,
 }
 
 /// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
@@ -447,6 +453,7 @@ impl Options {
             pacer: None,
             app_offload: None,
             fill: None,
+            doorbell_crypt: false,
         }
     }
 
@@ -658,6 +665,16 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             if t.tx_depth.is_none_or(|d| d == 0 || d > 8192) {
                 return usage(format!("--tenant {i}: depth between 1 and 8192"));
             }
+        }
+    }
+    if o.doorbell_crypt {
+        let small = o.all_sizes || o.size.is_none_or(|s| s < doorbell::MIN_SIZE);
+        if o.test != Test::WriteLat || o.encrypt.is_none() || small {
+            return usage(format!(
+                "the doorbell baseline: write-lat only, with --encrypt's key, messages of at \
+                 least {} bytes",
+                doorbell::MIN_SIZE
+            ));
         }
     }
     if let Some(w) = &o.pacer {

@@ -57,6 +57,8 @@ pub(crate) struct Session {
     /// Completions that carried flags from the payload services (inspection's executable
     /// content), since the run began.
     pub(crate) flagged_completions: u64,
+    /// The doorbell baseline's software cipher (`Options::doorbell_crypt`).
+    pub(crate) soft_cipher: Option<super::doorbell::SoftCipher>,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
     /// Each QP's send queue depth: `-t`, or with `--pacer weir` room for the pieces of
@@ -783,8 +785,12 @@ fn open(
             .map_err(|e| PerfError::Usage(e.to_string()))?;
         // Encryption last on the way out and so first on the way in: the other services
         // see the plaintext.
-        if let Some(keys) = &keys {
-            services.push(Box::new(sluice_crypt::EncryptService::new(&keys[i])));
+        // The doorbell baseline encrypts on the CPU instead, with the first QP's keys.
+        match &keys {
+            Some(keys) if !o.doorbell_crypt => {
+                services.push(Box::new(sluice_crypt::EncryptService::new(&keys[i])));
+            }
+            _ => {}
         }
         if !services.is_empty() {
             engine.set_services(*qpn, services)?;
@@ -833,6 +839,11 @@ fn open(
         last_error_completion: None,
         offload,
         flagged_completions: 0,
+        soft_cipher: keys
+            .as_ref()
+            .filter(|_| o.doorbell_crypt)
+            .and_then(|k| k.first())
+            .map(super::doorbell::SoftCipher::new),
         send_depth,
         stream,
         exchange,

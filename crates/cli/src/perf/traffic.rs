@@ -729,6 +729,7 @@ pub(crate) fn bw_responder(s: &mut Session) -> Result<Measured, PerfError> {
 /// Latency: one message at a time on QP 0, as perftest's `run_iter_lat*` do.
 pub(crate) fn latency(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
     match (o.test.verb(), s.role) {
+        (Verb::Write, _) if s.soft_cipher.is_some() => write_ping_pong_doorbell(s, o, size),
         (Verb::Write, _) => write_ping_pong(s, o, size),
         (Verb::Send, _) => send_ping_pong(s, o, size),
         // READ and atomics: the server only serves (see `bw_responder`).
@@ -801,6 +802,89 @@ fn write_ping_pong(s: &mut Session, o: &Options, size: u32) -> Result<Measured, 
             // The poll that sends the WRITE reads the clock as it begins: that reading is
             // the WRITE's stamp (perftest's is read just before `ibv_post_send`). A clock
             // reading of its own would cost the turn 25-40 ns more in a VM.
+            pump(s)?;
+            if !server {
+                stamps.push(s.dev.polled_at().as_nanos());
+            }
+            wait_for_send(s, o, sent, &mut 0)?;
+        }
+    }
+    let elapsed = start.elapsed();
+    let samples = stamps.windows(2).map(|w| (w[1] - w[0]) / 2).collect();
+    Ok(Measured {
+        messages: sent,
+        elapsed,
+        samples,
+        per_qp: Vec::new(),
+        qp_samples: Vec::new(),
+        pacer: None,
+    })
+}
+
+/// write-lat as RoCE BALBOA Fig 7's CPU baseline (`Options::doorbell_crypt`, see
+/// `doorbell.rs`): as [`write_ping_pong`], but each side seals its message on its own CPU,
+/// sends all but its last 8 bytes as a plain WRITE and then those 8 (the doorbell, carrying
+/// the mark) as a second WRITE behind it; a side that sees the peer's doorbell opens the
+/// peer's message where it landed before it answers. A sample is half the time between the
+/// client's doorbells: one seal, one WRITE, one doorbell and one open.
+fn write_ping_pong_doorbell(
+    s: &mut Session,
+    o: &Options,
+    size: u32,
+) -> Result<Measured, PerfError> {
+    use super::doorbell::DOORBELL;
+    let iterations = o.iterations();
+    let server = s.role == Role::Server;
+    let keep = if server {
+        0
+    } else {
+        iterations.min(1 << 24) as usize
+    };
+    let mut stamps = Vec::with_capacity(keep);
+    let (lkey, data) = (s.mr.lkey, (size - DOORBELL) as usize);
+    let landed = s.recv_offset as usize..s.recv_offset as usize + data;
+    // The data WRITE's completion is not asked for: the doorbell's, behind it, covers it.
+    const DATA: u64 = 1 << 62;
+    let (mut sent, mut received) = (0u64, 0u64);
+    let start = Instant::now();
+    while sent < iterations || received < iterations {
+        if received < iterations && !(server && sent == 0) {
+            received += 1;
+            wait_for_mark(s, o, size, received)?;
+            let opened = match (s.soft_cipher.as_mut(), s.dev.engine().mr_bytes_mut(lkey)) {
+                (Some(c), Some(b)) => c.open(&mut b[landed.clone()]),
+                _ => Err("doorbell baseline: no cipher or region".into()),
+            };
+            opened.map_err(|m| s.transport_error(m))?;
+        }
+        if sent < iterations {
+            sent += 1;
+            let sealed = match (s.soft_cipher.as_mut(), s.dev.engine().mr_bytes_mut(lkey)) {
+                (Some(c), Some(b)) => {
+                    b[size as usize - 1] = sent as u8;
+                    c.seal(&mut b[..data])
+                }
+                _ => Err("doorbell baseline: no cipher or region".into()),
+            };
+            sealed.map_err(|m| s.transport_error(m))?;
+            let (addr, qp) = (s.mr.addr, &s.qps[0]);
+            let write = |at: u64| SendOp::Write {
+                remote_addr: qp.remote_addr + at,
+                rkey: qp.remote_rkey,
+            };
+            let (message, bell) = (write(0), write(data as u64));
+            post(
+                s,
+                0,
+                message,
+                (lkey, addr),
+                data as u32,
+                DATA | sent,
+                false,
+                0,
+            )?;
+            let bell_at = (lkey, addr + data as u64);
+            post(s, 0, bell, bell_at, DOORBELL, sent, true, o.inline_size)?;
             pump(s)?;
             if !server {
                 stamps.push(s.dev.polled_at().as_nanos());
