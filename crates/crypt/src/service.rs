@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use sluice_core::policy::{self, Direction, Overhead, Service, ServicePacket};
-use sluice_wire::BTH_LEN;
+use sluice_wire::{BTH_LEN, Bth, CCX_TVER, pad_for};
 
 use crate::handshake::SessionKeys;
 use crate::packet::{NONCE_LEN, OVERHEAD, OpenError, OpenKey, SealError, SealKey, TAG_LEN};
@@ -140,20 +140,38 @@ impl EncryptService {
     }
 }
 
-/// Room for a packet's headers when they are written again for the associated data: a BTH,
-/// the longest CC extension header and the longest IBA extension headers fit.
-const HEADER_ROOM: usize = 256;
+/// Room for the associated data: a BTH and the longest IBA extension headers.
+const AAD_ROOM: usize = BTH_LEN + 32;
 
 /// The BTH and the IBA extension headers of `packet`, written into `room` as they go on the
-/// wire with a payload of `wire_len` bytes; `None` if they cannot be written.
+/// wire with a payload of `wire_len` bytes (the pad count follows from it; TVER is set when
+/// a CC extension header follows); `None` if they cannot be written. The same bytes
+/// `RoceHeaders::emit_headers` writes there, without the CC header between them, which is
+/// not bound and which every packet would otherwise write once more at each end.
 fn aad_parts<'a>(
     packet: &ServicePacket<'_>,
     wire_len: usize,
-    room: &'a mut [u8; HEADER_ROOM],
+    room: &'a mut [u8; AAD_ROOM],
 ) -> Option<(&'a [u8], &'a [u8])> {
-    let len = packet.headers.emit_headers(wire_len, room).ok()?;
-    let ext_at = BTH_LEN + packet.headers.ccx.map_or(0, |c| c.wire_len());
-    Some((&room[..BTH_LEN], &room[ext_at.min(len)..len]))
+    let headers = packet.headers;
+    let info = headers.bth.opcode.info()?;
+    if !info.has_payload && wire_len != 0 {
+        return None;
+    }
+    let bth = Bth {
+        pad_count: pad_for(wire_len),
+        ..headers.bth
+    };
+    let (bth_room, ext_room) = room.split_at_mut(BTH_LEN);
+    bth.emit(bth_room).ok()?;
+    if headers.ccx.is_some() {
+        bth_room[1] |= CCX_TVER;
+    }
+    let ext_len = headers
+        .ext
+        .emit(info.headers, headers.bth.opcode.0, ext_room)
+        .ok()?;
+    Some((&room[..BTH_LEN], &room[BTH_LEN..BTH_LEN + ext_len]))
 }
 
 impl EncryptService {
@@ -199,7 +217,7 @@ impl Service for EncryptService {
     /// ends build the same bytes (the pad count follows from the length; the CC extension
     /// header is written but left out of the associated data).
     fn transform(&mut self, packet: &ServicePacket<'_>, payload: &mut [u8]) -> policy::Verdict {
-        let mut headers = [0; HEADER_ROOM];
+        let mut headers = [0; AAD_ROOM];
         let Some((bth, ext)) = aad_parts(packet, payload.len(), &mut headers) else {
             return self.refuse_headers(packet.direction);
         };
@@ -226,7 +244,7 @@ impl Service for EncryptService {
         input: &[u8],
         output: &mut [u8],
     ) -> Option<policy::Verdict> {
-        let mut headers = [0; HEADER_ROOM];
+        let mut headers = [0; AAD_ROOM];
         let Some((bth, ext)) = aad_parts(packet, output.len(), &mut headers) else {
             return Some(self.refuse_headers(packet.direction));
         };
@@ -247,5 +265,66 @@ impl Service for EncryptService {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         EncryptService::counters(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::QpNum;
+    use sluice_wire::{Ccx, ExtHeaders, Opcode, Psn, Reth, RoceHeaders};
+
+    /// What the associated data was before it was written directly: `emit_headers`'s
+    /// BTH and its IBA extension headers, the CC header between them left out.
+    fn via_emit_headers(headers: &RoceHeaders, wire_len: usize) -> Vec<u8> {
+        let mut room = [0; 256];
+        let len = headers.emit_headers(wire_len, &mut room).unwrap();
+        let ext_at = BTH_LEN + headers.ccx.map_or(0, |c| c.wire_len());
+        [&room[..BTH_LEN], &room[ext_at..len]].concat()
+    }
+
+    #[test]
+    fn associated_data_is_the_emitted_bth_and_extension_headers() {
+        let reth = Reth {
+            va: 0x1234_5678_9abc,
+            rkey: 0xfeed,
+            dma_len: 65536,
+        };
+        let ccx = Ccx::Timestamps {
+            tx_ns: 77,
+            echo_ns: None,
+        };
+        for (opcode, with_reth) in [
+            (Opcode::RC_RDMA_WRITE_FIRST, true),
+            (Opcode::RC_RDMA_WRITE_MIDDLE, false),
+            (Opcode::RC_SEND_ONLY, false),
+        ] {
+            for cc in [None, Some(ccx)] {
+                for wire_len in [24, 25, 1047, 4096] {
+                    let mut headers = RoceHeaders {
+                        bth: sluice_wire::Bth::new(opcode, 0x12_3456, Psn::new(0xff_fffe)),
+                        ccx: cc,
+                        ext: ExtHeaders::default(),
+                    };
+                    headers.bth.fecn = true;
+                    headers.ext.reth = with_reth.then_some(reth);
+                    let packet = ServicePacket {
+                        qpn: QpNum(5),
+                        psn: headers.bth.psn,
+                        opcode,
+                        direction: Direction::Send,
+                        len: wire_len as u32,
+                        headers: &headers,
+                    };
+                    let mut room = [0; AAD_ROOM];
+                    let (bth, ext) = aad_parts(&packet, wire_len, &mut room).unwrap();
+                    assert_eq!(
+                        [bth, ext].concat(),
+                        via_emit_headers(&headers, wire_len),
+                        "{opcode:?} {cc:?} {wire_len}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -380,7 +380,7 @@ fn fig7(scale: Scale) -> Result<Report, String> {
         let bw_ok = t_inline <= (t_plain + cipher) * 1.3;
         ok &= lat_ok && bw_ok;
         worst.push_str(&format!(
-            "{} B: +{} us against cipher {} us, {} us/msg against {} + {}; ",
+            "{} B: in-line - plain {} us against cipher {} us, {} us/msg against {} + {}; ",
             p.size,
             f(p.lat_inline - p.lat_plain, 1),
             f(cipher, 1),
