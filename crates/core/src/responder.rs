@@ -1017,13 +1017,25 @@ impl Qp {
             return None;
         }
         let packet = match self.resp.responses.front() {
-            Some(Response::Read { .. }) => match self.read_response(nic) {
-                Some(packet) => packet,
-                None => {
-                    *again = true;
+            Some(Response::Read { .. }) => {
+                // A law that controls READ data too: asked, and its pace kept, out of line.
+                let gated = nic.gates_read_responses();
+                if gated && !self.read_response_may_go(nic, now) {
                     return None;
                 }
-            },
+                match self.read_response(nic) {
+                    Some(packet) => {
+                        if gated {
+                            self.pace_read_response(now, dst, &packet);
+                        }
+                        packet
+                    }
+                    None => {
+                        *again = true;
+                        return None;
+                    }
+                }
+            }
             _ => self.acknowledgement()?,
         };
         let ResponsePacket {
@@ -1043,6 +1055,91 @@ impl Qp {
             payload_at,
             priority: self.priorities.response,
         })
+    }
+
+    /// Under a law that gates READ responses ([`crate::control::EventMask::GATE_READ_RESPONSES`]):
+    /// may the next packet of the READ response owed first go now? The law hears `Start`
+    /// before the queue pair's first data packet, READ response or request; the pace it
+    /// set must allow the packet (else the timer wakes the queue pair when it does); and a
+    /// new packet must pass the law's gate, as a new request packet must. A replay (for a
+    /// duplicate READ, the requester's recovery) is paced but never gated: the credit the
+    /// lost packets used is gone, and recovery must not wait for it. `false` leaves the
+    /// response owed: the queue pair sends it when the pacer's timer or the law's
+    /// `Actions::wake` schedules it again.
+    #[inline(never)]
+    fn read_response_may_go(&mut self, nic: &mut Nic, now: crate::Instant) -> bool {
+        if !self.control_started {
+            self.control_started = true;
+            let (mtu, line_rate_bps) = (self.attrs.mtu, nic.config.line_rate_bps);
+            nic.emit(
+                self,
+                now,
+                crate::control::Event::Start { mtu, line_rate_bps },
+            );
+        }
+        if self.knobs.rate_bps.is_some() {
+            let due = self.next_send_at();
+            if due > now {
+                nic.arm(self, due);
+                return false;
+            }
+        }
+        let mtu = self.attrs.mtu;
+        match self.resp.responses.front() {
+            Some(&Response::Read {
+                remaining,
+                replay: false,
+                ..
+            }) => nic.gate_bytes(self, now, remaining.min(mtu)) != crate::control::Gate::Hold,
+            _ => true,
+        }
+    }
+
+    /// Takes a READ response packet's time on the wire from the pacer (under a law that
+    /// gates READ responses), as a request packet's is: framing and the CC extension header
+    /// counted, so that the law's rate is a rate on the wire.
+    #[inline(never)]
+    fn pace_read_response(
+        &mut self,
+        now: crate::Instant,
+        dst: std::net::IpAddr,
+        packet: &ResponsePacket,
+    ) {
+        if self.knobs.rate_bps.is_none_or(|r| r == 0) {
+            return;
+        }
+        let headers = RoceHeaders {
+            bth: packet.bth,
+            ccx: self.ccx_out(now, true),
+            ext: packet.ext,
+        };
+        let wire = headers
+            .link_len(dst.is_ipv6(), packet.payload_len as usize)
+            .expect("the responder builds known opcodes") as u64;
+        self.paced = (self.next_send_at().max(now), wire * 8);
+    }
+
+    /// The timer of a queue pair that cannot send requests (RTR) fired: a READ response
+    /// waiting for its pace (under a law that gates READ responses) goes when it is due.
+    pub(crate) fn read_pacing_timer(&mut self, nic: &mut Nic, now: crate::Instant) {
+        if self.knobs.rate_bps.is_none()
+            || !nic.gates_read_responses()
+            || !self.read_response_first()
+        {
+            return;
+        }
+        let due = self.next_send_at();
+        if due <= now {
+            nic.schedule(self);
+        } else {
+            nic.arm(self, due);
+        }
+    }
+
+    /// Whether the response owed first is a READ's: one a law that gates READ responses may
+    /// hold back (the queue pair then owes the peer but waits for the pacer or the law).
+    pub(crate) fn read_response_first(&self) -> bool {
+        matches!(self.resp.responses.front(), Some(Response::Read { .. }))
     }
 
     /// The next packet of the READ response owed first: its headers, its payload in place.

@@ -601,6 +601,19 @@ impl Nic {
         self.interest.gates()
     }
 
+    /// True if the controller gates READ responses too, and paces them at its rate
+    /// ([`crate::control::EventMask::GATE_READ_RESPONSES`]).
+    #[inline]
+    pub(crate) fn gates_read_responses(&self) -> bool {
+        self.interest.gates_read_responses()
+    }
+
+    /// Asks the controller whether a packet of `qp` carrying `bytes` of payload (a READ
+    /// response) may go now.
+    pub(crate) fn gate_bytes(&mut self, qp: &Qp, now: Instant, bytes: u32) -> Gate {
+        self.controller.gate(now, qp.index(), bytes)
+    }
+
     /// Asks the controller whether a request packet of `qp` at `pos` may go now.
     pub(crate) fn gate(&mut self, qp: &Qp, now: Instant, pos: &crate::control::MessagePos) -> Gate {
         self.controller.gate_message(now, qp.index(), pos)
