@@ -1018,18 +1018,14 @@ impl Qp {
         }
         let packet = match self.resp.responses.front() {
             Some(Response::Read { .. }) => {
-                // A law that controls READ data too: asked, and its pace kept, out of line.
-                let gated = nic.gates_read_responses();
-                if gated && !self.read_response_may_go(nic, now) {
+                // A law that controls READ data too: asked, and its pace kept, out of line
+                // (and before the packet is built: an ACK's way must not read the built
+                // packet again, or every ACK is built aside and copied).
+                if nic.gates_read_responses() && !self.read_response_may_go(nic, now, dst) {
                     return None;
                 }
                 match self.read_response(nic) {
-                    Some(packet) => {
-                        if gated {
-                            self.pace_read_response(now, dst, &packet);
-                        }
-                        packet
-                    }
+                    Some(packet) => packet,
                     None => {
                         *again = true;
                         return None;
@@ -1065,9 +1061,16 @@ impl Qp {
     /// duplicate READ, the requester's recovery) is paced but never gated: the credit the
     /// lost packets used is gone, and recovery must not wait for it. `false` leaves the
     /// response owed: the queue pair sends it when the pacer's timer or the law's
-    /// `Actions::wake` schedules it again.
+    /// `Actions::wake` schedules it again. `true` takes the packet's time on the wire from
+    /// the pacer, as a request packet's is (framing and the CC extension header counted,
+    /// so that the law's rate is a rate on the wire).
     #[inline(never)]
-    fn read_response_may_go(&mut self, nic: &mut Nic, now: crate::Instant) -> bool {
+    fn read_response_may_go(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+        dst: std::net::IpAddr,
+    ) -> bool {
         if !self.control_started {
             self.control_started = true;
             let (mtu, line_rate_bps) = (self.attrs.mtu, nic.config.line_rate_bps);
@@ -1085,38 +1088,37 @@ impl Qp {
             }
         }
         let mtu = self.attrs.mtu;
-        match self.resp.responses.front() {
-            Some(&Response::Read {
-                remaining,
-                replay: false,
-                ..
-            }) => nic.gate_bytes(self, now, remaining.min(mtu)) != crate::control::Gate::Hold,
-            _ => true,
+        let Some(&Response::Read {
+            remaining,
+            first,
+            replay,
+            ..
+        }) = self.resp.responses.front()
+        else {
+            return true;
+        };
+        let len = remaining.min(mtu);
+        if !replay && nic.gate_bytes(self, now, len) == crate::control::Gate::Hold {
+            return false;
         }
+        if self.knobs.rate_bps.is_some_and(|r| r > 0) {
+            // BTH, an AETH unless a MIDDLE packet, the CCX, the payload and its pad, the
+            // ICRC (as `RoceHeaders::wire_len` counts the packet `read_response` builds).
+            let middle = !first && remaining > mtu;
+            let aeth = if middle { 0 } else { sluice_wire::AETH_LEN };
+            let ccx = self.attrs.ccx.map_or(0, |l| l.wire_len());
+            let payload = len as usize + usize::from(sluice_wire::pad_for(len as usize));
+            let roce = sluice_wire::BTH_LEN + aeth + ccx + payload + sluice_wire::ICRC_LEN;
+            let wire = sluice_wire::roce_link_len(dst.is_ipv6(), roce) as u64;
+            self.paced = (self.next_send_at().max(now), wire * 8);
+        }
+        true
     }
 
-    /// Takes a READ response packet's time on the wire from the pacer (under a law that
-    /// gates READ responses), as a request packet's is: framing and the CC extension header
-    /// counted, so that the law's rate is a rate on the wire.
-    #[inline(never)]
-    fn pace_read_response(
-        &mut self,
-        now: crate::Instant,
-        dst: std::net::IpAddr,
-        packet: &ResponsePacket,
-    ) {
-        if self.knobs.rate_bps.is_none_or(|r| r == 0) {
-            return;
-        }
-        let headers = RoceHeaders {
-            bth: packet.bth,
-            ccx: self.ccx_out(now, true),
-            ext: packet.ext,
-        };
-        let wire = headers
-            .link_len(dst.is_ipv6(), packet.payload_len as usize)
-            .expect("the responder builds known opcodes") as u64;
-        self.paced = (self.next_send_at().max(now), wire * 8);
+    /// Whether the response owed first is a READ's: one a law that gates READ responses may
+    /// hold back (the queue pair then owes the peer but waits for the pacer or the law).
+    pub(crate) fn read_response_first(&self) -> bool {
+        matches!(self.resp.responses.front(), Some(Response::Read { .. }))
     }
 
     /// The timer of a queue pair that cannot send requests (RTR) fired: a READ response
@@ -1134,12 +1136,6 @@ impl Qp {
         } else {
             nic.arm(self, due);
         }
-    }
-
-    /// Whether the response owed first is a READ's: one a law that gates READ responses may
-    /// hold back (the queue pair then owes the peer but waits for the pacer or the law).
-    pub(crate) fn read_response_first(&self) -> bool {
-        matches!(self.resp.responses.front(), Some(Response::Read { .. }))
     }
 
     /// The next packet of the READ response owed first: its headers, its payload in place.
