@@ -1588,4 +1588,75 @@ mod tests {
         assert_eq!((c.wr_id, c.byte_len), (7, 8));
         assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
     }
+
+    /// Paces READ responses at 1 Gbit/s from `Start` on (and lets every one through its
+    /// gate): the opt-in's pacer alone.
+    #[derive(Debug)]
+    struct PacedReads;
+
+    impl crate::control::Law for PacedReads {
+        type Context = ();
+
+        fn name(&self) -> &'static str {
+            "paced-reads"
+        }
+
+        fn interest(&self) -> crate::control::EventMask {
+            use crate::control::{EventKind, EventMask};
+            EventMask::of(&[EventKind::Start]).union(EventMask::GATE_READ_RESPONSES)
+        }
+
+        fn on_event(
+            &mut self,
+            _: Instant,
+            _: &mut (),
+            event: &crate::control::Event,
+            act: &mut crate::control::Actions,
+        ) {
+            if let crate::control::Event::Start { .. } = event {
+                act.set_rate(1_000_000_000);
+            }
+        }
+    }
+
+    #[test]
+    fn a_paced_read_response_takes_its_own_length_on_the_wire_from_the_pacer() {
+        let policies = crate::policy::Policies {
+            controller: Box::new(crate::control::Inline::new(PacedReads)),
+            ..Default::default()
+        };
+        let mut f = Fixture::with_policies(
+            crate::EngineConfig::default(),
+            crate::Recovery::GoBackN,
+            policies,
+        );
+        // FIRST and LAST with an AETH, MIDDLE without; the LAST's 513 bytes padded to 516.
+        let ext = ExtHeaders {
+            reth: Some(Reth {
+                va: f.mr.addr,
+                rkey: f.mr.rkey,
+                dma_len: 2 * MTU + 513,
+            }),
+            ..ExtHeaders::default()
+        };
+        f.request(
+            &request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, false, ext),
+            Payload::Len(0),
+        );
+        let mut now = NOW;
+        let mut lens = Vec::new();
+        while let Some(t) = f.next_response(now) {
+            // The pacer took exactly what `RoceHeaders::link_len` says the built packet is.
+            let wire = t.headers.link_len(false, t.payload_len as usize).unwrap() as u64;
+            assert_eq!(f.qp().paced, (now, wire * 8), "{:?}", t.headers.bth.opcode);
+            lens.push(t.payload_len);
+            // The next packet waits for its slot: at 1 Gbit/s, 8 ns a byte on the wire.
+            let due = f.qp().next_send_at();
+            assert_eq!((due - now).as_nanos() as u64, wire * 8);
+            let early = Instant::from_nanos(due.as_nanos() - 1);
+            assert!(f.next_response(early).is_none());
+            now = due;
+        }
+        assert_eq!(lens, [MTU, MTU, 513]);
+    }
 }
