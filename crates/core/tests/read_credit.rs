@@ -125,6 +125,11 @@ struct Rig {
 }
 
 fn rig(s: Setting, link: Impairments, seed: u64, recovery: Recovery) -> Rig {
+    rig_timing(s, link, seed, recovery, 6)
+}
+
+/// [`rig`] with the retransmit timeout code `timeout` (4.096 us x 2^timeout).
+fn rig_timing(s: Setting, link: Impairments, seed: u64, recovery: Recovery, timeout: u8) -> Rig {
     let mut world = World::new(2, seed, link);
     world.watched_ports[1] = true;
     let (heard, passed) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
@@ -143,7 +148,7 @@ fn rig(s: Setting, link: Impairments, seed: u64, recovery: Recovery) -> Rig {
             mr_len: 4 << 20,
             ccx: [Some(CcxLayout::Credit); 2],
             recovery,
-            timeout: 6, // 262 us: losses recovered in simulated time
+            timeout,
             ..PairOptions::default()
         },
     );
@@ -343,7 +348,12 @@ fn lossy(c: Case, seed: u64) -> Result<(), TestCaseError> {
     } else {
         Recovery::GoBackN
     };
-    let mut r = rig(
+    // The timeout (4.2 ms) above the time the responder's queue of READ responses takes at
+    // the slowest rate (the READs' 1.6 MB at most, at 2 Gbit/s: 6.4 ms, which one or two
+    // timeouts without progress cover): a response the requester asks for again is
+    // served after what was owed before it, and a requester whose timeout is shorter than
+    // that spends its retries while its responder drains (as on any slow path).
+    let mut r = rig_timing(
         Setting {
             reads: true,
             rate_bps: c.rate_gbps.map(|g| g * 1_000_000_000),
@@ -354,6 +364,7 @@ fn lossy(c: Case, seed: u64) -> Result<(), TestCaseError> {
         link,
         seed,
         recovery,
+        10,
     );
     let mut at = 0u64;
     let mut placed = Vec::new();
