@@ -3,7 +3,7 @@
 //! law sets lies between 1 bit/s and the line rate, every window is at least one byte, every
 //! Homa message a law sends is one the wire encodes. Homa's declared header and its GRANT,
 //! RESEND and BUSY arrive with arbitrary fields, and the gate is asked with arbitrary
-//! message positions.
+//! message positions (and READ response sizes, for a law that gates READ responses).
 #![no_main]
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ fn event(b: &[u8]) -> (u32, u64, Event) {
     let x = u32_at(b, 5);
     let y = u32_at(b, 9);
     let psn = Psn::new(x);
-    let e = match b[13] % 13 {
+    let e = match b[13] % 14 {
         0 => Event::Start {
             mtu: 256 << (y % 5),
             line_rate_bps: LINE,
@@ -85,6 +85,11 @@ fn event(b: &[u8]) -> (u32, u64, Event) {
             }
             Event::Header(h)
         }
+        12 => Event::RxResponse {
+            psn,
+            bytes: y % 4097,
+            ce: b[14] & 1 == 1,
+        },
         _ => Event::Homa(match b[14] % 3 {
             0 => HomaControl::Grant {
                 message: x & 0xFF_FFFF,
@@ -148,6 +153,12 @@ fn drive(c: &mut dyn Controller, data: &[u8]) {
                 bytes: bytes.min(len - psn.value() % len),
             };
             let _ = c.gate_message(t, qp, &pos);
+        }
+        if let Event::RxResponse { bytes, .. } = e
+            && c.interest().gates_read_responses()
+        {
+            // A READ response packet the law is asked about, at the data's sender.
+            let _ = c.gate(t, qp, bytes);
         }
         // Timer events only ever come from the controller itself.
         if !matches!(e, Event::Timer) && c.interest().contains(e.kind()) {

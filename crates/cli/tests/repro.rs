@@ -482,3 +482,20 @@ fn homa_websearch_runs_homa_beside_dcqcn_and_dctcp_on_the_same_flows() {
         }
     }
 }
+
+#[test]
+fn scr_fig20_read_credits_a_read_from_the_requester() {
+    let out = quick("scr-fig20-read");
+    assert!(
+        out.contains("PASS    the credited READ gives up what each background sender takes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    a small queue at the reader's port"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PASS    backpressure on READ responses: an MD/AI sawtooth"),
+        "{out}"
+    );
+}

@@ -31,6 +31,13 @@
 //! gives neither its MD/AI constants nor its trigger: the defaults here are a halving, 1
 //! Gbit/s per interval, and a port at 95% of capacity.
 //!
+//! READs are credited the same way with the roles turned round: the data's receiver is the
+//! requester, which hears its READ responses arrive (`Event::RxResponse`, counted with its
+//! port as `Rx` is) and grants; the data's sender is the responder, whose READ responses the
+//! engine gates and paces with this law (`EventMask::GATE_READ_RESPONSES`), from `Start`
+//! before its first one. A packet without payload (a READ request, an atomic) takes its
+//! share of the port but asks for no credit: only data is credited.
+//!
 //! No queue pair ticks while nothing happens: a receiver arms its timer only while data it
 //! has not credited yet is there (so a flow's last bytes are credited too, and credits clock
 //! the sender's next bytes), and a sender only for its stall check, pushed out by every
@@ -223,6 +230,11 @@ impl RateCredit {
     ) {
         let wire = wire_len(bytes);
         self.port_wire += wire;
+        if bytes == 0 {
+            // A READ request or an atomic: no data to credit, nor a flow to start crediting
+            // (a READ's data comes back the other way, where the requester credits it).
+            return;
+        }
         self.max_rx = self.max_rx.max(bytes);
         ctx.own_wire += wire;
         if !ctx.receiving {
@@ -302,11 +314,13 @@ impl Law for RateCredit {
         EventMask::of(&[
             EventKind::Start,
             EventKind::Rx,
+            EventKind::RxResponse,
             EventKind::Credit,
             EventKind::Cnp,
             EventKind::Timer,
         ])
         .union(EventMask::GATE)
+        .union(EventMask::GATE_READ_RESPONSES)
     }
 
     fn on_event(
@@ -328,7 +342,10 @@ impl Law for RateCredit {
                 ctx.stall_armed = true;
                 act.unpace();
             }
-            Event::Rx { bytes, .. } => self.arrived(now, ctx, bytes, act),
+            // A WRITE's or SEND's data at the responder, a READ's at the requester.
+            Event::Rx { bytes, .. } | Event::RxResponse { bytes, .. } => {
+                self.arrived(now, ctx, bytes, act)
+            }
             Event::Credit { bytes } => {
                 let cap = ctx.first_credit.max(bytes).saturating_mul(2);
                 ctx.credit = ctx.credit.saturating_add(bytes).min(cap);

@@ -1100,6 +1100,10 @@ impl Qp {
     /// The queue pair's timer fired: a pacing wait, an RNR wait or the retransmit timer.
     pub(crate) fn on_timer(&mut self, nic: &mut Nic, now: Instant) {
         if !self.state.sending() {
+            // In RTR a queue pair still answers READs, and their pace still runs.
+            if self.state.receiving() {
+                self.read_pacing_timer(nic, now);
+            }
             return;
         }
         if self.knobs.rate_bps.is_some() {
@@ -1108,7 +1112,9 @@ impl Qp {
             let due = self.next_send_at();
             if due <= now {
                 nic.schedule(self);
-            } else if self.req.cursor < self.req.sq.len() {
+            } else if self.req.cursor < self.req.sq.len()
+                || (nic.gates_read_responses() && self.read_response_first())
+            {
                 nic.arm(self, due);
             }
         }

@@ -1017,13 +1017,21 @@ impl Qp {
             return None;
         }
         let packet = match self.resp.responses.front() {
-            Some(Response::Read { .. }) => match self.read_response(nic) {
-                Some(packet) => packet,
-                None => {
-                    *again = true;
+            Some(Response::Read { .. }) => {
+                // A law that controls READ data too: asked, and its pace kept, out of line
+                // (and before the packet is built: an ACK's way must not read the built
+                // packet again, or every ACK is built aside and copied).
+                if nic.gates_read_responses() && !self.read_response_may_go(nic, now, dst) {
                     return None;
                 }
-            },
+                match self.read_response(nic) {
+                    Some(packet) => packet,
+                    None => {
+                        *again = true;
+                        return None;
+                    }
+                }
+            }
             _ => self.acknowledgement()?,
         };
         let ResponsePacket {
@@ -1043,6 +1051,91 @@ impl Qp {
             payload_at,
             priority: self.priorities.response,
         })
+    }
+
+    /// Under a law that gates READ responses ([`crate::control::EventMask::GATE_READ_RESPONSES`]):
+    /// may the next packet of the READ response owed first go now? The law hears `Start`
+    /// before the queue pair's first data packet, READ response or request; the pace it
+    /// set must allow the packet (else the timer wakes the queue pair when it does); and a
+    /// new packet must pass the law's gate, as a new request packet must. A replay (for a
+    /// duplicate READ, the requester's recovery) is paced but never gated: the credit the
+    /// lost packets used is gone, and recovery must not wait for it. `false` leaves the
+    /// response owed: the queue pair sends it when the pacer's timer or the law's
+    /// `Actions::wake` schedules it again. `true` takes the packet's time on the wire from
+    /// the pacer, as a request packet's is (framing and the CC extension header counted,
+    /// so that the law's rate is a rate on the wire).
+    #[inline(never)]
+    fn read_response_may_go(
+        &mut self,
+        nic: &mut Nic,
+        now: crate::Instant,
+        dst: std::net::IpAddr,
+    ) -> bool {
+        if !self.control_started {
+            self.control_started = true;
+            let (mtu, line_rate_bps) = (self.attrs.mtu, nic.config.line_rate_bps);
+            nic.emit(
+                self,
+                now,
+                crate::control::Event::Start { mtu, line_rate_bps },
+            );
+        }
+        if self.knobs.rate_bps.is_some() {
+            let due = self.next_send_at();
+            if due > now {
+                nic.arm(self, due);
+                return false;
+            }
+        }
+        let mtu = self.attrs.mtu;
+        let Some(&Response::Read {
+            remaining,
+            first,
+            replay,
+            ..
+        }) = self.resp.responses.front()
+        else {
+            return true;
+        };
+        let len = remaining.min(mtu);
+        if !replay && nic.gate_bytes(self, now, len) == crate::control::Gate::Hold {
+            return false;
+        }
+        if self.knobs.rate_bps.is_some_and(|r| r > 0) {
+            // BTH, an AETH unless a MIDDLE packet, the CCX, the payload and its pad, the
+            // ICRC (as `RoceHeaders::wire_len` counts the packet `read_response` builds).
+            let middle = !first && remaining > mtu;
+            let aeth = if middle { 0 } else { sluice_wire::AETH_LEN };
+            let ccx = self.attrs.ccx.map_or(0, |l| l.wire_len());
+            let payload = len as usize + usize::from(sluice_wire::pad_for(len as usize));
+            let roce = sluice_wire::BTH_LEN + aeth + ccx + payload + sluice_wire::ICRC_LEN;
+            let wire = sluice_wire::roce_link_len(dst.is_ipv6(), roce) as u64;
+            self.paced = (self.next_send_at().max(now), wire * 8);
+        }
+        true
+    }
+
+    /// Whether the response owed first is a READ's: one a law that gates READ responses may
+    /// hold back (the queue pair then owes the peer but waits for the pacer or the law).
+    pub(crate) fn read_response_first(&self) -> bool {
+        matches!(self.resp.responses.front(), Some(Response::Read { .. }))
+    }
+
+    /// The timer of a queue pair that cannot send requests (RTR) fired: a READ response
+    /// waiting for its pace (under a law that gates READ responses) goes when it is due.
+    pub(crate) fn read_pacing_timer(&mut self, nic: &mut Nic, now: crate::Instant) {
+        if self.knobs.rate_bps.is_none()
+            || !nic.gates_read_responses()
+            || !self.read_response_first()
+        {
+            return;
+        }
+        let due = self.next_send_at();
+        if due <= now {
+            nic.schedule(self);
+        } else {
+            nic.arm(self, due);
+        }
     }
 
     /// The next packet of the READ response owed first: its headers, its payload in place.
@@ -1494,5 +1587,76 @@ mod tests {
         let c = f.poll().expect("the receive completes");
         assert_eq!((c.wr_id, c.byte_len), (7, 8));
         assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 1);
+    }
+
+    /// Paces READ responses at 1 Gbit/s from `Start` on (and lets every one through its
+    /// gate): the opt-in's pacer alone.
+    #[derive(Debug)]
+    struct PacedReads;
+
+    impl crate::control::Law for PacedReads {
+        type Context = ();
+
+        fn name(&self) -> &'static str {
+            "paced-reads"
+        }
+
+        fn interest(&self) -> crate::control::EventMask {
+            use crate::control::{EventKind, EventMask};
+            EventMask::of(&[EventKind::Start]).union(EventMask::GATE_READ_RESPONSES)
+        }
+
+        fn on_event(
+            &mut self,
+            _: Instant,
+            _: &mut (),
+            event: &crate::control::Event,
+            act: &mut crate::control::Actions,
+        ) {
+            if let crate::control::Event::Start { .. } = event {
+                act.set_rate(1_000_000_000);
+            }
+        }
+    }
+
+    #[test]
+    fn a_paced_read_response_takes_its_own_length_on_the_wire_from_the_pacer() {
+        let policies = crate::policy::Policies {
+            controller: Box::new(crate::control::Inline::new(PacedReads)),
+            ..Default::default()
+        };
+        let mut f = Fixture::with_policies(
+            crate::EngineConfig::default(),
+            crate::Recovery::GoBackN,
+            policies,
+        );
+        // FIRST and LAST with an AETH, MIDDLE without; the LAST's 513 bytes padded to 516.
+        let ext = ExtHeaders {
+            reth: Some(Reth {
+                va: f.mr.addr,
+                rkey: f.mr.rkey,
+                dma_len: 2 * MTU + 513,
+            }),
+            ..ExtHeaders::default()
+        };
+        f.request(
+            &request(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, false, ext),
+            Payload::Len(0),
+        );
+        let mut now = NOW;
+        let mut lens = Vec::new();
+        while let Some(t) = f.next_response(now) {
+            // The pacer took exactly what `RoceHeaders::link_len` says the built packet is.
+            let wire = t.headers.link_len(false, t.payload_len as usize).unwrap() as u64;
+            assert_eq!(f.qp().paced, (now, wire * 8), "{:?}", t.headers.bth.opcode);
+            lens.push(t.payload_len);
+            // The next packet waits for its slot: at 1 Gbit/s, 8 ns a byte on the wire.
+            let due = f.qp().next_send_at();
+            assert_eq!((due - now).as_nanos() as u64, wire * 8);
+            let early = Instant::from_nanos(due.as_nanos() - 1);
+            assert!(f.next_response(early).is_none());
+            now = due;
+        }
+        assert_eq!(lens, [MTU, MTU, 513]);
     }
 }

@@ -68,8 +68,9 @@ impl Controller for TenantLaws {
 
     fn on_event(&mut self, now: Instant, qp: u32, event: &Event, act: &mut Actions) {
         let l = self.law(qp);
-        if let Event::Rx { bytes, .. } = *event {
-            // The host's other laws hear of it as a port signal.
+        if let Event::Rx { bytes, .. } | Event::RxResponse { bytes, .. } = *event {
+            // The host's other laws hear of it as a port signal (data in, whichever
+            // operation brought it: a READ's comes as the requester's `RxResponse`).
             for (k, (other, _)) in self.laws.iter_mut().enumerate() {
                 if k != l {
                     other.on_foreign_rx(now, bytes);

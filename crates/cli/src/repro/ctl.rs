@@ -809,7 +809,7 @@ params = {{ bp_threshold = 0.9 }}
 }
 
 /// The mean over samples in (from_us, to_us] of app queue pair `app`'s payload Gbit/s.
-fn app_mean(r: &RunResult, app: usize, from_us: f64, to_us: f64) -> f64 {
+pub(super) fn app_mean(r: &RunResult, app: usize, from_us: f64, to_us: f64) -> f64 {
     let s = &r.series;
     let n = r.apps.len();
     let v: Vec<f64> = s
@@ -823,7 +823,7 @@ fn app_mean(r: &RunResult, app: usize, from_us: f64, to_us: f64) -> f64 {
 }
 
 /// The slope of the least-squares line through `points`.
-fn slope(points: &[(f64, f64)]) -> f64 {
+pub(super) fn slope(points: &[(f64, f64)]) -> f64 {
     let n = points.len() as f64;
     let (mx, my) = (
         points.iter().map(|p| p.0).sum::<f64>() / n,

@@ -17,6 +17,7 @@ mod homa;
 mod left;
 mod left_fct;
 mod scr;
+mod scr_read;
 mod swcc;
 mod weir;
 mod weir_fig11;
@@ -234,6 +235,7 @@ pub const ENTRIES: &[Entry] = &[
     ctl::SCR_FIG10CD,
     ctl::SWCC_FIG12,
     ctl::SCR_FIG20,
+    scr_read::SCR_FIG20_READ,
     weir::FIG2,
     weir::FIG4,
     weir::FIG7,

@@ -11,8 +11,9 @@ use sluice_wire::Psn;
 /// Events are small and `Copy`, so that SCR-style queues can hold and coalesce them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// The queue pair is about to send its first request packet: set the initial rate and
-    /// window. `mtu` is its path MTU and `line_rate_bps` the engine's line rate.
+    /// The queue pair is about to send its first request packet (or, under a law that gates
+    /// READ responses, [`EventMask::GATE_READ_RESPONSES`], its first READ response: the data
+    /// it sends for the peer's READ): set the initial rate and window. `mtu` is its path MTU and `line_rate_bps` the engine's line rate.
     Start {
         /// The path MTU, in bytes.
         mtu: u32,
@@ -32,6 +33,19 @@ pub enum Event {
     /// Request packets arrived at the responder; `ce` if any was marked Congestion
     /// Experienced in its IP header.
     Rx {
+        /// The PSN of the last packet.
+        psn: Psn,
+        /// Payload bytes, headers not included.
+        bytes: u32,
+        /// Whether any of the packets was marked CE.
+        ce: bool,
+    },
+    /// READ response packets arrived at the requester: the data of its READs, of which it is
+    /// the receiver (`Rx`'s counterpart for data flowing from responder to requester; READ
+    /// requests, atomics and ACKs carry none and cause none). `ce` if any was marked
+    /// Congestion Experienced. Apart from `Rx` so that a law asking for request arrivals
+    /// (DCQCN's notification point) keeps hearing only those.
+    RxResponse {
         /// The PSN of the last packet.
         psn: Psn,
         /// Payload bytes, headers not included.
@@ -135,11 +149,13 @@ pub enum EventKind {
     Header,
     /// [`Event::Homa`].
     Homa,
+    /// [`Event::RxResponse`].
+    RxResponse,
 }
 
 impl EventKind {
     /// Every kind, in order.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::Start,
         EventKind::Tx,
         EventKind::Rx,
@@ -153,8 +169,9 @@ impl EventKind {
         EventKind::Hint,
         EventKind::Header,
         EventKind::Homa,
+        EventKind::RxResponse,
     ];
-    /// The number of kinds (13).
+    /// The number of kinds (14).
     pub const COUNT: usize = Self::ALL.len();
 }
 
@@ -175,12 +192,14 @@ impl Event {
             Event::Hint(_) => EventKind::Hint,
             Event::Header(_) => EventKind::Header,
             Event::Homa(_) => EventKind::Homa,
+            Event::RxResponse { .. } => EventKind::RxResponse,
         }
     }
 }
 
 /// A set of event kinds, plus [`EventMask::GATE`]: the law decides, packet by packet,
-/// whether a request packet may go (SwCC's TX function; see `Law::gate`).
+/// whether a request packet may go (SwCC's TX function; see `Law::gate`), and
+/// [`EventMask::GATE_READ_RESPONSES`]: READ responses too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EventMask(u32);
 
@@ -191,6 +210,12 @@ impl EventMask {
     pub const ALL: EventMask = EventMask((1 << EventKind::COUNT) - 1);
     /// Ask the law before every request packet.
     pub const GATE: EventMask = EventMask(1 << 31);
+    /// Ask the law (`Law::gate`, with the packet's payload bytes) before every new READ
+    /// response packet too, and pace READ responses at the rate it sets: for a law that
+    /// controls the data a queue pair sends whichever end asked for it (a READ's data goes
+    /// from responder to requester). Without it READ responses go as soon as they are owed,
+    /// whatever the law's rate, as on a NIC whose rate limiter sits on the send queue.
+    pub const GATE_READ_RESPONSES: EventMask = EventMask(1 << 30);
 
     /// The set of `kinds`.
     pub const fn of(kinds: &[EventKind]) -> EventMask {
@@ -224,6 +249,12 @@ impl EventMask {
     pub const fn gates(self) -> bool {
         self.0 & Self::GATE.0 != 0
     }
+
+    /// Whether [`EventMask::GATE_READ_RESPONSES`] is set.
+    #[inline]
+    pub const fn gates_read_responses(self) -> bool {
+        self.0 & Self::GATE_READ_RESPONSES.0 != 0
+    }
 }
 
 /// The kinds an [`OpcodeMask`] filters: those a packet causes, each by that packet's opcode
@@ -237,6 +268,7 @@ pub(crate) const PACKET_KINDS: EventMask = EventMask::of(&[
     EventKind::Credit,
     EventKind::Header,
     EventKind::Homa,
+    EventKind::RxResponse,
 ]);
 
 /// SwCC's selective triggering by opcode: a 32-bit one-hot mask over the low five bits of
@@ -301,6 +333,14 @@ mod tests {
         assert!(!m.gates());
         assert!(m.union(EventMask::GATE).gates());
         assert!(!EventMask::ALL.gates());
+        // The two gates are apart: asking for one is not asking for the other.
+        let reads = m.union(EventMask::GATE_READ_RESPONSES);
+        assert!(reads.gates_read_responses() && !reads.gates());
+        assert!(!m.union(EventMask::GATE).gates_read_responses());
+        assert!(!EventMask::ALL.gates_read_responses());
+        for k in EventKind::ALL {
+            assert_eq!(reads.contains(k), m.contains(k), "no kind's bit");
+        }
     }
 
     #[test]

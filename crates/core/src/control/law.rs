@@ -66,7 +66,9 @@ pub trait Law: std::fmt::Debug {
 
     /// SwCC's TX function: may a new request packet carrying `bytes` of payload go now?
     /// Asked only if [`Law::interest`] holds [`EventMask::GATE`], and only for packets sent
-    /// for the first time (recovery never waits for credit). On [`Gate::Send`] the packet
+    /// for the first time (recovery never waits for credit); with
+    /// [`EventMask::GATE_READ_RESPONSES`], asked too before every new READ response packet
+    /// (not one replayed for a duplicate READ), `bytes` its payload. On [`Gate::Send`] the packet
     /// goes at once; on [`Gate::Hold`] the queue pair waits until an action of the law calls
     /// [`Actions::wake`].
     fn gate(&mut self, _now: Instant, _ctx: &mut Self::Context, _bytes: u32) -> Gate {
@@ -118,10 +120,11 @@ pub trait Law: std::fmt::Debug {
         self.stamp(now, ctx, out);
     }
 
-    /// `bytes` of request payload arrived on this host for a queue pair that another law
-    /// runs (a simulator host whose apps choose their own laws): a host-domain signal, for
-    /// a law that measures its port (SCR's receiver-driven control). Its own queue pairs'
-    /// arrivals come as [`Event::Rx`]. Default: ignored.
+    /// `bytes` of payload (requests, or READ responses) arrived on this host for a queue
+    /// pair that another law runs (a simulator host whose apps choose their own laws): a
+    /// host-domain signal, for a law that measures its port (SCR's receiver-driven
+    /// control). Its own queue pairs' arrivals come as [`Event::Rx`] and
+    /// [`Event::RxResponse`]. Default: ignored.
     fn on_foreign_rx(&mut self, _now: Instant, _bytes: u32) {}
 }
 

@@ -92,6 +92,18 @@ fn accumulate(waiting: &mut Event, new: &Event) {
             *packets = packets.saturating_add(*n);
             *rtt = r.or(*rtt);
         }
+        (
+            Event::RxResponse { psn, bytes, ce },
+            Event::RxResponse {
+                psn: p,
+                bytes: b,
+                ce: c,
+            },
+        ) => {
+            *psn = *p;
+            *bytes = bytes.saturating_add(*b);
+            *ce |= c;
+        }
         (Event::Credit { bytes }, Event::Credit { bytes: b }) => {
             *bytes = bytes.saturating_add(*b);
         }
@@ -138,6 +150,7 @@ impl Default for ScrConfig {
         for k in [
             EventKind::Tx,
             EventKind::Rx,
+            EventKind::RxResponse,
             EventKind::Ack,
             EventKind::Credit,
         ] {

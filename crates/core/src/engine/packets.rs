@@ -126,6 +126,8 @@ impl Engine {
         let Some((index, info)) = self.admit(now, from, headers) else {
             return;
         };
+        // Only a debug build asks (an assertion below): nothing in release.
+        let gated_reads = cfg!(debug_assertions) && self.nic.gates_read_responses();
         let qp = self.qp_mut(index);
         let is_response = matches!(
             info.operation,
@@ -135,6 +137,19 @@ impl Engine {
             if !qp.state.sending() {
                 self.nic.counters.drops_bad_state += 1;
                 return;
+            }
+            if info.operation == Operation::RdmaReadResponse {
+                // The data of a READ arrived at its receiver: `Rx`'s counterpart, before
+                // the packet is handled (as `Rx` is), whatever becomes of it.
+                self.emit(
+                    index,
+                    now,
+                    Event::RxResponse {
+                        psn: headers.bth.psn,
+                        bytes: payload.len(),
+                        ce,
+                    },
+                );
             }
             self.on_response_ccx(index, now, headers, info, payload);
         } else {
@@ -167,8 +182,9 @@ impl Engine {
         // in `apply`), so it is judged by the requester's lines alone.
         let qp = self.qp_mut(index);
         let more = if is_response {
+            // (A READ response a law holds back waits for the pacer's timer or the law.)
             debug_assert!(
-                qp.scheduled || !qp.owes_peer(),
+                qp.scheduled || !qp.owes_peer() || (gated_reads && qp.read_response_first()),
                 "owes the peer, not scheduled"
             );
             qp.requests_to_send()
