@@ -306,7 +306,7 @@ fn fig19a(scale: Scale) -> Result<Report, String> {
         ),
     ));
     report.notes.push(format!(
-        "the paper's cross traffic runs between the sender and the receiver; here it comes from a second host on the sender's leaf to the same receiver, so it shares the receiver's downlink ({DOWNLINK}), which every path crosses: all the probed ports see it, none can avoid it. With no congestion control the queue is what the switch's buffer lets the port hold (500 KB shared); the paper's RTT rise depends on its NIC's congestion control and buffers and is not compared in numbers."
+        "the paper's cross traffic runs between the sender and the receiver; here it comes from a second host on the sender's leaf to the same receiver, so it shares the receiver's downlink ({DOWNLINK}), which every path crosses: all the probed ports see it, none can avoid it. No congestion control runs; the fabric is lossless (PFC, 200 KB xoff), so the queue the cross traffic builds is bounded by PFC, which fills the links into the receiver's leaf too. The probed flow is paced at 50 Gbit/s so that, alone, it leaves no standing queue. The paper's RTT rise depends on its NIC's congestion control and the switch's buffers and is not compared in numbers."
     ));
 
     // RTT per probed port over time; the downlink's queue beside it.
