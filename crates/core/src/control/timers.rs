@@ -6,21 +6,22 @@
 //! the receiver-driven law's credit tick), the heap's pops were 42% of a law's time (the
 //! laws bench under `perf`). Here timers go into a wheel of `SLOTS` slots of `2^SHIFT` ns
 //! each (4.2 ms in all): arming is a push onto a slot's list, and finding the next timer
-//! is a scan of an occupancy bitmap (64 words at most). The earliest occupied slot is
+//! is a scan of an occupancy bitmap (16 words at most). The earliest occupied slot is
 //! moved, live entries only, into a small heap (`ready`) that orders it exactly, so the
 //! order is the heap's, (time, queue pair), and the timers are the same. Timers armed in
 //! the past go to `ready` at once; timers beyond the wheel's horizon wait in `far` (a heap:
-//! rare, the laws' timers are at most a few ms out).
+//! rare, the laws' timers are at most a few ms out). The slots are allocated at the first
+//! timer (24 KiB): a simulated host whose law arms none pays nothing.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::Instant;
 
-/// log2 of a slot's width in ns (1.024 µs).
-const SHIFT: u32 = 10;
-/// Slots in the wheel (a power of two): 4,096 x 1.024 µs = 4.19 ms ahead.
-const SLOTS: usize = 4096;
+/// log2 of a slot's width in ns (4.096 µs).
+const SHIFT: u32 = 12;
+/// Slots in the wheel (a power of two): 1,024 x 4.096 µs = 4.19 ms ahead.
+const SLOTS: usize = 1024;
 const WORDS: usize = SLOTS / 64;
 
 type Entry = Reverse<(Instant, u32)>;
@@ -47,7 +48,7 @@ impl Timers {
     pub(crate) fn new() -> Self {
         Timers {
             base: 0,
-            slots: vec![Vec::new(); SLOTS],
+            slots: Vec::new(),
             occupied: [0; WORDS],
             ready: BinaryHeap::new(),
             far: BinaryHeap::new(),
@@ -60,6 +61,9 @@ impl Timers {
         if t < self.base {
             self.ready.push(Reverse((at, qp)));
         } else if t - self.base < SLOTS as u64 {
+            if self.slots.is_empty() {
+                self.slots = vec![Vec::new(); SLOTS];
+            }
             let i = (t % SLOTS as u64) as usize;
             self.slots[i].push((at, qp));
             self.occupied[i / 64] |= 1 << (i % 64);
