@@ -396,6 +396,17 @@ fn scr_fig19_probes_see_the_slow_path_and_the_failure_moves_the_flow() {
 }
 
 #[test]
+fn scr_fig19a_probes_track_cross_traffic_on_and_off() {
+    let out = quick("scr-fig19a");
+    for check in [
+        "PASS    every probed path's RTT rises while the cross traffic is on",
+        "PASS    the RTT returns once the cross traffic stops",
+    ] {
+        assert!(out.contains(check), "{out}");
+    }
+}
+
+#[test]
 fn balboa_fig7_doorbell_is_slower_than_in_line_in_the_model() {
     // The measured "in-line within the cipher's cost" does not hold on this loopback
     // datapath (docs/repro.md says why), so that check is not asserted.

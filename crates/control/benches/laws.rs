@@ -6,7 +6,9 @@
 //! end; SwCC's returned credit), Homa a GRANT per packet too, and a gating law is asked with
 //! each packet's place in a 64 KiB message.
 //!
-//! `cargo bench -p sluice-control --bench laws` (`SLUICE_BENCH_EVENTS` events per run).
+//! `cargo bench -p sluice-control --bench laws` (`SLUICE_BENCH_EVENTS` events per run;
+//! `SLUICE_BENCH_LAWS=homa,rate-credit` runs only the laws named; `SLUICE_BENCH_QPS=16384`
+//! only one inline run over that many queue pairs: for a profiler or callgrind).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant as Clock};
@@ -131,8 +133,10 @@ fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
 }
 
 /// Runs `events` steps over `qps` queue pairs (QP of step k: a fixed pseudo-random
-/// sequence), time moving 100 ns per step (10 M events/s); returns ns per step.
-fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> f64 {
+/// sequence), time moving 100 ns per step (10 M events/s); returns ns per step and the
+/// actions the law's timers produced per step (Homa's RESENDs, a credit law's grants: work
+/// the law's timers do between a queue pair's events, counted in its ns per event).
+fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> (f64, f64) {
     let mut deferred = Vec::new();
     for qp in 0..qps {
         c.reset(qp);
@@ -148,6 +152,7 @@ fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> f64 {
         );
     }
     let mut qp = 1u32;
+    let mut timer_actions = 0usize;
     let start = Clock::now();
     let mut now = 1_000u64;
     for k in 0..events {
@@ -167,15 +172,19 @@ fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> f64 {
         }
         if k % 8 == 0 && c.next_timeout().is_some_and(|at| at <= t) {
             c.on_timeout(t, &mut deferred);
-            black_box(&deferred);
+            timer_actions += black_box(&deferred).len();
             deferred.clear();
         }
     }
-    start.elapsed().as_nanos() as f64 / events as f64
+    let ns = start.elapsed().as_nanos() as f64 / events as f64;
+    (ns, timer_actions as f64 / events as f64)
 }
 
-fn best_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
-    (0..repeats).map(|_| f()).fold(f64::INFINITY, f64::min)
+/// The fastest of `repeats` runs, and its timer actions per step (the same in every run).
+fn best_of(repeats: usize, mut f: impl FnMut() -> (f64, f64)) -> (f64, f64) {
+    (0..repeats)
+        .map(|_| f())
+        .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
 }
 
 fn main() {
@@ -194,8 +203,14 @@ fn main() {
          loop delay, 200 ns service time, events 100 ns apart)"
     );
     println!(
-        "{:11} {:>10} {:>12} {:>8} {:>15} {:>9}",
-        "law", "inline 1QP", "inline 16kQP", "16k/1", "decoupled 16kQP", "dec/inl"
+        "{:11} {:>10} {:>12} {:>8} {:>15} {:>9} {:>14}",
+        "law",
+        "inline 1QP",
+        "inline 16kQP",
+        "16k/1",
+        "decoupled 16kQP",
+        "dec/inl",
+        "16k tmr act/ev"
     );
     // The registry's laws, and SwCC's credit law (a library law, built here).
     type Builder = Box<dyn Fn(&Mode) -> Box<dyn Controller>>;
@@ -215,7 +230,16 @@ fn main() {
             }
         }),
     ));
+    let only: Option<Vec<String>> = std::env::var("SLUICE_BENCH_LAWS")
+        .ok()
+        .map(|s| s.split(',').map(|n| n.trim().to_string()).collect());
+    let profile_qps: Option<u32> = std::env::var("SLUICE_BENCH_QPS")
+        .ok()
+        .and_then(|s| s.parse().ok());
     for (name, make) in &laws {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+            continue;
+        }
         let probe = make(&Mode::Inline);
         let steps = stream(probe.as_ref(), 4096);
         if steps.is_empty() {
@@ -228,20 +252,30 @@ fn main() {
                 run(c.as_mut(), &steps, qps, events)
             })
         };
-        let one = inline(1);
-        let many = inline(16_384);
-        let dec = best_of(5, || {
+        if let Some(qps) = profile_qps {
+            let mut c = make(&Mode::Inline);
+            let (ns, timed) = run(c.as_mut(), &steps, qps, events);
+            println!(
+                "{name:11} inline over {qps} QPs, one run: {ns:.1} ns per event, {timed:.2} \
+                 timer actions per event"
+            );
+            continue;
+        }
+        let (one, _) = inline(1);
+        let (many, timed) = inline(16_384);
+        let (dec, _) = best_of(5, || {
             let mut c = make(&Mode::Decoupled(scr));
             run(c.as_mut(), &steps, 16_384, events)
         });
         println!(
-            "{:11} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2}",
+            "{:11} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2} {:>14.2}",
             name,
             one,
             many,
             many / one,
             dec,
-            dec / many
+            dec / many,
+            timed
         );
     }
 }

@@ -156,6 +156,10 @@ struct Packet {
     in_port: u16,
     ce: bool,
     class: u8,
+    /// A path probe or its reply (`rtt-probe`): a control packet that waits in the data
+    /// queues, as a ping does, so that its RTT includes the queues on its path (it is
+    /// neither dropped by a queue's threshold nor marked nor counted by PFC, as control).
+    probe: bool,
     /// The IPv4 TOS byte its sender wrote (its DSCP carries its priority; ECN is `ce`).
     tos: u8,
     /// The packet behind it in its port's queue.
@@ -1492,6 +1496,13 @@ impl<'a> Network<'a> {
             dst,
             src_port: t.src_port,
             class: class_of(t.headers.bth.opcode),
+            probe: t.headers.ext.cc_control.is_some_and(|c| {
+                matches!(
+                    c.kind,
+                    sluice_wire::CcControlKind::PathProbe
+                        | sluice_wire::CcControlKind::PathProbeReply
+                )
+            }),
             payload_len: t.payload_len,
             wire_bytes: frame_bytes(&t.headers, u64::from(t.payload_len)) as u32,
             ce: false,
@@ -1512,7 +1523,12 @@ impl<'a> Network<'a> {
         if self.seal(host, pkt) {
             return true;
         }
-        let (class, bytes) = (usize::from(packet.class), u64::from(packet.wire_bytes));
+        let class = if packet.probe {
+            DATA
+        } else {
+            usize::from(packet.class)
+        };
+        let bytes = u64::from(packet.wire_bytes);
         let i = self.port_index(host, 0);
         self.ports[i].push(&mut self.packets, class, pkt, bytes);
         true
@@ -1693,7 +1709,7 @@ impl<'a> Network<'a> {
             let pkt = self.ports[i].queue[class]
                 .pop_front(&self.packets)
                 .expect("not empty");
-            if class == CONTROL {
+            if self.packets[pkt as usize].probe {
                 if let Some(c) = self.headers[pkt as usize].ext.cc_control {
                     self.note_probe_sent(host, self.packets[pkt as usize].dst, &c);
                 }
@@ -1776,7 +1792,7 @@ impl<'a> Network<'a> {
         // Data packets collect the path's records (the port's queue and count with this
         // packet gone); an ACK carries its data packet's back unchanged (as HPCC's switches
         // do: they stamp data packets only).
-        if self.switch.int && class != CONTROL {
+        if self.switch.int && self.packets[pkt as usize].class == DATA as u8 {
             let st = &self.ports[i];
             stamp_int(
                 &mut self.headers[pkt as usize],
@@ -2024,9 +2040,11 @@ impl<'a> Network<'a> {
         let s = (node - self.hosts_count) as usize;
         let p = &self.packets[pkt as usize];
         let (bytes, in_port) = (u64::from(p.wire_bytes), p.in_port);
-        // The queue it joins: control, or its priority's data queue.
+        // The queue it joins: control, or its priority's data queue (a probe: the data
+        // queue of its TOS, as a ping).
+        let data = p.class == DATA as u8;
         let class = match usize::from(p.class) {
-            CONTROL => CONTROL,
+            CONTROL if !p.probe => CONTROL,
             _ => DATA + usize::from(self.prio.queue(p.tos)),
         };
         let i = self.port_index(node, out);
@@ -2035,7 +2053,7 @@ impl<'a> Network<'a> {
         // Dynamic thresholds and RED act on the queue the packet joins, as per-queue
         // thresholds and WRED do in a switch with several queues per port.
         let over_threshold = sw.pfc.is_none()
-            && class != CONTROL
+            && data
             && (self.ports[i].queued[class] + bytes) as f64 > sw.dt_alpha * free as f64;
         if bytes > free || over_threshold {
             self.counters.drops += 1;
@@ -2043,7 +2061,7 @@ impl<'a> Network<'a> {
             return;
         }
         if let Some(ecn) = &sw.ecn {
-            if class != CONTROL {
+            if data {
                 // A draw only when the outcome is in doubt (below Kmin nothing is marked).
                 let p = ecn.chance(self.ports[i].queued[class]);
                 if p >= 1.0 || (p > 0.0 && self.rng.chance(p)) {
@@ -2056,7 +2074,7 @@ impl<'a> Network<'a> {
         let st = &mut self.ports[i];
         st.push(&mut self.packets, class, pkt, bytes);
         st.max_queue = st.max_queue.max(st.data_queued + st.queued[CONTROL]);
-        if class != CONTROL {
+        if data {
             // PFC counts the ingress port's data over all priorities: one lossless class.
             if let Some(pfc) = sw.pfc {
                 let j = self.port_index(node, in_port);

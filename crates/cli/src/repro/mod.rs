@@ -13,6 +13,7 @@ mod balboa;
 mod balboa_fig10;
 mod ctl;
 mod fig19;
+mod fig19a;
 mod homa;
 mod left;
 mod left_fct;
@@ -227,6 +228,7 @@ pub const ENTRIES: &[Entry] = &[
     scr::FIG17,
     scr::FIG18,
     fig19::FIG19,
+    fig19a::FIG19A,
     left::FIG1,
     left::FIG6,
     left::FIG7,

@@ -14,6 +14,7 @@ mod inline;
 mod law;
 mod scr;
 mod store;
+mod timers;
 
 pub(crate) use event::PACKET_KINDS;
 pub use event::{Event, EventKind, EventMask, IntHop, IntPath, MAX_INT_HOPS, NakKind, OpcodeMask};

@@ -1,19 +1,17 @@
 //! Per-queue-pair contexts and the timers laws arm: what both controllers keep for a law.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use crate::Instant;
 
 use super::law::{Law, MAX_CONTEXT_BYTES};
+use super::timers::Timers;
 
 /// The contexts of one law, indexed by queue pair index, and its timers (at most one live
-/// per queue pair; replaced entries are skipped lazily).
+/// per queue pair; replaced entries are skipped lazily, `Timers` keeps them in order).
 #[derive(Debug)]
 pub(crate) struct Store<L: Law> {
     contexts: Vec<L::Context>,
     timer_at: Vec<Option<Instant>>,
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    timers: Timers,
 }
 
 impl<L: Law> Store<L> {
@@ -27,7 +25,7 @@ impl<L: Law> Store<L> {
         Store {
             contexts: Vec::new(),
             timer_at: Vec::new(),
-            timers: BinaryHeap::new(),
+            timers: Timers::new(),
         }
     }
 
@@ -56,32 +54,27 @@ impl<L: Law> Store<L> {
         self.ensure(qp);
         self.timer_at[qp as usize] = at;
         if let Some(at) = at {
-            self.timers.push(Reverse((at, qp)));
+            self.timers.push(at, qp);
         }
     }
 
     pub(crate) fn next_timer(&mut self) -> Option<Instant> {
-        while let Some(&Reverse((at, qp))) = self.timers.peek() {
-            if self.timer_at[qp as usize] == Some(at) {
-                return Some(at);
-            }
-            self.timers.pop();
-        }
-        None
+        let armed = &self.timer_at;
+        self.timers
+            .peek(|qp, at| armed[qp as usize] == Some(at))
+            .map(|(at, _)| at)
     }
 
     /// A queue pair whose timer is due at `now` (its timer is then disarmed).
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(u32, Instant)> {
-        while let Some(&Reverse((at, qp))) = self.timers.peek() {
-            if at > now {
-                return None;
-            }
-            self.timers.pop();
-            if self.timer_at[qp as usize] == Some(at) {
-                self.timer_at[qp as usize] = None;
-                return Some((qp, at));
-            }
+        let armed = &self.timer_at;
+        let live = |qp: u32, at| armed[qp as usize] == Some(at);
+        let (at, qp) = self.timers.peek(live)?;
+        if at > now {
+            return None;
         }
-        None
+        self.timers.take_peeked();
+        self.timer_at[qp as usize] = None;
+        Some((qp, at))
     }
 }
