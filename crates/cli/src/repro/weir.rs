@@ -65,11 +65,13 @@ impl Config {
 
 /// The scenario of one point: `qps` queue pairs over up to 8 apps, `depth` deep, `size`
 /// bytes, measured over `window_us` after a warm-up long enough for the NIC to fetch what
-/// every queue pair posted at the start (the PCIe tags fetch about 300 WQEs a us) and for
+/// every queue pair posted at the start (the PCIe tags fetch about 160 WQEs a us at depth
+/// 128: each queue pair's WQE reads wait for its context read, which holds them back; 300
+/// a us before the context was read per fetch, measured: 8K QPs x 128 took 6.4 ms) and for
 /// Weir to recover from its start (it starts at line rate, overshoots, falls to its floor
 /// and climbs back in about 500 us at 128 B).
 fn scenario(c: Config, qps: u32, size: u32, window_us: f64) -> String {
-    let warmup = (f64::from(qps * c.depth) / 250.0)
+    let warmup = (f64::from(qps * c.depth) / 150.0)
         .max(window_us / 4.0)
         .max(WARMUP_US);
     let stop = warmup + window_us;
