@@ -176,8 +176,9 @@ impl Pcie {
     /// not hold back the present ones behind them; it waits for a free tag.
     fn read(&mut self, now: Ps, issue: Ps, bytes: u64, c: &mut NicCounters) -> Ps {
         let mut start = issue;
-        if self.busy.len() >= self.tags {
-            let Reverse(free) = self.busy.pop().expect("full");
+        let full = self.busy.len() >= self.tags;
+        if full {
+            let &Reverse(free) = self.busy.peek().expect("full");
             if free > start {
                 c.pcie_tag_waits += 1;
                 start = free;
@@ -187,7 +188,12 @@ impl Pcie {
         let end = begin + serialisation_ps(bytes, self.bps);
         self.link_free = end;
         let done = start.max(end) + self.read_ps;
-        self.busy.push(Reverse(done));
+        if full {
+            // The read takes the tag that frees first: one sift instead of a pop and a push.
+            *self.busy.peek_mut().expect("full") = Reverse(done);
+        } else {
+            self.busy.push(Reverse(done));
+        }
         c.pcie_reads += 1;
         c.pcie_read_bytes += bytes;
         done
@@ -251,6 +257,11 @@ pub struct Rnic {
     /// When `outstanding` last changed (its integral is counted up to then).
     outstanding_since: Ps,
     counters: NicCounters,
+    /// WQE fetches in flight: (when it completes, slab index), earliest first, ties in
+    /// doorbell order. They complete without an event of their own (see
+    /// [`Rnic::fetch_due`]). Fetches complete nearly in doorbell order (a context miss or
+    /// a tag wait puts one later), so a new one goes in from the back, nearly always at it.
+    fetches: VecDeque<(Ps, u32)>,
 }
 
 /// The WQE cache's key of an app queue pair's WQE `seq` (the cache hashes it to a set).
@@ -294,6 +305,7 @@ impl Rnic {
             outstanding: 0,
             outstanding_since: 0,
             counters: NicCounters::default(),
+            fetches: VecDeque::new(),
         }
     }
 
@@ -367,6 +379,46 @@ impl Rnic {
         };
         let done = self.pcie.read(now, ctx, u64::from(self.p.wqe_bytes), c);
         (slot, done)
+    }
+
+    /// Holds WQE `wqe`'s fetch, completing at `done` (from [`Rnic::doorbell`]), until
+    /// [`Rnic::fetch_due`] hands it out. A fetch needs an event at its time only if a unit
+    /// is idle then (to start on it at once); otherwise what it changes (its cache fill and
+    /// its place in the round robin) need only happen before the NIC's next operation, so
+    /// the driver catches up on due fetches before each and wakes only for idle units
+    /// ([`Rnic::wake_at`]). In completion order, ties in doorbell order: the order their
+    /// events would have had.
+    pub fn defer_fetch(&mut self, wqe: u32, done: Ps) {
+        // After every fetch completing at or before it (ties: the earlier doorbell first).
+        let mut i = self.fetches.len();
+        while i > 0 && self.fetches[i - 1].0 > done {
+            i -= 1;
+        }
+        self.fetches.insert(i, (done, wqe));
+    }
+
+    /// The earliest held fetch completed by `now`, if any (then call [`Rnic::fetched`]).
+    pub fn fetch_due(&mut self, now: Ps) -> Option<u32> {
+        let &(done, wqe) = self.fetches.front()?;
+        if done > now {
+            return None;
+        }
+        self.fetches.pop_front();
+        Some(wqe)
+    }
+
+    /// When the driver must look at the NIC again without another reason to: the earliest
+    /// held fetch's completion, if a unit is idle to start on it.
+    pub fn wake_at(&self) -> Option<Ps> {
+        if self.free_units == 0 {
+            return None;
+        }
+        self.fetches.front().map(|&(done, _)| done)
+    }
+
+    /// A unit is idle.
+    pub fn unit_idle(&self) -> bool {
+        self.free_units > 0
     }
 
     /// WQE `wqe`'s fetch completed: into the WQE cache, and its queue pair in line.
@@ -525,6 +577,24 @@ mod tests {
         // completes after its issue.
         let mut p = pcie(8);
         assert_eq!(p.read(0, 1_000 * NS, 64, &mut c), 1_000 * NS + 800 * NS);
+    }
+
+    /// Held fetches come out in completion order, ties in the order they were held (the
+    /// order their events would have had), each once, none before its time; the NIC asks
+    /// to be woken at the earliest while a unit is idle.
+    #[test]
+    fn held_fetches_come_out_in_time_order_ties_in_doorbell_order() {
+        let mut n = nic(1);
+        for (w, done) in [(0, 5), (1, 3), (2, 5), (3, 9), (4, 3)] {
+            n.defer_fetch(w, done * NS);
+        }
+        assert_eq!(n.wake_at(), Some(3 * NS));
+        let due: Vec<u32> = std::iter::from_fn(|| n.fetch_due(5 * NS)).collect();
+        assert_eq!(due, [1, 4, 0, 2]);
+        assert_eq!(n.fetch_due(9 * NS - 1), None);
+        assert_eq!(n.wake_at(), Some(9 * NS));
+        assert_eq!(n.fetch_due(9 * NS), Some(3));
+        assert_eq!(n.wake_at(), None);
     }
 
     fn nic(units: u32) -> Rnic {
