@@ -226,10 +226,11 @@ impl Network<'_> {
         wr_id: u64,
     ) -> Result<(), sluice_core::Error> {
         let sim_now = self.now;
+        // A fetch completing now on an idle unit dispatches first (PCIe bookings), as its
+        // event would have if it was scheduled before this one's.
+        self.rnic_catch_up(host);
         match self.paced(host).nic.as_mut() {
             Some(nic) => {
-                // What a doorbell touches (the QP context, PCIe, the slab) no fetch
-                // completing changes: no catching up first.
                 let (wqe, at) = nic.doorbell(sim_now, now, app, len, wr_id);
                 nic.defer_fetch(wqe, at);
                 self.rnic_arm(host);
