@@ -502,12 +502,13 @@ fn fig7(scale: Scale) -> Result<Report, String> {
     }
     report.notes.push(format!(
         "Weir's parameters the paper leaves open are set for the model's caches: \
-         {}; the rest are `WeirConfig::default()` (docs/weir.md). The QP-context cache is \
-         looked up once per WQE, in the NIC's round robin over queue pairs with work, and \
-         Weir rings doorbells over its queue pairs in turn: beyond 2K active QPs every WQE \
-         misses it, with Weir as without, so the model does not show the paper's fewer QPC \
-         misses with Weir (the paper's explanation, fewer doorbells, has no counterpart \
-         here: each WQE is one doorbell either way).",
+         {}; the rest are `WeirConfig::default()` (docs/weir.md). The QP context is read \
+         per doorbell fetch and per re-fetch of an evicted WQE, as the paper describes, not \
+         per WQE processed. Beyond 2K active QPs both miss it about once per WQE: natively \
+         at the re-fetch of each evicted WQE, with Weir at each doorbell, since Weir rings \
+         its queue pairs in turn, one WQE each. So the model does not show the paper's \
+         fewer QPC misses with Weir: that needs doorbells that each carry several WQEs of a \
+         queue pair, which this Weir does not ring.",
         WEIR_PARAMS.trim().replace('\n', ", ")
     ));
     let mut series = Vec::new();
