@@ -106,10 +106,10 @@ enum Ev {
     RxDone {
         host: NodeId,
     },
-    /// Issue 34's RNIC model: WQE `wqe`'s fetch after its doorbell completed.
-    RnicFetched {
+    /// Issue 34's RNIC model: the earliest WQE fetch of `host` in flight completes while a
+    /// processing unit is idle (fetches complete without events otherwise).
+    RnicWake {
         host: NodeId,
-        wqe: u32,
     },
     /// A processing unit of `host` reached WQE `wqe`'s turn on the wire.
     RnicUnit {
@@ -295,6 +295,8 @@ struct Paced {
     weir: Option<sluice_core::weir::Weir>,
     /// When the pending `WeirTimer` is due, if one is.
     weir_timer: Option<Ps>,
+    /// When the pending `RnicWake` is due, if one is.
+    nic_wake: Option<Ps>,
     /// Completions the engine made whose CQE is on its way to host memory, oldest first.
     cqes: VecDeque<Completion>,
     /// The NIC model's counts when this host's apps started measuring.
@@ -836,7 +838,7 @@ impl<'a> Network<'a> {
                 Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
                 Ev::Link { node, port, up } => self.set_link(node, port, up),
                 Ev::RxDone { host } => self.rx_done(host),
-                Ev::RnicFetched { host, wqe } => self.rnic_fetched(host, wqe),
+                Ev::RnicWake { host } => self.rnic_wake(host),
                 Ev::RnicUnit { host, wqe } => self.rnic_unit(host, wqe),
                 Ev::RnicCqe { host } => self.rnic_cqe(host),
                 Ev::WeirTimer { host } => self.weir_timer(host),
@@ -877,6 +879,14 @@ impl<'a> Network<'a> {
                     .add_services(self.hosts[f.spec.src as usize].engine.services(a));
                 self.counters
                     .add_services(self.hosts[f.spec.dst as usize].engine.services(b));
+            }
+        }
+        for host in &mut self.hosts {
+            if let Some(nic) = host.paced.as_deref_mut().and_then(|p| p.nic.as_mut()) {
+                // Fetches completed by the end whose events the run would have had.
+                while let Some(w) = nic.fetch_due(end) {
+                    nic.fetched(w);
+                }
             }
         }
         for host in &self.hosts {

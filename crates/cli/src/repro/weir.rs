@@ -65,11 +65,13 @@ impl Config {
 
 /// The scenario of one point: `qps` queue pairs over up to 8 apps, `depth` deep, `size`
 /// bytes, measured over `window_us` after a warm-up long enough for the NIC to fetch what
-/// every queue pair posted at the start (the PCIe tags fetch about 300 WQEs a us) and for
+/// every queue pair posted at the start (the PCIe tags fetch about 160 WQEs a us at depth
+/// 128: each queue pair's WQE reads wait for its context read, which holds them back; 300
+/// a us before the context was read per fetch, measured: 8K QPs x 128 took 6.4 ms) and for
 /// Weir to recover from its start (it starts at line rate, overshoots, falls to its floor
 /// and climbs back in about 500 us at 128 B).
 fn scenario(c: Config, qps: u32, size: u32, window_us: f64) -> String {
-    let warmup = (f64::from(qps * c.depth) / 250.0)
+    let warmup = (f64::from(qps * c.depth) / 150.0)
         .max(window_us / 4.0)
         .max(WARMUP_US);
     let stop = warmup + window_us;
@@ -500,12 +502,13 @@ fn fig7(scale: Scale) -> Result<Report, String> {
     }
     report.notes.push(format!(
         "Weir's parameters the paper leaves open are set for the model's caches: \
-         {}; the rest are `WeirConfig::default()` (docs/weir.md). The QP-context cache is \
-         looked up once per WQE, in the NIC's round robin over queue pairs with work, and \
-         Weir rings doorbells over its queue pairs in turn: beyond 2K active QPs every WQE \
-         misses it, with Weir as without, so the model does not show the paper's fewer QPC \
-         misses with Weir (the paper's explanation, fewer doorbells, has no counterpart \
-         here: each WQE is one doorbell either way).",
+         {}; the rest are `WeirConfig::default()` (docs/weir.md). The QP context is read \
+         per doorbell fetch and per re-fetch of an evicted WQE, as the paper describes, not \
+         per WQE processed. Beyond 2K active QPs both miss it about once per WQE: natively \
+         at the re-fetch of each evicted WQE, with Weir at each doorbell, since Weir rings \
+         its queue pairs in turn, one WQE each. So the model does not show the paper's \
+         fewer QPC misses with Weir: that needs doorbells that each carry several WQEs of a \
+         queue pair, which this Weir does not ring.",
         WEIR_PARAMS.trim().replace('\n', ", ")
     ));
     let mut series = Vec::new();

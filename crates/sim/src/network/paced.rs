@@ -64,6 +64,7 @@ pub(super) fn build_paced(
             nic: params.map(|p| Rnic::new(p, line_bps, scenario.transport.mtu, app_qps)),
             weir,
             weir_timer: None,
+            nic_wake: None,
             cqes: Default::default(),
             snapshot: None,
             weir_probe: None,
@@ -225,21 +226,67 @@ impl Network<'_> {
         wr_id: u64,
     ) -> Result<(), sluice_core::Error> {
         let sim_now = self.now;
+        // A fetch completing now on an idle unit dispatches first (PCIe bookings), as its
+        // event would have if it was scheduled before this one's.
+        self.rnic_catch_up(host);
         match self.paced(host).nic.as_mut() {
             Some(nic) => {
                 let (wqe, at) = nic.doorbell(sim_now, now, app, len, wr_id);
-                self.events.push(at, Ev::RnicFetched { host, wqe });
+                nic.defer_fetch(wqe, at);
+                self.rnic_arm(host);
                 Ok(())
             }
             None => self.engine_post_app(app, u64::from(len), wr_id),
         }
     }
 
-    pub(super) fn rnic_fetched(&mut self, host: u32, wqe: u32) {
-        if let Some(nic) = self.paced(host).nic.as_mut() {
+    /// Applies the fetches of `host`'s NIC completed by now, in the order their events
+    /// would have come in, each followed by a dispatch if a unit is idle (as its event
+    /// would have: this happens only for a fetch completing now, its wake-up not yet
+    /// served, since `rnic_arm` wakes the NIC at any fetch that finds a unit idle).
+    fn rnic_catch_up(&mut self, host: u32) {
+        let now = self.now;
+        loop {
+            let Some(nic) = self.hosts[host as usize]
+                .paced
+                .as_deref_mut()
+                .and_then(|p| p.nic.as_mut())
+            else {
+                return;
+            };
+            let Some(wqe) = nic.fetch_due(now) else {
+                return;
+            };
             nic.fetched(wqe);
+            if nic.unit_idle() {
+                self.rnic_dispatch(host);
+            }
         }
-        self.rnic_dispatch(host);
+    }
+
+    /// Schedules a wake-up of `host`'s NIC at its earliest fetch in flight if a unit is
+    /// idle (and none is due by then already).
+    fn rnic_arm(&mut self, host: u32) {
+        let now = self.now;
+        let p = self.paced(host);
+        let Some(at) = p.nic.as_ref().and_then(Rnic::wake_at) else {
+            return;
+        };
+        let at = at.max(now);
+        if p.nic_wake.is_none_or(|w| at < w) {
+            p.nic_wake = Some(at);
+            self.events.push(at, Ev::RnicWake { host });
+        }
+    }
+
+    pub(super) fn rnic_wake(&mut self, host: u32) {
+        let now = self.now;
+        let p = self.paced(host);
+        if p.nic_wake == Some(now) {
+            p.nic_wake = None;
+        }
+        self.rnic_catch_up(host);
+        self.rnic_arm(host);
     }
 
     fn rnic_dispatch(&mut self, host: u32) {
@@ -262,6 +309,7 @@ impl Network<'_> {
     }
 
     pub(super) fn rnic_unit(&mut self, host: u32, wqe: u32) {
+        self.rnic_catch_up(host);
         let Some(nic) = self.paced(host).nic.as_mut() else {
             return;
         };
@@ -275,11 +323,13 @@ impl Network<'_> {
             nic.close(app);
         }
         self.rnic_dispatch(host);
+        self.rnic_arm(host);
         self.after_engine(host);
     }
 
     /// The engine of paced `host` completed an app send WQE.
     pub(super) fn paced_completion(&mut self, host: u32, c: Completion) {
+        self.rnic_catch_up(host);
         let now = self.now;
         let p = self.paced(host);
         match p.nic.as_mut() {
@@ -390,6 +440,7 @@ impl Network<'_> {
     }
 
     pub(super) fn rnic_snapshot(&mut self, host: u32) {
+        self.rnic_catch_up(host);
         let now = self.now;
         let p = self.paced(host);
         p.snapshot = p.nic.as_ref().map(|n| n.counters(now));
@@ -397,6 +448,7 @@ impl Network<'_> {
 
     /// App queue pair `index` of `host` closed: the NIC forgets its WQEs.
     pub(super) fn paced_closed(&mut self, host: u32, index: u32) {
+        self.rnic_catch_up(host);
         if let Some(nic) = self.hosts[host as usize]
             .paced
             .as_deref_mut()

@@ -45,6 +45,10 @@ pub enum Lookup {
 
 /// The set of `key` among `sets`.
 fn set_index(key: u64, sets: u64, hashed: bool) -> u64 {
+    // Fully associative (the preset's WQE and MTT/MPT caches): one set, no mixing to do.
+    if sets == 1 {
+        return 0;
+    }
     if hashed { mix(key) % sets } else { key % sets }
 }
 
