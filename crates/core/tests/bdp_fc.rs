@@ -16,7 +16,15 @@
 //! - it took at most three times what a window a round trip of the slow path takes, plus
 //!   the serialisation, plus two round trips.
 //!
-//! `SLUICE_SEEDS=N` runs cases 1 to N (default 24); `SLUICE_SEED=S` replays case S alone.
+//! A receiver whose tracker is smaller than the sender takes it to be (the flow control
+//! assumes the peer's tracker is its own) still refuses packets past it. Then, once what it
+//! holds runs out, it asks for everything from the expected PSN again (an RNR NAK), rather
+//! than each refused packet coming back a round trip apart: the second test's cases, a
+//! bitmap sender (window 256) against an offset list of 16 to 128, complete within three
+//! times a slow round trip and an RNR wait for each of the receiver's windows.
+//!
+//! `SLUICE_SEEDS=N` runs cases 1 to N (default 24 each); `SLUICE_SEED=S` replays case S
+//! alone.
 
 mod common;
 
@@ -69,6 +77,9 @@ impl Tracker {
 struct Case {
     seed: u64,
     tracker: Tracker,
+    /// The receiver's tracker, if not `tracker` (smaller: the sender's flow control
+    /// assumes its own).
+    receiver: Option<Tracker>,
     /// Source ports sprayed over; the first is slow.
     paths: u16,
     /// The slow path's extra delay each way, us.
@@ -95,11 +106,21 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_map(|(seed, tracker, paths, slow_us, window, packets)| Case {
             seed,
             tracker,
+            receiver: None,
             paths,
             slow_us,
             window,
             packets,
         })
+}
+
+/// A bitmap sender against a smaller offset list.
+fn smaller_receiver() -> impl Strategy<Value = Case> {
+    (case(), 16..=128u32, any::<bool>()).prop_map(|(c, capacity, gap_is_loss)| Case {
+        tracker: Tracker::Bitmap,
+        receiver: Some(Tracker::OffsetList(capacity, gap_is_loss)),
+        ..c
+    })
 }
 
 fn check(c: Case) -> Result<(), TestCaseError> {
@@ -117,7 +138,10 @@ fn check(c: Case) -> Result<(), TestCaseError> {
             config,
             Policies {
                 path: Box::new(Spray { paths: c.paths }),
-                tracker: c.tracker.build(),
+                tracker: match (h, c.receiver) {
+                    (1, Some(receiver)) => receiver.build(),
+                    _ => c.tracker.build(),
+                },
                 ..Policies::default()
             },
         );
@@ -142,11 +166,12 @@ fn check(c: Case) -> Result<(), TestCaseError> {
     let took = world.now - start;
     let (tx, rx) = (*world.engines[0].counters(), *world.engines[1].counters());
     let stats = format!(
-        "took {took:?}; requester {} packets, {} resent, {} NAKs, {} timeouts; responder {} \
-         out of order, {} held, {} duplicates",
+        "took {took:?}; requester {} packets, {} resent, {} NAKs ({} RNR), {} timeouts; \
+         responder {} out of order, {} held, {} duplicates",
         tx.tx_packets,
         tx.retransmitted_packets,
         tx.naks_received_sequence,
+        tx.naks_received_rnr,
         tx.retransmit_timeouts,
         rx.out_of_order_arrivals,
         rx.packets_held,
@@ -159,14 +184,21 @@ fn check(c: Case) -> Result<(), TestCaseError> {
         world.engines[1].mr_bytes(pair.mr[1].lkey).unwrap()[..len as usize] == data[..],
         "the WRITE's bytes differ at the responder"
     );
-    // Every packet that arrived past a gap was held: none refused for want of room.
+    // Every packet that arrived past a gap was held: none refused for want of room (when
+    // the receiver's tracker is the sender's).
     prop_assert!(
-        rx.packets_held + rx.duplicate_requests >= rx.out_of_order_arrivals,
+        c.receiver.is_some() || rx.packets_held + rx.duplicate_requests >= rx.out_of_order_arrivals,
         "packets refused past the tracker: {stats}"
     );
-    // The window the flow control allows, a slow round trip each, at worst.
-    let window = c.window.min(c.tracker.capacity() + 1);
-    let slow_rtt = Duration::from_micros(2 * (5 + c.slow_us)) + Duration::from_micros(2);
+    // The window the flow control allows (or the receiver holds), a slow round trip each
+    // (and the RNR wait that asks again for what it refused), at worst.
+    let receiver = c.receiver.unwrap_or(c.tracker);
+    let window = c
+        .window
+        .min(c.tracker.capacity() + 1)
+        .min(receiver.capacity() + 1);
+    let rnr_wait = if c.receiver.is_some() { 10 } else { 0 };
+    let slow_rtt = Duration::from_micros(2 * (5 + c.slow_us) + 2 + rnr_wait);
     let serialise = Duration::from_nanos(u64::from(len) * 8 / GBPS);
     let rounds = c.packets.div_ceil(window) + 2;
     let bound = 3 * (slow_rtt * rounds) + serialise;
@@ -187,4 +219,9 @@ fn spray_port(qp: QpNum, step: u16) -> u16 {
 #[test]
 fn a_window_past_the_receive_tracker_never_crawls_under_deep_reordering() {
     common::check_cases(24, &case(), 16, check);
+}
+
+#[test]
+fn a_receiver_smaller_than_the_senders_window_asks_for_all_it_refused_at_once() {
+    common::check_cases(24, &smaller_receiver(), 16, check);
 }
