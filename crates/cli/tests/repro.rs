@@ -281,6 +281,14 @@ fn left_fig45_runs_every_configuration_and_left_retransmits_no_more_than_irn() {
         "{out}"
     );
     assert!(out.contains("per-flowlet, LEFT"), "{out}");
+    // The third workload, the one that loads the global links.
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("group shift, 16 KB") && l.contains("32 of 32"))
+            .count(),
+        5,
+        "{out}"
+    );
 }
 
 #[test]

@@ -19,7 +19,8 @@ pub struct Counters {
     pub retransmit_timeouts: u64,
     /// PSN sequence error NAKs sent (a request arrived past a gap).
     pub naks_sent_sequence: u64,
-    /// RNR NAKs sent (a SEND or WRITE with immediate found no posted receive).
+    /// RNR NAKs sent (a SEND or WRITE with immediate found no posted receive, or selective
+    /// repeat asking again for packets it refused past its receive tracker).
     pub naks_sent_rnr: u64,
     /// Invalid request NAKs sent.
     pub naks_sent_invalid_request: u64,

@@ -477,6 +477,10 @@ impl Default for QpAttrs {
 /// The requester's sequence state. In declaration order (`repr(C)`): one cache line of
 /// what sending and acknowledging read (sequence numbers, cursor, send queue), one of the
 /// timers and the RTT probe, then what only recovery reads.
+/// The largest window a queue pair may have, in packets: half the 24-bit PSN space, so
+/// that PSN comparisons stay unambiguous.
+pub(crate) const MAX_WINDOW: u32 = 1 << 23;
+
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct Requester {
@@ -493,6 +497,12 @@ pub(crate) struct Requester {
     pub(crate) cursor_offset: u32,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
+    /// The most packets it may have unacknowledged whatever the window says is
+    /// [`MAX_WINDOW`] shifted right by this: with selective repeat, the largest power of two
+    /// at most one more than the receive tracker holds past a gap (IRN's BDP flow control:
+    /// no packet can then land past what the responder can keep; 256 for the 255-PSN bitmap
+    /// and LEFT); else 0, no cap. (A byte, in the padding before `sq`; 0 by default.)
+    pub(crate) window_cap_shift: u8,
     /// Posted, not yet completed; the front is the oldest.
     pub(crate) sq: VecDeque<SendWqe>,
     /// No sending before this time (an RNR NAK's wait).

@@ -55,6 +55,10 @@ pub(crate) struct ReorderBuffer {
     /// The last WRITE whose first packet was held (one is enough for a WRITE reordered
     /// within itself; a packet of an earlier one is copied as before).
     pub(crate) write: Option<HeldWrite>,
+    /// The PSN after the furthest packet refused for landing past the tracker's capacity
+    /// (the requester's window is larger than this tracker holds: a peer whose tracker is
+    /// larger than ours), until the responder has asked for it all again.
+    pub(crate) refused_until: Option<Psn>,
 }
 
 impl ReorderBuffer {
@@ -65,6 +69,7 @@ impl ReorderBuffer {
             held: Vec::new(),
             spare: Vec::new(),
             write: None,
+            refused_until: None,
         }
     }
 
@@ -82,14 +87,17 @@ impl ReorderBuffer {
         now: crate::Instant,
     ) -> Hold {
         if self.held.len() >= self.limit {
+            self.refused_past_capacity(psn);
             return Hold::Refused;
         }
         match self.tracker.record_at(offset, now) {
             crate::policy::Recorded::New => {}
             crate::policy::Recorded::Already => return Hold::Duplicate,
-            crate::policy::Recorded::OutOfRange | crate::policy::Recorded::Exhausted => {
+            crate::policy::Recorded::OutOfRange => {
+                self.refused_past_capacity(psn);
                 return Hold::Refused;
             }
+            crate::policy::Recorded::Exhausted => return Hold::Refused,
         }
         let mut bytes = Vec::new();
         if let Some(p) = payload {
@@ -105,6 +113,23 @@ impl ReorderBuffer {
             real: payload.is_some(),
         });
         Hold::Held
+    }
+
+    /// `psn` was refused for want of room past the gap: remembered, so that once what is
+    /// held has run out the responder asks for everything from the expected PSN again.
+    fn refused_past_capacity(&mut self, psn: Psn) {
+        let end = psn.next();
+        if self.refused_until.is_none_or(|r| r.distance_to(end) > 0) {
+            self.refused_until = Some(end);
+        }
+    }
+
+    /// Whether packets at or after `epsn` were refused for want of room (and not yet asked
+    /// for again); forgets them.
+    pub(crate) fn take_refused(&mut self, epsn: Psn) -> bool {
+        self.refused_until
+            .take()
+            .is_some_and(|r| epsn.distance_to(r) > 0)
     }
 
     /// Takes the held packet with this PSN, if any.
@@ -128,6 +153,7 @@ impl ReorderBuffer {
             }
         }
         self.write = None;
+        self.refused_until = None;
         self.tracker.advance(u32::MAX);
     }
 }

@@ -225,7 +225,8 @@ impl Qp {
     }
 
     /// The window in packets: the control law's in bytes, enforced in whole packets of
-    /// the path MTU, else the engine's.
+    /// the path MTU, else the engine's; never past what the responder's tracker can hold
+    /// (`window_cap_shift`: IRN's BDP flow control).
     #[inline(always)]
     fn window_packets(&self, configured: u32) -> u32 {
         self.knobs
@@ -234,7 +235,7 @@ impl Qp {
                 b.div_ceil(u64::from(self.attrs.mtu))
                     .min(u64::from(u32::MAX)) as u32
             })
-            .clamp(1, 1 << 23)
+            .clamp(1, crate::qp::MAX_WINDOW >> self.req.window_cap_shift)
     }
 
     /// Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.

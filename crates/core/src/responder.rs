@@ -241,6 +241,9 @@ impl Qp {
                 return;
             };
             if reorder.held.is_empty() {
+                if reorder.take_refused(epsn) {
+                    self.ask_again_from(nic, epsn);
+                }
                 return;
             }
             let Some(held) = reorder.take(epsn) else {
@@ -290,6 +293,22 @@ impl Qp {
         let moved = before.distance_to(self.resp.epsn);
         if let (Some(reorder), true) = (&mut self.resp.reorder, moved > 0) {
             reorder.tracker.advance(moved as u32);
+        }
+    }
+
+    /// Selective repeat: nothing is held past `epsn`, and packets after it were refused for
+    /// want of room (the requester's window is larger than this tracker holds). A sequence
+    /// NAK would bring back only `epsn` (selective repeat resends the one PSN), and each
+    /// refused packet a round trip of its own; an RNR NAK, RC's "no room to take it", has
+    /// every requester (Sluice's or any RoCE one) go back to `epsn` and send everything
+    /// from there, after the shortest RNR wait (10 us). Counted as an RNR NAK.
+    fn ask_again_from(&mut self, nic: &mut Nic, epsn: Psn) {
+        let nak = Response::Nak {
+            psn: epsn,
+            syndrome: Syndrome::RnrNak(RnrTimer::from_code(1).expect("code 1 is 0.01 ms")),
+        };
+        if self.owe(nic, nak) {
+            nic.counters.naks_sent_rnr += 1;
         }
     }
 
@@ -1368,6 +1387,39 @@ mod tests {
             })
             .expect("a NAK");
         assert_eq!(nak.headers.bth.psn.value(), RQ_PSN + 4);
+    }
+
+    #[test]
+    fn packets_refused_past_the_tracker_are_asked_for_again_at_once_when_the_held_run_out() {
+        // The default tracker: the 256-PSN bitmap, holding offsets 1 ..= 255.
+        let mut f = Fixture::with(
+            crate::EngineConfig::default(),
+            crate::Recovery::SelectiveRepeat,
+        );
+        let (rkey, va) = (f.mr.rkey, f.mr.addr);
+        let write = |psn| write_only(psn, false, rkey, va, 4);
+        f.request(&write(RQ_PSN + 1), Payload::Bytes(&[1; 4]));
+        // 256 past the expected PSN: past the bitmap, refused.
+        f.request(&write(RQ_PSN + 256), Payload::Bytes(&[1; 4]));
+        assert_eq!(f.nic().counters.packets_held, 1);
+        // The gap fills, the held packet follows, and nothing is held past the new expected
+        // PSN: everything from it is asked for again, by an RNR NAK (go back), not one PSN.
+        f.request(&write(RQ_PSN), Payload::Bytes(&[1; 4]));
+        assert_eq!(f.qp().resp.epsn.value(), RQ_PSN + 2);
+        let naks: Vec<_> = std::iter::from_fn(|| f.next_response(NOW))
+            .filter_map(|t| match t.headers.ext.aeth.map(|a| a.syndrome) {
+                Some(Syndrome::RnrNak(timer)) => Some((t.headers.bth.psn.value(), timer)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            naks,
+            [(RQ_PSN + 2, sluice_wire::RnrTimer::from_code(1).unwrap())]
+        );
+        assert_eq!(f.nic().counters.naks_sent_rnr, 1);
+        // Asked once: what follows in order brings no other.
+        f.request(&write(RQ_PSN + 2), Payload::Bytes(&[1; 4]));
+        assert_eq!(f.nic().counters.naks_sent_rnr, 1);
     }
 
     /// A WRITE of four packets, `FIRST MIDDLE MIDDLE LAST`, at `psn`: its headers, in order.

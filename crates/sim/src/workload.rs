@@ -293,8 +293,8 @@ fn parse_number(text: &str, field: &str) -> Result<f64, String> {
 }
 
 /// A scenario's `[workload]` table: which flows to simulate. The `kind` key selects the
-/// variant (`poisson`, `incast`, `permutation`, `all-to-all`, `all-reduce`, `file`,
-/// `none`). A scenario without the table has no flows (its `[[app]]`s are the traffic).
+/// variant (`poisson`, `incast`, `permutation`, `shift`, `all-to-all`, `all-reduce`,
+/// `file`, `none`). A scenario without the table has no flows (its `[[app]]`s are the traffic).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum WorkloadSpec {
@@ -328,6 +328,16 @@ pub enum WorkloadSpec {
     Permutation {
         /// Bytes per flow (> 0).
         bytes: u64,
+    },
+    /// Every host h sends `bytes` to host (h + `by`) mod hosts at time 0: a fixed shift,
+    /// the adversarial pattern of a dragonfly when `by` is a group's hosts (every host of a
+    /// group sends to the next group, so all of a group's traffic needs the few global links
+    /// between the two).
+    Shift {
+        /// Bytes per flow (> 0).
+        bytes: u64,
+        /// How far each host's destination is, in host ids (1 ..= hosts - 1).
+        by: u32,
     },
     /// Every participant sends `bytes` to every other participant at time 0.
     AllToAll {
@@ -367,6 +377,7 @@ impl WorkloadSpec {
             WorkloadSpec::Poisson { .. } => "poisson",
             WorkloadSpec::Incast { .. } => "incast",
             WorkloadSpec::Permutation { .. } => "permutation",
+            WorkloadSpec::Shift { .. } => "shift",
             WorkloadSpec::AllToAll { .. } => "all-to-all",
             WorkloadSpec::AllReduce { .. } => "all-reduce",
             WorkloadSpec::File { .. } => "file",
@@ -418,6 +429,7 @@ impl WorkloadSpec {
                 start_ns,
             } => incast(senders, bytes, receiver, start_ns, hosts),
             WorkloadSpec::Permutation { bytes } => permutation(bytes, hosts, &mut rng),
+            WorkloadSpec::Shift { bytes, by } => shift(bytes, by, hosts),
             WorkloadSpec::AllToAll {
                 bytes,
                 participants: n,
@@ -616,6 +628,28 @@ fn permutation(bytes: u64, hosts: u32, rng: &mut Rng) -> Result<Vec<Flow>, Workl
         .iter()
         .enumerate()
         .map(|(src, &d)| flow(src, src as NodeId, d, bytes, 0))
+        .collect())
+}
+
+fn shift(bytes: u64, by: u32, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
+    const KIND: &str = "shift";
+    check_bytes(KIND, bytes)?;
+    check_count(KIND, u64::from(hosts), "use fewer hosts")?;
+    if !(1..hosts).contains(&by) {
+        return Err(invalid(
+            KIND,
+            "by",
+            format!(
+                "must be 1 ..= {} (the topology's hosts less one), found {by}",
+                hosts - 1
+            ),
+        ));
+    }
+    Ok((0..hosts)
+        .map(|src| {
+            let dst = ((u64::from(src) + u64::from(by)) % u64::from(hosts)) as NodeId;
+            flow(src as usize, src, dst, bytes, 0)
+        })
         .collect())
 }
 
@@ -1117,6 +1151,26 @@ mod tests {
             let err = spec.generate(1, BPS, 0, Path::new(".")).unwrap_err();
             assert!(err.to_string().contains("at least 2 hosts"), "{err}");
         }
+    }
+
+    #[test]
+    fn shift_sends_each_host_to_the_one_by_ids_on() {
+        let flows = gen_flows(&WorkloadSpec::Shift { bytes: 512, by: 3 }, 8, 1);
+        let dst: Vec<NodeId> = flows.iter().map(|f| f.dst).collect();
+        assert_eq!(dst, [3, 4, 5, 6, 7, 0, 1, 2]);
+        for (i, f) in flows.iter().enumerate() {
+            assert_eq!((f.id as usize, f.src as usize), (i, i));
+            assert_eq!((f.bytes, f.start_ns, f.after), (512, 0, None));
+        }
+        for (bytes, by, field) in [(1, 0, "by"), (1, 8, "by"), (0, 1, "bytes")] {
+            let err = WorkloadSpec::Shift { bytes, by }
+                .generate(8, BPS, 0, Path::new("."))
+                .unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        let spec: WorkloadSpec = toml::from_str("kind = \"shift\"\nbytes = 100\nby = 52").unwrap();
+        assert!(matches!(spec, WorkloadSpec::Shift { bytes: 100, by: 52 }));
+        assert_eq!(spec.name(), "shift");
     }
 
     #[test]

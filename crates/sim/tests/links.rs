@@ -57,8 +57,8 @@ fn port_bytes(r: &RunResult, node: u32, port: u16) -> f64 {
 const UP_A: (u32, u16) = (2, 1);
 const UP_B: (u32, u16) = (2, 2);
 /// Path B's two leaf-spine links 8 us each: its one-way delay 17 us against path A's 2 us.
-/// (Deeper skews at 100 Gbit/s put packets past the 256-PSN bitmap of a single queue pair,
-/// which the engine's selective repeat recovers from only slowly.)
+/// (Deeper skews at 100 Gbit/s need more than the 256 packets in flight that the 255-PSN
+/// bitmap allows a single queue pair: BDP flow control caps its window there.)
 const SLOW_B: &str = "[[links.delay]]\na = 2\nb = 5\ndelay_ns = 8000\n\
                       [[links.delay]]\na = 3\nb = 5\ndelay_ns = 8000\n";
 

@@ -1,7 +1,8 @@
 //! LEFT Figs 4-5 (Huang et al., APNet 2024, §4.1): flow completion times on the paper's
 //! dragonfly, per-packet and per-flowlet load balancing with LEFT and with IRN (the per-QP
 //! bitmap with selective repeat), against per-flow ECMP. The paper's workload (an HPL trace)
-//! is not public: a collective (all-to-all) and web search stand in for it.
+//! is not public: a collective (all-to-all) and web search stand in for it, and a group-to-
+//! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale).
 
 use sluice_sim::RunResult;
 use sluice_sim::plot::{Chart, Series};
@@ -11,7 +12,7 @@ use super::{Check, Entry, Report, Scale, Table, f};
 pub(super) const FIG45: Entry = Entry {
     name: "left-fig45",
     source: "LEFT Figs 4-5",
-    summary: "dragonfly FCT: per-packet and per-flowlet with LEFT and IRN against per-flow ECMP, all-to-all and web search",
+    summary: "dragonfly FCT: per-packet and per-flowlet with LEFT and IRN against per-flow ECMP, all-to-all, web search and group shift",
     run: fig45,
     needs: &[],
 };
@@ -70,7 +71,8 @@ struct Fabric {
     routers: u32,
 }
 
-/// The two stand-ins for the HPL trace, as `[workload]` tables.
+/// The stand-ins for the HPL trace, and the shift that loads the global links, as
+/// `[workload]` tables.
 struct Workload {
     label: &'static str,
     table: String,
@@ -155,6 +157,11 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\nduration_us = 20"
                         .into(),
                 },
+                Workload {
+                    label: "group shift, 16 KB",
+                    // A group's 8 hosts: every host sends to its counterpart a group on.
+                    table: "kind = \"shift\"\nbytes = 16384\nby = 8".into(),
+                },
             ],
             2_000.0,
         ),
@@ -172,6 +179,12 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     label: "web search, load 0.5, 50 us",
                     table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\nduration_us = 50"
                         .into(),
+                },
+                Workload {
+                    label: "group shift, 64 KB",
+                    // A group's 52 hosts: every host sends to its counterpart a group on,
+                    // 52 flows over the 2 global links between the two groups.
+                    table: "kind = \"shift\"\nbytes = 65536\nby = 52".into(),
                 },
             ],
             // Web search's largest flows (30 MB) take 1.2 ms alone at line rate.
@@ -351,7 +364,10 @@ fn fig45(scale: Scale) -> Result<Report, String> {
          broadcast, which is not public. Two stand-ins run instead, so the numbers are not \
          the paper's experiment: an all-to-all collective (every participant writes to every \
          other at time 0; the participants spread evenly over the host ids, two per group) \
-         and web search (DCTCP's flow sizes, Poisson arrivals between random hosts). Fabric: \
+         and web search (DCTCP's flow sizes, Poisson arrivals between random hosts). Neither \
+         loads the global links; a third workload does: a group shift (every host writes to \
+         its counterpart in the next group at time 0, so each group's traffic crosses the 2 \
+         global links to the next; as LEFT's Fig 1, at full scale). Fabric: \
          a dragonfly of {} groups of {} routers, 2 hosts a router, 2 global links between \
          every pair of groups, all links 200 Gbit/s and 1 us, MTU 1 KB, lossless (PFC), DCQCN \
          (ECN marking from 100 to 400 KB queued, as the HPCC paper's DCQCN). Not HPCC, which \
@@ -363,7 +379,8 @@ fn fig45(scale: Scale) -> Result<Report, String> {
          per-flow ECMP, per-packet spraying (each hop picks a port at random), per-flowlet \
          (a new port after a 2 us gap; the paper gives none). IRN is the per-queue-pair \
          256-PSN bitmap with selective repeat, which NAKs the first missing PSN of a gap; \
-         LEFT takes no gap for loss. Every configuration has the receive pipeline at LEFT's \
+         LEFT takes no gap for loss. Both keep 255 PSNs past a gap, and selective repeat \
+         holds a sender to 256 unacknowledged packets (IRN's BDP flow control). Every configuration has the receive pipeline at LEFT's \
          figures ([reorder_cost]). FCT from each flow's start to its last byte acknowledged; \
          p99 nearest rank.",
         fabric.groups, fabric.routers

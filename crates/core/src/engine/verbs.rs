@@ -239,6 +239,17 @@ impl Engine {
                         self.nic.trackers.create(),
                     ))
                 });
+                // BDP flow control (IRN's): with selective repeat the requester keeps at most
+                // one packet more unacknowledged than the peer's tracker holds past a gap, so
+                // that no packet lands past it (refused, and then resent one a round trip).
+                // The peer's tracker is taken to be this engine's: the simulator builds every
+                // engine from one configuration, and both ends of `sluice perf` take the same
+                // `--tracker` (ARCHITECTURE.md, Policies: Reorder). A power of two (one byte in
+                // the requester): the largest at most the tracker plus one.
+                qp.req.window_cap_shift = qp.resp.reorder.as_ref().map_or(0, |r| {
+                    let window = r.tracker.capacity().saturating_add(1);
+                    crate::qp::MAX_WINDOW.ilog2().saturating_sub(window.ilog2()) as u8
+                });
                 qp.state = QpState::Rtr;
             }
             Transition::Rts {
