@@ -562,6 +562,81 @@ fn a_reply_leaves_before_the_ack_it_travels_with() {
     );
 }
 
+#[test]
+fn an_ack_after_a_reply_with_a_short_end_travels_with_that_end() {
+    // B's reply is one packet longer than the MTU: a full packet and a 1-byte one. The ACK
+    // B owes cannot follow the short one in the reply's GSO batch, so the short one leaves
+    // the batch and the ACK joins it: the last datagram A reads holds the reply's end and
+    // the ACK of A's WRITE, which a ping-pong peer needs both of before it answers.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join("device-short-end.pcap");
+    let (mut a, mut b) = pair(4096, true, Mtu::M1024);
+    let (gso, gro) = b.dev.offloads();
+    post_write(&mut a, &b, 1, 8);
+    a.dev.flush().unwrap();
+    poll_until_received(&mut b);
+    let now = b.dev.now();
+    let filter = CaptureFilter::parse("tx").unwrap();
+    b.dev
+        .set_capture(Some(Capture::create(&path, filter, 65535, now).unwrap()));
+    b.dev.engine().mr_bytes_mut(b.mr.lkey).unwrap()[..1025].fill(0xCD);
+    post_write(&mut b, &a, 2, 1025);
+    let before = *b.dev.counters();
+    b.dev.poll().unwrap();
+    let after = *b.dev.counters();
+    assert_eq!(after.tx_syscalls - before.tx_syscalls, 1, "one sendmmsg");
+    assert_eq!(after.tx_datagrams - before.tx_datagrams, 3);
+    if gso {
+        // The full packet alone, then the short one and the ACK as one batch.
+        assert_eq!(after.tx_gso_batches - before.tx_gso_batches, 1);
+    }
+    assert_eq!(b.dev.take_capture().unwrap().finish().unwrap(), 3);
+    let c = poll_until_completion(&mut a, Duration::from_secs(5), "A's WRITE completes");
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    let start = Instant::now();
+    while a.dev.counters().rx_datagrams < 3 {
+        a.dev.poll().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "B's reply arrives"
+        );
+    }
+    assert_eq!(a.dev.counters().rx_icrc_errors, 0);
+    if gso && gro {
+        assert_eq!(
+            a.dev.counters().rx_ipv4_id_nonzero,
+            0,
+            "the short end checked as segment 0 of its batch, the ACK as segment 1"
+        );
+    }
+    assert_eq!(
+        a.dev.engine().mr_bytes(a.mr.lkey).unwrap()[..1025],
+        [0xCD; 1025]
+    );
+    assert_eq!(a.dev.engine().counters().retransmitted_packets, 0);
+    let mut reader = CaptureReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let (mut opcodes, mut ids) = (Vec::new(), Vec::new());
+    while let Some(r) = reader.next_record().unwrap() {
+        opcodes.push(Opcode(r.data[28]));
+        // The IPv4 identification: the packet's segment number in its GSO batch.
+        ids.push(u16::from_be_bytes([r.data[4], r.data[5]]));
+    }
+    if gso {
+        // The full packet alone, then the short end as segment 0 and the ACK as segment 1
+        // of one batch (unsplit: the end was segment 1 and the ACK a datagram alone).
+        assert_eq!(ids, [0, 0, 1], "IPv4 identifications");
+    }
+    assert_eq!(
+        opcodes,
+        [
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_RDMA_WRITE_LAST,
+            Opcode::RC_ACKNOWLEDGE
+        ],
+        "{opcodes:?}"
+    );
+}
+
 /// Records the RTT sample of every ACK.
 #[derive(Debug)]
 struct RttRecorder(std::sync::Arc<std::sync::Mutex<Vec<Duration>>>);
