@@ -263,6 +263,10 @@ struct PerfArgs {
     /// `--json`. Needs nothing from the peer.
     #[arg(long)]
     inspect: bool,
+    /// Run stages beside the path (`inspect`, `count`) on the engine's own thread instead
+    /// of each on a thread of its own (for comparing the two).
+    #[arg(long)]
+    services_on_engine: bool,
     /// An application offload on read-bw's READ responses (`--offload list`): `dlrm`, BALBOA's
     /// DLRM preprocessing, applied in line where each response lands. The server serves a
     /// generated DLRM table (run it with --offload too); the client checks every eighth
@@ -769,6 +773,7 @@ fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
         } else {
             sluice_core::Recovery::GoBackN
         },
+        services_on_engine: a.services_on_engine,
     };
     options
         .build(Box::new(sluice_core::control::NoControl))

@@ -327,6 +327,10 @@ pub struct PolicyOptions {
     pub services: Vec<NamedPolicy>,
     /// How queue pairs recover lost packets (`--recovery`); default go-back-N.
     pub recovery: sluice_core::Recovery,
+    /// `--services-on-engine`: run stages beside the path (`inspect`, `count`) on the
+    /// engine's thread, as the simulator does, instead of each on a thread of its own
+    /// (`sluice_net::Threaded`); for comparing the two.
+    pub services_on_engine: bool,
 }
 
 impl Default for PolicyOptions {
@@ -340,6 +344,7 @@ impl Default for PolicyOptions {
             tracker: NamedPolicy::named(TRACKERS.default_name()),
             services: Vec::new(),
             recovery: sluice_core::Recovery::GoBackN,
+            services_on_engine: false,
         }
     }
 }
@@ -368,6 +373,31 @@ impl PolicyOptions {
             .iter()
             .map(|s| sluice_control::policies::SERVICES.build(&s.name, &s.params))
             .collect()
+    }
+
+    /// [`PolicyOptions::build_services`] for the real datapath: each stage beside the path
+    /// that can run off the engine's thread (`inspect`, `count`: no parameters, `Send`)
+    /// on a thread of its own, with room for `capacity` payloads in flight (the engine's
+    /// receive credit bounds them), unless `services_on_engine`.
+    pub fn build_services_threaded(
+        &self,
+        capacity: usize,
+    ) -> Result<Vec<Box<dyn sluice_core::policy::Service>>, String> {
+        let mut services = self.build_services().map_err(|e| e.to_string())?;
+        if self.services_on_engine {
+            return Ok(services);
+        }
+        for (s, named) in services.iter_mut().zip(&self.services) {
+            let stage: Box<dyn sluice_core::policy::Service + Send> = match named.name.as_str() {
+                "inspect" => Box::new(sluice_inspect::Inspect::builtin()),
+                "count" => Box::new(sluice_core::policy::ByteCount::default()),
+                _ => continue,
+            };
+            let t = sluice_net::Threaded::spawn(stage, capacity)
+                .map_err(|e| format!("--service {}: cannot start its thread: {e}", named.name))?;
+            *s = Box::new(t);
+        }
+        Ok(services)
     }
 
     /// The path selector exchanges probes with the peer (`rtt-probe`), so the peer must run

@@ -777,10 +777,11 @@ fn open(
         }
         // Services that change the wire are, like the CCX, the user's word that the peer
         // runs them too (perftest's exchange cannot agree on them).
+        let credit = sluice_core::EngineConfig::default().service_credit.packets as usize;
         let mut services = o
             .policies
-            .build_services()
-            .map_err(|e| PerfError::Usage(e.to_string()))?;
+            .build_services_threaded(credit)
+            .map_err(PerfError::Usage)?;
         // Encryption last on the way out and so first on the way in: the other services
         // see the plaintext.
         if let Some(keys) = &keys {

@@ -115,6 +115,32 @@ pub(crate) struct MessageFlags {
     pub(crate) pending: Vec<(Psn, ServiceFlags)>,
     /// The flags of the message in progress's packets taken so far.
     pub(crate) message: ServiceFlags,
+    /// The first PSN of the message in progress (taken in part), so that flags an
+    /// asynchronous stage returns after its packet was taken still reach it.
+    pub(crate) first: Option<Psn>,
+    /// Payloads handed to asynchronous stages ([`Service::asynchronous`]) and returned,
+    /// each way: a completion waits while `returned` is short of what was `offered`
+    /// before it.
+    pub(crate) offered: u64,
+    pub(crate) returned: u64,
+    /// Bytes offered and not yet returned.
+    pub(crate) out_bytes: u64,
+}
+
+/// What an asynchronous stage ([`Service::asynchronous`]) gives back for each payload it
+/// was offered, once, in the order offered: which packet it was, and the flags it raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Returned {
+    /// The packet's PSN.
+    pub psn: Psn,
+    /// Its opcode.
+    pub opcode: Opcode,
+    /// Which way it went.
+    pub direction: Direction,
+    /// The payload's length as offered.
+    pub len: u32,
+    /// What the stage raised on it.
+    pub flags: ServiceFlags,
 }
 
 /// What an in-line stage decides about a packet.
@@ -193,6 +219,33 @@ pub trait Service: std::fmt::Debug {
     /// the rest are counted.
     fn deferred(&self) -> bool {
         false
+    }
+
+    /// Beside the path, off the engine's thread: instead of [`Service::observe`], the engine
+    /// hands each payload (a copy: the receive buffer and the region are reused as soon as
+    /// the packet is taken) to [`Service::offer`], and gets the stage's verdicts back from
+    /// [`Service::collect`] when the driver runs [`crate::Engine::run_deferred`]. What is
+    /// offered and not yet returned counts against the receive credit
+    /// ([`crate::EngineConfig::service_credit`]); past it, a payload is not offered: counted
+    /// uninspected ([`crate::Counters::service_uninspected`]) and the packet goes on, or,
+    /// for a stage that is also [`Service::deferred`], a received packet is dropped and
+    /// counted as a deferred stage's is. A completion whose packets are still out with the
+    /// stage waits for them (so its flags are known), within that same bound.
+    fn asynchronous(&self) -> bool {
+        false
+    }
+
+    /// Asynchronous: takes a copy of `payload` for the stage's own thread; `false` when it
+    /// has no room now (the payload goes uninspected). Never blocks.
+    fn offer(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) -> bool {
+        let _ = (packet, payload);
+        false
+    }
+
+    /// Asynchronous: what the stage finished since the last call, each offered payload
+    /// exactly once, in the order offered. Never blocks.
+    fn collect(&mut self, out: &mut Vec<Returned>) {
+        let _ = out;
     }
 
     /// An application offload on a READ's responses where they land (BALBOA's DLRM

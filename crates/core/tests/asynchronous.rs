@@ -1,0 +1,349 @@
+//! Asynchronous stages beside the path (`Service::asynchronous`: the engine offers a copy
+//! of each payload and collects the verdicts later, as `sluice-net`'s `Threaded` does
+//! from its thread). Here the stage is deterministic: it returns what the test's clock
+//! allows, one payload per few simulated microseconds. Whatever the credit, the rate, the
+//! recovery and the link's losses: what is out never passes the credit; every payload
+//! offered comes back exactly once; every message completes exactly once with its bytes
+//! exact; and a completion carries exactly its message's flags (a deferred stage drops
+//! and recovers what it has no room for, so nothing goes unseen), even when the stage
+//! returns them after the message was taken: the completion waits for them.
+
+mod common;
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sluice_core::policy::{Returned, Service, ServiceFlags, ServicePacket};
+use sluice_core::*;
+use sluice_testkit::*;
+
+/// The marker a flagged message's bytes are all made of.
+const MARK: u8 = 0xEE;
+
+/// What the test and the stage share.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Payloads the stage may still return (the test's clock adds to it).
+    allowance: Cell<u64>,
+    offered: Cell<u64>,
+    returned: Cell<u64>,
+    /// The most payloads out at once.
+    peak: Cell<u64>,
+}
+
+/// Asynchronous, beside the path: flags payloads that start with [`MARK`]; returns them
+/// in order as the allowance permits.
+#[derive(Debug)]
+struct Later {
+    deferred: bool,
+    out: VecDeque<Returned>,
+    tally: Rc<Tally>,
+}
+
+impl Service for Later {
+    fn name(&self) -> &str {
+        "later"
+    }
+    fn in_line(&self) -> bool {
+        false
+    }
+    fn deferred(&self) -> bool {
+        self.deferred
+    }
+    fn asynchronous(&self) -> bool {
+        true
+    }
+    fn observe(&mut self, _p: &ServicePacket<'_>, _payload: &[u8]) -> ServiceFlags {
+        panic!("an asynchronous stage is offered payloads, never given them");
+    }
+    fn offer(&mut self, p: &ServicePacket<'_>, payload: &[u8]) -> bool {
+        let flags = if payload.first() == Some(&MARK) {
+            ServiceFlags::EXECUTABLE
+        } else {
+            ServiceFlags::NONE
+        };
+        self.out.push_back(Returned {
+            psn: p.psn,
+            opcode: p.opcode,
+            direction: p.direction,
+            len: payload.len() as u32,
+            flags,
+        });
+        let t = &self.tally;
+        t.offered.set(t.offered.get() + 1);
+        t.peak.set(t.peak.get().max(self.out.len() as u64));
+        true
+    }
+    fn collect(&mut self, out: &mut Vec<Returned>) {
+        let t = &self.tally;
+        while t.allowance.get() > 0 {
+            let Some(r) = self.out.pop_front() else {
+                break;
+            };
+            t.allowance.set(t.allowance.get() - 1);
+            t.returned.set(t.returned.get() + 1);
+            out.push(r);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    credit: ServiceCredit,
+    cost_us: u64,
+    selective: bool,
+    loss: f64,
+    /// Each message's length and whether it is flagged.
+    messages: Vec<(u32, bool)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1u32..12,
+        1u64..24,
+        1u64..6,
+        any::<bool>(),
+        prop_oneof![Just(0.0), Just(0.03)],
+        prop::collection::vec((1u32..12_000, any::<bool>()), 4..14),
+    )
+        .prop_map(|(packets, kib, cost_us, selective, loss, messages)| Case {
+            credit: ServiceCredit {
+                packets,
+                bytes: (kib * 1024).max(1024),
+            },
+            cost_us,
+            selective,
+            loss,
+            messages,
+        })
+}
+
+/// A message's bytes: all [`MARK`] if flagged, else a pattern without it.
+fn bytes(len: u32, flagged: bool, salt: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            if flagged {
+                MARK
+            } else {
+                (i.wrapping_mul(31).wrapping_add(salt) % 0xE0) as u8
+            }
+        })
+        .collect()
+}
+
+fn stage(deferred: bool, tally: &Rc<Tally>) -> Box<dyn Service> {
+    Box::new(Later {
+        deferred,
+        out: VecDeque::new(),
+        tally: tally.clone(),
+    })
+}
+
+/// Host 1 receives SENDs (with a deferred asynchronous stage); host 0 sends them (with one
+/// beside the path that is not deferred, under the default credit).
+fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
+    let mut world = World::new(
+        2,
+        seed,
+        Impairments {
+            loss: c.loss,
+            ..Impairments::CLEAN
+        },
+    );
+    world.configure(1, |e| e.service_credit = c.credit);
+    let options = PairOptions {
+        recovery: if c.selective {
+            Recovery::SelectiveRepeat
+        } else {
+            Recovery::GoBackN
+        },
+        timeout: 6,
+        ..PairOptions::default()
+    };
+    let p = Pair::connect(&mut world, &options);
+    let tallies = [Rc::new(Tally::default()), Rc::new(Tally::default())];
+    for (host, deferred) in [(0, false), (1, true)] {
+        world.engines[host]
+            .set_services(p.qp[host], vec![stage(deferred, &tallies[host])])
+            .unwrap();
+    }
+    let mut at = 0u64;
+    let mut placed = Vec::new();
+    for (i, &(len, flagged)) in c.messages.iter().enumerate() {
+        let data = bytes(len, flagged, i as u32);
+        world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[at as usize..at as usize + data.len()]
+            .copy_from_slice(&data);
+        let sge = [Sge {
+            lkey: p.mr[0].lkey,
+            addr: p.mr[0].addr + at,
+            len,
+        }];
+        let recv = [Sge {
+            lkey: p.mr[1].lkey,
+            addr: p.mr[1].addr + at,
+            len,
+        }];
+        world.engines[1]
+            .post_recv(
+                p.qp[1],
+                &RecvWr {
+                    wr_id: i as u64,
+                    sgl: &recv,
+                },
+            )
+            .unwrap();
+        world.engines[0]
+            .post_send(p.qp[0], &SendWr::new(i as u64, SendOp::Send, &sge))
+            .unwrap();
+        placed.push((at, data));
+        at += u64::from(len).next_multiple_of(64);
+    }
+    let n = c.messages.len();
+    let (cq, rcq, credit) = (p.send_cq[0], p.recv_cq[1], c.credit);
+    let cost = Duration::from_micros(c.cost_us);
+    let mut next = world.now + cost;
+    let mut over = None;
+    let mut done = false;
+    // The world stops when nothing is on the links or due: completions held for the stage
+    // are not, so the stage's clock moves time on itself then.
+    for _ in 0..100_000 {
+        if done || world.now.as_nanos() > 30_000_000_000 {
+            break;
+        }
+        done = world.run_until(Duration::from_secs(30), |w| {
+            let (packets, bytes) = w.engines[1].deferred_waiting();
+            if packets > credit.packets as usize || bytes > credit.bytes {
+                over = Some(format!("{packets} packets, {bytes} bytes out"));
+            }
+            while next <= w.now {
+                for (h, t) in tallies.iter().enumerate() {
+                    t.allowance.set(t.allowance.get() + 1);
+                    w.engines[h].run_deferred(0);
+                }
+                next = next + cost;
+            }
+            w.engines[0].cq_len(cq) == n && w.engines[1].cq_len(rcq) == n
+        });
+        if !done {
+            world.now = world.now + cost;
+        }
+    }
+    prop_assert!(over.is_none(), "past the credit {:?}: {:?}", credit, over);
+    prop_assert!(done, "not every message completed");
+    for (h, cq) in [(0, cq), (1, rcq)] {
+        let mut got: Vec<(u64, bool)> = Pair::completions(&mut world, h, cq)
+            .iter()
+            .map(|c| {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                (c.wr_id, c.flags.contains(ServiceFlags::EXECUTABLE))
+            })
+            .collect();
+        got.sort_unstable();
+        let want: Vec<(u64, bool)> = c
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, f))| (i as u64, f))
+            .collect();
+        prop_assert_eq!(got, want, "host {}: each once, with its message's flag", h);
+    }
+    let memory = world.engines[1].mr_bytes(p.mr[1].lkey).unwrap();
+    for (i, (at, data)) in placed.iter().enumerate() {
+        prop_assert!(
+            memory[*at as usize..*at as usize + data.len()] == data[..],
+            "message {} differs",
+            i
+        );
+    }
+    prop_assert!(tallies[1].peak.get() <= u64::from(credit.packets));
+    prop_assert!(world.engines[1].counters().service_queue_peak_bytes <= credit.bytes);
+    for (h, t) in tallies.iter().enumerate() {
+        t.allowance.set(u64::MAX);
+        world.engines[h].run_deferred(0);
+        prop_assert_eq!(
+            t.returned.get(),
+            t.offered.get(),
+            "host {}: each back once",
+            h
+        );
+        prop_assert_eq!(world.engines[h].deferred_waiting(), (0, 0));
+        prop_assert_eq!(world.engines[h].held_completions(), 0);
+    }
+    Ok(())
+}
+
+#[test]
+fn flags_reach_their_completions_within_the_credit_exactly_once() {
+    common::check_cases(24, &(case(), any::<u64>()), 16, |(c, seed)| run(c, seed));
+}
+
+/// A stage that returns nothing holds the completions of its queue pair (and those after
+/// them), and releases them, with their flags, once it returns; one that is not deferred,
+/// given no room, lets packets go uninspected and counted instead of dropping them.
+#[test]
+fn completions_wait_for_their_flags_and_a_full_stage_is_passed_over() {
+    let mut world = World::new(2, 3, Impairments::CLEAN);
+    world.configure(1, |e| {
+        e.service_credit = ServiceCredit {
+            packets: 4,
+            bytes: 1 << 20,
+        }
+    });
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let tally = Rc::new(Tally::default());
+    world.engines[1]
+        .set_services(p.qp[1], vec![stage(false, &tally)])
+        .unwrap();
+    let data = bytes(2048, true, 0);
+    world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..2048].copy_from_slice(&data);
+    let rcq = p.recv_cq[1];
+    for i in 0..3u64 {
+        let recv = [Sge {
+            lkey: p.mr[1].lkey,
+            addr: p.mr[1].addr + i * 4096,
+            len: 2048,
+        }];
+        world.engines[1]
+            .post_recv(
+                p.qp[1],
+                &RecvWr {
+                    wr_id: i,
+                    sgl: &recv,
+                },
+            )
+            .unwrap();
+        let sge = [Sge {
+            lkey: p.mr[0].lkey,
+            addr: p.mr[0].addr,
+            len: 2048,
+        }];
+        world.engines[0]
+            .post_send(p.qp[0], &SendWr::new(i, SendOp::Send, &sge))
+            .unwrap();
+    }
+    // 1 KiB packets: 6 payloads, the credit takes 4; the other two go on unseen.
+    assert!(world.run_until(
+        Duration::from_secs(1),
+        |w| w.engines[0].cq_len(p.send_cq[0]) == 3
+    ));
+    assert_eq!(world.engines[1].cq_len(rcq), 0, "held for their flags");
+    assert_eq!(world.engines[1].held_completions(), 3);
+    let c = *world.engines[1].counters();
+    assert_eq!(
+        (tally.offered.get(), c.service_uninspected),
+        (4, 2),
+        "{c:?}"
+    );
+    tally.allowance.set(u64::MAX);
+    world.engines[1].run_deferred(0);
+    let got: Vec<(u64, bool)> = Pair::completions(&mut world, 1, rcq)
+        .iter()
+        .map(|c| (c.wr_id, c.flags.contains(ServiceFlags::EXECUTABLE)))
+        .collect();
+    // The first two messages' packets were seen; the third's went uninspected.
+    assert_eq!(got, [(0, true), (1, true), (2, false)]);
+    assert_eq!(c.service_held_completions, 3);
+}
