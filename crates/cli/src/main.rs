@@ -263,7 +263,7 @@ struct PerfArgs {
     /// `--json`. Needs nothing from the peer.
     #[arg(long)]
     inspect: bool,
-    /// Run stages beside the path (`inspect`, `count`) on the engine's own thread instead
+    /// Run stages beside the path (`inspect`, `count`) and the `dlrm` offload on the engine's own thread instead
     /// of each on a thread of its own (for comparing the two).
     #[arg(long)]
     services_on_engine: bool,

@@ -77,7 +77,11 @@ impl Service for Later {
         t.peak.set(t.peak.get().max(self.out.len() as u64));
         true
     }
-    fn collect(&mut self, out: &mut Vec<Returned>) {
+    fn collect(
+        &mut self,
+        out: &mut Vec<Returned>,
+        _put_back: &mut dyn FnMut(sluice_core::policy::Landing, &[u8]),
+    ) {
         let t = &self.tally;
         while t.allowance.get() > 0 {
             let Some(r) = self.out.pop_front() else {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use rtrb::{Consumer, Producer, RingBuffer};
 use sluice_core::QpNum;
-use sluice_core::policy::{Direction, Returned, Service, ServiceFlags, ServicePacket};
+use sluice_core::policy::{Direction, Landing, Returned, Service, ServiceFlags, ServicePacket};
 use sluice_wire::RoceHeaders;
 
 /// One payload on its way to the stage's thread and back.
@@ -36,6 +36,9 @@ struct Job {
     headers: RoceHeaders,
     direction: Direction,
     flags: ServiceFlags,
+    /// READ data landed ([`Service::offer_landed`]): where it goes back, and its offset
+    /// in the READ's data.
+    landing: Option<(Landing, u32)>,
     bytes: Vec<u8>,
 }
 
@@ -57,6 +60,10 @@ struct Shared {
 pub struct Threaded {
     name: String,
     deferred: bool,
+    on_landing: bool,
+    /// A second instance of the stage on the engine's thread, for READ data landed when
+    /// the ring is full (an offload must be done, unlike an inspection).
+    local: Option<Box<dyn Service>>,
     jobs: Producer<Job>,
     results: Consumer<Job>,
     /// What was offered and not yet returned, oldest first: each is returned exactly once,
@@ -76,12 +83,24 @@ impl Threaded {
     /// for `capacity` payloads in flight (at least 1; size it as the engine's receive
     /// credit's packets, which bounds them anyway).
     pub fn spawn(stage: Box<dyn Service + Send>, capacity: usize) -> std::io::Result<Threaded> {
+        Self::spawn_with_local(stage, None, capacity)
+    }
+
+    /// [`Threaded::spawn`] for a stage that acts where READ data lands
+    /// ([`Service::on_landing`]): `local`, a second instance of it, does on the engine's
+    /// thread what the ring has no room for.
+    pub fn spawn_with_local(
+        stage: Box<dyn Service + Send>,
+        local: Option<Box<dyn Service>>,
+        capacity: usize,
+    ) -> std::io::Result<Threaded> {
         let capacity = capacity.max(1);
         let (jobs, worker_jobs) = RingBuffer::new(capacity);
         let (worker_results, results) = RingBuffer::new(capacity);
         let shared = Arc::new(Shared::default());
         let name = stage.name().to_string();
         let deferred = stage.deferred();
+        let on_landing = stage.on_landing();
         let thread = std::thread::Builder::new()
             .name(format!("sluice-{name}"))
             .spawn({
@@ -91,6 +110,8 @@ impl Threaded {
         Ok(Threaded {
             name,
             deferred,
+            on_landing,
+            local,
             jobs,
             results,
             out: VecDeque::with_capacity(capacity),
@@ -142,6 +163,7 @@ impl Service for Threaded {
             headers: *packet.headers,
             direction: packet.direction,
             flags: ServiceFlags::NONE,
+            landing: None,
             bytes,
         };
         if self.jobs.push(job).is_err() {
@@ -162,8 +184,65 @@ impl Service for Threaded {
         true
     }
 
-    fn collect(&mut self, out: &mut Vec<Returned>) {
+    fn on_landing(&self) -> bool {
+        self.on_landing
+    }
+
+    fn landed(&mut self, qpn: QpNum, offset: u32, bytes: &mut [u8]) {
+        if let Some(local) = &mut self.local {
+            local.landed(qpn, offset, bytes);
+        }
+    }
+
+    fn offer_landed(&mut self, qpn: QpNum, offset: u32, bytes: &[u8], at: Landing) -> bool {
+        if !self.on_landing || self.jobs.is_full() || self.dead() {
+            self.full += 1;
+            return false;
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        // The headers say nothing here: a landing is known by where it goes.
+        let headers = RoceHeaders {
+            bth: sluice_wire::Bth::new(
+                sluice_wire::Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                qpn.0,
+                sluice_wire::Psn::new(0),
+            ),
+            ccx: None,
+            ext: sluice_wire::ExtHeaders::default(),
+        };
+        let job = Job {
+            qpn,
+            headers,
+            direction: Direction::Receive,
+            flags: ServiceFlags::NONE,
+            landing: Some((at, offset)),
+            bytes: buf,
+        };
+        if self.jobs.push(job).is_err() {
+            return false;
+        }
+        self.out.push_back(Returned {
+            psn: headers.bth.psn,
+            opcode: headers.bth.opcode,
+            direction: Direction::Receive,
+            len: bytes.len() as u32,
+            flags: ServiceFlags::NONE,
+        });
+        if self.shared.sleeping.load(Ordering::SeqCst)
+            && let Some(t) = &self.thread
+        {
+            t.thread().unpark();
+        }
+        true
+    }
+
+    fn collect(&mut self, out: &mut Vec<Returned>, put_back: &mut dyn FnMut(Landing, &[u8])) {
         while let Ok(job) = self.results.pop() {
+            if let Some((at, _)) = job.landing {
+                put_back(at, &job.bytes);
+            }
             let mut r = self
                 .out
                 .pop_front()
@@ -174,7 +253,8 @@ impl Service for Threaded {
             self.spare.push(job.bytes);
         }
         if !self.out.is_empty() && self.dead() && self.results.is_empty() {
-            // The stage panicked: what it still had is owed back all the same.
+            // The stage panicked: what it still had is owed back all the same (READ data
+            // it had stays as it landed: counted, as the offload's loss).
             self.lost += self.out.len() as u64;
             out.extend(self.out.drain(..));
         }
@@ -187,6 +267,15 @@ impl Service for Threaded {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default();
+        // The local instance's counts (what the ring had no room for) join the worker's.
+        if let Some(local) = &self.local {
+            for (name, n) in local.counters() {
+                match c.iter_mut().find(|(k, _)| *k == name) {
+                    Some((_, m)) => *m += n,
+                    None => c.push((name, n)),
+                }
+            }
+        }
         c.push(("worker_full", self.full));
         c.push(("worker_lost", self.lost));
         c
@@ -240,7 +329,10 @@ fn run(
             len: job.bytes.len() as u32,
             headers: &job.headers,
         };
-        job.flags = stage.observe(&packet, &job.bytes);
+        match job.landing {
+            Some((_, offset)) => stage.landed(job.qpn, offset, &mut job.bytes),
+            None => job.flags = stage.observe(&packet, &job.bytes),
+        }
         if jobs.is_empty() {
             publish(stage.as_ref());
         }
@@ -288,6 +380,15 @@ mod tests {
         fn counters(&self) -> Vec<(&'static str, u64)> {
             vec![("seen", self.seen)]
         }
+        fn on_landing(&self) -> bool {
+            true
+        }
+        fn landed(&mut self, _qpn: QpNum, offset: u32, bytes: &mut [u8]) {
+            self.seen += 1;
+            for b in bytes {
+                *b = b.wrapping_add(offset as u8);
+            }
+        }
     }
 
     fn headers(psn: u32) -> RoceHeaders {
@@ -316,7 +417,7 @@ mod tests {
         let mut out = Vec::new();
         let until = std::time::Instant::now() + Duration::from_secs(10);
         while out.len() < n && std::time::Instant::now() < until {
-            t.collect(&mut out);
+            t.collect(&mut out, &mut |_, _| {});
             std::thread::yield_now();
         }
         out
@@ -328,7 +429,7 @@ mod tests {
         let mut out = Vec::new();
         for psn in 0..100u32 {
             while !offer(&mut t, psn, if psn % 7 == 0 { 0xEE } else { 0 }) {
-                t.collect(&mut out);
+                t.collect(&mut out, &mut |_, _| {});
             }
         }
         out.extend(collect(&mut t, 100 - out.len()));
@@ -344,6 +445,41 @@ mod tests {
         }
         assert_eq!(t.outstanding(), 0);
         assert!(t.counters().contains(&("seen", 100)), "{:?}", t.counters());
+    }
+
+    #[test]
+    fn landed_data_comes_back_processed_or_is_processed_here_when_full() {
+        let stage = Marker {
+            delay: Duration::from_millis(20),
+            ..Marker::default()
+        };
+        let local: Box<dyn Service> = Box::new(Marker::default());
+        let mut t = Threaded::spawn_with_local(Box::new(stage), Some(local), 2).unwrap();
+        let at = |i: u64| Landing::for_tests(1, i * 8);
+        let mut here = 0;
+        for i in 0..6u64 {
+            if !t.offer_landed(QpNum(1), 3, &[10; 8], at(i)) {
+                let mut bytes = [10u8; 8];
+                t.landed(QpNum(1), 3, &mut bytes);
+                assert_eq!(bytes, [13; 8], "processed here");
+                here += 1;
+            }
+        }
+        assert!(
+            here >= 3,
+            "a ring of 2 (and one being worked on) took at most 3"
+        );
+        let mut back = Vec::new();
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while back.len() < 6 - here && std::time::Instant::now() < until {
+            let mut out = Vec::new();
+            t.collect(&mut out, &mut |at, bytes| back.push((at, bytes.to_vec())));
+            assert!(out.iter().all(|r| r.flags.is_empty()));
+        }
+        assert_eq!(back.len(), 6 - here);
+        assert!(back.iter().all(|(_, b)| b == &[13; 8]));
+        // Counted by both instances, together.
+        assert!(t.counters().contains(&("seen", 6)), "{:?}", t.counters());
     }
 
     #[test]

@@ -376,7 +376,7 @@ impl PolicyOptions {
     }
 
     /// [`PolicyOptions::build_services`] for the real datapath: each stage beside the path
-    /// that can run off the engine's thread (`inspect`, `count`: no parameters, `Send`)
+    /// that can run off the engine's thread (`inspect`, `count`, and `dlrm` where READ data lands)
     /// on a thread of its own, with room for `capacity` payloads in flight (the engine's
     /// receive credit bounds them), unless `services_on_engine`.
     pub fn build_services_threaded(
@@ -391,9 +391,23 @@ impl PolicyOptions {
             let stage: Box<dyn sluice_core::policy::Service + Send> = match named.name.as_str() {
                 "inspect" => Box::new(sluice_inspect::Inspect::builtin()),
                 "count" => Box::new(sluice_core::policy::ByteCount::default()),
+                // The registry checked the modulus; the stage on the engine's thread
+                // (what the ring has no room for) is the registry's own.
+                "dlrm" => {
+                    let modulus = named
+                        .params
+                        .iter()
+                        .find(|(k, _)| k == "modulus")
+                        .and_then(|(_, v)| v.parse().ok());
+                    let chain = modulus
+                        .and_then(|m| sluice_inspect::dlrm::Chain::new(m).ok())
+                        .unwrap_or_default();
+                    Box::new(sluice_inspect::dlrm::Offload::new(chain))
+                }
                 _ => continue,
             };
-            let t = sluice_net::Threaded::spawn(stage, capacity)
+            let local = (named.name == "dlrm").then(|| std::mem::replace(s, Box::new(Placeholder)));
+            let t = sluice_net::Threaded::spawn_with_local(stage, local, capacity)
                 .map_err(|e| format!("--service {}: cannot start its thread: {e}", named.name))?;
             *s = Box::new(t);
         }
@@ -422,6 +436,20 @@ impl PolicyOptions {
                 .info(&s.name)
                 .is_some_and(|i| i.both_ends)
         })
+    }
+}
+
+/// What stands in a services list for a moment while its stage moves into a
+/// [`sluice_net::Threaded`].
+#[derive(Debug)]
+struct Placeholder;
+
+impl sluice_core::policy::Service for Placeholder {
+    fn name(&self) -> &str {
+        "placeholder"
+    }
+    fn in_line(&self) -> bool {
+        false
     }
 }
 

@@ -764,10 +764,26 @@ impl Nic {
             return;
         };
         for service in services.iter_mut().filter(|s| s.on_landing()) {
+            let asynchronous = service.asynchronous();
             let mut at = offset;
             for (lkey, addr, n) in sgl.pieces(offset, len) {
                 if let Some(bytes) = self.mrs.slice_mut(lkey, addr, n) {
-                    service.landed(qp.num, at, bytes);
+                    // Off the engine's thread if the stage has room within the credit
+                    // (the READ's completion then waits for it), else here.
+                    let landing = crate::policy::Landing { key: lkey, addr };
+                    let f = &mut self.message_flags[qp.index() as usize];
+                    if asynchronous
+                        && self
+                            .service_queue
+                            .admits(self.config.service_credit, bytes.len())
+                        && service.offer_landed(qp.num, at, bytes, landing)
+                    {
+                        self.service_queue.went_out(bytes.len());
+                        f.offered += 1;
+                        f.out_bytes += bytes.len() as u64;
+                    } else {
+                        service.landed(qp.num, at, bytes);
+                    }
                 }
                 at += n;
             }

@@ -346,11 +346,20 @@ impl Engine {
         let mut out = std::mem::take(&mut self.nic.returned);
         for k in 0..self.nic.async_qps.len() {
             let index = self.nic.async_qps[k];
-            let Some(services) = self.nic.services.get_mut(index as usize) else {
+            let nic = &mut self.nic;
+            let Some(services) = nic.services.get_mut(index as usize) else {
                 continue;
             };
+            // What a landing stage made of READ data goes back where the data lies (a
+            // region deregistered since takes nothing).
+            let mrs = &mut nic.mrs;
+            let mut put_back = |at: crate::policy::Landing, bytes: &[u8]| {
+                if let Some(to) = mrs.slice_mut(at.key, at.addr, bytes.len() as u32) {
+                    to.copy_from_slice(bytes);
+                }
+            };
             for service in services.iter_mut().filter(|s| s.asynchronous()) {
-                service.collect(&mut out);
+                service.collect(&mut out, &mut put_back);
             }
             for r in out.drain(..) {
                 self.nic.service_queue.came_back(r.len as usize);

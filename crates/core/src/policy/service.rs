@@ -127,6 +127,21 @@ pub(crate) struct MessageFlags {
     pub(crate) out_bytes: u64,
 }
 
+/// Where READ data an asynchronous stage was offered ([`Service::offer_landed`]) lies in
+/// the requester's memory, for the engine to put back what the stage made of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landing {
+    pub(crate) key: u32,
+    pub(crate) addr: u64,
+}
+
+impl Landing {
+    /// A made-up place, for a stage's own tests (the engine gives the real ones).
+    pub fn for_tests(key: u32, addr: u64) -> Landing {
+        Landing { key, addr }
+    }
+}
+
 /// What an asynchronous stage ([`Service::asynchronous`]) gives back for each payload it
 /// was offered, once, in the order offered: which packet it was, and the flags it raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,9 +258,23 @@ pub trait Service: std::fmt::Debug {
     }
 
     /// Asynchronous: what the stage finished since the last call, each offered payload
-    /// exactly once, in the order offered. Never blocks.
-    fn collect(&mut self, out: &mut Vec<Returned>) {
-        let _ = out;
+    /// exactly once, in the order offered. A landing offered ([`Service::offer_landed`])
+    /// comes back through `put_back` with the bytes the stage made of it, which the engine
+    /// writes where they came from (and in `out`, with no flags). Never blocks.
+    fn collect(&mut self, out: &mut Vec<Returned>, put_back: &mut dyn FnMut(Landing, &[u8])) {
+        let _ = (out, put_back);
+    }
+
+    /// Asynchronous, on landing ([`Service::on_landing`]): takes a copy of READ data just
+    /// placed (`bytes`, at `offset` in the READ's data) to do on its own thread what
+    /// [`Service::landed`] does, overlapping the next responses' arrival; `false` when it
+    /// has no room (the engine calls [`Service::landed`] on its own thread instead). The
+    /// READ completes once everything offered came back and was put back. A response
+    /// placed again while its first copy is out is offered again; the later put-back
+    /// wins, and both were made from the same bytes.
+    fn offer_landed(&mut self, qpn: QpNum, offset: u32, bytes: &[u8], at: Landing) -> bool {
+        let _ = (qpn, offset, bytes, at);
+        false
     }
 
     /// An application offload on a READ's responses where they land (BALBOA's DLRM
