@@ -158,6 +158,9 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
         },
     );
     world.configure(1, |e| e.service_credit = c.credit);
+    // Host 0's stage is neither deferred nor landing: its completions would go without
+    // their flags after `service_flag_wait`; here they wait as long as it takes.
+    world.configure(0, |e| e.service_flag_wait = Duration::from_secs(60));
     let options = PairOptions {
         recovery: if c.selective {
             Recovery::SelectiveRepeat
@@ -350,4 +353,62 @@ fn completions_wait_for_their_flags_and_a_full_stage_is_passed_over() {
     // The first two messages' packets were seen; the third's went uninspected.
     assert_eq!(got, [(0, true), (1, true), (2, false)]);
     assert_eq!(c.service_held_completions, 3);
+}
+
+/// A stage beside the path that does not return in time: its queue pair's completions go
+/// without its flags once `service_flag_wait` is over, and what it returns later is
+/// counted, not lost and not held.
+#[test]
+fn a_stage_that_keeps_a_completion_waiting_too_long_is_passed_over() {
+    let mut world = World::new(2, 5, Impairments::CLEAN);
+    world.configure(1, |e| e.service_flag_wait = Duration::from_micros(100));
+    let p = Pair::connect(&mut world, &PairOptions::default());
+    let tally = Rc::new(Tally::default());
+    world.engines[1]
+        .set_services(p.qp[1], vec![stage(false, &tally)])
+        .unwrap();
+    let data = bytes(1024, true, 0);
+    world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..1024].copy_from_slice(&data);
+    let recv = [Sge {
+        lkey: p.mr[1].lkey,
+        addr: p.mr[1].addr,
+        len: 1024,
+    }];
+    world.engines[1]
+        .post_recv(
+            p.qp[1],
+            &RecvWr {
+                wr_id: 9,
+                sgl: &recv,
+            },
+        )
+        .unwrap();
+    let sge = [Sge {
+        lkey: p.mr[0].lkey,
+        addr: p.mr[0].addr,
+        len: 1024,
+    }];
+    world.engines[0]
+        .post_send(p.qp[0], &SendWr::new(9, SendOp::Send, &sge))
+        .unwrap();
+    assert!(world.run_until(
+        Duration::from_secs(1),
+        |w| w.engines[0].cq_len(p.send_cq[0]) == 1
+    ));
+    let rcq = p.recv_cq[1];
+    let now = world.now;
+    world.engines[1].run_deferred_at(now + Duration::from_micros(50), 0);
+    assert_eq!(world.engines[1].cq_len(rcq), 0, "still within its wait");
+    world.engines[1].run_deferred_at(now + Duration::from_micros(200), 0);
+    let got = Pair::completions(&mut world, 1, rcq);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].flags.is_empty(), "went without its flags");
+    tally.allowance.set(1);
+    world.engines[1].run_deferred(0);
+    let c = world.engines[1].counters();
+    assert_eq!(
+        (c.service_flags_uncompleted, c.service_flagged_packets),
+        (1, 1)
+    );
+    assert_eq!(world.engines[1].deferred_waiting(), (0, 0));
 }

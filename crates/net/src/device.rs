@@ -293,7 +293,7 @@ impl Device {
         // Deferred service stages get what this batch queued for them, after the batch:
         // off the packets' way, but never falling behind a poll (the engine's receive
         // credit bounds what waits if a stage is slow).
-        if self.engine.run_deferred(usize::MAX) > 0 {
+        if self.engine.run_deferred_at(now, usize::MAX) > 0 {
             progress = true;
         }
         self.polled = now;

@@ -51,7 +51,7 @@ struct Shared {
     sleeping: AtomicBool,
     /// The stage's counters as the worker last published them (when its ring ran empty,
     /// before it handed back the last payload: so once everything offered came back, they
-    /// are final). Locked once a burst, never per packet.
+    /// are final; and every 64 payloads). Locked once a burst, never per packet.
     counters: Mutex<Vec<(&'static str, u64)>>,
 }
 
@@ -307,6 +307,7 @@ fn run(
         }
     };
     publish(stage.as_ref());
+    let mut since = 0u32;
     loop {
         let Ok(mut job) = jobs.pop() else {
             if shared.stop.load(Ordering::SeqCst) || jobs.is_abandoned() {
@@ -333,8 +334,12 @@ fn run(
             Some((_, offset)) => stage.landed(job.qpn, offset, &mut job.bytes),
             None => job.flags = stage.observe(&packet, &job.bytes),
         }
-        if jobs.is_empty() {
+        // When the ring ran empty (before handing back the last payload, so that the
+        // counts are final once everything came back), and every so often when behind.
+        since += 1;
+        if jobs.is_empty() || since >= 64 {
             publish(stage.as_ref());
+            since = 0;
         }
         // The ring back is as large as the ring in, and the engine never has more out
         // than that: it has room.

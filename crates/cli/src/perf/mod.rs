@@ -116,6 +116,9 @@ pub struct Options {
     /// `--fill`: every buffer filled with these bytes, repeated (what the payload services
     /// see: `--fill` an executable's code for `--inspect` to flag).
     pub fill: Option<std::sync::Arc<[u8]>>,
+    /// `--service-flag-wait`: how long a completion waits at most for the flags of a
+    /// stage beside the path on its own thread (`EngineConfig::service_flag_wait`).
+    pub service_flag_wait: std::time::Duration,
 }
 
 /// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
@@ -505,6 +508,7 @@ impl Options {
             pacer: None,
             app_offload: None,
             fill: None,
+            service_flag_wait: sluice_core::EngineConfig::default().service_flag_wait,
         }
     }
 

@@ -75,6 +75,16 @@ pub struct EngineConfig {
     /// it, so a slow stage slows the sender instead of growing memory. Default 1,024
     /// packets and 4 MiB.
     pub service_credit: ServiceCredit,
+    /// How long a completion waits at most for the flags of an asynchronous stage beside
+    /// the path that is neither deferred nor acting where READ data lands (an inspection:
+    /// [`crate::policy::Service::asynchronous`]); past it the completion goes without
+    /// them, and flags that come later are counted
+    /// ([`crate::Counters::service_flags_uncompleted`]). A stage slower than the link
+    /// then costs the datapath this much latency, never its throughput. Completions that
+    /// wait for a deferred or landing stage wait until it returned (within the credit):
+    /// their stage's work must be done first. Measured on the engine's clock (the `now`
+    /// of its calls). Default 1 ms.
+    pub service_flag_wait: Duration,
 }
 
 /// A completion waiting for an asynchronous stage's flags ([`Nic::held`]).
@@ -85,6 +95,9 @@ pub(crate) struct HeldCompletion {
     pub(crate) completion: Completion,
     /// How many payloads its queue pair must have had returned before it goes.
     pub(crate) needs: u64,
+    /// When it goes anyway (`None`: not before `needs`; see
+    /// [`EngineConfig::service_flag_wait`]).
+    pub(crate) until: Option<crate::Instant>,
     /// Which side's message it completes and that message's first PSN (`None`: a flush).
     pub(crate) scope: Option<(FlagSide, sluice_wire::Psn)>,
 }
@@ -130,6 +143,7 @@ impl Default for EngineConfig {
             ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
             service_credit: ServiceCredit::default(),
+            service_flag_wait: Duration::from_millis(1),
         }
     }
 }
@@ -818,11 +832,17 @@ impl Nic {
                 .map(|f| f.offered);
             if needs.is_some() || !self.held.is_empty() {
                 self.counters.service_held_completions += 1;
+                let strict = self
+                    .message_flags
+                    .get(qp.index() as usize)
+                    .is_some_and(|f| f.strict);
+                let until = (!strict).then(|| self.clock + self.config.service_flag_wait);
                 self.held.push_back(HeldCompletion {
                     index: qp.index(),
                     cq,
                     completion: c,
                     needs: needs.unwrap_or(0),
+                    until,
                     scope,
                 });
                 return;

@@ -378,14 +378,17 @@ impl Engine {
     }
 
     /// Pushes to their CQs the held completions (oldest first) whose queue pairs' stages
-    /// returned what was offered before them; stops at the first that still waits.
+    /// returned what was offered before them, or whose wait is over; stops at the first
+    /// that still waits.
     fn release_held(&mut self) {
+        let now = self.nic.clock;
         while let Some(h) = self.nic.held.front() {
-            let ready = self
-                .nic
-                .message_flags
-                .get(h.index as usize)
-                .is_none_or(|f| f.returned >= h.needs);
+            let ready = h.until.is_some_and(|t| t <= now)
+                || self
+                    .nic
+                    .message_flags
+                    .get(h.index as usize)
+                    .is_none_or(|f| f.returned >= h.needs);
             if !ready {
                 break;
             }
@@ -398,6 +401,17 @@ impl Engine {
     /// Completions waiting for asynchronous stages' flags.
     pub fn held_completions(&self) -> usize {
         self.nic.held.len()
+    }
+
+    /// [`Engine::run_deferred`] at time `now` (not earlier than the engine's last): a
+    /// completion held for an asynchronous stage's flags whose wait
+    /// ([`crate::EngineConfig::service_flag_wait`]) is over by then goes. A driver with
+    /// asynchronous stages calls this one, also when nothing else happens.
+    pub fn run_deferred_at(&mut self, now: Instant, max: usize) -> usize {
+        if now > self.nic.clock {
+            self.nic.clock = now;
+        }
+        self.run_deferred(max)
     }
 
     /// Received payloads, and their bytes, waiting for deferred stages.

@@ -409,6 +409,9 @@ impl Engine {
         {
             self.nic.async_qps.push(index as u32);
         }
+        self.nic.message_flags[index].strict = services
+            .iter()
+            .any(|s| s.asynchronous() && (s.deferred() || s.on_landing()));
         self.qps[index].services = !services.is_empty();
         self.nic.any_services |= !services.is_empty();
         self.nic.services[index] = services;

@@ -125,6 +125,10 @@ pub(crate) struct MessageFlags {
     pub(crate) returned: u64,
     /// Bytes offered and not yet returned.
     pub(crate) out_bytes: u64,
+    /// Its asynchronous stages include a deferred or a landing one: its completions wait
+    /// for them however long (within the credit), not only
+    /// [`crate::EngineConfig::service_flag_wait`].
+    pub(crate) strict: bool,
 }
 
 /// Where READ data an asynchronous stage was offered ([`Service::offer_landed`]) lies in
