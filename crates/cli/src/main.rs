@@ -269,8 +269,9 @@ struct PerfArgs {
     services_on_engine: bool,
     /// How long a completion waits at most, in milliseconds, for the flags of a stage
     /// beside the path on its own thread (`--inspect`); past it, it goes without them and
-    /// flags that come later are counted (`flags_after_completion`).
-    #[arg(long, value_name = "MS", default_value_t = 1.0)]
+    /// flags that come later are counted (`flags_after_completion`). Default 0: never
+    /// waits (what the stage returned by the next poll still reaches the completion).
+    #[arg(long, value_name = "MS", default_value_t = 0.0)]
     service_flag_wait: f64,
     /// An application offload on read-bw's READ responses (`--offload list`): `dlrm`, BALBOA's
     /// DLRM preprocessing, applied in line where each response lands. The server serves a

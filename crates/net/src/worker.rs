@@ -29,6 +29,15 @@ use sluice_core::QpNum;
 use sluice_core::policy::{Direction, Landing, Returned, Service, ServiceFlags, ServicePacket};
 use sluice_wire::RoceHeaders;
 
+/// Whether workers started from now on run at the lowest priority (nice 19).
+static LOW_PRIORITY: AtomicBool = AtomicBool::new(true);
+
+/// Whether stage threads started from now on lower their priority below the datapath's
+/// (nice 19, the default) or keep the caller's: for measuring the difference.
+pub fn set_low_priority(low: bool) {
+    LOW_PRIORITY.store(low, Ordering::Relaxed);
+}
+
 /// One payload on its way to the stage's thread and back.
 #[derive(Debug)]
 struct Job {
@@ -76,6 +85,8 @@ pub struct Threaded {
     full: u64,
     /// Payloads returned unseen because the worker died (a panicking stage).
     lost: u64,
+    /// Landings done on the engine's thread by the local instance (no room out).
+    landed_here: u64,
 }
 
 impl Threaded {
@@ -120,6 +131,7 @@ impl Threaded {
             thread: Some(thread),
             full: 0,
             lost: 0,
+            landed_here: 0,
         })
     }
 
@@ -190,6 +202,7 @@ impl Service for Threaded {
 
     fn landed(&mut self, qpn: QpNum, offset: u32, bytes: &mut [u8]) {
         if let Some(local) = &mut self.local {
+            self.landed_here += 1;
             local.landed(qpn, offset, bytes);
         }
     }
@@ -278,6 +291,9 @@ impl Service for Threaded {
         }
         c.push(("worker_full", self.full));
         c.push(("worker_lost", self.lost));
+        if self.on_landing {
+            c.push(("landed_on_engine_thread", self.landed_here));
+        }
         c
     }
 }
@@ -306,6 +322,12 @@ fn run(
             *c = stage.counters();
         }
     };
+    // Beside the path: the datapath's threads come first on a busy machine; what this one
+    // has no time for goes uninspected (an offload's overflow is done on the engine's
+    // thread). Failing to lower it only costs that preference.
+    if LOW_PRIORITY.load(Ordering::Relaxed) {
+        let _ = crate::sys::nice_this_thread(19);
+    }
     publish(stage.as_ref());
     let mut since = 0u32;
     loop {

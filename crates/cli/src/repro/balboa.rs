@@ -803,8 +803,10 @@ fn fig8(scale: Scale) -> Result<Report, String> {
             .collect::<Vec<_>>()
             .join("; "),
     ));
-    // Measured: `--inspect` runs the classifier on the engine's thread as packets arrive,
-    // so it is not beside the path there; reported against the paper's "no change".
+    // Measured: `--inspect` runs the classifier on a thread of its own beside each end's
+    // engine (`sluice_net::Threaded`), passing over what it has no time for; on this
+    // shared 2-core VM that thread still takes CPU from the engines. Reported against the
+    // paper's "no change".
     let worst = points
         .iter()
         .map(|p| p.bw_inspect / p.bw_plain)

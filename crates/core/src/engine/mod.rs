@@ -80,10 +80,13 @@ pub struct EngineConfig {
     /// [`crate::policy::Service::asynchronous`]); past it the completion goes without
     /// them, and flags that come later are counted
     /// ([`crate::Counters::service_flags_uncompleted`]). A stage slower than the link
-    /// then costs the datapath this much latency, never its throughput. Completions that
-    /// wait for a deferred or landing stage wait until it returned (within the credit):
-    /// their stage's work must be done first. Measured on the engine's clock (the `now`
-    /// of its calls). Default 1 ms.
+    /// then costs the datapath this much latency at most. Completions that wait for a
+    /// deferred or landing stage wait until it returned (within the credit): their
+    /// stage's work must be done first. Measured on the engine's clock (the `now` of its
+    /// calls). Default 0: beside the path, a completion never waits; flags the stage
+    /// returned by the driver's next [`Engine::run_deferred_at`] still reach it (it is
+    /// released there, after what came back), later ones are counted. Set it for
+    /// completions that carry every flag the stage can give in that time.
     pub service_flag_wait: Duration,
 }
 
@@ -143,7 +146,7 @@ impl Default for EngineConfig {
             ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
             service_credit: ServiceCredit::default(),
-            service_flag_wait: Duration::from_millis(1),
+            service_flag_wait: Duration::ZERO,
         }
     }
 }

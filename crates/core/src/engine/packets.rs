@@ -469,7 +469,9 @@ impl Engine {
             packet.len = kept.len() as u32;
             if !service.in_line() {
                 let seen = copy.as_ref().map_or(bytes, |c| &c[kept.clone()]);
-                if service.asynchronous() {
+                if service.asynchronous() && service.on_landing() {
+                    // Works where READ data lands, not on packets.
+                } else if service.asynchronous() {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's
                     // goes on unseen.
@@ -889,6 +891,8 @@ impl Engine {
                 };
                 if !service.asynchronous() {
                     flags |= service.observe(&packet, seen);
+                } else if service.on_landing() {
+                    // Works where READ data lands, not on packets.
                 } else if nic
                     .service_queue
                     .admits(nic.config.service_credit, seen.len())

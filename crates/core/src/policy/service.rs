@@ -269,7 +269,8 @@ pub trait Service: std::fmt::Debug {
         let _ = (out, put_back);
     }
 
-    /// Asynchronous, on landing ([`Service::on_landing`]): takes a copy of READ data just
+    /// Asynchronous, on landing ([`Service::on_landing`]; such a stage is offered no
+    /// packets, only landings): takes a copy of READ data just
     /// placed (`bytes`, at `offset` in the READ's data) to do on its own thread what
     /// [`Service::landed`] does, overlapping the next responses' arrival; `false` when it
     /// has no room (the engine calls [`Service::landed`] on its own thread instead). The
