@@ -412,3 +412,224 @@ fn a_stage_that_keeps_a_completion_waiting_too_long_is_passed_over() {
     );
     assert_eq!(world.engines[1].deferred_waiting(), (0, 0));
 }
+
+/// What a landing stage makes of READ data: each byte from itself and its place in the
+/// READ's data (so a response that lands again maps to the same bytes).
+fn mapped(byte: u8, at: u32) -> u8 {
+    byte.wrapping_mul(3).wrapping_add(at as u8)
+}
+
+/// Asynchronous, where READ data lands: keeps up to `room` pieces out, returns them mapped as
+/// the allowance permits; what it has no room for, the engine's thread maps (`landed`).
+#[derive(Debug)]
+struct LandLater {
+    room: usize,
+    out: VecDeque<(sluice_core::policy::Landing, u32, Vec<u8>)>,
+    tally: Rc<Tally>,
+    /// Pieces mapped on the engine's thread.
+    here: Rc<Cell<u64>>,
+}
+
+impl Service for LandLater {
+    fn name(&self) -> &str {
+        "land-later"
+    }
+    fn in_line(&self) -> bool {
+        false
+    }
+    fn asynchronous(&self) -> bool {
+        true
+    }
+    fn on_landing(&self) -> bool {
+        true
+    }
+    fn offer(&mut self, _p: &ServicePacket<'_>, _payload: &[u8]) -> bool {
+        panic!("a landing stage is offered landings only");
+    }
+    fn landed(&mut self, _qpn: QpNum, offset: u32, bytes: &mut [u8]) {
+        self.here.set(self.here.get() + 1);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = mapped(*b, offset + i as u32);
+        }
+    }
+    fn offer_landed(
+        &mut self,
+        _qpn: QpNum,
+        offset: u32,
+        bytes: &[u8],
+        at: sluice_core::policy::Landing,
+    ) -> bool {
+        if self.out.len() >= self.room {
+            return false;
+        }
+        self.out.push_back((at, offset, bytes.to_vec()));
+        let t = &self.tally;
+        t.offered.set(t.offered.get() + 1);
+        t.peak.set(t.peak.get().max(self.out.len() as u64));
+        true
+    }
+    fn collect(
+        &mut self,
+        out: &mut Vec<Returned>,
+        put_back: &mut dyn FnMut(sluice_core::policy::Landing, &[u8]),
+    ) {
+        let t = &self.tally;
+        while t.allowance.get() > 0 {
+            let Some((at, offset, mut bytes)) = self.out.pop_front() else {
+                break;
+            };
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = mapped(*b, offset + i as u32);
+            }
+            put_back(at, &bytes);
+            t.allowance.set(t.allowance.get() - 1);
+            t.returned.set(t.returned.get() + 1);
+            out.push(Returned {
+                psn: sluice_wire::Psn::new(0),
+                opcode: sluice_wire::Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                direction: sluice_core::policy::Direction::Receive,
+                len: bytes.len() as u32,
+                flags: ServiceFlags::NONE,
+            });
+        }
+    }
+}
+
+/// READs whose responses a landing stage maps off the engine's thread, on a lossy link
+/// (responses lost, re-requested, placed again): each READ completes once, only after all
+/// its pieces came back, with every byte mapped exactly once from the bytes the responder
+/// sent; what the stage had no room for was mapped on the engine's thread instead.
+#[test]
+fn landed_reads_complete_once_with_every_byte_mapped_under_loss() {
+    common::check_cases(
+        16,
+        &(
+            prop::collection::vec(1u32..20_000, 2..8),
+            1usize..16,
+            1u64..6,
+            any::<bool>(),
+            any::<u64>(),
+        ),
+        8,
+        |(sizes, room, cost_us, selective, seed)| {
+            let mut world = World::new(
+                2,
+                seed,
+                Impairments {
+                    loss: 0.03,
+                    ..Impairments::CLEAN
+                },
+            );
+            let options = PairOptions {
+                recovery: if selective {
+                    Recovery::SelectiveRepeat
+                } else {
+                    Recovery::GoBackN
+                },
+                timeout: 6,
+                ..PairOptions::default()
+            };
+            let p = Pair::connect(&mut world, &options);
+            let tally = Rc::new(Tally::default());
+            let here = Rc::new(Cell::new(0));
+            world.engines[0]
+                .set_services(
+                    p.qp[0],
+                    vec![Box::new(LandLater {
+                        room,
+                        out: VecDeque::new(),
+                        tally: tally.clone(),
+                        here: here.clone(),
+                    })],
+                )
+                .unwrap();
+            let mut at = 0u64;
+            let mut reads = Vec::new();
+            for (i, &len) in sizes.iter().enumerate() {
+                let data = bytes(len, false, i as u32);
+                world.engines[1].mr_bytes_mut(p.mr[1].lkey).unwrap()
+                    [at as usize..at as usize + data.len()]
+                    .copy_from_slice(&data);
+                let sge = [Sge {
+                    lkey: p.mr[0].lkey,
+                    addr: p.mr[0].addr + at,
+                    len,
+                }];
+                let op = SendOp::Read {
+                    remote_addr: p.mr[1].addr + at,
+                    rkey: p.mr[1].rkey,
+                };
+                world.engines[0]
+                    .post_send(p.qp[0], &SendWr::new(i as u64, op, &sge))
+                    .unwrap();
+                reads.push((at, data));
+                at += u64::from(len).next_multiple_of(64);
+            }
+            let (n, cq) = (sizes.len(), p.send_cq[0]);
+            let cost = Duration::from_micros(cost_us);
+            let mut next = world.now + cost;
+            let want = |i: usize| -> Vec<u8> {
+                let data = &reads[i].1;
+                data.iter()
+                    .enumerate()
+                    .map(|(k, &b)| mapped(b, k as u32))
+                    .collect()
+            };
+            // Each READ's buffer is checked when its completion comes: mapped already.
+            let mut ids = Vec::new();
+            let mut unmapped = None;
+            let mut done = false;
+            for _ in 0..100_000 {
+                if done || world.now.as_nanos() > 30_000_000_000 {
+                    break;
+                }
+                done = world.run_until(Duration::from_secs(30), |w| {
+                    while next <= w.now {
+                        tally.allowance.set(tally.allowance.get() + 1);
+                        w.engines[0].run_deferred(0);
+                        next = next + cost;
+                    }
+                    for c in Pair::completions(w, 0, cq) {
+                        assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                        let (at, data) = &reads[c.wr_id as usize];
+                        let memory = w.engines[0].mr_bytes(p.mr[0].lkey).unwrap();
+                        if memory[*at as usize..*at as usize + data.len()]
+                            != want(c.wr_id as usize)[..]
+                        {
+                            unmapped.get_or_insert(c.wr_id);
+                        }
+                        ids.push(c.wr_id);
+                    }
+                    ids.len() == n
+                });
+                if !done {
+                    world.now = world.now + cost;
+                }
+            }
+            prop_assert!(done, "not every READ completed");
+            prop_assert!(
+                unmapped.is_none(),
+                "READ {:?} completed before it was mapped",
+                unmapped
+            );
+            ids.sort_unstable();
+            prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+            tally.allowance.set(u64::MAX);
+            world.engines[0].run_deferred(0);
+            prop_assert_eq!(tally.returned.get(), tally.offered.get(), "each back once");
+            prop_assert!(tally.peak.get() <= room as u64);
+            prop_assert_eq!(world.engines[0].deferred_waiting(), (0, 0));
+            let memory = world.engines[0].mr_bytes(p.mr[0].lkey).unwrap();
+            for (i, (at, data)) in reads.iter().enumerate() {
+                prop_assert!(
+                    memory[*at as usize..*at as usize + data.len()] == want(i)[..],
+                    "READ {} not mapped exactly once (offered {}, mapped here {})",
+                    i,
+                    tally.offered.get(),
+                    here.get()
+                );
+            }
+            Ok(())
+        },
+    );
+}
