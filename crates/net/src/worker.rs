@@ -32,8 +32,9 @@ use sluice_wire::RoceHeaders;
 /// Whether workers started from now on run at the lowest priority (nice 19).
 static LOW_PRIORITY: AtomicBool = AtomicBool::new(true);
 
-/// Whether stage threads started from now on lower their priority below the datapath's
-/// (nice 19, the default) or keep the caller's: for measuring the difference.
+/// Whether stage threads beside the path started from now on lower their priority below
+/// the datapath's (nice 19, the default) or keep the caller's: for measuring the
+/// difference. A stage where READ data lands keeps the caller's (its READs wait for it).
 pub fn set_low_priority(low: bool) {
     LOW_PRIORITY.store(low, Ordering::Relaxed);
 }
@@ -323,9 +324,9 @@ fn run(
         }
     };
     // Beside the path: the datapath's threads come first on a busy machine; what this one
-    // has no time for goes uninspected (an offload's overflow is done on the engine's
-    // thread). Failing to lower it only costs that preference.
-    if LOW_PRIORITY.load(Ordering::Relaxed) {
+    // has no time for goes uninspected. Not an offload where READ data lands: its READs
+    // wait for it. Failing to lower it only costs that preference.
+    if LOW_PRIORITY.load(Ordering::Relaxed) && !stage.on_landing() {
         let _ = crate::sys::nice_this_thread(19);
     }
     publish(stage.as_ref());
