@@ -263,6 +263,16 @@ struct PerfArgs {
     /// `--json`. Needs nothing from the peer.
     #[arg(long)]
     inspect: bool,
+    /// Run stages beside the path (`inspect`, `count`) and the `dlrm` offload on the engine's own thread instead
+    /// of each on a thread of its own (for comparing the two).
+    #[arg(long)]
+    services_on_engine: bool,
+    /// How long a completion waits at most, in milliseconds, for the flags of a stage
+    /// beside the path on its own thread (`--inspect`); past it, it goes without them and
+    /// flags that come later are counted (`flags_after_completion`). Default 0: never
+    /// waits (what the stage returned by the next poll still reaches the completion).
+    #[arg(long, value_name = "MS", default_value_t = 0.0)]
+    service_flag_wait: f64,
     /// An application offload on read-bw's READ responses (`--offload list`): `dlrm`, BALBOA's
     /// DLRM preprocessing, applied in line where each response lands. The server serves a
     /// generated DLRM table (run it with --offload too); the client checks every eighth
@@ -672,6 +682,15 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         pacer: perf::parse_pacer(&a.pacer, &name_values("--pacer-param", &a.pacer_param)?)?,
         app_offload,
         fill,
+        service_flag_wait: {
+            let ms = a.service_flag_wait;
+            if !(ms.is_finite() && (0.0..1e9).contains(&ms)) {
+                return Err(format!(
+                    "--service-flag-wait {ms}: a number of milliseconds, 0 or more"
+                ));
+            }
+            std::time::Duration::from_secs_f64(ms / 1000.0)
+        },
         ..perf::Options::new(test)
     })
 }
@@ -769,6 +788,7 @@ fn policy_options(a: &PerfArgs) -> Result<perf::PolicyOptions, String> {
         } else {
             sluice_core::Recovery::GoBackN
         },
+        services_on_engine: a.services_on_engine,
     };
     options
         .build(Box::new(sluice_core::control::NoControl))

@@ -113,8 +113,14 @@ pub struct Counters {
     /// deferred stages was used up ([`crate::EngineConfig::service_credit`]); the transport
     /// recovers them.
     pub drops_service_credit: u64,
-    /// The most payload bytes that ever waited for deferred stages at once.
+    /// The most payload bytes that ever waited for deferred stages at once (queued, or
+    /// out with an asynchronous stage).
     pub service_queue_peak_bytes: u64,
+    /// Payloads an asynchronous stage beside the path did not see because the receive
+    /// credit was used up or its queue was full: they went on uninspected (never held).
+    pub service_uninspected: u64,
+    /// Completions that waited for an asynchronous stage to return their packets' flags.
+    pub service_held_completions: u64,
     /// Completions lost because their completion queue was full (the queue pair then goes
     /// to the error state).
     pub cq_overruns: u64,

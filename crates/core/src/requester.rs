@@ -994,6 +994,9 @@ impl Qp {
                     time: Instant::ZERO,
                     flags: w.flags,
                 };
+                if self.services {
+                    nic.completing = Some((crate::engine::FlagSide::Requester, w.first_psn));
+                }
                 nic.complete(self, cq, c);
             }
             if let Some(buffer) = w.inline {

@@ -706,6 +706,9 @@ impl Qp {
         } else {
             0
         };
+        if let Some(first) = self.message_first(nic) {
+            nic.completing = Some((crate::engine::FlagSide::Responder, first));
+        }
         let flags = self.take_message_flags(nic);
         nic.complete(
             self,
@@ -741,6 +744,14 @@ impl Qp {
         }
     }
 
+    /// The first PSN of the message being completed (`None` without services).
+    fn message_first(&self, nic: &Nic) -> Option<Psn> {
+        if !self.services {
+            return None;
+        }
+        nic.message_flags.get(self.index() as usize)?.first
+    }
+
     /// The flags of the message being completed (none without services), cleared.
     fn take_message_flags(&self, nic: &mut Nic) -> crate::policy::ServiceFlags {
         if !self.services {
@@ -748,7 +759,10 @@ impl Qp {
         }
         nic.message_flags
             .get_mut(self.index() as usize)
-            .map(|f| std::mem::take(&mut f.message))
+            .map(|f| {
+                f.first = None;
+                std::mem::take(&mut f.message)
+            })
             .unwrap_or_default()
     }
 
@@ -765,6 +779,7 @@ impl Qp {
         };
         if starts {
             f.message = crate::policy::ServiceFlags::NONE;
+            f.first = Some(psn);
         }
         if f.pending.is_empty() {
             return;

@@ -293,7 +293,7 @@ impl Device {
         // Deferred service stages get what this batch queued for them, after the batch:
         // off the packets' way, but never falling behind a poll (the engine's receive
         // credit bounds what waits if a stage is slow).
-        if self.engine.run_deferred(usize::MAX) > 0 {
+        if self.engine.run_deferred_at(now, usize::MAX) > 0 {
             progress = true;
         }
         self.polled = now;
@@ -323,8 +323,12 @@ impl Device {
     /// that arrive may be handed to the engine here already (call [`Device::poll`] after,
     /// as always, to send what they call for). A `timeout` of 10 ms or more may be overrun
     /// by up to two scheduler ticks (8 ms at 250 Hz); shorter ones and engine timers are
-    /// kept to the microsecond.
+    /// kept to the microsecond. While payloads are out with a service stage on a thread of
+    /// its own (`Threaded`), or completions wait for one, it returns within 20 us: what
+    /// the stage hands back wakes no socket.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), NetError> {
+        /// How long a wait lasts at most while a service stage's thread has work out.
+        const SERVICE_LOOK_AGAIN_NS: u64 = 20_000;
         // One clock read serves the engine's time and the alarm's.
         let wall = std::time::Instant::now();
         let now = engine_time(self.epoch, wall);
@@ -342,7 +346,12 @@ impl Device {
             (a, b) => a.or(b),
         }
         .map(|t| t.as_nanos().saturating_sub(now.as_nanos()));
-        let limit = timeout.map(|d| d.as_nanos() as u64);
+        let mut limit = timeout.map(|d| d.as_nanos() as u64);
+        // Payloads out with a stage on its own thread (`Threaded`): what it returns makes no
+        // datagram, so look again soon (a completion may wait for it).
+        if self.engine.deferred_waiting().0 > 0 || self.engine.held_completions() > 0 {
+            limit = Some(limit.map_or(SERVICE_LOOK_AGAIN_NS, |l| l.min(SERVICE_LOOK_AGAIN_NS)));
+        }
         let ns = match (timer, limit) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

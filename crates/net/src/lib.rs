@@ -21,6 +21,7 @@ mod link;
 mod sys;
 #[cfg(feature = "turn-timing")]
 pub mod turn_timing;
+mod worker;
 mod xdp;
 
 use std::io;
@@ -28,6 +29,7 @@ use std::net::SocketAddr;
 
 pub use capture::{Capture, CaptureFilter};
 pub use device::{DEFAULT_TOS, Device, DeviceConfig};
+pub use worker::{Threaded, set_low_priority};
 
 /// The MTU of the route from `local` to `peer` (the link's, or a smaller path MTU the kernel
 /// learnt): what a RoCE packet plus its IP and UDP headers must fit in.

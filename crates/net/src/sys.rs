@@ -446,6 +446,17 @@ impl Sender {
     }
 }
 
+/// Lowers the calling thread's scheduling priority to `nice` (Linux keeps a nice value
+/// per thread: `setpriority` with `who` 0 changes the caller's only).
+pub(crate) fn nice_this_thread(nice: i32) -> io::Result<()> {
+    // SAFETY: no pointers; the call changes only this thread's nice value.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `CLOCK_REALTIME` in ns since the Unix epoch: the clock of [`InMsg::arrived_ns`].
 pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now()

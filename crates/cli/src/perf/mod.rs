@@ -122,6 +122,9 @@ pub struct Options {
     /// its message on its CPU, sends it as a plain WRITE and an 8-byte doorbell WRITE, and
     /// the peer opens it on its CPU when the doorbell rings (`perf/doorbell.rs`).
     pub doorbell_crypt: bool,
+    /// `--service-flag-wait`: how long a completion waits at most for the flags of a
+    /// stage beside the path on its own thread (`EngineConfig::service_flag_wait`).
+    pub service_flag_wait: std::time::Duration,
 }
 
 /// One `--tenant`: `op=write|read|send,size=BYTES,qps=N,depth=N,weight=N,lat` (every key but
@@ -333,6 +336,10 @@ pub struct PolicyOptions {
     pub services: Vec<NamedPolicy>,
     /// How queue pairs recover lost packets (`--recovery`); default go-back-N.
     pub recovery: sluice_core::Recovery,
+    /// `--services-on-engine`: run stages beside the path (`inspect`, `count`) on the
+    /// engine's thread, as the simulator does, instead of each on a thread of its own
+    /// (`sluice_net::Threaded`); for comparing the two.
+    pub services_on_engine: bool,
 }
 
 impl Default for PolicyOptions {
@@ -346,6 +353,7 @@ impl Default for PolicyOptions {
             tracker: NamedPolicy::named(TRACKERS.default_name()),
             services: Vec::new(),
             recovery: sluice_core::Recovery::GoBackN,
+            services_on_engine: false,
         }
     }
 }
@@ -376,6 +384,45 @@ impl PolicyOptions {
             .collect()
     }
 
+    /// [`PolicyOptions::build_services`] for the real datapath: each stage beside the path
+    /// that can run off the engine's thread (`inspect`, `count`, and `dlrm` where READ data lands)
+    /// on a thread of its own, with room for `capacity` payloads in flight (the engine's
+    /// receive credit bounds them), unless `services_on_engine`.
+    pub fn build_services_threaded(
+        &self,
+        capacity: usize,
+    ) -> Result<Vec<Box<dyn sluice_core::policy::Service>>, String> {
+        let mut services = self.build_services().map_err(|e| e.to_string())?;
+        if self.services_on_engine {
+            return Ok(services);
+        }
+        for (s, named) in services.iter_mut().zip(&self.services) {
+            let stage: Box<dyn sluice_core::policy::Service + Send> = match named.name.as_str() {
+                "inspect" => Box::new(sluice_inspect::Inspect::builtin()),
+                "count" => Box::new(sluice_core::policy::ByteCount::default()),
+                // The registry checked the modulus; the stage on the engine's thread
+                // (what the ring has no room for) is the registry's own.
+                "dlrm" => {
+                    let modulus = named
+                        .params
+                        .iter()
+                        .find(|(k, _)| k == "modulus")
+                        .and_then(|(_, v)| v.parse().ok());
+                    let chain = modulus
+                        .and_then(|m| sluice_inspect::dlrm::Chain::new(m).ok())
+                        .unwrap_or_default();
+                    Box::new(sluice_inspect::dlrm::Offload::new(chain))
+                }
+                _ => continue,
+            };
+            let local = (named.name == "dlrm").then(|| std::mem::replace(s, Box::new(Placeholder)));
+            let t = sluice_net::Threaded::spawn_with_local(stage, local, capacity)
+                .map_err(|e| format!("--service {}: cannot start its thread: {e}", named.name))?;
+            *s = Box::new(t);
+        }
+        Ok(services)
+    }
+
     /// The path selector exchanges probes with the peer (`rtt-probe`), so the peer must run
     /// it too: perftest's exchange cannot agree on it, so this is the user's word.
     pub fn path_probes(&self) -> bool {
@@ -398,6 +445,20 @@ impl PolicyOptions {
                 .info(&s.name)
                 .is_some_and(|i| i.both_ends)
         })
+    }
+}
+
+/// What stands in a services list for a moment while its stage moves into a
+/// [`sluice_net::Threaded`].
+#[derive(Debug)]
+struct Placeholder;
+
+impl sluice_core::policy::Service for Placeholder {
+    fn name(&self) -> &str {
+        "placeholder"
+    }
+    fn in_line(&self) -> bool {
+        false
     }
 }
 
@@ -454,6 +515,7 @@ impl Options {
             app_offload: None,
             fill: None,
             doorbell_crypt: false,
+            service_flag_wait: sluice_core::EngineConfig::default().service_flag_wait,
         }
     }
 

@@ -488,6 +488,13 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             after.retransmitted_packets - before.retransmitted_packets,
             after.retransmit_timeouts - before.retransmit_timeouts,
         );
+        // What service threads still have is theirs to finish before their counts are
+        // read (bounded: a stage far behind is reported as it stands).
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while s.dev.engine_ref().deferred_waiting().0 > 0 && std::time::Instant::now() < until {
+            s.dev.poll()?;
+            std::thread::yield_now();
+        }
         report.services = service_counters(s);
         if let Some(after) = s.dev.engine_ref().decoupled_stats() {
             report.decoupled = Some(super::DecoupledReport::of(
@@ -641,6 +648,7 @@ fn open(
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
+        service_flag_wait: o.service_flag_wait,
         ..EngineConfig::default()
     };
     let seed = config.engine.seed;
@@ -779,10 +787,11 @@ fn open(
         }
         // Services that change the wire are, like the CCX, the user's word that the peer
         // runs them too (perftest's exchange cannot agree on them).
+        let credit = sluice_core::EngineConfig::default().service_credit.packets as usize;
         let mut services = o
             .policies
-            .build_services()
-            .map_err(|e| PerfError::Usage(e.to_string()))?;
+            .build_services_threaded(credit)
+            .map_err(PerfError::Usage)?;
         // Encryption last on the way out and so first on the way in: the other services
         // see the plaintext.
         // The doorbell baseline encrypts on the CPU instead, with the first QP's keys.
@@ -1013,6 +1022,14 @@ fn service_counters(
                 *sums.entry(name).or_default() += value;
             }
         }
+    }
+    // A stage on a thread of its own (`sluice_net::Threaded`) is passed over when it is
+    // behind: the engine's counts of that go with it.
+    let c = s.dev.engine_ref().counters();
+    for sums in out.values_mut().filter(|m| m.contains_key("worker_full")) {
+        sums.insert("uninspected", c.service_uninspected);
+        sums.insert("held_completions", c.service_held_completions);
+        sums.insert("flags_after_completion", c.service_flags_uncompleted);
     }
     out
 }

@@ -75,6 +75,43 @@ pub struct EngineConfig {
     /// it, so a slow stage slows the sender instead of growing memory. Default 1,024
     /// packets and 4 MiB.
     pub service_credit: ServiceCredit,
+    /// How long a completion waits at most for the flags of an asynchronous stage beside
+    /// the path that is neither deferred nor acting where READ data lands (an inspection:
+    /// [`crate::policy::Service::asynchronous`]); past it the completion goes without
+    /// them, and flags that come later are counted
+    /// ([`crate::Counters::service_flags_uncompleted`]). A stage slower than the link
+    /// then costs the datapath this much latency at most. Completions that wait for a
+    /// deferred or landing stage wait until it returned (within the credit): their
+    /// stage's work must be done first. Measured on the engine's clock (the `now` of its
+    /// calls). Default 0: beside the path, a completion never waits; flags the stage
+    /// returned by the driver's next [`Engine::run_deferred_at`] still reach it (it is
+    /// released there, after what came back), later ones are counted. Set it for
+    /// completions that carry every flag the stage can give in that time.
+    pub service_flag_wait: Duration,
+}
+
+/// A completion waiting for an asynchronous stage's flags ([`Nic::held`]).
+#[derive(Debug)]
+pub(crate) struct HeldCompletion {
+    pub(crate) index: u32,
+    pub(crate) cq: crate::CqId,
+    pub(crate) completion: Completion,
+    /// How many payloads its queue pair must have had returned before it goes.
+    pub(crate) needs: u64,
+    /// When it goes anyway (`None`: not before `needs`; see
+    /// [`EngineConfig::service_flag_wait`]).
+    pub(crate) until: Option<crate::Instant>,
+    /// Which side's message it completes and that message's first PSN (`None`: a flush).
+    pub(crate) scope: Option<(FlagSide, sluice_wire::Psn)>,
+}
+
+/// Which side of a queue pair a message's flags belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlagSide {
+    /// A send request: its packets sent, or a READ's responses.
+    Requester,
+    /// A request received.
+    Responder,
 }
 
 /// The bound on received work waiting for deferred stages (see
@@ -109,6 +146,7 @@ impl Default for EngineConfig {
             ack_every_packets: 0,
             line_rate_bps: 100_000_000_000,
             service_credit: ServiceCredit::default(),
+            service_flag_wait: Duration::ZERO,
         }
     }
 }
@@ -350,6 +388,18 @@ pub(crate) struct Nic {
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
     any_services: bool,
+    /// The queue pairs with an asynchronous stage ([`Service::asynchronous`]), by index, in
+    /// the order they got one: whose stages `run_deferred` collects from.
+    pub(crate) async_qps: Vec<u32>,
+    /// What asynchronous stages returned, being carried to completions (reused).
+    pub(crate) returned: Vec<crate::policy::Returned>,
+    /// Completions that wait for asynchronous stages, in the order they were made: each is
+    /// pushed to its CQ once its queue pair's stages returned what was offered before it,
+    /// and none overtakes an earlier one.
+    pub(crate) held: std::collections::VecDeque<HeldCompletion>,
+    /// Set by the requester and responder just before they complete a message: which side
+    /// and its first PSN, so that flags returned late find it while it is held.
+    pub(crate) completing: Option<(FlagSide, sluice_wire::Psn)>,
     /// One timer per queue pair: retransmission, RNR waits, pacing.
     timers: Timers,
     pub(crate) counters: Counters,
@@ -537,6 +587,10 @@ impl Nic {
             service_queue: Default::default(),
             service_scratch: Vec::new(),
             any_services: false,
+            async_qps: Vec::new(),
+            returned: Vec::new(),
+            held: std::collections::VecDeque::new(),
+            completing: None,
             timers: Timers::default(),
             counters: Counters::default(),
             interest: controller.interest(),
@@ -744,19 +798,81 @@ impl Nic {
             return;
         };
         for service in services.iter_mut().filter(|s| s.on_landing()) {
+            let asynchronous = service.asynchronous();
             let mut at = offset;
             for (lkey, addr, n) in sgl.pieces(offset, len) {
                 if let Some(bytes) = self.mrs.slice_mut(lkey, addr, n) {
-                    service.landed(qp.num, at, bytes);
+                    // Off the engine's thread if the stage has room within the credit
+                    // (the READ's completion then waits for it), else here.
+                    let landing = crate::policy::Landing { key: lkey, addr };
+                    let f = &mut self.message_flags[qp.index() as usize];
+                    if asynchronous
+                        && self
+                            .service_queue
+                            .admits(self.config.service_credit, bytes.len())
+                        && service.offer_landed(qp.num, at, bytes, landing)
+                    {
+                        self.service_queue.went_out(bytes.len());
+                        f.offered += 1;
+                        f.out_bytes += bytes.len() as u64;
+                    } else {
+                        service.landed(qp.num, at, bytes);
+                    }
                 }
                 at += n;
             }
         }
     }
 
-    /// Adds a completion; on a CQ overrun the queue pair goes to the error state.
+    /// Forgets queue pair `index`'s services' state (destroyed or reset: its slot's next
+    /// queue pair must not see it): what waits for its deferred stages, what is out with
+    /// its asynchronous ones (no longer owed: its credit comes back), and its completions
+    /// held for them (dropped, as a destroyed queue pair's work is).
+    pub(crate) fn forget_services(&mut self, index: u32) {
+        let f = std::mem::take(&mut self.message_flags[index as usize]);
+        for _ in f.returned..f.offered {
+            self.service_queue.came_back(0);
+        }
+        self.service_queue.came_back_bytes(f.out_bytes);
+        self.service_queue.forget(index);
+        self.held.retain(|h| h.index != index);
+    }
+
+    /// Adds a completion; on a CQ overrun the queue pair goes to the error state. While
+    /// the queue pair's packets are out with an asynchronous stage (or an earlier
+    /// completion waits), it waits too ([`Nic::held`]).
     pub(crate) fn complete(&mut self, qp: &mut Qp, cq: crate::CqId, mut c: Completion) {
         c.time = self.clock;
+        let scope = self.completing.take();
+        if !self.async_qps.is_empty() {
+            let needs = self
+                .message_flags
+                .get(qp.index() as usize)
+                .filter(|f| f.offered > f.returned)
+                .map(|f| f.offered);
+            if needs.is_some() || !self.held.is_empty() {
+                self.counters.service_held_completions += 1;
+                let strict = self
+                    .message_flags
+                    .get(qp.index() as usize)
+                    .is_some_and(|f| f.strict);
+                let until = (!strict).then(|| self.clock + self.config.service_flag_wait);
+                self.held.push_back(HeldCompletion {
+                    index: qp.index(),
+                    cq,
+                    completion: c,
+                    needs: needs.unwrap_or(0),
+                    until,
+                    scope,
+                });
+                return;
+            }
+        }
+        self.push_completion(qp, cq, c);
+    }
+
+    /// [`Nic::complete`] once nothing holds it.
+    pub(crate) fn push_completion(&mut self, qp: &mut Qp, cq: crate::CqId, c: Completion) {
         let pushed = self.cqs[cq.0 as usize]
             .as_mut()
             .expect("a queue pair's CQ outlives it")

@@ -17,6 +17,15 @@ use crate::qp::QpNum;
 /// goes on.
 type Served = (Vec<u8>, Range<usize>);
 
+/// Why the services refused a received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// An in-line stage dropped it.
+    Service,
+    /// An asynchronous deferred stage had no credit left for it.
+    Credit,
+}
+
 /// Flagged request PSNs a responder keeps until it takes them: as many as the packets a
 /// selective-repeat responder holds past a gap, and more than a window of a go-back-N one.
 const MAX_FLAGGED: usize = 256;
@@ -66,7 +75,8 @@ impl Engine {
             return self.take_packet(now, from, ce, headers, payload);
         };
         // Receive crediting: a payload its deferred stages have no room for is not taken.
-        let deferred = self.defers(index, headers, payload);
+        let takeable = self.may_take(index, headers, payload);
+        let deferred = takeable && self.defers(index);
         if deferred
             && !self
                 .nic
@@ -79,7 +89,7 @@ impl Engine {
             return;
         }
         let mut flags = ServiceFlags::NONE;
-        let served = self.serve_incoming(index, headers, payload, &mut flags);
+        let served = self.serve_incoming(index, headers, payload, takeable, &mut flags);
         if !flags.is_empty() && served.is_ok() {
             self.raise_flags(index, headers, Direction::Receive, flags);
         }
@@ -103,10 +113,13 @@ impl Engine {
                 self.nic.service_scratch = copy;
             }
             Ok(None) => self.take_packet(now, from, ce, headers, payload),
-            Err(()) => {
+            Err(refused) => {
                 self.nic.counters.rx_packets += 1;
                 self.nic.counters.rx_bytes += u64::from(payload.len());
-                self.nic.counters.drops_service += 1;
+                match refused {
+                    Refused::Service => self.nic.counters.drops_service += 1,
+                    Refused::Credit => self.nic.counters.drops_service_credit += 1,
+                }
             }
         }
     }
@@ -266,23 +279,27 @@ impl Engine {
         Some((index, info))
     }
 
-    /// Whether queue pair `index` has a deferred stage for this received packet's payload:
-    /// one with bytes (a length-only payload is seen at once, taking no memory).
+    /// Whether queue pair `index` has a deferred stage that queues payloads in the engine
+    /// (not an asynchronous one: those hold their own copies).
+    fn defers(&self, index: u32) -> bool {
+        self.nic.services[index as usize]
+            .iter()
+            .any(|s| s.deferred() && !s.asynchronous())
+    }
+
+    /// Whether this received packet's payload counts against the receive credit of queue
+    /// pair `index`'s deferred stages: one with bytes (a length-only payload is seen at
+    /// once, taking no memory) that the transport may take.
     ///
     /// Only a packet the transport may take counts against the credit: a request at the
     /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response.
     /// A duplicate was seen already, and a go-back-N request past a gap is dropped anyway:
     /// letting those take credit would crowd out the packet the responder waits for.
-    fn defers(&self, index: u32, headers: &RoceHeaders, payload: Payload<'_>) -> bool {
+    fn may_take(&self, index: u32, headers: &RoceHeaders, payload: Payload<'_>) -> bool {
         let Some(info) = headers.bth.opcode.info() else {
             return false;
         };
-        if !matches!(payload, Payload::Bytes(_))
-            || !info.has_payload
-            || !self.nic.services[index as usize]
-                .iter()
-                .any(|s| s.deferred())
-        {
+        if !matches!(payload, Payload::Bytes(_)) || !info.has_payload {
             return false;
         }
         if info.operation == Operation::RdmaReadResponse {
@@ -330,7 +347,87 @@ impl Engine {
             self.nic.service_queue.recycle(w.bytes);
             done += 1;
         }
+        if !self.nic.async_qps.is_empty() {
+            done += self.collect_returned();
+        }
         done
+    }
+
+    /// What the asynchronous stages ([`crate::policy::Service::asynchronous`]) returned:
+    /// their credit comes back, their flags go to their messages (or to the completions
+    /// held for them), and completions that waited go to their CQs.
+    #[inline(never)]
+    fn collect_returned(&mut self) -> usize {
+        let mut done = 0;
+        let mut out = std::mem::take(&mut self.nic.returned);
+        for k in 0..self.nic.async_qps.len() {
+            let index = self.nic.async_qps[k];
+            let nic = &mut self.nic;
+            let Some(services) = nic.services.get_mut(index as usize) else {
+                continue;
+            };
+            // What a landing stage made of READ data goes back where the data lies (a
+            // region deregistered since takes nothing).
+            let mrs = &mut nic.mrs;
+            let mut put_back = |at: crate::policy::Landing, bytes: &[u8]| {
+                if let Some(to) = mrs.slice_mut(at.key, at.addr, bytes.len() as u32) {
+                    to.copy_from_slice(bytes);
+                }
+            };
+            for service in services.iter_mut().filter(|s| s.asynchronous()) {
+                service.collect(&mut out, &mut put_back);
+            }
+            for r in out.drain(..) {
+                self.nic.service_queue.came_back(r.len as usize);
+                let f = &mut self.nic.message_flags[index as usize];
+                f.returned += 1;
+                f.out_bytes = f.out_bytes.saturating_sub(u64::from(r.len));
+                if !r.flags.is_empty() && self.is_live(index) {
+                    self.raise_flags_at(index, r.psn, r.opcode, r.direction, r.flags, true);
+                }
+                done += 1;
+            }
+        }
+        self.nic.returned = out;
+        self.release_held();
+        done
+    }
+
+    /// Pushes to their CQs the held completions (oldest first) whose queue pairs' stages
+    /// returned what was offered before them, or whose wait is over; stops at the first
+    /// that still waits.
+    fn release_held(&mut self) {
+        let now = self.nic.clock;
+        while let Some(h) = self.nic.held.front() {
+            let ready = h.until.is_some_and(|t| t <= now)
+                || self
+                    .nic
+                    .message_flags
+                    .get(h.index as usize)
+                    .is_none_or(|f| f.returned >= h.needs);
+            if !ready {
+                break;
+            }
+            let h = self.nic.held.pop_front().expect("front exists");
+            let (qp, nic) = self.parts(h.index);
+            nic.push_completion(qp, h.cq, h.completion);
+        }
+    }
+
+    /// Completions waiting for asynchronous stages' flags.
+    pub fn held_completions(&self) -> usize {
+        self.nic.held.len()
+    }
+
+    /// [`Engine::run_deferred`] at time `now` (not earlier than the engine's last): a
+    /// completion held for an asynchronous stage's flags whose wait
+    /// ([`crate::EngineConfig::service_flag_wait`]) is over by then goes. A driver with
+    /// asynchronous stages calls this one, also when nothing else happens.
+    pub fn run_deferred_at(&mut self, now: Instant, max: usize) -> usize {
+        if now > self.nic.clock {
+            self.nic.clock = now;
+        }
+        self.run_deferred(max)
     }
 
     /// Received payloads, and their bytes, waiting for deferred stages.
@@ -352,8 +449,9 @@ impl Engine {
         index: u32,
         headers: &RoceHeaders,
         payload: Payload<'_>,
+        takeable: bool,
         flags: &mut ServiceFlags,
-    ) -> Result<Option<Served>, ()> {
+    ) -> Result<Option<Served>, Refused> {
         if !headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
             return Ok(None);
         }
@@ -386,10 +484,34 @@ impl Engine {
         for service in nic.services[index as usize].iter_mut().rev() {
             packet.len = kept.len() as u32;
             if !service.in_line() {
-                // A deferred stage sees its copy later (`run_deferred`).
-                if !service.deferred() {
-                    *flags |=
-                        service.observe(&packet, copy.as_ref().map_or(bytes, |c| &c[kept.clone()]));
+                let seen = copy.as_ref().map_or(bytes, |c| &c[kept.clone()]);
+                if service.asynchronous() && service.on_landing() {
+                    // Works where READ data lands, not on packets.
+                } else if service.asynchronous() {
+                    // Off the engine's thread, within the credit; past it, a deferred
+                    // stage's packet is dropped (the transport recovers it), another's
+                    // goes on unseen.
+                    let f = &mut nic.message_flags[index as usize];
+                    if nic
+                        .service_queue
+                        .admits(nic.config.service_credit, seen.len())
+                        && service.offer(&packet, seen)
+                    {
+                        nic.service_queue.went_out(seen.len());
+                        f.offered += 1;
+                        f.out_bytes += seen.len() as u64;
+                        nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
+                    } else if takeable && service.deferred() {
+                        if let Some(c) = copy {
+                            nic.service_scratch = c;
+                        }
+                        return Err(Refused::Credit);
+                    } else {
+                        nic.counters.service_uninspected += 1;
+                    }
+                } else if !service.deferred() {
+                    // A deferred stage sees its copy later (`run_deferred`).
+                    *flags |= service.observe(&packet, seen);
                 }
                 continue;
             }
@@ -419,7 +541,7 @@ impl Engine {
                 if let Some(c) = copy {
                     nic.service_scratch = c;
                 }
-                return Err(());
+                return Err(Refused::Service);
             }
             kept = kept.start + head..kept.end - tail;
         }
@@ -779,10 +901,26 @@ impl Engine {
         for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
             if !service.in_line() {
-                flags |= match region {
-                    None => service.observe(&packet, &buffer[at.clone()]),
-                    Some(bytes) => service.observe(&packet, bytes.unwrap_or(&[])),
+                let seen = match region {
+                    None => &buffer[at.clone()],
+                    Some(bytes) => bytes.unwrap_or(&[]),
                 };
+                if !service.asynchronous() {
+                    flags |= service.observe(&packet, seen);
+                } else if service.on_landing() {
+                    // Works where READ data lands, not on packets.
+                } else if nic
+                    .service_queue
+                    .admits(nic.config.service_credit, seen.len())
+                    && service.offer(&packet, seen)
+                {
+                    let f = &mut nic.message_flags[index as usize];
+                    nic.service_queue.went_out(seen.len());
+                    f.offered += 1;
+                    f.out_bytes += seen.len() as u64;
+                } else {
+                    nic.counters.service_uninspected += 1;
+                }
                 continue;
             }
             let o = service.overhead();
@@ -836,11 +974,29 @@ impl Engine {
         direction: Direction,
         flags: ServiceFlags,
     ) {
+        let (psn, opcode) = (headers.bth.psn, headers.bth.opcode);
+        self.raise_flags_at(index, psn, opcode, direction, flags, false);
+    }
+
+    /// [`Engine::raise_flags`] for the packet at `psn` with `opcode`. `late`: an
+    /// asynchronous stage returned them, possibly after the packet was taken: a request
+    /// taken goes to the message in progress, or to the held completion of the message
+    /// it was part of (so does a send request completed); what finds neither is counted.
+    #[cold]
+    #[inline(never)]
+    fn raise_flags_at(
+        &mut self,
+        index: u32,
+        psn: sluice_wire::Psn,
+        opcode: sluice_wire::Opcode,
+        direction: Direction,
+        flags: ServiceFlags,
+        late: bool,
+    ) {
         self.nic.counters.service_flagged_packets += 1;
-        let Some(info) = headers.bth.opcode.info() else {
+        let Some(info) = opcode.info() else {
             return;
         };
-        let psn = headers.bth.psn;
         let is_response = info.operation == Operation::RdmaReadResponse;
         let qp = &mut self.qps[index as usize];
         match (direction, is_response) {
@@ -852,11 +1008,25 @@ impl Engine {
                         && !w.last_psn().precedes(psn)
                 }) {
                     w.flags |= flags;
+                } else if late && !self.flag_held(index, super::FlagSide::Requester, psn, flags) {
+                    self.nic.counters.service_flags_uncompleted += 1;
                 }
             }
             (Direction::Receive, false) => {
                 if psn.precedes(qp.resp.epsn) {
-                    return; // a duplicate: its message was taken (and flagged) before
+                    if !late {
+                        return; // a duplicate: its message was taken (and flagged) before
+                    }
+                    // Taken before the stage returned: the message in progress's, or a
+                    // held completion's.
+                    if let Some(f) = self.nic.message_flags.get_mut(index as usize)
+                        && f.first.is_some_and(|first| !psn.precedes(first))
+                    {
+                        f.message |= flags;
+                    } else if !self.flag_held(index, super::FlagSide::Responder, psn, flags) {
+                        self.nic.counters.service_flags_uncompleted += 1;
+                    }
+                    return;
                 }
                 let Some(f) = self.nic.message_flags.get_mut(index as usize) else {
                     return;
@@ -873,6 +1043,30 @@ impl Engine {
             }
             // A READ response sent: the incoming READ has no completion here.
             (Direction::Send, true) => self.nic.counters.service_flags_uncompleted += 1,
+        }
+    }
+
+    /// ORs `flags` into the latest held completion of queue pair `index`'s `side` whose
+    /// message starts at or before `psn` (so holds it: later messages start later);
+    /// whether there was one.
+    fn flag_held(
+        &mut self,
+        index: u32,
+        side: super::FlagSide,
+        psn: sluice_wire::Psn,
+        flags: ServiceFlags,
+    ) -> bool {
+        let held = self.nic.held.iter_mut().rev().find(|h| {
+            h.index == index
+                && h.scope
+                    .is_some_and(|(s, first)| s == side && !psn.precedes(first))
+        });
+        match held {
+            Some(h) => {
+                h.completion.flags |= flags;
+                true
+            }
+            None => false,
         }
     }
 

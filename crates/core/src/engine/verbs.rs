@@ -131,8 +131,7 @@ impl Engine {
         self.nic.path.reset(index);
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
-            self.nic.message_flags[index as usize] = Default::default();
-            self.nic.service_queue.forget(index);
+            self.nic.forget_services(index);
         }
         Ok(num)
     }
@@ -153,8 +152,7 @@ impl Engine {
         }
         if let Some(services) = self.nic.services.get_mut(index as usize) {
             services.clear();
-            self.nic.message_flags[index as usize] = Default::default();
-            self.nic.service_queue.forget(index);
+            self.nic.forget_services(index);
         }
         self.nic.timers.clear(index);
         self.nic.probes.retain(|&(i, _)| i != index);
@@ -310,8 +308,7 @@ impl Engine {
                 // Its services go with the rest: a reset queue pair agrees to nothing yet.
                 if let Some(services) = self.nic.services.get_mut(index as usize) {
                     services.clear();
-                    self.nic.message_flags[index as usize] = Default::default();
-                    self.nic.service_queue.forget(index);
+                    self.nic.forget_services(index);
                 }
             }
         }
@@ -418,6 +415,14 @@ impl Engine {
                 .message_flags
                 .resize_with(index + 1, Default::default);
         }
+        if services.iter().any(|s| s.asynchronous())
+            && !self.nic.async_qps.contains(&(index as u32))
+        {
+            self.nic.async_qps.push(index as u32);
+        }
+        self.nic.message_flags[index].strict = services
+            .iter()
+            .any(|s| s.asynchronous() && (s.deferred() || s.on_landing()));
         self.qps[index].services = !services.is_empty();
         self.nic.any_services |= !services.is_empty();
         self.nic.services[index] = services;

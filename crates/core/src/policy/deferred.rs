@@ -31,14 +31,37 @@ pub(crate) struct DeferredQueue {
     waiting: VecDeque<Waiting>,
     spare: Vec<Vec<u8>>,
     bytes: u64,
-    /// The most bytes ever queued.
+    /// Payloads, and their bytes, out with asynchronous stages
+    /// ([`crate::policy::Service::asynchronous`]): they count against the same credit.
+    out: (u32, u64),
+    /// The most bytes ever queued (or out).
     pub(crate) peak_bytes: u64,
 }
 
 impl DeferredQueue {
     /// Whether a payload of `len` bytes fits within `credit` now.
     pub(crate) fn admits(&self, credit: ServiceCredit, len: usize) -> bool {
-        self.waiting.len() < credit.packets as usize && self.bytes + len as u64 <= credit.bytes
+        self.waiting.len() + (self.out.0 as usize) < credit.packets as usize
+            && self.bytes + self.out.1 + len as u64 <= credit.bytes
+    }
+
+    /// A payload of `len` bytes handed to an asynchronous stage (the caller checked
+    /// [`DeferredQueue::admits`]).
+    pub(crate) fn went_out(&mut self, len: usize) {
+        self.out.0 += 1;
+        self.out.1 += len as u64;
+        self.peak_bytes = self.peak_bytes.max(self.bytes + self.out.1);
+    }
+
+    /// `bytes` out with asynchronous stages no longer owed (their queue pair went).
+    pub(crate) fn came_back_bytes(&mut self, bytes: u64) {
+        self.out.1 = self.out.1.saturating_sub(bytes);
+    }
+
+    /// A payload of `len` bytes an asynchronous stage returned.
+    pub(crate) fn came_back(&mut self, len: usize) {
+        self.out.0 = self.out.0.saturating_sub(1);
+        self.out.1 = self.out.1.saturating_sub(len as u64);
     }
 
     /// Queues a copy of `payload` for queue pair `index` (the caller checked
@@ -48,7 +71,7 @@ impl DeferredQueue {
         bytes.clear();
         bytes.extend_from_slice(payload);
         self.bytes += payload.len() as u64;
-        self.peak_bytes = self.peak_bytes.max(self.bytes);
+        self.peak_bytes = self.peak_bytes.max(self.bytes + self.out.1);
         self.waiting.push_back(Waiting {
             index,
             headers: *headers,
@@ -84,9 +107,12 @@ impl DeferredQueue {
         self.bytes -= freed;
     }
 
-    /// Payloads and bytes waiting.
+    /// Payloads and bytes waiting (queued, or out with asynchronous stages).
     pub(crate) fn depth(&self) -> (usize, u64) {
-        (self.waiting.len(), self.bytes)
+        (
+            self.waiting.len() + self.out.0 as usize,
+            self.bytes + self.out.1,
+        )
     }
 }
 
@@ -128,6 +154,23 @@ mod tests {
         assert_eq!(q.pop().unwrap().bytes, [3; 10]);
         assert_eq!(q.depth(), (0, 0));
         assert_eq!(q.peak_bytes, 80);
+    }
+
+    #[test]
+    fn payloads_out_with_a_stage_count_against_the_credit() {
+        let credit = ServiceCredit {
+            packets: 2,
+            bytes: 100,
+        };
+        let mut q = DeferredQueue::default();
+        q.went_out(70);
+        assert!(q.admits(credit, 30) && !q.admits(credit, 31));
+        q.push(0, &headers(), &[1; 30]);
+        assert!(!q.admits(credit, 0), "two packets is the bound");
+        assert_eq!(q.depth(), (2, 100));
+        q.came_back(70);
+        assert_eq!(q.depth(), (1, 30));
+        assert_eq!(q.peak_bytes, 100);
     }
 
     #[test]

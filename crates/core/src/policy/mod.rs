@@ -39,7 +39,8 @@ pub use scheduler::{
 pub(crate) use scheduler::{EngineScheduler, Sent};
 pub(crate) use service::MessageFlags;
 pub use service::{
-    ByteCount, Direction, Overhead, Service, ServiceFlags, ServicePacket, Verdict, XorPayload,
+    ByteCount, Direction, Landing, Overhead, Returned, Service, ServiceFlags, ServicePacket,
+    Verdict, XorPayload,
 };
 pub use tracker::{
     Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,

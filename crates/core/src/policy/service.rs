@@ -115,6 +115,51 @@ pub(crate) struct MessageFlags {
     pub(crate) pending: Vec<(Psn, ServiceFlags)>,
     /// The flags of the message in progress's packets taken so far.
     pub(crate) message: ServiceFlags,
+    /// The first PSN of the message in progress (taken in part), so that flags an
+    /// asynchronous stage returns after its packet was taken still reach it.
+    pub(crate) first: Option<Psn>,
+    /// Payloads handed to asynchronous stages ([`Service::asynchronous`]) and returned,
+    /// each way: a completion waits while `returned` is short of what was `offered`
+    /// before it.
+    pub(crate) offered: u64,
+    pub(crate) returned: u64,
+    /// Bytes offered and not yet returned.
+    pub(crate) out_bytes: u64,
+    /// Its asynchronous stages include a deferred or a landing one: its completions wait
+    /// for them however long (within the credit), not only
+    /// [`crate::EngineConfig::service_flag_wait`].
+    pub(crate) strict: bool,
+}
+
+/// Where READ data an asynchronous stage was offered ([`Service::offer_landed`]) lies in
+/// the requester's memory, for the engine to put back what the stage made of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landing {
+    pub(crate) key: u32,
+    pub(crate) addr: u64,
+}
+
+impl Landing {
+    /// A made-up place, for a stage's own tests (the engine gives the real ones).
+    pub fn for_tests(key: u32, addr: u64) -> Landing {
+        Landing { key, addr }
+    }
+}
+
+/// What an asynchronous stage ([`Service::asynchronous`]) gives back for each payload it
+/// was offered, once, in the order offered: which packet it was, and the flags it raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Returned {
+    /// The packet's PSN.
+    pub psn: Psn,
+    /// Its opcode.
+    pub opcode: Opcode,
+    /// Which way it went.
+    pub direction: Direction,
+    /// The payload's length as offered.
+    pub len: u32,
+    /// What the stage raised on it.
+    pub flags: ServiceFlags,
 }
 
 /// What an in-line stage decides about a packet.
@@ -192,6 +237,48 @@ pub trait Service: std::fmt::Debug {
     /// was taken: a READ still waiting for its responses gets them in its completion,
     /// the rest are counted.
     fn deferred(&self) -> bool {
+        false
+    }
+
+    /// Beside the path, off the engine's thread: instead of [`Service::observe`], the engine
+    /// hands each payload (a copy: the receive buffer and the region are reused as soon as
+    /// the packet is taken) to [`Service::offer`], and gets the stage's verdicts back from
+    /// [`Service::collect`] when the driver runs [`crate::Engine::run_deferred`]. What is
+    /// offered and not yet returned counts against the receive credit
+    /// ([`crate::EngineConfig::service_credit`]); past it, a payload is not offered: counted
+    /// uninspected ([`crate::Counters::service_uninspected`]) and the packet goes on, or,
+    /// for a stage that is also [`Service::deferred`], a received packet is dropped and
+    /// counted as a deferred stage's is. A completion whose packets are still out with the
+    /// stage waits for them (so its flags are known), within that same bound.
+    fn asynchronous(&self) -> bool {
+        false
+    }
+
+    /// Asynchronous: takes a copy of `payload` for the stage's own thread; `false` when it
+    /// has no room now (the payload goes uninspected). Never blocks.
+    fn offer(&mut self, packet: &ServicePacket<'_>, payload: &[u8]) -> bool {
+        let _ = (packet, payload);
+        false
+    }
+
+    /// Asynchronous: what the stage finished since the last call, each offered payload
+    /// exactly once, in the order offered. A landing offered ([`Service::offer_landed`])
+    /// comes back through `put_back` with the bytes the stage made of it, which the engine
+    /// writes where they came from (and in `out`, with no flags). Never blocks.
+    fn collect(&mut self, out: &mut Vec<Returned>, put_back: &mut dyn FnMut(Landing, &[u8])) {
+        let _ = (out, put_back);
+    }
+
+    /// Asynchronous, on landing ([`Service::on_landing`]; such a stage is offered no
+    /// packets, only landings): takes a copy of READ data just
+    /// placed (`bytes`, at `offset` in the READ's data) to do on its own thread what
+    /// [`Service::landed`] does, overlapping the next responses' arrival; `false` when it
+    /// has no room (the engine calls [`Service::landed`] on its own thread instead). The
+    /// READ completes once everything offered came back and was put back. A response
+    /// placed again while its first copy is out is offered again; the later put-back
+    /// wins, and both were made from the same bytes.
+    fn offer_landed(&mut self, qpn: QpNum, offset: u32, bytes: &[u8], at: Landing) -> bool {
+        let _ = (qpn, offset, bytes, at);
         false
     }
 
