@@ -260,3 +260,60 @@ fn per_priority_pfc_with_one_class_of_traffic_is_todays_pfc() {
         assert_eq!(off[0].counters, on[0].counters);
     }
 }
+
+/// Sender-side SRPT (a `[[cc]]`'s `scheduler`): host 0 streams long messages to host 2 and
+/// sends short ones to host 1, so the two share only host 0's link. Round robin gives the
+/// short ones every other packet; `srpt` sends them first (Homa both times).
+#[test]
+fn srpt_hosts_send_a_short_message_before_their_long_ones() {
+    let text = r#"
+        time_limit_us = 2000
+        [topology]
+        kind = "star"
+        hosts = 3
+        link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        priorities = 8
+        [[cc]]
+        name = "homa"
+        [[cc]]
+        name = "homa"
+        label = "homa-srpt"
+        scheduler = { name = "srpt" }
+        [[app]]
+        label = "long"
+        src = 0
+        dst = 2
+        size = 4000000
+        depth = 2
+        stop_us = 400
+        [[app]]
+        label = "short"
+        src = 0
+        dst = 1
+        size = 32768
+        depth = 1
+        start_us = 50
+        stop_us = 400
+        "#;
+    let runs = run(&scenario(text));
+    let p99 = |label: &str| {
+        let r = common::by_label(&runs, label);
+        for q in &r.apps {
+            assert!(!q.failed && q.posted == q.completed, "{label}: {q:?}");
+        }
+        let mut lat = r.apps[1].latencies_ns.clone();
+        assert!(lat.len() > 20, "{label}: {lat:?}");
+        lat.sort_unstable();
+        lat[lat.len() * 99 / 100]
+    };
+    let (rr, srpt) = (p99("homa"), p99("homa-srpt"));
+    // 32 KB at 100 Gbit/s is about 2.7 us on the wire, and round robin about doubles
+    // that; the rest (about 4.4 us) is the two links' delay both ways, which neither
+    // changes (measured: 7.1 us with srpt, 9.9 with round robin).
+    assert!(
+        srpt * 4 < rr * 3,
+        "short p99 {srpt} ns with srpt, {rr} ns with round robin"
+    );
+}
