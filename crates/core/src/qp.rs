@@ -830,7 +830,9 @@ impl Qp {
     /// Payload bytes left to send of the message this queue pair sends next
     /// ([`crate::policy::Served::left`], what SRPT ranks by): 0 when it owes the peer a
     /// packet (that goes first), when its next request is a READ or an atomic (one packet,
-    /// no payload), or when it has no request to send.
+    /// no payload), or when it has no request to send. Out of line: only a scheduler other
+    /// than round robin asks, after a packet.
+    #[inline(never)]
     pub(crate) fn next_message_left(&self) -> u32 {
         if self.owes_peer() {
             return 0;
