@@ -7,8 +7,8 @@ use super::{Scheduler, Served};
 use crate::Instant;
 
 /// Shortest remaining processing time first across a host's queue pairs, as a Homa sender
-/// transmits (Montazeri et al., SIGCOMM 2018, §3.4: "a sender transmits the message with
-/// the fewest remaining bytes first"); under round robin a short message shares its host's
+/// transmits (Montazeri et al., SIGCOMM 2018: a sender with several messages sends the one
+/// with the fewest bytes left first); under round robin a short message shares its host's
 /// link with every long one the host is sending, which is where most of a short flow's
 /// tail slowdown came from in the Homa repro (`docs/repro.md`).
 ///
