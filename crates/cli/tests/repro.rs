@@ -492,7 +492,7 @@ fn homa_websearch_runs_homa_beside_dcqcn_and_dctcp_on_the_same_flows() {
         "{out}"
     );
     for fabric in ["lossy ", "lossless "] {
-        for law in [" homa ", " dcqcn ", " dctcp "] {
+        for law in [" homa ", " dcqcn ", " dctcp ", " homa-paper "] {
             assert!(
                 out.lines()
                     .any(|l| l.starts_with(fabric) && l.contains(law)),

@@ -51,7 +51,10 @@
 //! takes the RESEND as the lost GRANT; asked for bytes it did send, it answers BUSY ("sent;
 //! RC's recovery has them, or my send queue is busy with the messages ahead"), which
 //! restarts the receiver's timer. The sender does not pick among its queue pairs (Homa's
-//! sender-side SRPT): the engine's scheduler does that. A table member not heard from for
+//! sender-side SRPT): the engine's scheduler does that, `srpt` for Homa's order
+//! (`sluice_core::policy::Srpt`; `scheduler = { name = "srpt" }` in a scenario's `[[cc]]`).
+//! The default unscheduled cutoffs are fixed; [`workload_cutoffs`] computes its paper's for a
+//! workload's flow-size distribution. A table member not heard from for
 //! four resend timeouts (its queue pair gone) may be displaced by any waiting message; as
 //! such a member frees no place, waiting messages also look for one every 8 resend
 //! timeouts on their own (every base RTT if the law was never told their queue pair).
@@ -138,6 +141,76 @@ fn bad_cutoffs(value: &str) -> ParamError {
         value: value.into(),
         expected: "at most 6 ascending byte counts separated by '/' (e.g. 1000/10000/100000)",
     }
+}
+
+/// Homa's unscheduled cutoffs for a workload, as its paper sets them (§3.4): the
+/// unscheduled levels take a share of the `priorities` levels in proportion to the share of
+/// all bytes sent unscheduled (each message's first `rtt_bytes`), rounded, at least one and
+/// leaving one scheduled; the cutoffs between them split the unscheduled bytes evenly
+/// (shorter messages above). `cdf` is a flow-size distribution as `(size in bytes,
+/// cumulative percent)` points, linear between them (the simulator's `Cdf::points`).
+/// Returns the cutoffs, ascending (empty: one unscheduled level), for `unsched_cutoffs`;
+/// empty for a distribution without bytes.
+pub fn workload_cutoffs(cdf: &[(f64, f64)], rtt_bytes: u64, priorities: u8) -> Vec<u32> {
+    let r = rtt_bytes.max(1) as f64;
+    // Unscheduled bytes of messages no longer than `c`, and all bytes, per message: each
+    // segment holds (p1 - p0)% of messages spread evenly over [b0, b1].
+    let unsched_upto = |c: f64| -> f64 {
+        cdf.windows(2)
+            .map(|w| {
+                let ((b0, p0), (b1, p1)) = (w[0], w[1]);
+                let mass = (p1 - p0).max(0.0) / 100.0;
+                if b1 <= b0 {
+                    return if c >= b0 { mass * b0.min(r) } else { 0.0 };
+                }
+                let hi = c.min(b1);
+                if hi <= b0 {
+                    return 0.0;
+                }
+                // The integral of min(x, r) over [b0, hi], over the segment's width.
+                let below = |x: f64| {
+                    if x <= r {
+                        x * x / 2.0
+                    } else {
+                        r * r / 2.0 + r * (x - r)
+                    }
+                };
+                mass * (below(hi) - below(b0)) / (b1 - b0)
+            })
+            .sum()
+    };
+    let total: f64 = cdf
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1).max(0.0) / 100.0 * (w[0].0 + w[1].0) / 2.0)
+        .sum();
+    let largest = cdf.iter().map(|p| p.0).fold(0.0, f64::max);
+    let unsched = unsched_upto(largest);
+    if !(total > 0.0 && unsched > 0.0) {
+        return Vec::new();
+    }
+    let priorities = priorities.clamp(2, PRIORITY_LEVELS);
+    let levels = (f64::from(priorities) * unsched / total).round() as usize;
+    let levels = levels.clamp(1, usize::from(priorities - 1).min(MAX_CUTOFFS + 1));
+    let mut cutoffs: Vec<u32> = Vec::new();
+    for i in 1..levels {
+        let want = unsched * i as f64 / levels as f64;
+        // The smallest size whose messages carry `want` unscheduled bytes (by bisection:
+        // `unsched_upto` grows with the size).
+        let (mut lo, mut hi) = (0.0, largest);
+        for _ in 0..64 {
+            let mid = (lo + hi) / 2.0;
+            if unsched_upto(mid) < want {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let c = hi.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+        if cutoffs.last().is_none_or(|&last| c > last) {
+            cutoffs.push(c);
+        }
+    }
+    cutoffs
 }
 
 impl Params for HomaParams {
@@ -770,6 +843,57 @@ mod tests {
         assert_eq!(h.unscheduled_level(10), 2);
         assert_eq!(h.unscheduled_level(5000), 1);
         assert_eq!(h.unscheduled_level(u32::MAX), 1);
+    }
+
+    /// DCTCP's web search sizes (the simulator's `websearch`).
+    const WEBSEARCH: [(f64, f64); 12] = [
+        (0.0, 0.0),
+        (10e3, 15.0),
+        (20e3, 20.0),
+        (30e3, 30.0),
+        (50e3, 40.0),
+        (80e3, 53.0),
+        (200e3, 60.0),
+        (1e6, 70.0),
+        (2e6, 80.0),
+        (5e6, 90.0),
+        (10e6, 97.0),
+        (30e6, 100.0),
+    ];
+
+    #[test]
+    fn workload_cutoffs_share_levels_and_bytes_as_homas_paper_does() {
+        // Web search: 5.3% of its bytes go unscheduled at RTTbytes 162,500 (8 x 5.3% rounds
+        // to 0): one unscheduled level, no cutoff, seven scheduled.
+        assert!(workload_cutoffs(&WEBSEARCH, 162_500, 8).is_empty());
+        // Every message 1..=1000 bytes, evenly: all bytes unscheduled, so 7 levels (one
+        // stays scheduled) splitting the bytes evenly. The unscheduled bytes of messages up
+        // to c grow as c^2: the cutoffs are at 1000 x sqrt(i / 7).
+        let tiny = [(0.0, 0.0), (1000.0, 100.0)];
+        let c = workload_cutoffs(&tiny, 10_000, 8);
+        let want: Vec<u32> = (1..7)
+            .map(|i| (1000.0 * (f64::from(i) / 7.0).sqrt()).round() as u32)
+            .collect();
+        assert_eq!(c, want);
+        // Half the bytes unscheduled: 90% of messages of 1000 bytes, 10% of 27,000 with
+        // RTTbytes 9000 (900 + 900 of 3600 bytes a message). 4 levels; the small messages
+        // carry the first half of the unscheduled bytes, so the first two cutoffs are both
+        // 1000 (one is kept) and the third is the large size.
+        let two = [
+            (0.0, 0.0),
+            (1000.0, 0.0),
+            (1000.0, 90.0),
+            (27_000.0, 90.0),
+            (27_000.0, 100.0),
+        ];
+        let c = workload_cutoffs(&two, 9000, 8);
+        assert_eq!(c, [1000, 27_000]);
+        // The result is a valid parameter for the law.
+        let mut p = HomaParams::default();
+        let text: Vec<String> = c.iter().map(u32::to_string).collect();
+        p.set("unsched_cutoffs", &text.join("/")).unwrap();
+        assert_eq!(Homa::new(p).unscheduled_level(1000), 7);
+        assert!(workload_cutoffs(&[(0.0, 0.0)], 1000, 8).is_empty());
     }
 
     #[test]

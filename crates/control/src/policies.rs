@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sluice_core::policy::{
     Bitmaps, ByteCount, Drr, Filling, Join, NicDefault, OffsetLists, Pacing, PathSelector,
-    PerMessage, QpnHash, RoundRobin, Scheduler, Service, Spray, StaticShare, TrackerFactory,
+    PerMessage, QpnHash, RoundRobin, Scheduler, Service, Spray, Srpt, StaticShare, TrackerFactory,
     WaterFilling, XorPayload,
 };
 
@@ -931,6 +931,13 @@ pub const SCHEDULERS: Registry<Box<dyn Scheduler>> = Registry {
             params: NoParams::INFO,
             both_ends: false,
             build: |p| params::<NoParams>(p).map(|_| Box::new(PerMessage::default()) as _),
+        },
+        PolicyInfo {
+            name: "srpt",
+            summary: "shortest remaining first: the queue pair whose next message has the fewest bytes left (Homa's sender)",
+            params: NoParams::INFO,
+            both_ends: false,
+            build: |p| params::<NoParams>(p).map(|_| Box::new(Srpt::default()) as _),
         },
         PolicyInfo {
             name: "drr",

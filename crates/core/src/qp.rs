@@ -837,6 +837,22 @@ impl Qp {
         self.owes_peer() || self.requests_to_send()
     }
 
+    /// Payload bytes left to send of the message this queue pair sends next
+    /// ([`crate::policy::Served::left`], what SRPT ranks by): 0 when it owes the peer a
+    /// packet (that goes first), when its next request is a READ or an atomic (one packet,
+    /// no payload), or when it has no request to send. Out of line: only a scheduler other
+    /// than round robin asks, after a packet.
+    #[inline(never)]
+    pub(crate) fn next_message_left(&self) -> u32 {
+        if self.owes_peer() {
+            return 0;
+        }
+        match self.req.sq.get(self.req.cursor) {
+            Some(w) if !w.op.is_read_or_atomic() => w.len.saturating_sub(self.req.cursor_offset),
+            _ => 0,
+        }
+    }
+
     /// Whether the responder owes the peer a packet, or the control law asked for one.
     pub(crate) fn owes_peer(&self) -> bool {
         self.cnp_due

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_core::policy::{
     ByteCount, Direction, OffsetLists, Overhead, PerMessage, Policies, RoundRobin, Service,
-    ServicePacket, Spray, Verdict, XorPayload,
+    ServicePacket, Spray, Srpt, Verdict, XorPayload,
 };
 use sluice_core::*;
 use sluice_testkit::*;
@@ -34,6 +34,12 @@ fn drain(world: &mut World) -> Vec<(u32, u16)> {
 
 /// Two queue pairs each with a 4-packet WRITE posted: the order host 0 sends their packets.
 fn order_with(scheduler: Box<dyn sluice_core::policy::Scheduler>) -> Vec<u32> {
+    order_of(scheduler, &[4 * 1024, 4 * 1024])
+}
+
+/// Queue pairs each with a WRITE of `lens[i]` bytes posted (1 KB packets): the order host
+/// 0 sends their packets in, by the queue pair's place in `lens`.
+fn order_of(scheduler: Box<dyn sluice_core::policy::Scheduler>, lens: &[u32]) -> Vec<u32> {
     let mut scheduler = Some(scheduler);
     let mut world = world_with(Impairments::CLEAN, |h| Policies {
         scheduler: if h == 0 {
@@ -43,9 +49,12 @@ fn order_with(scheduler: Box<dyn sluice_core::policy::Scheduler>) -> Vec<u32> {
         },
         ..Policies::default()
     });
-    let pairs = [0, 1].map(|_| Pair::connect(&mut world, &PairOptions::default()));
-    for p in &pairs {
-        p.post_write(&mut world, 1, 0, 4 * 1024);
+    let pairs: Vec<Pair> = lens
+        .iter()
+        .map(|_| Pair::connect(&mut world, &PairOptions::default()))
+        .collect();
+    for (p, &len) in pairs.iter().zip(lens) {
+        p.post_write(&mut world, 1, 0, len);
     }
     let dest: Vec<u32> = pairs.iter().map(|p| p.qp[1].0).collect();
     drain(&mut world)
@@ -63,6 +72,24 @@ fn a_second_scheduler_changes_the_order_queue_pairs_send_in() {
     assert_eq!(
         order_with(Box::new(PerMessage::default())),
         [0, 0, 0, 0, 1, 1, 1, 1]
+    );
+}
+
+#[test]
+fn srpt_sends_the_message_with_the_fewest_bytes_left_first() {
+    // Each queue pair's first packet in the order posted (their keys are unknown until
+    // then), then the engine's `left` ranks them: 1 KB, 2 KB, 5 KB left.
+    assert_eq!(
+        order_of(Box::new(Srpt::default()), &[6 * 1024, 2 * 1024, 3 * 1024]),
+        [0, 1, 2, 1, 2, 2, 0, 0, 0, 0, 0]
+    );
+    // Round robin interleaves them.
+    assert_eq!(
+        order_of(
+            Box::new(RoundRobin::default()),
+            &[6 * 1024, 2 * 1024, 3 * 1024]
+        ),
+        [0, 1, 2, 0, 1, 2, 0, 2, 0, 0, 0]
     );
 }
 

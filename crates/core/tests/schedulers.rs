@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use sluice_core::Instant;
 use sluice_core::policy::{
-    Drr, Filling, NicDefault, Pacing, PerMessage, RoundRobin, Scheduler, Served, StaticShare,
+    Drr, Filling, NicDefault, Pacing, PerMessage, RoundRobin, Scheduler, Served, Srpt, StaticShare,
     Tenant, WaterFilling,
 };
 use sluice_wire::Opcode;
@@ -292,6 +292,7 @@ fn schedulers() -> Vec<(&'static str, Box<dyn Scheduler>, bool)> {
     vec![
         ("round-robin", Box::new(RoundRobin::default()), false),
         ("per-message", Box::new(PerMessage::default()), false),
+        ("srpt", Box::new(Srpt::default()), false),
         ("drr", Box::new(Drr::new(4096)), false),
         (
             "static",

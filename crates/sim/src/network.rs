@@ -51,6 +51,8 @@ const DATA: usize = 1;
 const QUEUES: usize = DATA + crate::priority::MAX_PRIORITIES as usize;
 /// Slots of a switch's flowlet table (hashed, as in hardware: colliding flows share one).
 const FLOWLET_SLOTS: usize = 4096;
+/// A PFC frame's classes: every data queue (one lossless class, `pfc.per_priority` off).
+const ALL_CLASSES: u8 = u8::MAX;
 /// Data packets a paused host port holds while it keeps taking the engine's ACKs.
 const HELD_WHILE_PAUSED: usize = 8;
 /// The largest message the engine takes; longer flows are posted as several.
@@ -89,11 +91,13 @@ enum Ev {
     HostTimer {
         host: NodeId,
     },
-    /// A PFC frame reaches `node` on `port`: pause or resume that port's data class.
+    /// A PFC frame reaches `node` on `port`: pause or resume that port's data class, or
+    /// with per-priority PFC the data queues in `classes` (bit q: queue `DATA + q`).
     Pfc {
         node: NodeId,
         port: u16,
         pause: bool,
+        classes: u8,
     },
     Sample,
     /// A link changes state (`[links]`): the link of `port` of `node`, both ways.
@@ -203,6 +207,29 @@ impl Fifo {
         self.len += 1;
     }
 
+    /// Takes out the first packet that `ok` accepts, wherever it is (per-priority PFC at a
+    /// host: the oldest packet of a class not paused); a walk, over the few packets a host
+    /// port holds.
+    fn take_first(&mut self, packets: &mut [Packet], ok: impl Fn(&Packet) -> bool) -> Option<u32> {
+        let (mut prev, mut cur) = (NO_PACKET, self.head);
+        while let Some(p) = packets.get(cur as usize) {
+            let next = p.next;
+            if ok(p) {
+                match packets.get_mut(prev as usize) {
+                    Some(before) => before.next = next,
+                    None => self.head = next,
+                }
+                if self.tail == cur {
+                    self.tail = prev;
+                }
+                self.len -= 1;
+                return Some(cur);
+            }
+            (prev, cur) = (cur, next);
+        }
+        None
+    }
+
     fn pop_front(&mut self, packets: &[Packet]) -> Option<u32> {
         let pkt = self.head;
         self.head = packets.get(pkt as usize)?.next;
@@ -236,6 +263,8 @@ struct PortState {
     wake_pending: bool,
     /// The peer paused this port's data class.
     paused: bool,
+    /// Per-priority PFC: the data queues the peer paused (bit q: queue `DATA + q`).
+    paused_classes: u8,
     paused_since: Ps,
     /// Wire bytes sent (the INT `tx_bytes` counter, and throughput samples).
     tx_bytes: u64,
@@ -245,6 +274,10 @@ struct PortState {
     ingress_bytes: u64,
     /// This switch has paused the peer behind this port.
     xoff_sent: bool,
+    /// Per-priority PFC: per data queue, bytes that came in through this port and are
+    /// still buffered, and the queues this switch paused the peer's sending of.
+    ingress_by_class: [u64; crate::priority::MAX_PRIORITIES as usize],
+    xoff_classes: u8,
     /// Its link has failed (`[links]`).
     down: bool,
 }
@@ -595,7 +628,7 @@ impl<'a> Network<'a> {
             };
             let policies = scenario
                 .policies
-                .build(controller)
+                .build(controller, cc.scheduler.as_ref())
                 .map_err(|e| RunError::Policy(e.to_string()))?;
             let mut engine = Engine::with_policies(config, policies);
             let pd = engine.alloc_pd();
@@ -835,7 +868,12 @@ impl<'a> Network<'a> {
                     }
                 }
                 Ev::HostTimer { host } => self.host_timer(host),
-                Ev::Pfc { node, port, pause } => self.pfc(node, port, pause),
+                Ev::Pfc {
+                    node,
+                    port,
+                    pause,
+                    classes,
+                } => self.pfc(node, port, pause, classes),
                 Ev::Link { node, port, up } => self.set_link(node, port, up),
                 Ev::RxDone { host } => self.rx_done(host),
                 Ev::RnicWake { host } => self.rnic_wake(host),
@@ -1702,23 +1740,38 @@ impl<'a> Network<'a> {
                 continue;
             }
             let p = &self.ports[i];
-            let class = if !p.queue[CONTROL].is_empty() {
-                CONTROL
-            } else if !p.queue[DATA].is_empty() && !p.paused {
-                DATA
+            let (control, data) = (!p.queue[CONTROL].is_empty(), !p.queue[DATA].is_empty());
+            let (paused, classes) = (p.paused, p.paused_classes);
+            let (class, pkt) = if control {
+                let q = &mut self.ports[i].queue[CONTROL];
+                (CONTROL, q.pop_front(&self.packets).expect("not empty"))
+            } else if data && !paused && classes == 0 {
+                let q = &mut self.ports[i].queue[DATA];
+                (DATA, q.pop_front(&self.packets).expect("not empty"))
+            } else if let Some(pkt) = (data && !paused && classes != 0)
+                .then(|| {
+                    // Priorities paused (per-priority PFC): the oldest data packet of a
+                    // class that is not, as a NIC's per-class queues served oldest first.
+                    let prio = &self.prio;
+                    self.ports[i].queue[DATA].take_first(&mut self.packets, |pkt| {
+                        classes & (1 << prio.queue(pkt.tos)) == 0
+                    })
+                })
+                .flatten()
+            {
+                (DATA, pkt)
             } else {
                 // Nothing sendable queued: ask the engine for more. While paused it still
                 // does (ACKs must go on), but holds at most a few data packets.
+                let p = &self.ports[i];
+                let paused = paused || classes != 0;
                 let room = p.queue[DATA].is_empty()
-                    || (p.paused && (p.queue[DATA].len as usize) < HELD_WHILE_PAUSED);
+                    || (paused && (p.queue[DATA].len as usize) < HELD_WHILE_PAUSED);
                 if room && self.seal_free(host) && self.pull_from_engine(host) {
                     continue;
                 }
                 return;
             };
-            let pkt = self.ports[i].queue[class]
-                .pop_front(&self.packets)
-                .expect("not empty");
             if self.packets[pkt as usize].probe {
                 if let Some(c) = self.headers[pkt as usize].ext.cc_control {
                     self.note_probe_sent(host, self.packets[pkt as usize].dst, &c);
@@ -1749,12 +1802,18 @@ impl<'a> Network<'a> {
             let class = if !st.queue[CONTROL].is_empty() {
                 CONTROL
             } else if st.data_queued > 0 && !st.paused {
-                // Strict priority: the highest data queue with packets.
+                // Strict priority: the highest data queue with packets (and not paused,
+                // with per-priority PFC).
                 let top = DATA + usize::from(self.prio.queues()) - 1;
-                (DATA..=top)
+                let paused = st.paused_classes;
+                match (DATA..=top)
                     .rev()
-                    .find(|&q| !st.queue[q].is_empty())
-                    .expect("data queued")
+                    .find(|&q| !st.queue[q].is_empty() && paused & (1 << (q - DATA)) == 0)
+                {
+                    Some(q) => q,
+                    // Every queue with packets is paused: its resume kicks the port.
+                    None => return,
+                }
             } else {
                 return;
             };
@@ -2085,15 +2144,28 @@ impl<'a> Network<'a> {
         st.push(&mut self.packets, class, pkt, bytes);
         st.max_queue = st.max_queue.max(st.data_queued + st.queued[CONTROL]);
         if data {
-            // PFC counts the ingress port's data over all priorities: one lossless class.
+            // PFC counts the ingress port's data over all priorities: one lossless class;
+            // or, per priority, each data queue's on its own. Probes wait in the data queues but
+            // are not data: PFC never counts them (`leave_switch` skips them too).
             if let Some(pfc) = sw.pfc {
                 let j = self.port_index(node, in_port);
                 let ing = &mut self.ports[j];
-                ing.ingress_bytes += bytes;
-                if ing.ingress_bytes > pfc.xoff_bytes && !ing.xoff_sent {
-                    ing.xoff_sent = true;
-                    self.counters.pfc_pauses += 1;
-                    self.send_pfc(node, in_port, true);
+                if pfc.per_priority {
+                    let q = class - DATA;
+                    ing.ingress_by_class[q] += bytes;
+                    if ing.ingress_by_class[q] > pfc.xoff_bytes && ing.xoff_classes & (1 << q) == 0
+                    {
+                        ing.xoff_classes |= 1 << q;
+                        self.counters.pfc_pauses += 1;
+                        self.send_pfc(node, in_port, true, 1 << q);
+                    }
+                } else {
+                    ing.ingress_bytes += bytes;
+                    if ing.ingress_bytes > pfc.xoff_bytes && !ing.xoff_sent {
+                        ing.xoff_sent = true;
+                        self.counters.pfc_pauses += 1;
+                        self.send_pfc(node, in_port, true, ALL_CLASSES);
+                    }
                 }
             }
         }
@@ -2111,19 +2183,28 @@ impl<'a> Network<'a> {
         }
         if let Some(pfc) = self.switch.pfc {
             let in_port = p.in_port;
+            let q = usize::from(self.prio.queue(p.tos));
             let j = self.port_index(node, in_port);
             let ing = &mut self.ports[j];
-            ing.ingress_bytes -= bytes;
-            if ing.xoff_sent && ing.ingress_bytes <= pfc.xon_bytes {
-                ing.xoff_sent = false;
-                self.send_pfc(node, in_port, false);
+            if pfc.per_priority {
+                ing.ingress_by_class[q] -= bytes;
+                if ing.xoff_classes & (1 << q) != 0 && ing.ingress_by_class[q] <= pfc.xon_bytes {
+                    ing.xoff_classes &= !(1 << q);
+                    self.send_pfc(node, in_port, false, 1 << q);
+                }
+            } else {
+                ing.ingress_bytes -= bytes;
+                if ing.xoff_sent && ing.ingress_bytes <= pfc.xon_bytes {
+                    ing.xoff_sent = false;
+                    self.send_pfc(node, in_port, false, ALL_CLASSES);
+                }
             }
         }
     }
 
     /// Sends a PFC frame out of `port` of `node` to the peer (it bypasses the queues, as
     /// MAC control frames do).
-    fn send_pfc(&mut self, node: NodeId, port: u16, pause: bool) {
+    fn send_pfc(&mut self, node: NodeId, port: u16, pause: bool, classes: u8) {
         let link = self.topo.nodes[node as usize][port as usize];
         let at = self.now + serialisation_ps(PFC_FRAME, link.bps) + link.delay_ns * PS_PER_NS;
         self.events.push(
@@ -2132,14 +2213,36 @@ impl<'a> Network<'a> {
                 node: link.peer,
                 port: link.peer_port,
                 pause,
+                classes,
             },
         );
     }
 
-    fn pfc(&mut self, node: NodeId, port: u16, pause: bool) {
+    fn pfc(&mut self, node: NodeId, port: u16, pause: bool, classes: u8) {
         let now = self.now;
         let i = self.port_index(node, port);
         let st = &mut self.ports[i];
+        if classes != ALL_CLASSES {
+            // Per priority: the port counts as paused (`pfc_paused_ns`) while any class is.
+            let before = st.paused_classes;
+            if pause {
+                st.paused_classes |= classes;
+                if before == 0 {
+                    st.paused_since = now;
+                }
+            } else if before & classes != 0 {
+                st.paused_classes &= !classes;
+                if st.paused_classes == 0 {
+                    self.counters.pfc_paused_ns += (now - st.paused_since) / PS_PER_NS;
+                }
+                if self.is_host(node) {
+                    self.after_engine(node);
+                } else {
+                    self.kick_switch(node, port, i);
+                }
+            }
+            return;
+        }
         if pause && !st.paused {
             st.paused = true;
             st.paused_since = now;
@@ -2214,12 +2317,15 @@ fn port_states(topo: &Topology, nic_ps: Ps) -> Vec<PortState> {
                 busy_until: 0,
                 wake_pending: false,
                 paused: false,
+                paused_classes: 0,
                 paused_since: 0,
                 tx_bytes: 0,
                 sampled_tx: 0,
                 max_queue: 0,
                 ingress_bytes: 0,
                 xoff_sent: false,
+                ingress_by_class: [0; crate::priority::MAX_PRIORITIES as usize],
+                xoff_classes: 0,
                 down: false,
             });
         }

@@ -87,6 +87,7 @@ fn default_cc() -> Vec<CcConfig> {
         params: toml::Table::new(),
         ack_every_packets: None,
         decoupled: None,
+        scheduler: None,
     }]
 }
 
@@ -197,6 +198,11 @@ pub struct PfcConfig {
     pub xoff_bytes: u64,
     /// Resume it below this many.
     pub xon_bytes: u64,
+    /// Per-priority PFC (802.1Qbb): each data queue of `[switch] priorities` is a lossless
+    /// class of its own, counted per ingress port and paused alone (the thresholds apply
+    /// to each). Off (default): one class, a pause stops every priority.
+    #[serde(default)]
+    pub per_priority: bool,
 }
 
 /// Loss recovery of every queue pair.
@@ -271,6 +277,10 @@ pub struct CcConfig {
     /// Runs the law behind SCR's decoupled control loop (coalescing queues, modelled
     /// processors) instead of inline on each event.
     pub decoupled: Option<DecoupledConfig>,
+    /// Every host's queue-pair scheduler in this algorithm's run, instead of
+    /// `[policies] scheduler` (a law whose senders order their queue pairs themselves, as
+    /// Homa's send the shortest message first: `scheduler = { name = "srpt" }`).
+    pub scheduler: Option<PolicyConfig>,
 }
 
 /// SCR's decoupled control loop (`sluice_core::control::Decoupled`): events reach their
@@ -393,10 +403,12 @@ pub struct PolicyConfig {
 }
 
 impl PoliciesConfig {
-    /// The engine's policies, with `controller` as its control law.
+    /// The engine's policies, with `controller` as its control law and `scheduler`, if
+    /// given, instead of `self.scheduler` (a `[[cc]]`'s own).
     pub fn build(
         &self,
         controller: Box<dyn sluice_core::control::Controller>,
+        scheduler: Option<&PolicyConfig>,
     ) -> Result<sluice_core::Policies, ScenarioError> {
         use sluice_control::policies::{PATH_SELECTORS, Registry, SCHEDULERS, TRACKERS};
         fn one<T>(
@@ -410,13 +422,16 @@ impl PoliciesConfig {
             };
             registry
                 .build(name, &pairs)
-                .map_err(|e| ScenarioError::Invalid(format!("policies.{field}: {e}")))
+                .map_err(|e| ScenarioError::Invalid(format!("{field}: {e}")))
         }
         Ok(sluice_core::Policies {
             controller,
-            scheduler: one(&SCHEDULERS, "scheduler", &self.scheduler)?,
-            path: one(&PATH_SELECTORS, "path", &self.path)?,
-            tracker: one(&TRACKERS, "tracker", &self.tracker)?,
+            scheduler: match scheduler {
+                Some(own) => one(&SCHEDULERS, "cc.scheduler", &Some(own.clone()))?,
+                None => one(&SCHEDULERS, "policies.scheduler", &self.scheduler)?,
+            },
+            path: one(&PATH_SELECTORS, "policies.path", &self.path)?,
+            tracker: one(&TRACKERS, "policies.tracker", &self.tracker)?,
         })
     }
 
@@ -650,7 +665,7 @@ impl Scenario {
         }
         // Builds the policies once now, so that a bad name or parameter fails before any run.
         self.policies
-            .build(Box::new(sluice_core::control::NoControl))?;
+            .build(Box::new(sluice_core::control::NoControl), None)?;
         self.policies.build_services()?;
         let mut labels = Vec::new();
         for cc in &self.cc {
@@ -658,6 +673,10 @@ impl Scenario {
             let pairs = cc.param_pairs()?;
             sluice_control::registry::build(&cc.name, &pairs, &cc.mode()?)
                 .map_err(|e| ScenarioError::Invalid(format!("cc: {e}")))?;
+            if let Some(own) = &cc.scheduler {
+                self.policies
+                    .build(Box::new(sluice_core::control::NoControl), Some(own))?;
+            }
             // Labels name rows of the CSV files, unquoted.
             if cc.label().is_empty()
                 || cc

@@ -480,4 +480,12 @@ fn bad_policies_in_a_scenario_are_refused_naming_the_field() {
             .to_string();
         assert!(e.contains(says), "{policies}: {e}");
     }
+    // A [[cc]]'s own scheduler is checked the same way.
+    let text = format!(
+        "{LEAF_SPINE}\n[workload]\nkind = \"file\"\npath = \"crates/sim/tests/data/one-across.txt\"\n[[cc]]\nname = \"homa\"\nscheduler = {{ name = \"sjf\" }}\n"
+    );
+    let e = Scenario::parse(&text, &repo_root())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cc.scheduler: unknown scheduler `sjf`"), "{e}");
 }

@@ -757,7 +757,7 @@ impl Engine {
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
                 qp.scheduled = false;
-                self.nic.scheduler.served(index, now, None, false);
+                self.nic.scheduler.served(index, now, None, false, || 0);
                 next = self.nic.scheduler.next(now);
                 continue;
             };
@@ -805,7 +805,7 @@ impl Engine {
         let qp = &mut self.qps[index as usize];
         let Some(t) = transmit else {
             qp.scheduled = false;
-            self.nic.scheduler.served(index, now, None, false);
+            self.nic.scheduler.served(index, now, None, false, || 0);
             return None;
         };
         let more = qp.may_send_more();
@@ -826,7 +826,12 @@ impl Engine {
             ipv6: t.dst.is_ipv6(),
             ccx: t.headers.ccx.map(|c| c.layout()),
         };
-        self.nic.scheduler.served(index, now, Some(sent), more);
+        // Asked only of a scheduler that ranks by it (not round robin): the queue pair is
+        // read then, not on every packet.
+        let qps = &self.qps;
+        self.nic.scheduler.served(index, now, Some(sent), more, || {
+            qps[index as usize].next_message_left()
+        });
         self.nic.counters.tx_packets += 1;
         self.nic.counters.tx_bytes += u64::from(t.payload_len);
     }
@@ -853,7 +858,7 @@ impl Engine {
     ) -> Option<Transmit> {
         if self.run_send_services(index, &mut t, buffer).is_err() {
             self.qps[index as usize].scheduled = false;
-            self.nic.scheduler.served(index, now, None, false);
+            self.nic.scheduler.served(index, now, None, false, || 0);
             self.nic.counters.service_send_failures += 1;
             self.enter_error(index);
             if self.qps[index as usize].owes_peer() {

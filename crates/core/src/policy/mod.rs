@@ -34,7 +34,7 @@ pub use path::{
 };
 pub use scheduler::{
     DEFAULT_LINK, Drr, Filling, Join, NicDefault, Pacing, PerMessage, RateEstimate, RoundRobin,
-    Scheduler, Served, StaticShare, Tenant, WaterFilling,
+    Scheduler, Served, Srpt, StaticShare, Tenant, WaterFilling,
 };
 pub(crate) use scheduler::{EngineScheduler, Sent};
 pub(crate) use service::MessageFlags;
