@@ -40,6 +40,9 @@ pub(crate) struct Timers {
     base: u64,
     slots: Vec<Vec<(Instant, u32)>>,
     occupied: [u64; WORDS],
+    /// Slots with their bit set in `occupied`: with none (a law that arms no timers, or
+    /// none now), finding the next timer costs no scan, as the heap's empty peek did not.
+    occupied_slots: u32,
     ready: BinaryHeap<Entry>,
     far: BinaryHeap<Entry>,
 }
@@ -50,6 +53,7 @@ impl Timers {
             base: 0,
             slots: Vec::new(),
             occupied: [0; WORDS],
+            occupied_slots: 0,
             ready: BinaryHeap::new(),
             far: BinaryHeap::new(),
         }
@@ -66,7 +70,9 @@ impl Timers {
             }
             let i = (t % SLOTS as u64) as usize;
             self.slots[i].push((at, qp));
-            self.occupied[i / 64] |= 1 << (i % 64);
+            let word = &mut self.occupied[i / 64];
+            self.occupied_slots += u32::from(*word & (1 << (i % 64)) == 0);
+            *word |= 1 << (i % 64);
         } else {
             self.far.push(Reverse((at, qp)));
         }
@@ -86,6 +92,7 @@ impl Timers {
                 let ahead = (i + SLOTS - (self.base % SLOTS as u64) as usize) % SLOTS;
                 self.base += ahead as u64 + 1;
                 self.occupied[i / 64] &= !(1 << (i % 64));
+                self.occupied_slots -= 1;
                 let ready = &mut self.ready;
                 for (at, qp) in self.slots[i].drain(..) {
                     if live(qp, at) {
@@ -130,6 +137,9 @@ impl Timers {
 
     /// The first occupied slot from `base` on, circularly.
     fn first_occupied(&self) -> Option<usize> {
+        if self.occupied_slots == 0 {
+            return None;
+        }
         let start = (self.base % SLOTS as u64) as usize;
         let (w0, b0) = (start / 64, start % 64);
         // The start word from the start bit, the words after it, then the ones before
