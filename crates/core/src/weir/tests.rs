@@ -534,9 +534,7 @@ mod property {
                     self.runs += 1;
                 }
             }
-            self.run = d
-                .more
-                .then(|| (d.qp, self.run.map_or(1, |(_, n)| n + 1)));
+            self.run = d.more.then(|| (d.qp, self.run.map_or(1, |(_, n)| n + 1)));
             let q = d.qp.0 as usize;
             // Pieces come in order, each WQE's covering its data exactly.
             let entry = self.app[q]
@@ -782,7 +780,10 @@ fn a_split_wqes_pieces_share_the_posts_doorbell() {
     let a = w.poll_doorbell(t(0)).unwrap();
     let b = w.poll_doorbell(t(0)).unwrap();
     assert_eq!(
-        [(a.qp, a.piece, a.len, a.more), (b.qp, b.piece, b.len, b.more)],
+        [
+            (a.qp, a.piece, a.len, a.more),
+            (b.qp, b.piece, b.len, b.more)
+        ],
         [(QpNum(3), 1, 4096, true), (QpNum(3), 2, 1808, false)]
     );
     assert_eq!(w.poll_doorbell(t(0)), None);
