@@ -105,8 +105,10 @@ pub struct WeirConfig {
     pub sync_every: u32,
     /// Pieces of one queue pair one doorbell may carry (at least 1). When a credit falls
     /// due, the queue pair at the head of the ready list is served a run of up to this
-    /// many of its queued pieces (as many as its NIC send queue has room for) under one
-    /// doorbell; each piece still draws its own credit gap and gets its own doorbell time.
+    /// many of its queued pieces (as many as its NIC send queue has room for, and no more
+    /// bytes than `split_bytes` after the first piece: a run is no coarser a burst than
+    /// the one piece the pacer already allows) under one doorbell; each piece still draws
+    /// its own credit gap and gets its own doorbell time.
     /// The paper puts Weir's fewer QP-context misses down to fewer doorbells (each one a
     /// context lookup); its order across queue pairs is unspecified. 1: one piece per
     /// doorbell, queue pairs in turn.
@@ -296,6 +298,7 @@ pub struct Weir {
     /// handed out (0: no run).
     run_qp: u32,
     run_left: u32,
+    run_bytes: u32,
     rate: u64,
     /// ns per byte at `rate`, fixed point with 32 fractional bits: the gap after each
     /// doorbell is integer arithmetic, with no floating-point chain from one post to the
@@ -360,6 +363,7 @@ impl Weir {
             ready: VecDeque::with_capacity(qpns),
             run_qp: 0,
             run_left: 0,
+            run_bytes: 0,
             rate: cfg.line_rate,
             ns_per_byte: ns_per_byte(cfg.line_rate),
             credit_at: Instant::ZERO,
@@ -493,6 +497,7 @@ impl Weir {
         let k = u64::from(self.cfg.max_batch.min(q.queued)).min(room);
         self.run_qp = i as u32;
         self.run_left = k as u32;
+        self.run_bytes = 0;
         self.stats.runs += 1;
     }
 
@@ -502,11 +507,30 @@ impl Weir {
     fn ring_run(&mut self, i: usize, now: Instant) -> Doorbell {
         self.run_left -= 1;
         let mut d = self.ring(i, now);
+        self.run_bytes = self.run_bytes.saturating_add(d.len);
+        if self.run_left > 0
+            && self.cfg.split_bytes != 0
+            && self.run_bytes.saturating_add(self.next_len(i)) > self.cfg.split_bytes
+        {
+            self.run_left = 0;
+        }
         d.more = self.run_left > 0;
         if !d.more {
             self.list_if_ready(i);
         }
         d
+    }
+
+    /// The length of queue pair `i`'s next piece to doorbell (it has one).
+    #[inline]
+    fn next_len(&self, i: usize) -> u32 {
+        let q = &self.qps[i];
+        let w = &self.wqes[self.wqe_slot(i, q.head + q.cursor)];
+        if w.pieces == 1 {
+            w.len
+        } else {
+            (w.len - w.rung * self.cfg.split_bytes).min(self.cfg.split_bytes)
+        }
     }
 
     /// Doorbells queue pair `i`'s next piece at `now` and sets the next credit's deadline:

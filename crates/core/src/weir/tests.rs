@@ -767,36 +767,29 @@ fn a_doorbell_carries_a_run_of_one_queue_pairs_pieces() {
 }
 
 #[test]
-fn a_split_wqes_pieces_share_the_posts_doorbell() {
-    // 10,000 B in pieces of 4,096: with runs of 4 the post's doorbell carries all three,
-    // and the next credit is the whole WQE's gap, 10,000 ns at 8 Gbit/s, later.
+fn a_run_carries_no_more_bytes_than_one_split_piece() {
+    // Runs of up to 4 pieces, but no more than split_bytes (4,096) in all after the
+    // first: a 10,000 B WQE's pieces (4,096, 4,096, 1,808) each take a doorbell of their
+    // own, and the last shares one with the next two 1,000 B WQEs (3,808 B; a third would
+    // make 4,808). 8 Gbit/s: 1 ns per byte.
     let mut w = weir(WeirConfig {
         max_batch: 4,
         line_rate: 8_000_000_000,
         ..WeirConfig::default()
     });
     let d = ring(w.post(QpNum(3), 9, 10_000, true, t(0)).unwrap());
-    assert_eq!((d.piece, d.more), (0, true));
-    let a = w.poll_doorbell(t(0)).unwrap();
-    let b = w.poll_doorbell(t(0)).unwrap();
-    assert_eq!(
-        [
-            (a.qp, a.piece, a.len, a.more),
-            (b.qp, b.piece, b.len, b.more)
-        ],
-        [(QpNum(3), 1, 4096, true), (QpNum(3), 2, 1808, false)]
-    );
+    assert_eq!((d.piece, d.len, d.more), (0, 4096, false));
+    for wr_id in 10..13 {
+        w.post(QpNum(3), wr_id, 1000, true, t(0)).unwrap();
+    }
     assert_eq!(w.poll_doorbell(t(0)), None);
-    // Another queue pair's post waits for the run's credit.
-    assert_eq!(
-        w.post(QpNum(4), 0, 64, true, t(0)).unwrap(),
-        Decision::Hold {
-            until: Some(t(10_000))
-        }
-    );
-    assert_eq!(w.credit_at(), t(10_000));
-    assert_eq!(runs_at(&mut w, 10_000), [(4, vec![0])]);
-    assert_eq!((w.stats().doorbells, w.stats().runs), (4, 2));
+    assert_eq!(w.credit_at(), t(4096));
+    assert_eq!(runs_at(&mut w, 4096), [(3, vec![1])]);
+    assert_eq!(runs_at(&mut w, 8191), []);
+    assert_eq!(runs_at(&mut w, 8192), [(3, vec![2, 3, 4])]);
+    assert_eq!(w.credit_at(), t(8192 + 3808));
+    assert_eq!(runs_at(&mut w, 12_000), [(3, vec![5])]);
+    assert_eq!((w.stats().doorbells, w.stats().runs), (6, 4));
 }
 
 #[test]
