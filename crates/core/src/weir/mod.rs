@@ -6,7 +6,9 @@
 //! counts the active queue pairs in a bitmap over their QPNs, and moves one aggregate
 //! doorbell rate up or down by fixed steps (AIAD) against thresholds that grow with the
 //! active count. Doorbells are spent against credits: after each doorbell the next credit
-//! falls due `size / rate` later. Large WQEs are split so that no single doorbell leaves a
+//! falls due `size / rate` later; one doorbell may carry a run of a queue pair's pieces
+//! (`max_batch`), each drawing its own gap, so that the NIC looks the queue pair's context up
+//! once for the run. Large WQEs are split so that no single doorbell leaves a
 //! long gap, and the NIC's completions are filtered and merged back so the application sees
 //! exactly the completions it asked for.
 //!
@@ -291,8 +293,9 @@ pub struct Weir {
     /// least `sq_depth`), by tag.
     stamps: Vec<u64>,
     stamp_shift: u32,
-    /// Queue pairs with pieces queued and room on the NIC, served in turn one piece at a
-    /// time. Each is in it at most once, so `max_qpn` slots never grow.
+    /// Queue pairs with pieces queued and room on the NIC, served in turn a run at a time
+    /// (one piece with `max_batch` 1). Each is in it at most once, so `max_qpn` slots
+    /// never grow.
     ready: VecDeque<u32>,
     /// The run being handed out: its queue pair and the pieces left after the last one
     /// handed out (0: no run).
