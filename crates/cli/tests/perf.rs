@@ -881,6 +881,22 @@ fn the_weir_pacer_completes_every_message() {
         (cost["per_post_ns"].as_f64().unwrap() - per_post).abs() < 1e-6,
         "{cost}"
     );
+    // Runs of up to 8 posts of 512 B (4,096 B) under one doorbell: every post still rung
+    // and completed once, in fewer runs than doorbells (each QP posts its depth at once).
+    let batched = loopback(
+        &[
+            &args[..],
+            &["--pacer", "weir", "--pacer-param", "max_batch=8"],
+        ]
+        .concat(),
+        24_806,
+    );
+    let b = &batched[0]["pacer"];
+    assert_eq!(batched[0]["iterations"], 600);
+    assert_eq!((&b["doorbells"], &b["cqes"]), (&600.into(), &600.into()));
+    let runs = b["runs"].as_u64().unwrap();
+    assert!((75..600).contains(&runs), "{b}");
+    assert_eq!(p["runs"], 600);
     for (i, test) in ["read-bw", "send-bw"].into_iter().enumerate() {
         let r = loopback(
             &[

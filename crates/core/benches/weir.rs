@@ -65,6 +65,7 @@ impl Pacer for Passthrough {
             len: LEN,
             piece: 0,
             pieces: 1,
+            more: false,
         })
     }
 

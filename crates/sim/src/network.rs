@@ -336,6 +336,9 @@ struct Paced {
     snapshot: Option<crate::rnic::NicCounters>,
     /// Weir's rate (bit/s) and smoothed delay (ns) when this host's first app stopped.
     weir_probe: Option<(u64, Option<f64>)>,
+    /// The last doorbell Weir handed out has more of its run to follow: the next WQE goes
+    /// under the same doorbell.
+    weir_run: bool,
 }
 
 #[derive(Debug)]

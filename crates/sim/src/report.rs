@@ -381,7 +381,8 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
             }
             if let Some(w) = &c.weir {
                 run["weir"] = json!({
-                    "posts": w.posts, "doorbells": w.doorbells, "splits": w.splits,
+                    "posts": w.posts, "doorbells": w.doorbells, "runs": w.runs,
+                    "splits": w.splits,
                     "cqes": w.cqes, "app_completions": w.app_completions,
                     "swallowed": w.swallowed, "increases": w.increases,
                     "decreases": w.decreases,

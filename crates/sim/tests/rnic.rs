@@ -69,6 +69,7 @@ fn every_wqe_is_accounted_and_runs_repeat() {
         "[rnic]\n",
         "[weir]\nbase_delay_us = 4\n",
         "[rnic]\n[weir]\nbase_delay_us = 4\n",
+        "[rnic]\n[weir]\nbase_delay_us = 4\nmax_batch = 4\n",
     ] {
         let s = scenario(&perftest(16, 8, 512, 100.0, 400.0, extra));
         let a = run(&s);
@@ -88,7 +89,8 @@ fn every_wqe_is_accounted_and_runs_repeat() {
         let posted: u64 = r.apps.iter().map(|q| q.posted).sum();
         if let Some(n) = r.counters.nic {
             let doorbells = r.counters.weir.map_or(posted, |w| w.doorbells);
-            assert_eq!(n.doorbells, doorbells, "{extra}");
+            let rung = r.counters.weir.map_or(posted, |w| w.runs);
+            assert_eq!(n.doorbells, rung, "{extra}");
             assert_eq!((n.processed, n.cqes), (doorbells, doorbells), "{extra}");
             // 128 WQEs at most outstanding: all fit, each is fetched once and hit once.
             assert_eq!(n.wqe.misses, 0, "{extra}");
@@ -263,6 +265,7 @@ proptest::proptest! {
         size in 64u32..12_000,
         small in proptest::bool::ANY,
         weir in proptest::bool::ANY,
+        max_batch in proptest::sample::select(vec![1u32, 4]),
     ) {
         let mut extra = String::from("[rnic]\n");
         if small {
@@ -270,7 +273,9 @@ proptest::proptest! {
                       mtt_entries = 32\nmtt_ways = 8\nunits = 2\npcie_tags = 4\n";
         }
         if weir {
-            extra += "[weir]\nbase_delay_us = 4\nsplit_bytes = 4096\n";
+            extra += &format!(
+                "[weir]\nbase_delay_us = 4\nsplit_bytes = 4096\nmax_batch = {max_batch}\n"
+            );
         }
         let r = &run(&scenario(&perftest(qps, depth, size, 60.0, 2_000.0, &extra)))[0];
         let posted: u64 = r.apps.iter().map(|q| q.posted).sum();
@@ -281,7 +286,9 @@ proptest::proptest! {
         }
         let n = r.counters.nic.unwrap();
         let doorbells = r.counters.weir.map_or(posted, |w| w.doorbells);
-        proptest::prop_assert_eq!((n.doorbells, n.processed, n.cqes), (doorbells, doorbells, doorbells));
+        let rung = r.counters.weir.map_or(posted, |w| w.runs);
+        proptest::prop_assert_eq!((n.doorbells, n.processed, n.cqes), (rung, doorbells, doorbells));
+        proptest::prop_assert!(rung <= doorbells && rung * u64::from(max_batch) >= doorbells);
         // An app keeps `depth` WQEs posted; Weir at most the pieces of `depth` WQEs in
         // flight per QP (its `sq_depth`, `rnic::send_depth`), and no more than were posted.
         let per_qp = if weir {

@@ -21,6 +21,7 @@ weir     Weir's delay-based doorbell pacer (docs/weir.md): holds posts in user s
     --pacer-param init_alpha=...      lower threshold per step (1)
     --pacer-param init_beta=...       beta = alpha + init_alpha - init_beta (0.5)
     --pacer-param sync_every=...      doorbells between clock synchronisations (1000)
+    --pacer-param max_batch=...       posts of one QP per doorbell run, at most split_bytes (1)
 ";
 
 /// The pacer `--pacer NAME --pacer-param K=V...` asks for: `None` for `none`, Weir's
@@ -68,6 +69,7 @@ pub fn parse(name: &str, params: &[(String, String)]) -> Result<Option<WeirConfi
             "init_alpha" => c.init_alpha = num("at least 0")?,
             "init_beta" => c.init_beta = num("at least 0, at most init_alpha")?,
             "sync_every" => c.sync_every = int("a count of doorbells")?,
+            "max_batch" => c.max_batch = int("a positive count")?,
             _ => {
                 return Err(format!(
                     "--pacer-param {key}: weir has no such parameter (`--pacer list`)"
@@ -109,6 +111,9 @@ pub struct PacerReport {
     pub posts: u64,
     /// Doorbells it rang (pieces posted to the engine).
     pub doorbells: u64,
+    /// Runs of one queue pair's pieces handed out together (`doorbells` with
+    /// `max_batch` 1).
+    pub runs: u64,
     /// Posts it split into pieces.
     pub splits: u64,
     /// Engine completions it took (one per doorbell).
@@ -145,6 +150,7 @@ impl PacerReport {
             name: "weir",
             posts: s.posts,
             doorbells: s.doorbells,
+            runs: s.runs,
             splits: s.splits,
             cqes: s.cqes,
             app_completions: s.app_completions,

@@ -407,6 +407,28 @@ impl Paced {
 
     /// Posts doorbell `d` to the engine: its piece of the held post, signaled, with the
     /// pacer's tag as the engine's `wr_id`.
+    /// Posts `d` and, if it opens a run (`max_batch` above 1), the rest of the run at
+    /// once, at `at`, the time the run was handed out.
+    fn ring_run(
+        &mut self,
+        s: &mut Session,
+        mut d: Doorbell,
+        at: sluice_core::Instant,
+        inline_size: u32,
+    ) -> Result<(), PerfError> {
+        loop {
+            self.ring(s, d, inline_size)?;
+            if !d.more {
+                return Ok(());
+            }
+            let weir = &mut self.weir;
+            match self.timers.doorbell.time(|| weir.poll_doorbell(at)) {
+                Some(next) => d = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
     fn ring(&self, s: &mut Session, d: Doorbell, inline_size: u32) -> Result<(), PerfError> {
         let q = s.index_of(d.qp);
         let slots = self.held[q].len() as u64;
@@ -447,14 +469,11 @@ impl Paced {
         ));
         while let Some(due) = self.weir.next_timeout().filter(|&due| due <= now) {
             let weir = &mut self.weir;
-            let Some(d) = self
-                .timers
-                .doorbell
-                .time(|| weir.poll_doorbell(due.max(since)))
-            else {
+            let at = due.max(since);
+            let Some(d) = self.timers.doorbell.time(|| weir.poll_doorbell(at)) else {
                 break;
             };
-            self.ring(s, d, inline_size)?;
+            self.ring_run(s, d, at, inline_size)?;
         }
         self.last_turn = now;
         Ok(())
@@ -568,7 +587,7 @@ fn drive(s: &mut Session, o: &Options, flows: &[Flow]) -> Result<Measured, PerfE
                             .post
                             .time(|| weir.post(qpn, seq, size, signaled, now))
                         {
-                            Ok(Decision::Ring(d)) => p.ring(s, d, o.inline_size)?,
+                            Ok(Decision::Ring(d)) => p.ring_run(s, d, now, o.inline_size)?,
                             Ok(Decision::Hold { .. }) => {}
                             Err(e) => return Err(PerfError::Usage(format!("--pacer weir: {e}"))),
                         }

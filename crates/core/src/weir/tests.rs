@@ -329,6 +329,10 @@ fn bad_configurations_are_refused() {
             sq_depth: 0,
             ..WeirConfig::default()
         },
+        WeirConfig {
+            max_batch: 0,
+            ..WeirConfig::default()
+        },
     ] {
         assert!(matches!(Weir::new(cfg), Err(WeirError::Config(_))));
     }
@@ -510,12 +514,27 @@ mod property {
         next_wr: u64,
         heard: u64,
         posted: u64,
+        /// The run being handed out: its queue pair and pieces so far.
+        run: Option<(QpNum, u32)>,
+        /// Doorbells rung (runs).
+        runs: u64,
     }
 
     impl Rig {
         fn rung(&mut self, d: Doorbell, credit_before: Instant) {
-            // A doorbell only on a credit that has fallen due.
-            assert!(t(self.now) >= credit_before);
+            match self.run {
+                // The rest of a run: the same queue pair, no more than max_batch.
+                Some((qp, n)) => {
+                    assert_eq!(qp, d.qp);
+                    assert!(n < self.w.config().max_batch);
+                }
+                // A doorbell only on a credit that has fallen due.
+                None => {
+                    assert!(t(self.now) >= credit_before);
+                    self.runs += 1;
+                }
+            }
+            self.run = d.more.then(|| (d.qp, self.run.map_or(1, |(_, n)| n + 1)));
             let q = d.qp.0 as usize;
             // Pieces come in order, each WQE's covering its data exactly.
             let entry = self.app[q]
@@ -539,6 +558,7 @@ mod property {
                     None => break,
                 }
             }
+            assert_eq!(self.run, None, "a run handed out in full");
         }
 
         fn complete(&mut self, q: usize, ok: bool, delay: u64) {
@@ -589,6 +609,7 @@ mod property {
         #[test]
         fn every_wqe_is_accounted_for_once_and_in_order(
             ops in proptest::collection::vec(op(), 0..300),
+            max_batch in 1..4u32,
         ) {
             let cfg = WeirConfig {
                 max_qpn: 6,
@@ -598,6 +619,7 @@ mod property {
                 inc: 5_000_000_000,
                 dec: 5_000_000_000,
                 min_rate: 10_000_000_000,
+                max_batch,
                 ..WeirConfig::default()
             };
             let mut rig = Rig {
@@ -609,6 +631,8 @@ mod property {
                 next_wr: 0,
                 heard: 0,
                 posted: 0,
+                run: None,
+                runs: 0,
             };
             for op in ops {
                 match op {
@@ -627,6 +651,9 @@ mod property {
                                 rig.app[qp as usize].push_back((wr, len, signaled, 0));
                                 if let Decision::Ring(d) = d {
                                     rig.rung(d, before);
+                                    if d.more {
+                                        rig.poll();
+                                    }
                                 }
                             }
                         }
@@ -657,6 +684,10 @@ mod property {
             prop_assert_eq!(s.posts, rig.posted);
             prop_assert_eq!(s.app_completions, rig.heard);
             prop_assert_eq!(s.cqes, s.doorbells);
+            prop_assert_eq!(s.runs, rig.runs);
+            if max_batch == 1 {
+                prop_assert_eq!(s.runs, s.doorbells);
+            }
             prop_assert_eq!(s.app_completions + s.swallowed, s.cqes);
             prop_assert_eq!(rig.w.active_qps(), 0);
             prop_assert_eq!(rig.w.rate(), cfg.line_rate);
@@ -668,4 +699,110 @@ mod property {
 fn state_per_qpn_is_as_documented() {
     assert_eq!(core::mem::size_of::<Wqe>(), 32);
     assert!(core::mem::size_of::<Qp>() <= 48);
+}
+
+/// The pieces `poll_doorbell` hands out at `now` as runs: (QP, tags) per doorbell.
+fn runs_at(w: &mut Weir, now: u64) -> Vec<(u32, Vec<u64>)> {
+    let mut runs: Vec<(u32, Vec<u64>)> = Vec::new();
+    let mut open = false;
+    while let Some(d) = w.poll_doorbell(t(now)) {
+        if open {
+            let last = runs.last_mut().unwrap();
+            assert_eq!(last.0, d.qp.0, "a run is one queue pair's");
+            last.1.push(d.tag);
+        } else {
+            runs.push((d.qp.0, vec![d.tag]));
+        }
+        open = d.more;
+    }
+    assert!(!open, "a run handed out in full");
+    runs
+}
+
+#[test]
+fn a_doorbell_carries_a_run_of_one_queue_pairs_pieces() {
+    // 8 Gbit/s: 80 B draw an 80 ns credit gap each, exactly. Runs of at most 4 pieces,
+    // and at most 6 in flight per queue pair.
+    let mut w = weir(WeirConfig {
+        max_batch: 4,
+        sq_depth: 6,
+        line_rate: 8_000_000_000,
+        ..WeirConfig::default()
+    });
+    // QP 1's first post finds a credit and nothing queued: a run of the one piece it has.
+    let d = ring(w.post(QpNum(1), 0, 80, true, t(0)).unwrap());
+    assert_eq!((d.tag, d.more), (0, false));
+    for wr_id in 1..10 {
+        assert_eq!(
+            w.post(QpNum(1), wr_id, 80, true, t(0)).unwrap(),
+            Decision::Hold { until: Some(t(80)) }
+        );
+    }
+    for wr_id in 0..3 {
+        w.post(QpNum(2), wr_id, 80, true, t(0)).unwrap();
+    }
+    assert_eq!(runs_at(&mut w, 79), []);
+    // At the credit, QP 1 gets 4 of its 9 queued pieces (room for 5) under one doorbell;
+    // their four gaps are drawn together: the next credit is 320 ns later.
+    assert_eq!(runs_at(&mut w, 80), [(1, vec![1, 2, 3, 4])]);
+    assert_eq!(w.credit_at(), t(400));
+    assert_eq!(runs_at(&mut w, 399), []);
+    // Then QP 2, all three of its pieces; then QP 1 with room for one more.
+    assert_eq!(runs_at(&mut w, 400), [(2, vec![0, 1, 2])]);
+    assert_eq!(w.credit_at(), t(640));
+    assert_eq!(runs_at(&mut w, 640), [(1, vec![5])]);
+    assert_eq!(w.in_flight(QpNum(1)), 6);
+    assert_eq!(runs_at(&mut w, 720), []);
+    assert_eq!(w.next_timeout(), None);
+    // Each piece keeps its own doorbell time for the delay monitor: tag 0 rung at 0, tag
+    // 1 at 80 (with the run), both completing 800 and 1,000 ns later.
+    w.on_completion(QpNum(1), 0, t(800), true).unwrap();
+    assert_eq!(w.delay(), Some(800.0));
+    w.on_completion(QpNum(1), 1, t(1080), true).unwrap();
+    assert_eq!(w.delay(), Some(0.875 * 800.0 + 0.125 * 1000.0));
+    // Room for two again, four queued: a run of two.
+    assert_eq!(runs_at(&mut w, 1080), [(1, vec![6, 7])]);
+    let s = w.stats();
+    assert_eq!((s.doorbells, s.runs), (11, 5));
+}
+
+#[test]
+fn a_run_carries_no_more_bytes_than_one_split_piece() {
+    // Runs of up to 4 pieces, but no more than split_bytes (4,096) in all after the
+    // first: a 10,000 B WQE's pieces (4,096, 4,096, 1,808) each take a doorbell of their
+    // own, and the last shares one with the next two 1,000 B WQEs (3,808 B; a third would
+    // make 4,808). 8 Gbit/s: 1 ns per byte.
+    let mut w = weir(WeirConfig {
+        max_batch: 4,
+        line_rate: 8_000_000_000,
+        ..WeirConfig::default()
+    });
+    let d = ring(w.post(QpNum(3), 9, 10_000, true, t(0)).unwrap());
+    assert_eq!((d.piece, d.len, d.more), (0, 4096, false));
+    for wr_id in 10..13 {
+        w.post(QpNum(3), wr_id, 1000, true, t(0)).unwrap();
+    }
+    assert_eq!(w.poll_doorbell(t(0)), None);
+    assert_eq!(w.credit_at(), t(4096));
+    assert_eq!(runs_at(&mut w, 4096), [(3, vec![1])]);
+    assert_eq!(runs_at(&mut w, 8191), []);
+    assert_eq!(runs_at(&mut w, 8192), [(3, vec![2, 3, 4])]);
+    assert_eq!(w.credit_at(), t(8192 + 3808));
+    assert_eq!(runs_at(&mut w, 12_000), [(3, vec![5])]);
+    assert_eq!((w.stats().doorbells, w.stats().runs), (6, 4));
+}
+
+#[test]
+fn runs_of_one_are_the_round_robin_of_single_doorbells() {
+    // max_batch 1: QPs take turns, one piece each, every piece its own doorbell.
+    let mut w = weir(WeirConfig::default());
+    ring(w.post(QpNum(0), 0, 80, true, t(0)).unwrap());
+    for wr_id in 1..3 {
+        w.post(QpNum(0), wr_id, 80, true, t(0)).unwrap();
+        w.post(QpNum(1), wr_id, 80, true, t(0)).unwrap();
+    }
+    assert_eq!(runs_at(&mut w, 80), [(0, vec![1])]);
+    assert_eq!(runs_at(&mut w, 160), [(1, vec![0])]);
+    assert_eq!(runs_at(&mut w, 240), [(0, vec![2])]);
+    assert_eq!((w.stats().doorbells, w.stats().runs), (4, 4));
 }

@@ -68,6 +68,7 @@ pub(super) fn build_paced(
             cqes: Default::default(),
             snapshot: None,
             weir_probe: None,
+            weir_run: false,
         }));
     }
     Ok(())
@@ -132,6 +133,7 @@ pub(super) fn add_paced_counters(c: &mut FabricCounters, p: &Paced, end: Ps) {
         let t = c.weir.get_or_insert_with(WeirStats::default);
         t.posts += s.posts;
         t.doorbells += s.doorbells;
+        t.runs += s.runs;
         t.splits += s.splits;
         t.cqes += s.cqes;
         t.app_completions += s.app_completions;
@@ -189,12 +191,17 @@ impl Network<'_> {
         let wr_id = APP_WR | u64::from(index);
         let p = self.paced(src);
         let Some(weir) = p.weir.as_mut() else {
-            return self.ring_at(now, src, index, size as u32, wr_id);
+            return self.ring_at(now, src, index, size as u32, wr_id, false);
         };
         match weir.post(QpNum(index), 0, size as u32, true, to_instant(now)) {
             Ok(Decision::Ring(d)) => {
                 let wr_id = wr_id | (d.tag & TAG_MASK) << TAG_SHIFT;
-                self.ring(src, index, d.len, wr_id)?;
+                self.ring(src, index, d.len, wr_id, false)?;
+                if d.more {
+                    // The rest of the run, under this doorbell.
+                    self.paced(src).weir_run = true;
+                    self.weir_pump(src);
+                }
             }
             Ok(Decision::Hold { .. }) => self.arm_weir(src),
             // The app keeps no more than its depth posted, Weir's `max_wqes`.
@@ -204,15 +211,17 @@ impl Network<'_> {
     }
 
     /// A doorbell for app queue pair `app`'s WQE of `len` bytes, `wr_id` for the engine:
-    /// to the RNIC model, or without one straight to the engine.
+    /// to the RNIC model, or without one straight to the engine. `more_of_run`: the WQE
+    /// goes under the previous one's doorbell (Weir's run of one queue pair's WQEs).
     fn ring(
         &mut self,
         host: u32,
         app: u32,
         len: u32,
         wr_id: u64,
+        more_of_run: bool,
     ) -> Result<(), sluice_core::Error> {
-        self.ring_at(self.now, host, app, len, wr_id)
+        self.ring_at(self.now, host, app, len, wr_id, more_of_run)
     }
 
     /// [`Network::ring`] at `now`, which may be after the simulator's now (a post later
@@ -224,6 +233,7 @@ impl Network<'_> {
         app: u32,
         len: u32,
         wr_id: u64,
+        more_of_run: bool,
     ) -> Result<(), sluice_core::Error> {
         let sim_now = self.now;
         // A fetch completing now on an idle unit dispatches first (PCIe bookings), as its
@@ -231,7 +241,7 @@ impl Network<'_> {
         self.rnic_catch_up(host);
         match self.paced(host).nic.as_mut() {
             Some(nic) => {
-                let (wqe, at) = nic.doorbell(sim_now, now, app, len, wr_id);
+                let (wqe, at) = nic.doorbell(sim_now, now, app, len, wr_id, more_of_run);
                 nic.defer_fetch(wqe, at);
                 self.rnic_arm(host);
                 Ok(())
@@ -397,12 +407,14 @@ impl Network<'_> {
             let Some(d) = weir.poll_doorbell(to_instant(now)) else {
                 break;
             };
+            let p = self.paced(host);
+            let more_of_run = core::mem::replace(&mut p.weir_run, d.more);
             let app = d.qp.0;
             if !self.apps[app as usize].open {
                 continue;
             }
             let wr_id = APP_WR | u64::from(app) | (d.tag & TAG_MASK) << TAG_SHIFT;
-            if self.ring(host, app, d.len, wr_id).is_err() {
+            if self.ring(host, app, d.len, wr_id, more_of_run).is_err() {
                 self.apps[app as usize].rec.failed = true;
                 self.close_app(app);
             }

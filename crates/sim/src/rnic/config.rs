@@ -287,6 +287,8 @@ pub struct WeirSpec {
     pub init_beta: Option<f64>,
     /// Doorbells between clock synchronisations.
     pub sync_every: Option<u32>,
+    /// WQEs of one queue pair one doorbell may carry (`WeirConfig::max_batch`; 1).
+    pub max_batch: Option<u32>,
 }
 
 /// Send-queue entries per queue pair on a paced host: every piece of a split WQE is a WR
@@ -377,6 +379,9 @@ impl WeirSpec {
         if let Some(v) = self.sync_every {
             c.sync_every = v;
         }
+        if let Some(v) = self.max_batch {
+            c.max_batch = v;
+        }
         // Checks what `Weir::new` checks without building one (its state is sized by
         // `max_qpn`): a throwaway of one QPN.
         sluice_core::weir::Weir::new(WeirConfig { max_qpn: 1, ..c })
@@ -434,6 +439,7 @@ mod tests {
             ("base_delay_us = -1", "weir.base_delay_us:"),
             ("inc_mbps = 0", "weir.inc_mbps:"),
             ("init_alpha = 0.5\ninit_beta = 1", "weir:"),
+            ("max_batch = 0", "weir:"),
         ] {
             let w: WeirSpec = toml::from_str(text).unwrap();
             let e = w.config(100_000_000_000, 10, 128, 128).unwrap_err();

@@ -53,7 +53,8 @@ const SEQ_SPAN: u64 = crate::app::MAX_APP_DEPTH as u64;
 /// What a host's NIC model counted, summed over the hosts that have one in reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NicCounters {
-    /// Doorbells rung (WQEs handed to the NIC).
+    /// Doorbells rung: MMIO writes, each handing the NIC one WQE or a run of one queue
+    /// pair's WQEs (`processed` counts the WQEs).
     pub doorbells: u64,
     /// WQEs processed and handed to the transmit stage.
     pub processed: u64,
@@ -336,9 +337,19 @@ impl Rnic {
 
     /// App queue pair `app` rings a doorbell at `post` (at or after `now`, the simulator's
     /// time: a post later in a batch) for a WQE of `len` bytes to post to the engine as
-    /// `wr_id`. Returns the WQE's slab index and when its fetch completes (then call
-    /// [`Rnic::fetched`]).
-    pub fn doorbell(&mut self, now: Ps, post: Ps, app: u32, len: u32, wr_id: u64) -> (u32, Ps) {
+    /// `wr_id`. `more_of_run`: this WQE follows the previous one of the same queue pair
+    /// under the same doorbell (a run), so there is no MMIO write and no QP context
+    /// lookup of its own, only its fetch. Returns the WQE's slab index and when its fetch
+    /// completes (then call [`Rnic::fetched`]).
+    pub fn doorbell(
+        &mut self,
+        now: Ps,
+        post: Ps,
+        app: u32,
+        len: u32,
+        wr_id: u64,
+        more_of_run: bool,
+    ) -> (u32, Ps) {
         let q = &mut self.qps[app as usize];
         let seq = q.seq;
         q.seq += 1;
@@ -358,7 +369,7 @@ impl Rnic {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.counters.doorbells += 1;
+        self.counters.doorbells += u64::from(!more_of_run);
         self.occupancy_to(now);
         self.outstanding += 1;
         self.counters.max_outstanding = self.counters.max_outstanding.max(self.outstanding);
@@ -367,6 +378,8 @@ impl Rnic {
         // The NIC needs the QP context to find the WQE (and learn the producer index).
         let q = &mut self.qps[app as usize];
         let ctx = match q.ctx_ready {
+            // The run's doorbell read (or found) the context: its WQEs are fetched after.
+            Some(ready) if more_of_run => ready.max(at),
             Some(ready) if at <= ready => ready,
             _ => {
                 let ready = match self.qpc_cache.access(u64::from(app)) {
@@ -617,7 +630,7 @@ mod tests {
     #[test]
     fn a_wqe_costs_its_misses_then_its_turn_on_the_wire() {
         let mut n = nic(1);
-        let (w, fetched) = n.doorbell(0, 0, 0, 512, 7);
+        let (w, fetched) = n.doorbell(0, 0, 0, 512, 7, false);
         assert_eq!(fetched, 100 * NS + 800 * NS + 800 * NS);
         n.fetched(w);
         let now = fetched;
@@ -644,7 +657,7 @@ mod tests {
         let mut n = nic(8);
         let mut slots = Vec::new();
         for _ in 0..5 {
-            let (w, _) = n.doorbell(0, 0, 1, 512, 0);
+            let (w, _) = n.doorbell(0, 0, 1, 512, 0, false);
             n.fetched(w);
             slots.push(w);
         }
@@ -661,6 +674,30 @@ mod tests {
         // Two dependent reads and the work: at least 1.6 us + 100 ns.
         assert!(first.at >= 1_700 * NS, "{}", first.at);
         assert_eq!(first.wqe, slots[0]);
+    }
+
+    /// A doorbell carrying a run of three WQEs of one queue pair: one MMIO doorbell and
+    /// one QP context lookup, then three WQE fetches; three doorbells rung one after
+    /// another (each after the previous context read is done) look the context up three
+    /// times.
+    #[test]
+    fn a_run_under_one_doorbell_reads_the_context_once() {
+        let mut n = nic(8);
+        let mut done = Vec::new();
+        for k in 0..3 {
+            done.push(n.doorbell(0, 0, 1, 512, k, k > 0).1);
+        }
+        let c = n.counters(0);
+        assert_eq!((c.doorbells, c.qpc.misses, c.qpc.hits), (1, 1, 0));
+        // Each WQE's own fetch, after the context's: in order, none before the first.
+        assert!(done[0] <= done[1] && done[1] <= done[2], "{done:?}");
+        let mut n = nic(8);
+        for k in 0..3u64 {
+            let t = k * 10_000 * NS;
+            n.doorbell(t, t, 1, 512, k, false);
+        }
+        let c = n.counters(0);
+        assert_eq!((c.doorbells, c.qpc.misses, c.qpc.hits), (3, 1, 2));
     }
 
     /// A least-recently-used list of `cap` keys: the reference the QP-context cache's
@@ -727,7 +764,7 @@ mod tests {
             (2_000 * NS, 1, &[1]), // after its first fetch's read: a fetch of its own
         ];
         for (t, app, expected) in doorbells {
-            let (w, _) = n.doorbell(t, t, app, 512, 0);
+            let (w, _) = n.doorbell(t, t, app, 512, 0, false);
             slots.push(w);
             check(&n, &mut r, expected);
         }
