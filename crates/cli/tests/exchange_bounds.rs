@@ -63,6 +63,11 @@ fn connect(port: &str) -> TcpStream {
     let began = Instant::now();
     loop {
         match TcpStream::connect(format!("127.0.0.1:{port}")) {
+            // Before the server listens, a connect can pick the port itself as its source
+            // and connect to itself (TCP simultaneous open); the server then waits forever.
+            Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                thread::sleep(Duration::from_millis(20))
+            }
             Ok(s) => return s,
             Err(e) if began.elapsed() > PATIENCE => panic!("the server never listened: {e}"),
             Err(_) => thread::sleep(Duration::from_millis(20)),

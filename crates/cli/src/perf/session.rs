@@ -374,6 +374,15 @@ fn connect(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
     loop {
         for a in addrs {
             match TcpStream::connect_timeout(a, timeout.max(Duration::from_secs(1))) {
+                // On loopback, a connect to a port nobody listens on yet can pick that same
+                // port as its source and connect to itself (TCP simultaneous open): a server
+                // then binding the port with SO_REUSEADDR would wait for a client forever.
+                Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                    last = io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "connected to itself: nobody listens yet",
+                    );
+                }
                 Ok(s) => return Ok(s),
                 Err(e) => last = e,
             }
