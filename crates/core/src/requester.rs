@@ -994,7 +994,7 @@ impl Qp {
                     time: Instant::ZERO,
                     flags: w.flags,
                 };
-                if self.services {
+                if self.services && !nic.async_qps.is_empty() {
                     nic.completing = Some((crate::engine::FlagSide::Requester, w.first_psn));
                 }
                 nic.complete(self, cq, c);

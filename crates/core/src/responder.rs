@@ -706,7 +706,10 @@ impl Qp {
         } else {
             0
         };
-        if let Some(first) = self.message_first(nic) {
+        if let Some(first) = self
+            .message_first(nic)
+            .filter(|_| !nic.async_qps.is_empty())
+        {
             nic.completing = Some((crate::engine::FlagSide::Responder, first));
         }
         let flags = self.take_message_flags(nic);

@@ -397,8 +397,10 @@ pub(crate) struct Nic {
     /// pushed to its CQ once its queue pair's stages returned what was offered before it,
     /// and none overtakes an earlier one.
     pub(crate) held: std::collections::VecDeque<HeldCompletion>,
-    /// Set by the requester and responder just before they complete a message: which side
-    /// and its first PSN, so that flags returned late find it while it is held.
+    /// Set by the requester and responder just before they complete a message, once some
+    /// queue pair has an asynchronous stage (`async_qps` not empty; taken by
+    /// [`Nic::complete`] then): which side and its first PSN, so that flags returned late
+    /// find it while it is held.
     pub(crate) completing: Option<(FlagSide, sluice_wire::Psn)>,
     /// One timer per queue pair: retransmission, RNR waits, pacing.
     timers: Timers,
@@ -841,32 +843,46 @@ impl Nic {
     /// Adds a completion; on a CQ overrun the queue pair goes to the error state. While
     /// the queue pair's packets are out with an asynchronous stage (or an earlier
     /// completion waits), it waits too ([`Nic::held`]).
+    ///
+    /// Without asynchronous stages (the usual case) one test, and the rest out of line:
+    /// in line, the holding made every message cost more
+    /// (`scripts/bench-engine-instructions`).
     pub(crate) fn complete(&mut self, qp: &mut Qp, cq: crate::CqId, mut c: Completion) {
         c.time = self.clock;
-        let scope = self.completing.take();
         if !self.async_qps.is_empty() {
-            let needs = self
+            return self.complete_or_hold(qp, cq, c);
+        }
+        self.push_completion(qp, cq, c);
+    }
+
+    /// [`Nic::complete`] once some queue pair has an asynchronous stage: the completion
+    /// waits ([`Nic::held`]) while its queue pair's packets are out with one, or while an
+    /// earlier completion waits. Takes [`Nic::completing`], which the requester and
+    /// responder set only then.
+    #[inline(never)]
+    fn complete_or_hold(&mut self, qp: &mut Qp, cq: crate::CqId, c: Completion) {
+        let scope = self.completing.take();
+        let needs = self
+            .message_flags
+            .get(qp.index() as usize)
+            .filter(|f| f.offered > f.returned)
+            .map(|f| f.offered);
+        if needs.is_some() || !self.held.is_empty() {
+            self.counters.service_held_completions += 1;
+            let strict = self
                 .message_flags
                 .get(qp.index() as usize)
-                .filter(|f| f.offered > f.returned)
-                .map(|f| f.offered);
-            if needs.is_some() || !self.held.is_empty() {
-                self.counters.service_held_completions += 1;
-                let strict = self
-                    .message_flags
-                    .get(qp.index() as usize)
-                    .is_some_and(|f| f.strict);
-                let until = (!strict).then(|| self.clock + self.config.service_flag_wait);
-                self.held.push_back(HeldCompletion {
-                    index: qp.index(),
-                    cq,
-                    completion: c,
-                    needs: needs.unwrap_or(0),
-                    until,
-                    scope,
-                });
-                return;
-            }
+                .is_some_and(|f| f.strict);
+            let until = (!strict).then(|| self.clock + self.config.service_flag_wait);
+            self.held.push_back(HeldCompletion {
+                index: qp.index(),
+                cq,
+                completion: c,
+                needs: needs.unwrap_or(0),
+                until,
+                scope,
+            });
+            return;
         }
         self.push_completion(qp, cq, c);
     }
