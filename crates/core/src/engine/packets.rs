@@ -757,7 +757,7 @@ impl Engine {
             let qp = &mut self.qps[index as usize];
             let Some(t) = transmit else {
                 qp.scheduled = false;
-                self.nic.scheduler.served(index, now, None, false, || 0);
+                self.nic.scheduler.served(index, now, || None, false, || 0);
                 next = self.nic.scheduler.next(now);
                 continue;
             };
@@ -805,7 +805,7 @@ impl Engine {
         let qp = &mut self.qps[index as usize];
         let Some(t) = transmit else {
             qp.scheduled = false;
-            self.nic.scheduler.served(index, now, None, false, || 0);
+            self.nic.scheduler.served(index, now, || None, false, || 0);
             return None;
         };
         let more = qp.may_send_more();
@@ -820,16 +820,19 @@ impl Engine {
     /// Tells the scheduler and the counters that queue pair `index` sends `t`.
     #[inline(always)]
     fn sent(&mut self, index: u32, now: Instant, more: bool, t: &Transmit) {
-        let sent = Sent {
-            opcode: t.headers.bth.opcode,
-            payload_len: t.payload_len,
-            ipv6: t.dst.is_ipv6(),
-            ccx: t.headers.ccx.map(|c| c.layout()),
+        // Asked only of a scheduler that may look (not round robin): what the packet is
+        // and the queue pair's next message are read then, not on every packet. (`move`:
+        // the index by value; taken by reference, it was stored for every packet.)
+        let sent = || {
+            Some(Sent {
+                opcode: t.headers.bth.opcode,
+                payload_len: t.payload_len,
+                ipv6: t.dst.is_ipv6(),
+                ccx: t.headers.ccx.map(|c| c.layout()),
+            })
         };
-        // Asked only of a scheduler that ranks by it (not round robin): the queue pair is
-        // read then, not on every packet.
         let qps = &self.qps;
-        self.nic.scheduler.served(index, now, Some(sent), more, || {
+        self.nic.scheduler.served(index, now, sent, more, move || {
             qps[index as usize].next_message_left()
         });
         self.nic.counters.tx_packets += 1;
@@ -858,7 +861,7 @@ impl Engine {
     ) -> Option<Transmit> {
         if self.run_send_services(index, &mut t, buffer).is_err() {
             self.qps[index as usize].scheduled = false;
-            self.nic.scheduler.served(index, now, None, false, || 0);
+            self.nic.scheduler.served(index, now, || None, false, || 0);
             self.nic.counters.service_send_failures += 1;
             self.enter_error(index);
             if self.qps[index as usize].owes_peer() {
