@@ -235,7 +235,10 @@ impl Qp {
                 b.div_ceil(u64::from(self.attrs.mtu))
                     .min(u64::from(u32::MAX)) as u32
             })
-            .clamp(1, crate::qp::MAX_WINDOW >> self.req.window_cap_shift)
+            // `clamp` with this bound, not a constant, asserts min <= max on every packet;
+            // the bound is at least 1 (the shift is at most 23).
+            .min(crate::qp::MAX_WINDOW >> self.req.window_cap_shift)
+            .max(1)
     }
 
     /// Selective repeat: a NAK'd PSN goes first, alone; the cursor stays where it was.
