@@ -997,10 +997,11 @@ impl Qp {
                     time: Instant::ZERO,
                     flags: w.flags,
                 };
-                if self.services && !nic.async_qps.is_empty() {
-                    nic.completing = Some((crate::engine::FlagSide::Requester, w.first_psn));
-                }
-                nic.complete(self, cq, c);
+                let first = w.first_psn;
+                nic.complete_in(self, cq, c, move |qp| {
+                    qp.services
+                        .then_some((crate::engine::FlagSide::Requester, first))
+                });
             }
             if let Some(buffer) = w.inline {
                 nic.inline_spare.push(buffer);

@@ -706,14 +706,12 @@ impl Qp {
         } else {
             0
         };
-        if let Some(first) = self
+        // Read before the message's flags are taken (which forgets its first PSN).
+        let scope = self
             .message_first(nic)
-            .filter(|_| !nic.async_qps.is_empty())
-        {
-            nic.completing = Some((crate::engine::FlagSide::Responder, first));
-        }
+            .map(|first| (crate::engine::FlagSide::Responder, first));
         let flags = self.take_message_flags(nic);
-        nic.complete(
+        nic.complete_in(
             self,
             cq,
             Completion {
@@ -726,6 +724,7 @@ impl Qp {
                 time: crate::Instant::ZERO,
                 flags,
             },
+            move |_| scope,
         );
     }
 
