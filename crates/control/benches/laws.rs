@@ -91,7 +91,10 @@ fn declared_header(layout: Option<CcxLayout>, i: u32, pos: &MessagePos) -> Optio
     }
 }
 
-fn stream(c: &dyn Controller, len: usize, shape: Shape) -> Vec<Tagged> {
+/// The first `len` steps (or more, to end on a whole round) of `shape`'s stream for `c`,
+/// with `lanes` messages in flight in the flowing stream (one per queue pair at most: a
+/// queue pair receives its messages one after another).
+fn stream(c: &dyn Controller, len: usize, shape: Shape, lanes: u32) -> Vec<Tagged> {
     let interest = c.interest();
     let layout = c.ccx();
     let mut out: Vec<Step> = Vec::with_capacity(len);
@@ -100,7 +103,7 @@ fn stream(c: &dyn Controller, len: usize, shape: Shape) -> Vec<Tagged> {
     let mut tx_bytes = 0u32;
     // The flowing stream ends on a whole round of messages in every lane, so it repeats
     // without cutting one short.
-    let round = LANES * FLOW_PACKETS;
+    let round = lanes * FLOW_PACKETS;
     while out.len() < len || (shape == Shape::Flowing && i % round != 0) {
         i = i.wrapping_add(1);
         let psn = Psn::new(i);
@@ -149,8 +152,8 @@ fn stream(c: &dyn Controller, len: usize, shape: Shape) -> Vec<Tagged> {
             // Packet i is the lane's packet i / LANES: its message (i / LANES / FLOW_PACKETS,
             // numbered across lanes) and its place in it.
             Shape::Flowing => {
-                let (lane, p) = ((i - 1) % LANES, (i - 1) / LANES);
-                let message = p / FLOW_PACKETS * LANES + lane;
+                let (lane, p) = ((i - 1) % lanes, (i - 1) / lanes);
+                let message = p / FLOW_PACKETS * lanes + lane;
                 let pos = MessagePos {
                     id: (message * FLOW_PACKETS) & 0xFF_FFFF,
                     len: FLOW_PACKETS * 4096,
@@ -390,20 +393,22 @@ fn main() {
                 (_, Shape::Flowing) => format!("{name} flowing"),
                 (_, Shape::Stalled) => format!("{name} stalled"),
             };
-            let steps = stream(probe.as_ref(), 4096, shape);
-            if steps.is_empty() {
+            let steps = |qps: u32| stream(probe.as_ref(), 4096, shape, LANES.min(qps));
+            let (steps_1, steps_16k) = (steps(1), steps(16_384));
+            if steps_1.is_empty() {
                 println!("{name:20} asks for no per-packet event: costs nothing per packet");
                 break;
             }
             let inline = |qps| {
+                let steps = if qps == 1 { &steps_1 } else { &steps_16k };
                 best_of(5, || {
                     let mut c = make(&Mode::Inline);
-                    run(c.as_mut(), &steps, qps, events, shape)
+                    run(c.as_mut(), steps, qps, events, shape)
                 })
             };
             if let Some(qps) = profile_qps {
                 let mut c = make(&Mode::Inline);
-                let m = run(c.as_mut(), &steps, qps, events, shape);
+                let m = run(c.as_mut(), &steps(qps), qps, events, shape);
                 println!(
                     "{label:20} inline over {qps} QPs, one run: {:.1} ns per event, {:.3} \
                      timer actions, {:.3} RESENDs and {:.3} GRANTs per event",
@@ -415,7 +420,7 @@ fn main() {
             let many = inline(16_384);
             let dec = best_of(5, || {
                 let mut c = make(&Mode::Decoupled(scr));
-                run(c.as_mut(), &steps, 16_384, events, shape)
+                run(c.as_mut(), &steps_16k, 16_384, events, shape)
             });
             println!(
                 "{:20} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2} {:>9.3} {:>9.3}",
