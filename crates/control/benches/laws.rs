@@ -6,9 +6,15 @@
 //! end; SwCC's returned credit), Homa a GRANT per packet too, and a gating law is asked with
 //! each packet's place in a 64 KiB message.
 //!
+//! Receiver-driven and gating laws run on two streams (see [`Shape`]): `flowing`, where each
+//! queue pair's messages progress and complete as a receiver sees them, and `stalled`, the
+//! earlier stream, where every message looks stalled and Homa's RESEND timer fires between
+//! a queue pair's packets. Both rows are printed, with timer actions and RESENDs per event.
+//!
 //! `cargo bench -p sluice-control --bench laws` (`SLUICE_BENCH_EVENTS` events per run;
 //! `SLUICE_BENCH_LAWS=homa,rate-credit` runs only the laws named; `SLUICE_BENCH_QPS=16384`
-//! only one inline run over that many queue pairs: for a profiler or callgrind).
+//! only one inline run over that many queue pairs: for a profiler or callgrind;
+//! `SLUICE_BENCH_STREAM=flowing` or `stalled` only that stream).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant as Clock};
@@ -30,6 +36,36 @@ use sluice_wire::{CcxLayout, HomaControl, Psn};
 enum Step {
     Event(Event),
     Gate(MessagePos),
+}
+
+/// Which stream a law is run on. `Stalled`: packet `i` is packet `i mod 16` of a 64 KiB
+/// message, and every step goes to a pseudo-random queue pair, so over 16,384 queue pairs
+/// each sees a packet every ~5 ms of a message with bytes missing: every message looks
+/// stalled to a receiver-driven law (its RESEND timer fires between a queue pair's
+/// packets). `Flowing`: what a receiver sees, `LANES` messages in flight at once (Homa's
+/// default overcommitment), their packets interleaved and arriving in order, each message
+/// completing before its lane moves on to a new pseudo-random queue pair; the sender side
+/// of the same queue pair is granted ahead of what it sends. Messages are 256 KiB, more
+/// than Homa's default RTTbytes (162.5 KB), so each has a scheduled part and grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Stalled,
+    Flowing,
+}
+
+/// Messages in flight at once in the flowing stream (Homa's default overcommitment: each
+/// gets a place in its grant table, so the data it grants is the data that arrives).
+const LANES: u32 = 4;
+/// Packets (4 KiB) per message in the flowing stream.
+const FLOW_PACKETS: u32 = 64;
+
+/// One step and, in the flowing stream, its lane and whether it starts a message there (the
+/// lane then takes a new queue pair).
+#[derive(Debug, Clone, Copy)]
+struct Tagged {
+    step: Step,
+    lane: u8,
+    first: bool,
 }
 
 /// The declared header packet `i` carries for a law that declared `layout`: Homa's (the
@@ -55,13 +91,20 @@ fn declared_header(layout: Option<CcxLayout>, i: u32, pos: &MessagePos) -> Optio
     }
 }
 
-fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
+/// The first `len` steps (or more, to end on a whole round) of `shape`'s stream for `c`,
+/// with `lanes` messages in flight in the flowing stream (one per queue pair at most: a
+/// queue pair receives its messages one after another).
+fn stream(c: &dyn Controller, len: usize, shape: Shape, lanes: u32) -> Vec<Tagged> {
     let interest = c.interest();
     let layout = c.ccx();
-    let mut out = Vec::with_capacity(len);
+    let mut out: Vec<Step> = Vec::with_capacity(len);
+    let mut tagged = Vec::with_capacity(len);
     let mut i = 0u32;
     let mut tx_bytes = 0u32;
-    while out.len() < len {
+    // The flowing stream ends on a whole round of messages in every lane, so it repeats
+    // without cutting one short.
+    let round = lanes * FLOW_PACKETS;
+    while out.len() < len || (shape == Shape::Flowing && i % round != 0) {
         i = i.wrapping_add(1);
         let psn = Psn::new(i);
         let rtt = Duration::from_nanos(10_000 + u64::from(i * 7919 % 5_000));
@@ -95,13 +138,32 @@ fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
             },
             Event::Credit { bytes: 4096 },
         ];
-        // Packet i is packet i mod 16 of a 64 KiB message.
-        let pos = MessagePos {
-            id: (i / 16 * 16) & 0xFF_FFFF,
-            len: 65_536,
-            offset: i % 16 * 4096,
-            bytes: 4096,
+        let (pos, lane) = match shape {
+            // Packet i is packet i mod 16 of a 64 KiB message.
+            Shape::Stalled => (
+                MessagePos {
+                    id: (i / 16 * 16) & 0xFF_FFFF,
+                    len: 65_536,
+                    offset: i % 16 * 4096,
+                    bytes: 4096,
+                },
+                0,
+            ),
+            // Packet i is the lane's packet i / LANES: its message (i / LANES / FLOW_PACKETS,
+            // numbered across lanes) and its place in it.
+            Shape::Flowing => {
+                let (lane, p) = ((i - 1) % lanes, (i - 1) / lanes);
+                let message = p / FLOW_PACKETS * lanes + lane;
+                let pos = MessagePos {
+                    id: (message * FLOW_PACKETS) & 0xFF_FFFF,
+                    len: FLOW_PACKETS * 4096,
+                    offset: p % FLOW_PACKETS * 4096,
+                    bytes: 4096,
+                };
+                (pos, lane as u8)
+            }
         };
+        let first_step = out.len();
         if interest.gates() {
             out.push(Step::Gate(pos));
         }
@@ -128,15 +190,46 @@ fn stream(c: &dyn Controller, len: usize) -> Vec<Step> {
         if out.is_empty() {
             break; // the law asks for none of the per-packet events
         }
+        let first = pos.offset == 0;
+        for (n, &step) in out[first_step..].iter().enumerate() {
+            tagged.push(Tagged {
+                step,
+                lane,
+                first: first && n == 0,
+            });
+        }
     }
-    out
+    tagged
 }
 
-/// Runs `events` steps over `qps` queue pairs (QP of step k: a fixed pseudo-random
-/// sequence), time moving 100 ns per step (10 M events/s); returns ns per step and the
-/// actions the law's timers produced per step (Homa's RESENDs, a credit law's grants: work
-/// the law's timers do between a queue pair's events, counted in its ns per event).
-fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> (f64, f64) {
+/// What one run measured, per step.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    ns: f64,
+    /// Actions the law's timers produced (Homa's RESENDs and polls, a credit law's
+    /// grants: work its timers do between a queue pair's events, counted in `ns`).
+    timer_actions: f64,
+    /// Homa RESENDs the law sent, from its timers or its events.
+    resends: f64,
+    /// Homa GRANTs the law sent from its events (the flowing stream's scheduled bytes).
+    grants: f64,
+}
+
+fn is_resend(a: &Actions) -> bool {
+    matches!(a.homa(), Some(HomaControl::Resend { .. }))
+}
+
+/// Runs `events` steps over `qps` queue pairs, time moving 100 ns per step (10 M
+/// events/s). The queue pair of a step: in the stalled stream a fixed pseudo-random
+/// sequence per step; in the flowing stream its lane's, which takes a new pseudo-random
+/// queue pair at each message (one lane when there is one queue pair).
+fn run(
+    c: &mut dyn Controller,
+    steps: &[Tagged],
+    qps: u32,
+    events: usize,
+    shape: Shape,
+) -> Measured {
     let mut deferred = Vec::new();
     for qp in 0..qps {
         c.reset(qp);
@@ -152,18 +245,36 @@ fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> (f64,
         );
     }
     let mut qp = 1u32;
+    let mut lane_qp = [0u32; LANES as usize];
     let mut timer_actions = 0usize;
+    let mut resends = 0usize;
+    let mut grants = 0usize;
     let start = Clock::now();
     let mut now = 1_000u64;
     for k in 0..events {
         now += 100;
         let t = Instant::from_nanos(now);
-        qp = qp.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        let q = (qp >> 8) % qps;
-        match steps[k % steps.len()] {
+        let tagged = steps[k % steps.len()];
+        let q = match shape {
+            Shape::Stalled => {
+                qp = qp.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (qp >> 8) % qps
+            }
+            Shape::Flowing => {
+                let lane = &mut lane_qp[usize::from(tagged.lane)];
+                if tagged.first {
+                    qp = qp.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    *lane = (qp >> 8) % qps;
+                }
+                *lane
+            }
+        };
+        match tagged.step {
             Step::Event(e) => {
                 let mut act = Actions::default();
                 c.on_event(t, q, &e, &mut act);
+                resends += usize::from(is_resend(&act));
+                grants += usize::from(matches!(act.homa(), Some(HomaControl::Grant { .. })));
                 black_box(act);
             }
             Step::Gate(pos) => {
@@ -173,18 +284,25 @@ fn run(c: &mut dyn Controller, steps: &[Step], qps: u32, events: usize) -> (f64,
         if k % 8 == 0 && c.next_timeout().is_some_and(|at| at <= t) {
             c.on_timeout(t, &mut deferred);
             timer_actions += black_box(&deferred).len();
+            resends += deferred.iter().filter(|(_, a)| is_resend(a)).count();
             deferred.clear();
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / events as f64;
-    (ns, timer_actions as f64 / events as f64)
+    Measured {
+        ns,
+        timer_actions: timer_actions as f64 / events as f64,
+        resends: resends as f64 / events as f64,
+        grants: grants as f64 / events as f64,
+    }
 }
 
-/// The fastest of `repeats` runs, and its timer actions per step (the same in every run).
-fn best_of(repeats: usize, mut f: impl FnMut() -> (f64, f64)) -> (f64, f64) {
+/// The fastest of `repeats` runs (its counts are the same in every run).
+fn best_of(repeats: usize, mut f: impl FnMut() -> Measured) -> Measured {
     (0..repeats)
         .map(|_| f())
-        .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
+        .reduce(|a, b| if b.ns < a.ns { b } else { a })
+        .expect("at least one run")
 }
 
 fn main() {
@@ -203,14 +321,19 @@ fn main() {
          loop delay, 200 ns service time, events 100 ns apart)"
     );
     println!(
-        "{:11} {:>10} {:>12} {:>8} {:>15} {:>9} {:>14}",
-        "law",
+        "{:20} {:>10} {:>12} {:>8} {:>15} {:>9} {:>9} {:>9}",
+        "law (stream)",
         "inline 1QP",
         "inline 16kQP",
         "16k/1",
         "decoupled 16kQP",
         "dec/inl",
-        "16k tmr act/ev"
+        "tmr act/ev",
+        "RESEND/ev"
+    );
+    println!(
+        "(tmr act/ev, RESEND/ev: actions of the law's timers and Homa RESENDs per event, inline \
+         over 16,384 QPs; receiver-driven laws run on two streams, `flowing` and `stalled`)"
     );
     // The registry's laws, and SwCC's credit law (a library law, built here).
     type Builder = Box<dyn Fn(&Mode) -> Box<dyn Controller>>;
@@ -236,46 +359,80 @@ fn main() {
     let profile_qps: Option<u32> = std::env::var("SLUICE_BENCH_QPS")
         .ok()
         .and_then(|s| s.parse().ok());
+    let only_stream = match std::env::var("SLUICE_BENCH_STREAM").ok().as_deref() {
+        None => None,
+        Some("flowing") => Some(Shape::Flowing),
+        Some("stalled") => Some(Shape::Stalled),
+        Some(other) => {
+            eprintln!("SLUICE_BENCH_STREAM: `{other}` is neither `flowing` nor `stalled`");
+            std::process::exit(2);
+        }
+    };
     for (name, make) in &laws {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
         }
         let probe = make(&Mode::Inline);
-        let steps = stream(probe.as_ref(), 4096);
-        if steps.is_empty() {
-            println!("{name:11} asks for no per-packet event: costs nothing per packet");
-            continue;
-        }
-        let inline = |qps| {
-            best_of(5, || {
-                let mut c = make(&Mode::Inline);
-                run(c.as_mut(), &steps, qps, events)
-            })
+        let interest = probe.interest();
+        // Receiver-driven and gating laws see messages: they get both streams; the others
+        // only look at packets, where the two streams differ only in which QP gets a step.
+        let shapes: &[Shape] = if interest.gates()
+            || interest.contains(EventKind::Header)
+            || interest.contains(EventKind::Homa)
+        {
+            &[Shape::Flowing, Shape::Stalled]
+        } else {
+            &[Shape::Stalled]
         };
-        if let Some(qps) = profile_qps {
-            let mut c = make(&Mode::Inline);
-            let (ns, timed) = run(c.as_mut(), &steps, qps, events);
+        for &shape in shapes {
+            if only_stream.is_some_and(|only| only != shape) {
+                continue;
+            }
+            let label = match (shapes.len(), shape) {
+                (1, _) => name.to_string(),
+                (_, Shape::Flowing) => format!("{name} flowing"),
+                (_, Shape::Stalled) => format!("{name} stalled"),
+            };
+            let steps = |qps: u32| stream(probe.as_ref(), 4096, shape, LANES.min(qps));
+            let (steps_1, steps_16k) = (steps(1), steps(16_384));
+            if steps_1.is_empty() {
+                println!("{name:20} asks for no per-packet event: costs nothing per packet");
+                break;
+            }
+            let inline = |qps| {
+                let steps = if qps == 1 { &steps_1 } else { &steps_16k };
+                best_of(5, || {
+                    let mut c = make(&Mode::Inline);
+                    run(c.as_mut(), steps, qps, events, shape)
+                })
+            };
+            if let Some(qps) = profile_qps {
+                let mut c = make(&Mode::Inline);
+                let m = run(c.as_mut(), &steps(qps), qps, events, shape);
+                println!(
+                    "{label:20} inline over {qps} QPs, one run: {:.1} ns per event, {:.3} \
+                     timer actions, {:.3} RESENDs and {:.3} GRANTs per event",
+                    m.ns, m.timer_actions, m.resends, m.grants
+                );
+                continue;
+            }
+            let one = inline(1);
+            let many = inline(16_384);
+            let dec = best_of(5, || {
+                let mut c = make(&Mode::Decoupled(scr));
+                run(c.as_mut(), &steps_16k, 16_384, events, shape)
+            });
             println!(
-                "{name:11} inline over {qps} QPs, one run: {ns:.1} ns per event, {timed:.2} \
-                 timer actions per event"
+                "{:20} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2} {:>9.3} {:>9.3}",
+                label,
+                one.ns,
+                many.ns,
+                many.ns / one.ns,
+                dec.ns,
+                dec.ns / many.ns,
+                many.timer_actions,
+                many.resends
             );
-            continue;
         }
-        let (one, _) = inline(1);
-        let (many, timed) = inline(16_384);
-        let (dec, _) = best_of(5, || {
-            let mut c = make(&Mode::Decoupled(scr));
-            run(c.as_mut(), &steps, 16_384, events)
-        });
-        println!(
-            "{:11} {:>10.1} {:>12.1} {:>8.2} {:>15.1} {:>9.2} {:>14.2}",
-            name,
-            one,
-            many,
-            many / one,
-            dec,
-            dec / many,
-            timed
-        );
     }
 }

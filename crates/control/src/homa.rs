@@ -274,40 +274,135 @@ impl Params for HomaParams {
 }
 
 /// Per queue pair: the sender's half (the message it is sending) and the receiver's (the
-/// message it is receiving). 72 bytes.
+/// message it is receiving). 64 bytes, one cache line (a test holds it there): message ids
+/// are 24 bits on the wire (a first PSN), so each message word carries its small fields in
+/// its top byte, and the two deadlines are 8 bytes each rather than an `Option`'s 16.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HomaContext {
-    /// Sender: the message being sent (first PSN), its length, how far it may go, how far
-    /// it went, the level of its latest grant; `s_known` once a message was seen.
-    s_msg: u32,
+    /// Sender: the message being sent (first PSN, bits 0..24) and the level of its latest
+    /// grant (bits 24..32); its length (0: no message seen yet: a message gated has one),
+    /// how far it may go, how far it went.
+    s_word: u32,
     s_len: u32,
     s_granted: u32,
     s_sent: u32,
-    s_level: u8,
-    s_known: bool,
-    /// Receiver: the message arriving, its length, bytes arrived (the largest end seen),
-    /// bytes granted (unscheduled included), the level granted; `r_active` while bytes
-    /// are missing.
-    r_active: bool,
-    r_level: u8,
-    r_msg: u32,
+    /// Receiver: the message arriving (bits 0..24), the level granted (24..28), whether
+    /// bytes are missing (bit 28), the RESENDs since the last progress (29..31: each doubles
+    /// the wait, up to 8 x); its length, bytes arrived (the largest end seen), bytes granted
+    /// (unscheduled included).
+    r_word: u32,
     r_len: u32,
     r_received: u32,
     r_granted: u32,
     /// Receiver: this queue pair's name in the law's table (0: none yet).
     token: u32,
-    /// Receiver: the last progress, RESEND or BUSY (the resend timer runs from it), and
-    /// the RESENDs since the last progress (each doubles the wait, up to 8 x).
-    r_heard: Instant,
-    resends: u8,
-    /// Receiver: when a waiting message next looks for a place on its own (a fallback:
-    /// a freed place wakes the best waiting message at once).
-    poll_at: Option<Instant>,
     /// The engine's index of this queue pair plus one (0: not known, as when a test drives
     /// the law through `Law::on_event`): whom a freed place wakes.
     qp1: u32,
+    /// Receiver: the last progress, RESEND or BUSY (the resend timer runs from it).
+    r_heard: Instant,
+    /// Receiver: when a waiting message next looks for a place on its own (a fallback:
+    /// a freed place wakes the best waiting message at once).
+    poll_at: Deadline,
     /// The law timer armed for this queue pair.
-    timer_at: Option<Instant>,
+    timer_at: Deadline,
+}
+
+/// A message id's bits (24: a PSN).
+const ID: u32 = 0x00FF_FFFF;
+const R_LEVEL_SHIFT: u32 = 24;
+const R_ACTIVE: u32 = 1 << 28;
+const RESENDS_SHIFT: u32 = 29;
+
+impl HomaContext {
+    fn s_msg(&self) -> u32 {
+        self.s_word & ID
+    }
+
+    fn s_level(&self) -> u8 {
+        (self.s_word >> 24) as u8
+    }
+
+    fn set_s_msg(&mut self, id: u32) {
+        self.s_word = (self.s_word & !ID) | (id & ID);
+    }
+
+    fn set_s_level(&mut self, level: u8) {
+        self.s_word = (self.s_word & ID) | (u32::from(level) << 24);
+    }
+
+    fn s_known(&self) -> bool {
+        self.s_len != 0
+    }
+
+    fn r_msg(&self) -> u32 {
+        self.r_word & ID
+    }
+
+    fn set_r_msg(&mut self, id: u32) {
+        self.r_word = (self.r_word & !ID) | (id & ID);
+    }
+
+    /// The receiver's granted level: a scheduled level, below 8 (`PRIORITY_LEVELS`).
+    fn r_level(&self) -> u8 {
+        ((self.r_word >> R_LEVEL_SHIFT) & 0xF) as u8
+    }
+
+    fn set_r_level(&mut self, level: u8) {
+        debug_assert!(level < 16, "a level of at most 8 priorities");
+        self.r_word =
+            (self.r_word & !(0xF << R_LEVEL_SHIFT)) | ((u32::from(level) & 0xF) << R_LEVEL_SHIFT);
+    }
+
+    fn r_active(&self) -> bool {
+        self.r_word & R_ACTIVE != 0
+    }
+
+    fn set_r_active(&mut self, active: bool) {
+        if active {
+            self.r_word |= R_ACTIVE;
+        } else {
+            self.r_word &= !R_ACTIVE;
+        }
+    }
+
+    /// RESENDs since the last progress, 0..=3.
+    fn resends(&self) -> u32 {
+        (self.r_word >> RESENDS_SHIFT) & 0x3
+    }
+
+    fn set_resends(&mut self, n: u32) {
+        self.r_word = (self.r_word & !(0x3 << RESENDS_SHIFT)) | ((n & 0x3) << RESENDS_SHIFT);
+    }
+}
+
+/// A deadline or none, in 8 bytes: `u64::MAX` ns (584 years) stands for none, and a
+/// deadline there is taken 1 ns earlier.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Deadline(u64);
+
+impl Deadline {
+    const NONE: Deadline = Deadline(u64::MAX);
+
+    fn at(t: Instant) -> Deadline {
+        Deadline(t.as_nanos().min(u64::MAX - 1))
+    }
+
+    fn get(self) -> Option<Instant> {
+        (self != Self::NONE).then(|| Instant::from_nanos(self.0))
+    }
+}
+
+impl Default for Deadline {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 /// One granted message in the law's table.
@@ -510,8 +605,8 @@ impl Homa {
         if remaining == 0 || ctx.r_granted >= ctx.r_len {
             self.leave(ctx.token);
             self.not_waiting(ctx.qp1);
-            ctx.poll_at = None;
-            ctx.r_active = remaining != 0;
+            ctx.poll_at = Deadline::NONE;
+            ctx.set_r_active(remaining != 0);
             return;
         }
         if !self.join(now, ctx.token, ctx.qp1, remaining) {
@@ -524,23 +619,25 @@ impl Homa {
             } else {
                 self.resend * 8
             };
-            ctx.poll_at.get_or_insert(now + poll);
+            if ctx.poll_at.get().is_none() {
+                ctx.poll_at = Deadline::at(now + poll);
+            }
             return;
         }
-        ctx.poll_at = None;
+        ctx.poll_at = Deadline::NONE;
         let level = self.level(ctx.token);
         let want = ctx.r_len.min(ctx.r_received.saturating_add(self.rtt_bytes));
-        if want > ctx.r_granted || level != ctx.r_level {
+        if want > ctx.r_granted || level != ctx.r_level() {
             if want > ctx.r_granted {
                 // The resend timer runs from the grant for the bytes it asks for (a message
                 // that waited for a place has heard nothing for a while).
                 ctx.r_heard = now;
-                ctx.resends = 0;
+                ctx.set_resends(0);
             }
             ctx.r_granted = ctx.r_granted.max(want);
-            ctx.r_level = level;
+            ctx.set_r_level(level);
             act.send_homa(HomaControl::Grant {
-                message: ctx.r_msg,
+                message: ctx.r_msg(),
                 offset: ctx.r_granted,
                 priority: level,
             });
@@ -552,18 +649,18 @@ impl Homa {
 
     /// The receiver's resend check: granted bytes missing for `resend` without progress.
     fn check_resend(&mut self, now: Instant, ctx: &mut HomaContext, act: &mut Actions) {
-        if ctx.r_active
+        if ctx.r_active()
             && ctx.r_granted > ctx.r_received
             && now - ctx.r_heard >= self.resend_wait(ctx)
         {
             act.send_homa(HomaControl::Resend {
-                message: ctx.r_msg,
+                message: ctx.r_msg(),
                 offset: ctx.r_received,
                 length: ctx.r_granted - ctx.r_received,
-                priority: ctx.r_level,
+                priority: ctx.r_level(),
             });
             ctx.r_heard = now;
-            ctx.resends = (ctx.resends + 1).min(3);
+            ctx.set_resends((ctx.resends() + 1).min(3));
         }
     }
 
@@ -571,7 +668,7 @@ impl Homa {
     /// RESEND that brought no progress, up to 8 x (a sender that is slow rather than
     /// stranded is not asked every timeout, and every waiting message's timer costs).
     fn resend_wait(&self, ctx: &HomaContext) -> Duration {
-        self.resend * (1u32 << ctx.resends)
+        self.resend * (1u32 << ctx.resends())
     }
 
     /// Arms the law timer for the earlier of the poll and the resend deadline, if that is
@@ -580,17 +677,17 @@ impl Homa {
     /// the handler finds nothing due and arms it again. So a flowing message touches the
     /// timer once per resend timeout, not once per packet.
     fn rearm(&self, ctx: &mut HomaContext, act: &mut Actions) {
-        let resend_at = (ctx.r_active && ctx.r_granted > ctx.r_received)
+        let resend_at = (ctx.r_active() && ctx.r_granted > ctx.r_received)
             .then(|| ctx.r_heard + self.resend_wait(ctx));
-        let at = match (ctx.poll_at, resend_at) {
+        let at = match (ctx.poll_at.get(), resend_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         if let Some(at) = at
-            && ctx.timer_at.is_none_or(|armed| at < armed)
+            && ctx.timer_at.get().is_none_or(|armed| at < armed)
         {
             act.arm_timer(at);
-            ctx.timer_at = Some(at);
+            ctx.timer_at = Deadline::at(at);
         }
     }
 
@@ -608,33 +705,33 @@ impl Homa {
             self.next_token = self.next_token.wrapping_add(1).max(1);
             ctx.token = self.next_token;
         }
-        let new = ctx.r_len == 0 || message != ctx.r_msg;
-        if !new && !ctx.r_active {
+        let new = ctx.r_len == 0 || message != ctx.r_msg();
+        if !new && !ctx.r_active() {
             return; // a late packet of a message already complete
         }
         if new {
             // A new message (RC delivers messages in order: the previous one is done).
             self.leave(ctx.token);
-            ctx.r_msg = message;
+            ctx.set_r_msg(message);
             ctx.r_len = len;
             ctx.r_received = 0;
             ctx.r_granted = len.min(self.rtt_bytes);
-            ctx.r_level = 0;
-            ctx.r_active = true;
+            ctx.set_r_level(0);
+            ctx.set_r_active(true);
             ctx.r_heard = now;
-            ctx.resends = 0;
-            ctx.poll_at = None;
+            ctx.set_resends(0);
+            ctx.poll_at = Deadline::NONE;
             act.set_response_priority(self.top);
         }
         let end = end.min(ctx.r_len);
         if end > ctx.r_received {
             ctx.r_received = end;
             ctx.r_heard = now;
-            ctx.resends = 0;
+            ctx.set_resends(0);
         }
         self.schedule(now, ctx, act);
         if ctx.r_received >= ctx.r_len {
-            ctx.r_active = false;
+            ctx.set_r_active(false);
         }
     }
 }
@@ -697,9 +794,9 @@ impl Law for Homa {
                 message,
                 offset,
                 priority,
-            }) if ctx.s_known && message == ctx.s_msg => {
+            }) if ctx.s_known() && message == ctx.s_msg() => {
                 ctx.s_granted = ctx.s_granted.max(offset.min(ctx.s_len));
-                ctx.s_level = priority;
+                ctx.set_s_level(priority);
                 act.wake();
             }
             Event::Homa(HomaControl::Resend {
@@ -709,26 +806,28 @@ impl Law for Homa {
                 priority,
             }) => {
                 let end = offset.saturating_add(length);
-                if ctx.s_known && message == ctx.s_msg && ctx.s_sent < end.min(ctx.s_len) {
+                if ctx.s_known() && message == ctx.s_msg() && ctx.s_sent < end.min(ctx.s_len) {
                     // Asked for bytes never sent: the GRANT for them was lost.
                     ctx.s_granted = ctx.s_granted.max(end.min(ctx.s_len));
-                    ctx.s_level = priority;
+                    ctx.set_s_level(priority);
                     act.wake();
                 } else {
                     act.send_homa(HomaControl::Busy { message });
                 }
             }
-            Event::Homa(HomaControl::Busy { message }) if ctx.r_active && message == ctx.r_msg => {
+            Event::Homa(HomaControl::Busy { message })
+                if ctx.r_active() && message == ctx.r_msg() =>
+            {
                 ctx.r_heard = now;
             }
             // Its timer, or a wake: a freed place may be this message's.
             Event::Timer => {
-                if ctx.timer_at.is_some_and(|at| at <= now) {
-                    ctx.timer_at = None;
+                if ctx.timer_at.get().is_some_and(|at| at <= now) {
+                    ctx.timer_at = Deadline::NONE;
                 }
-                if ctx.r_active {
-                    if ctx.poll_at.is_some_and(|at| at <= now) {
-                        ctx.poll_at = None;
+                if ctx.r_active() {
+                    if ctx.poll_at.get().is_some_and(|at| at <= now) {
+                        ctx.poll_at = Deadline::NONE;
                     }
                     self.schedule(now, ctx, act);
                 }
@@ -743,18 +842,17 @@ impl Law for Homa {
         if pos.len == 0 {
             return Gate::Send; // a READ request or an atomic: no message to schedule
         }
-        if !ctx.s_known || pos.id != ctx.s_msg {
-            ctx.s_known = true;
-            ctx.s_msg = pos.id;
+        if !ctx.s_known() || pos.id & ID != ctx.s_msg() {
+            ctx.set_s_msg(pos.id);
             ctx.s_len = pos.len;
             ctx.s_granted = pos.len.min(self.rtt_bytes);
             ctx.s_sent = 0;
-            ctx.s_level = 0;
+            ctx.set_s_level(0);
         }
         let level = if pos.offset < self.rtt_bytes {
             self.unscheduled_level(pos.len)
         } else if pos.offset < ctx.s_granted {
-            ctx.s_level
+            ctx.s_level()
         } else {
             return Gate::Hold;
         };
@@ -783,6 +881,50 @@ mod tests {
     use super::*;
 
     const T0: Instant = Instant::ZERO;
+
+    /// A queue pair's context is one cache line: 16,384 of them are 1 MiB, not 1.4.
+    #[test]
+    fn context_fits_a_cache_line() {
+        assert_eq!(std::mem::size_of::<HomaContext>(), 64);
+    }
+
+    /// The packed fields keep their values apart: each set leaves the others as they were.
+    #[test]
+    fn packed_fields_are_independent() {
+        let mut c = HomaContext::default();
+        assert!(!c.s_known() && !c.r_active() && c.poll_at.get().is_none());
+        c.set_s_msg(0xFF_FFFF);
+        c.set_s_level(0xFF);
+        assert_eq!((c.s_msg(), c.s_level()), (0xFF_FFFF, 0xFF));
+        c.set_s_msg(0x12_3456);
+        assert_eq!((c.s_msg(), c.s_level()), (0x12_3456, 0xFF));
+        c.set_s_level(3);
+        assert_eq!((c.s_msg(), c.s_level()), (0x12_3456, 3));
+        c.set_r_msg(0xAB_CDEF);
+        c.set_r_level(7);
+        c.set_r_active(true);
+        c.set_resends(3);
+        assert_eq!(
+            (c.r_msg(), c.r_level(), c.r_active(), c.resends()),
+            (0xAB_CDEF, 7, true, 3)
+        );
+        c.set_r_level(0);
+        c.set_resends(1);
+        assert_eq!(
+            (c.r_msg(), c.r_level(), c.r_active(), c.resends()),
+            (0xAB_CDEF, 0, true, 1)
+        );
+        c.set_r_active(false);
+        c.set_r_msg(5);
+        assert_eq!(
+            (c.r_msg(), c.r_level(), c.r_active(), c.resends()),
+            (5, 0, false, 1)
+        );
+        let t = Instant::from_nanos(1_234);
+        c.timer_at = Deadline::at(t);
+        assert_eq!(c.timer_at.get(), Some(t));
+        assert!(Deadline::at(Instant::from_nanos(u64::MAX)).get().is_some());
+    }
 
     fn law(rtt_bytes: u64, overcommit: u8) -> Homa {
         Homa::new(HomaParams {
@@ -1048,9 +1190,9 @@ mod tests {
         // A late packet of C arrives: C completes; nothing granted.
         let act = event(&mut h, t(19), &mut c, header(3, 30_000, 30_000));
         assert_eq!(act.homa(), None);
-        assert!(!c.r_active);
+        assert!(!c.r_active());
         let act = event(&mut h, t(20), &mut c, header(3, 30_000, 8192));
-        assert!(act.homa().is_none() && !c.r_active);
+        assert!(act.homa().is_none() && !c.r_active());
     }
 
     #[test]
@@ -1084,7 +1226,7 @@ mod tests {
         // Progress restarts it too; once the message wholly arrived a firing does nothing.
         let act = event(&mut h, t(310), &mut r, header(5, 40_000, 40_000));
         assert_eq!(act.timer(), None);
-        assert!(!r.r_active);
+        assert!(!r.r_active());
         let act = event(&mut h, t(350), &mut r, Event::Timer);
         assert!(act.is_empty(), "{act:?}");
     }
