@@ -168,7 +168,17 @@ struct Packet {
     tos: u8,
     /// The packet behind it in its port's queue.
     next: u32,
+    /// On a Valiant path (`[switch] nonminimal_paths`), the host whose router's group the
+    /// packet heads for before its destination; `NO_VIA` on a minimal path or once there.
+    via: NodeId,
 }
+
+/// A packet on a minimal path (no intermediate group, or past it).
+const NO_VIA: NodeId = NodeId::MAX;
+
+/// Flowlet slots for the source routers' Valiant choices (shared by all of them, keyed by
+/// the flow hash that includes the router).
+const VALIANT_FLOWLET_SLOTS: usize = 1 << 16;
 
 /// No packet.
 const NO_PACKET: u32 = u32::MAX;
@@ -408,6 +418,10 @@ pub struct Network<'a> {
     buffer_used: Vec<u64>,
     /// Per switch (flowlet routing only): (last packet time, port) per slot.
     flowlets: Vec<Vec<(Ps, u16)>>,
+    /// A dragonfly's Valiant paths (`[switch] nonminimal_paths`), if asked for.
+    valiant: Option<crate::topology::Valiant>,
+    /// Flowlet routing over Valiant paths: (last packet time, choice) per slot.
+    valiant_flowlets: Vec<(Ps, u32)>,
     /// Packets by slot; `headers` holds their RoCE headers at the same index.
     packets: Vec<Packet>,
     headers: Vec<RoceHeaders>,
@@ -669,6 +683,9 @@ impl<'a> Network<'a> {
         } else {
             Vec::new()
         };
+        let valiant =
+            crate::topology::Valiant::of(&scenario.topology, scenario.switch.nonminimal_paths)
+                .map_err(RunError::Switch)?;
         let mut dependents = vec![Vec::new(); flows.len()];
         let mut events = EventQueue::default();
         let link_events = scenario
@@ -803,6 +820,12 @@ impl<'a> Network<'a> {
             ports: port_states(topo, scenario.transport.nic_delay_ns * PS_PER_NS),
             buffer_used: vec![0; switches],
             flowlets,
+            valiant_flowlets: if valiant.is_some() && scenario.switch.routing == Routing::Flowlet {
+                vec![(0, u32::MAX); VALIANT_FLOWLET_SLOTS]
+            } else {
+                Vec::new()
+            },
+            valiant,
             packets: Vec::new(),
             headers: Vec::new(),
             free_packets: Vec::new(),
@@ -1560,6 +1583,7 @@ impl<'a> Network<'a> {
             tos: 0,
             in_port: 0,
             next: NO_PACKET,
+            via: NO_VIA,
         };
         let pkt = self.alloc_packet(packet, &t.headers);
         if self.prio.enabled() && packet.class == DATA as u8 {
@@ -1918,6 +1942,11 @@ impl<'a> Network<'a> {
 
     /// The egress port of switch `node` for `pkt`, by the scenario's routing mode.
     fn route(&mut self, node: NodeId, pkt: u32, dst: NodeId) -> Option<u16> {
+        // Off (the default), nothing below reads or draws anything more.
+        let dst = match self.valiant {
+            Some(v) => self.valiant_leg(v, node, pkt, dst),
+            None => dst,
+        };
         if self.rerouted.is_some() {
             return self.route_around(node, pkt, dst);
         }
@@ -1959,7 +1988,59 @@ impl<'a> Network<'a> {
                 choice
             }
         };
+        if self.valiant.is_some() && cands[pick] == self.packets[pkt as usize].in_port {
+            // Never straight back (see `topology::valiant`): the next candidate instead.
+            return Some(cands[(pick + 1) % cands.len()]);
+        }
         Some(cands[pick])
+    }
+
+    /// Where a packet on a dragonfly with Valiant paths heads from switch `node`: at its
+    /// source router, the choice among its minimal and Valiant paths is made (per flow,
+    /// per packet or per flowlet, as the routing mode spreads ports); on the first leg of a
+    /// Valiant path, the intermediate host until its group is reached; else `dst`.
+    fn valiant_leg(
+        &mut self,
+        v: crate::topology::Valiant,
+        node: NodeId,
+        pkt: u32,
+        dst: NodeId,
+    ) -> NodeId {
+        let (src, in_port, via) = {
+            let p = &self.packets[pkt as usize];
+            (p.src, p.in_port, p.via)
+        };
+        let from_source = node == v.router_of_host(src)
+            && self.topo.nodes[node as usize][in_port as usize].peer == src;
+        let via = if from_source {
+            let n = v.choices();
+            // Salted so that the choice and the port picked after it are not one hash.
+            let salted = || hash(self.flow_hash(node, pkt) ^ 0x7A11_A4F1);
+            let k = match self.switch.routing {
+                Routing::Ecmp | Routing::Adaptive => (salted() % u64::from(n)) as u32,
+                Routing::Spray => self.rng.below(u64::from(n)) as u32,
+                Routing::Flowlet => {
+                    let slot = (salted() as usize) % VALIANT_FLOWLET_SLOTS;
+                    let (last, kept) = self.valiant_flowlets[slot];
+                    let keep =
+                        kept != u32::MAX && self.now.saturating_sub(last) <= self.flowlet_gap_ps;
+                    let k = if keep {
+                        kept
+                    } else {
+                        self.rng.below(u64::from(n)) as u32
+                    };
+                    self.valiant_flowlets[slot] = (self.now, k);
+                    k
+                }
+            };
+            v.via(src, dst, k).unwrap_or(NO_VIA)
+        } else if via != NO_VIA && v.reached(node, via, dst) {
+            NO_VIA
+        } else {
+            via
+        };
+        self.packets[pkt as usize].via = via;
+        if via == NO_VIA { dst } else { via }
     }
 
     /// [`Network::route`] while some link is down: the same choice among the candidates

@@ -120,6 +120,10 @@ pub struct SwitchConfig {
     pub routing: Routing,
     /// With flowlet routing, the idle gap after which a flow may take another path.
     pub flowlet_gap_us: f64,
+    /// On a dragonfly, this many Valiant paths (through an intermediate group) per host pair
+    /// beside the minimal ones; a packet's source router picks among them by the routing
+    /// mode (per flow, per packet or per flowlet). 0: minimal paths only.
+    pub nonminimal_paths: u32,
     /// RED-style ECN marking per egress queue; none without this table.
     pub ecn: Option<EcnConfig>,
     /// Priority flow control (lossless data class); lossy without this table.
@@ -151,6 +155,7 @@ impl Default for SwitchConfig {
             dt_alpha: 1.0,
             routing: Routing::Ecmp,
             flowlet_gap_us: 10.0,
+            nonminimal_paths: 0,
             ecn: None,
             pfc: None,
             int: true,
@@ -587,6 +592,9 @@ impl Scenario {
             ));
         }
         if let Err(e) = sw.priority_queues() {
+            return bad(e);
+        }
+        if let Err(e) = crate::topology::Valiant::of(&self.topology, sw.nonminimal_paths) {
             return bad(e);
         }
         if let Some(ecn) = &sw.ecn {

@@ -125,6 +125,77 @@ fn every_routing_mode_delivers_everything() {
     }
 }
 
+/// A dragonfly of 6 groups x 3 routers x 2 hosts under web search, with `switch` (TOML
+/// lines) in its `[switch]` table.
+fn busy_dragonfly(switch: &str) -> Scenario {
+    scenario(&format!(
+        r#"
+        seed = 5
+        [topology]
+        kind = "dragonfly"
+        groups = 6
+        routers_per_group = 3
+        hosts_per_router = 2
+        links_per_group_pair = 2
+        host_link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        flowlet_gap_us = 2
+        pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
+        {switch}
+        [workload]
+        kind = "poisson"
+        cdf = "websearch"
+        load = 0.4
+        duration_us = 200
+        [[cc]]
+        name = "dcqcn"
+        "#
+    ))
+}
+
+#[test]
+fn valiant_paths_deliver_everything_over_longer_paths_and_change_nothing_when_off() {
+    let base = std::env::temp_dir().join(format!("sluice-sim-valiant-{}", std::process::id()));
+    for routing in ["ecmp", "spray", "flowlet"] {
+        let files = |k: &str, extra: &str| {
+            let s = busy_dragonfly(&format!("routing = \"{routing}\"\n{extra}"));
+            let runs = run(&s);
+            let dir = base.join(format!("{routing}-{k}"));
+            report::write_all(&dir, &s.name, &runs).unwrap();
+            (outputs(&dir), runs.into_iter().next().unwrap())
+        };
+        let (absent, minimal) = files("absent", "");
+        let (zero, _) = files("zero", "nonminimal_paths = 0");
+        assert_eq!(
+            absent, zero,
+            "{routing}: nonminimal_paths = 0 changed the outputs"
+        );
+        let (v1, valiant) = files("v1", "nonminimal_paths = 3");
+        let (v2, _) = files("v2", "nonminimal_paths = 3");
+        assert_eq!(v1, v2, "{routing}: two Valiant runs of one seed differ");
+        assert!(
+            valiant.flows.len() >= 20,
+            "{routing}: {} flows",
+            valiant.flows.len()
+        );
+        assert_eq!(
+            completed(&valiant),
+            valiant.flows.len(),
+            "{routing}: flows left"
+        );
+        assert_eq!(valiant.counters.drops, 0, "{routing}: drops");
+        // Three of four choices between groups go through a third one: more switch hops.
+        assert!(
+            valiant.counters.switch_packets * 10 > minimal.counters.switch_packets * 12,
+            "{routing}: {} switch packets with Valiant paths, {} without",
+            valiant.counters.switch_packets,
+            minimal.counters.switch_packets
+        );
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
 #[test]
 fn hpcc_fat_tree_with_web_search_runs_for_every_law() {
     // The example's fabric and workload with a shorter arrival window (the full one is for
@@ -326,6 +397,10 @@ fn bad_scenarios_are_refused_with_the_field_named() {
         (
             "[transport]\nnic_delay_ns = 1000000001\n",
             "nic_delay_ns: expected at most 1000000000",
+        ),
+        (
+            "[switch]\nnonminimal_paths = 1\n",
+            "switch.nonminimal_paths: Valiant paths need a dragonfly, not a star",
         ),
     ];
     for (extra, needle) in cases {

@@ -8,11 +8,14 @@
 //! - `validate`: the checks that refuse an impossible or oversized shape, naming the field
 //!   ([`TopologyError`]).
 //! - `shapes`: one builder per kind of fabric.
+//! - `valiant`: a dragonfly's opt-in non-minimal paths through an intermediate group
+//!   ([`Valiant`]).
 
 mod graph;
 mod routes;
 mod shapes;
 mod spec;
+mod valiant;
 mod validate;
 
 #[cfg(test)]
@@ -21,6 +24,7 @@ mod check;
 pub use graph::{Port, Topology};
 pub use routes::Routes;
 pub use spec::TopologySpec;
+pub use valiant::Valiant;
 pub use validate::TopologyError;
 
 /// Ports are numbered with `u16`, so no node may have more than this many.
