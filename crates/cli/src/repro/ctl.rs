@@ -27,7 +27,7 @@ pub(super) const SCR_FIG10CD: Entry = Entry {
 /// A processor's time per run of the law: SCR's Swift on a DPA thread (A.11, Fig 22).
 const SERVICE_US: f64 = 4.0;
 /// The line, Gbit/s.
-const LINE_GBPS: f64 = 100.0;
+pub(super) const LINE_GBPS: f64 = 100.0;
 
 /// `flows` queue pairs from host 0 to host 1 writing 64 KiB messages four deep (SCR's
 /// `ib_write_bw` setup, E8), under DCQCN behind the decoupled loop as `decoupled` says.
@@ -735,8 +735,8 @@ pub(super) const SCR_FIG20: Entry = Entry {
 };
 
 /// Background senders of Fig 20b, and each one's rate on the wire (Gbit/s).
-const FIG20_SENDERS: u32 = 16;
-const FIG20_BACKGROUND_GBPS: f64 = 5.0;
+pub(super) const FIG20_SENDERS: u32 = 16;
+pub(super) const FIG20_BACKGROUND_GBPS: f64 = 5.0;
 
 /// Fig 20b: host 0's flow under `rate-credit` towards host 17, and background senders 1 to
 /// 16 (a fixed-rate law of their own, as SCR's BF2 senders run no SCR) joining one every
@@ -855,16 +855,84 @@ fn fig20(scale: Scale) -> Result<Report, String> {
         .pop()
         .and_then(|mut r| r.pop())
         .ok_or("scr-fig20b: no run")?;
+    let seen = fig20_checks(
+        &mut report,
+        &b,
+        &c,
+        step_us,
+        &Fig20Words {
+            flow: "credited flow",
+            port: "the port",
+            queue: "a small receiver queue",
+            backpressure: "backpressure",
+            paper: "paper",
+        },
+    );
+    report.plots.push((
+        "scr-fig20".into(),
+        fig20_chart(
+            "SCR Fig 20: receiver-driven rate credits, then backpressure",
+            &b,
+            [
+                "credited flow (20b)",
+                "background (20b)",
+                "one flow with backpressure (20c)",
+            ],
+            &seen.rates,
+        ),
+    ));
+    report.notes.push(format!(
+        "SCR adds a sender every 5 s; here every {step_us} us. SCR's credit is a rate the \
+         sender keeps; here the receiver grants that rate's bytes every 10 us over Sluice's \
+         credit channel and the sender paces at it (docs/control.md). The credits fill 95% of \
+         the port, so that a port delivering all it can does not hide a queue; SCR does not \
+         say how its receiver avoids that. Backpressure is a CNP; SCR gives neither its \
+         trigger nor its MD/AI constants (here: 90% of the port, a halving, 1 Gbit/s per 10 \
+         us). Rates are payload; the background's 5 Gbit/s is on the wire."
+    ));
+    Ok(report)
+}
+
+/// How Fig 20's checks name the credited flow and its port (`scr-fig20`: a WRITE-like flow;
+/// `scr-fig20-read`: a READ, whose receiver is the requester).
+pub(super) struct Fig20Words<'a> {
+    pub(super) flow: &'a str,
+    pub(super) port: &'a str,
+    pub(super) queue: &'a str,
+    pub(super) backpressure: &'a str,
+    pub(super) paper: &'a str,
+}
+
+/// What `fig20_checks` read off the runs, for what a caller adds.
+pub(super) struct Fig20Seen {
+    /// The backpressure run's payload rate, (us, Gbit/s).
+    pub(super) rates: Vec<(f64, f64)>,
+    /// The joins run's peak queue at the receiver's port, bytes.
+    pub(super) peak_queue: f64,
+}
+
+/// Fig 20's table and checks from the joins run `b` (senders joining every `step_us`) and
+/// the backpressure run `c`: the credited flow gives up what the background takes, the port
+/// stays busy with a small queue, the flow beside 16 senders against the derived rate, and
+/// the MD/AI sawtooth.
+pub(super) fn fig20_checks(
+    report: &mut Report,
+    b: &RunResult,
+    c: &RunResult,
+    step_us: f64,
+    words: &Fig20Words<'_>,
+) -> Fig20Seen {
     // The payload a full port carries: 1 KiB packets (the scenario's MTU) in their frames.
     let payload_share = 1024.0 / sluice_wire::roce_link_len(false, 12 + 1024 + 4) as f64;
     let capacity = LINE_GBPS * payload_share;
+    let flow = words.flow;
     report.table = Table::new(&[
         "background senders",
-        "credited flow (Gbit/s)",
+        &format!("{flow} (Gbit/s)"),
         "background (Gbit/s)",
         "port used",
         "C minus the background (Gbit/s)",
-        "paper",
+        words.paper,
     ]);
     let mut credited = Vec::new();
     let mut background = Vec::new();
@@ -875,10 +943,10 @@ fn fig20(scale: Scale) -> Result<Report, String> {
             step_us * (f64::from(k) + 0.5),
             step_us * (f64::from(k) + 1.0),
         );
-        let own = app_mean(&b, 0, from, to);
+        let own = app_mean(b, 0, from, to);
         // (+ 0.0: an empty sum of f64 is -0.0.)
         let bg: f64 = (1..=k as usize)
-            .map(|a| app_mean(&b, a, from, to))
+            .map(|a| app_mean(b, a, from, to))
             .sum::<f64>()
             + 0.0;
         let share = (own + bg) / capacity;
@@ -899,36 +967,39 @@ fn fig20(scale: Scale) -> Result<Report, String> {
     }
     let (s_own, s_bg) = (slope(&credited), slope(&background));
     report.checks.push(Check::shape(
-        "the credited flow gives up what each background sender takes (slopes within 20%)",
+        &format!("the {flow} gives up what each background sender takes (slopes within 20%)"),
         s_bg > 0.0 && ((-s_own) / s_bg - 1.0).abs() <= 0.2,
         format!(
-            "{} Gbit/s per sender for the credited flow, {} for the background",
+            "{} Gbit/s per sender for the {flow}, {} for the background",
             f(s_own, 2),
             f(s_bg, 2)
         ),
     ));
     let least = used.iter().copied().fold(f64::INFINITY, f64::min);
     report.checks.push(Check::shape(
-        "the port stays busy at every step (at least 85% of its payload capacity)",
+        &format!(
+            "{} stays busy at every step (at least 85% of its payload capacity)",
+            words.port
+        ),
         least >= 0.85,
         format!("at least {}% used", f(least * 100.0, 0)),
     ));
     let q = &b.series.max_queue_bytes;
     let mean_q = q.iter().sum::<u64>() as f64 / q.len().max(1) as f64;
-    let peak_q = q.iter().copied().max().unwrap_or(0) as f64;
+    let peak_queue = q.iter().copied().max().unwrap_or(0) as f64;
     report.checks.push(Check::shape(
-        "a small receiver queue (mean under 10 KB, peak under 100 KB)",
-        mean_q < 10e3 && peak_q < 100e3,
+        &format!("{} (mean under 10 KB, peak under 100 KB)", words.queue),
+        mean_q < 10e3 && peak_queue < 100e3,
         format!(
             "mean {} KB, peak {} KB",
             f(mean_q / 1e3, 1),
-            f(peak_q / 1e3, 0)
+            f(peak_queue / 1e3, 0)
         ),
     ));
     let last = credited.last().map_or(0.0, |p| p.1) / payload_share;
     let derived = LINE_GBPS - FIG20_BACKGROUND_GBPS * f64::from(FIG20_SENDERS);
     report.checks.push(Check::number(
-        "the credited flow beside 16 senders, on the wire",
+        &format!("the {flow} beside 16 senders, on the wire"),
         (last / derived - 1.0).abs() <= 0.25,
         format!(
             "{} Gbit/s against the derived {} (the credits fill 95% of the port)",
@@ -936,7 +1007,7 @@ fn fig20(scale: Scale) -> Result<Report, String> {
             f(derived, 0)
         ),
     ));
-    // Fig 20c: the sawtooth. A cut is a sample at most 70% of the one before.
+    // Fig 20c: the sawtooth of the backpressure run's payload rate.
     let rates: Vec<(f64, f64)> = c
         .series
         .times_ns
@@ -944,17 +1015,12 @@ fn fig20(scale: Scale) -> Result<Report, String> {
         .enumerate()
         .map(|(i, t)| (*t as f64 / 1e3, c.series.app_bps[i] / 1e9))
         .collect();
-    let cuts: Vec<usize> = (1..rates.len())
-        .filter(|&i| rates[i].1 > 0.0 && rates[i].1 <= 0.7 * rates[i - 1].1)
-        .collect();
-    // Between two cuts the rate climbs: the sample before the next cut is well above the
-    // one after the cut.
-    let climbs = cuts
-        .windows(2)
-        .filter(|w| rates[w[1] - 1].1 >= rates[w[0]].1 * 1.3)
-        .count();
+    let (cuts, climbs) = cuts_and_climbs(&rates);
     report.checks.push(Check::shape(
-        "backpressure: an MD/AI sawtooth (at least two cuts, the rate climbing between)",
+        &format!(
+            "{}: an MD/AI sawtooth (at least two cuts, the rate climbing between)",
+            words.backpressure
+        ),
         cuts.len() >= 2 && climbs + 1 >= cuts.len(),
         format!(
             "{} cuts, at {} us; climbing between {} of {} pairs",
@@ -967,10 +1033,36 @@ fn fig20(scale: Scale) -> Result<Report, String> {
             cuts.len().saturating_sub(1)
         ),
     ));
+    Fig20Seen { rates, peak_queue }
+}
+
+/// Indices of samples at most 70% of the one before (a cut), and how many pairs of
+/// consecutive cuts have the rate climbing between them (the sample before the later cut
+/// at least 1.3 times the one after the earlier).
+fn cuts_and_climbs(rates: &[(f64, f64)]) -> (Vec<usize>, usize) {
+    let cuts: Vec<usize> = (1..rates.len())
+        .filter(|&i| rates[i].1 > 0.0 && rates[i].1 <= 0.7 * rates[i - 1].1)
+        .collect();
+    let climbs = cuts
+        .windows(2)
+        .filter(|w| rates[w[1] - 1].1 >= rates[w[0]].1 * 1.3)
+        .count();
+    (cuts, climbs)
+}
+
+/// Fig 20's plot: the credited flow and the background through the joins run `b`, and the
+/// backpressure run's `sawtooth`; `names` in that order.
+pub(super) fn fig20_chart(
+    title: &str,
+    b: &RunResult,
+    names: [&str; 3],
+    sawtooth: &[(f64, f64)],
+) -> Chart {
     let stride = (b.series.times_ns.len() / 400).max(1);
-    let line = |r: &RunResult, name: &str, pick: &dyn Fn(usize) -> f64| Series {
+    let n = b.apps.len();
+    let line = |name: &str, pick: &dyn Fn(usize) -> f64| Series {
         name: name.into(),
-        points: r
+        points: b
             .series
             .times_ns
             .iter()
@@ -979,42 +1071,39 @@ fn fig20(scale: Scale) -> Result<Report, String> {
             .map(|(i, t)| (*t as f64 / 1e3, pick(i)))
             .collect(),
     };
-    let n = b.apps.len();
-    let credited_line = line(&b, "credited flow (20b)", &|i| {
-        b.series.app_bps[i * n] / 1e9
-    });
-    let background_line = line(&b, "background (20b)", &|i| {
+    let credited = line(names[0], &|i| b.series.app_bps[i * n] / 1e9);
+    let background = line(names[1], &|i| {
         (1..n).map(|a| b.series.app_bps[i * n + a]).sum::<f64>() / 1e9
     });
-    let sawtooth = Series {
-        name: "one flow with backpressure (20c)".into(),
-        points: rates.iter().step_by(stride.max(1)).copied().collect(),
+    let saw = Series {
+        name: names[2].into(),
+        points: sawtooth.iter().step_by(stride).copied().collect(),
     };
-    report.plots.push((
-        "scr-fig20".into(),
-        Chart {
-            title: "SCR Fig 20: receiver-driven rate credits, then backpressure".into(),
-            x_label: "time (us)".into(),
-            y_label: "Gbit/s (payload)".into(),
-            series: vec![credited_line, background_line, sawtooth],
-            ..Chart::default()
-        },
-    ));
-    report.notes.push(format!(
-        "SCR adds a sender every 5 s; here every {step_us} us. SCR's credit is a rate the \
-         sender keeps; here the receiver grants that rate's bytes every 10 us over Sluice's \
-         credit channel and the sender paces at it (docs/control.md). The credits fill 95% of \
-         the port, so that a port delivering all it can does not hide a queue; SCR does not \
-         say how its receiver avoids that. Backpressure is a CNP; SCR gives neither its \
-         trigger nor its MD/AI constants (here: 90% of the port, a halving, 1 Gbit/s per 10 \
-         us). Rates are payload; the background's 5 Gbit/s is on the wire."
-    ));
-    Ok(report)
+    Chart {
+        title: title.into(),
+        x_label: "time (us)".into(),
+        y_label: "Gbit/s (payload)".into(),
+        series: vec![credited, background, saw],
+        ..Chart::default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_is_a_drop_to_70_percent_and_a_climb_is_30_percent_up() {
+        let r = |v: &[f64]| -> Vec<(f64, f64)> {
+            v.iter().enumerate().map(|(i, &x)| (i as f64, x)).collect()
+        };
+        // Two halvings with a climb between them.
+        let (cuts, climbs) = cuts_and_climbs(&r(&[80.0, 40.0, 50.0, 60.0, 30.0]));
+        assert_eq!((cuts, climbs), (vec![1, 4], 1));
+        // A dip to 75% is no cut; a flat rate between cuts is no climb.
+        let (cuts, climbs) = cuts_and_climbs(&r(&[80.0, 60.0, 30.0, 30.0, 15.0]));
+        assert_eq!((cuts, climbs), (vec![2, 4], 0));
+    }
 
     #[test]
     fn swifts_target_spans_its_flow_scaling_range() {
