@@ -89,8 +89,8 @@ stop_us = {stop_us}
     )
 }
 
-/// The mean over samples in `[from_us, to_us)` of `value(series, sample)`.
-fn mean(r: &RunResult, from_us: f64, to_us: f64, value: impl Fn(usize) -> f64) -> f64 {
+/// The mean over samples in `[from_us, to_us)` of `value(sample)`.
+pub(super) fn mean(r: &RunResult, from_us: f64, to_us: f64, value: impl Fn(usize) -> f64) -> f64 {
     let s = &r.series;
     let picked: Vec<f64> = (0..s.times_ns.len())
         .filter(|&i| {
@@ -128,9 +128,52 @@ fn after_failure(r: &RunResult, fail: f64, stop: f64) -> (Option<f64>, f64, f64)
     )
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+/// Host 0's probe RTTs, and the source ports it probed (sorted).
+pub(super) fn host0_probes(r: &RunResult) -> (Vec<&ProbeRtt>, Vec<u16>) {
+    let probes: Vec<&ProbeRtt> = r
+        .counters
+        .probe_rtts
+        .iter()
+        .filter(|p| p.host == 0)
+        .collect();
+    let mut ports: Vec<u16> = probes.iter().map(|p| p.port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    (probes, ports)
+}
+
+/// RTT per probed port against the time each probe was sent (us), in the order sent (a
+/// lost probe is recorded when a later one is answered); a lost one breaks the line.
+pub(super) fn rtt_chart(title: &str, probes: &[&ProbeRtt], ports: &[u16]) -> Chart {
+    let mut chart = Chart {
+        title: title.into(),
+        x_label: "time (us)".into(),
+        y_label: "RTT (us)".into(),
+        ..Chart::default()
+    };
+    for &port in ports {
+        let mut points: Vec<(f64, f64)> = probes
+            .iter()
+            .filter(|p| p.port == port)
+            .map(|p| {
+                (
+                    p.sent_ns as f64 / 1e3,
+                    p.rtt_ns.map_or(f64::NAN, |n| n as f64 / 1e3),
+                )
+            })
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart.series.push(Series {
+            name: format!("port {port}"),
+            points,
+        });
+    }
+    chart
 }
 
 fn fig19(scale: Scale) -> Result<Report, String> {
@@ -152,15 +195,7 @@ fn fig19(scale: Scale) -> Result<Report, String> {
     let r = &runs[0][0];
     let s = &r.series;
     let t_us = |i: usize| s.times_ns[i] as f64 / 1e3;
-    let probes: Vec<&ProbeRtt> = r
-        .counters
-        .probe_rtts
-        .iter()
-        .filter(|p| p.host == 0)
-        .collect();
-    let mut ports: Vec<u16> = probes.iter().map(|p| p.port).collect();
-    ports.sort_unstable();
-    ports.dedup();
+    let (probes, ports) = host0_probes(r);
 
     // Per probed port, the median RTT before the failure and after it.
     let rtt_of = |port: u16, from: f64, to: f64| {
@@ -315,31 +350,11 @@ fn fig19(scale: Scale) -> Result<Report, String> {
     );
 
     // RTT per probed port over time, and goodput with the two uplinks.
-    let mut rtt_chart = Chart {
-        title: "SCR Fig 19b: probe RTT per source port (host 0)".into(),
-        x_label: "time (us)".into(),
-        y_label: "RTT (us)".into(),
-        ..Chart::default()
-    };
-    for &port in &ports {
-        // In the order sent (a lost probe is recorded when a later one is answered); a
-        // lost one breaks the line.
-        let mut points: Vec<(f64, f64)> = probes
-            .iter()
-            .filter(|p| p.port == port)
-            .map(|p| {
-                (
-                    p.sent_ns as f64 / 1e3,
-                    p.rtt_ns.map_or(f64::NAN, |n| n as f64 / 1e3),
-                )
-            })
-            .collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        rtt_chart.series.push(Series {
-            name: format!("port {port}"),
-            points,
-        });
-    }
+    let rtt_chart = rtt_chart(
+        "SCR Fig 19b: probe RTT per source port (host 0)",
+        &probes,
+        &ports,
+    );
     let over_time = |name: &str, v: &dyn Fn(usize) -> f64| Series {
         name: name.into(),
         points: (0..s.times_ns.len()).map(|i| (t_us(i), v(i))).collect(),

@@ -7,8 +7,8 @@
 //! and the probes' RTT returns to the base RTT.
 
 use sluice_sim::plot::{Chart, Series};
-use sluice_sim::{ProbeRtt, RunResult};
 
+use super::fig19::{host0_probes, mean, median, rtt_chart};
 use super::{Check, Entry, Report, Scale, Table, f, simulate_all};
 
 pub(super) const FIG19A: Entry = Entry {
@@ -87,21 +87,6 @@ stop_us = {stop_us}
     )
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    (!v.is_empty()).then(|| v[v.len() / 2])
-}
-
-/// The mean over samples in `[from_us, to_us)` of `value(sample)`.
-fn mean(r: &RunResult, from_us: f64, to_us: f64, value: impl Fn(usize) -> f64) -> f64 {
-    let s = &r.series;
-    let picked: Vec<f64> = (0..s.times_ns.len())
-        .filter(|&i| (from_us..to_us).contains(&(s.times_ns[i] as f64 / 1e3)))
-        .map(value)
-        .collect();
-    picked.iter().sum::<f64>() / picked.len().max(1) as f64
-}
-
 fn fig19a(scale: Scale) -> Result<Report, String> {
     let (periods, stop): (Vec<(f64, f64)>, f64) = match scale {
         Scale::Quick => (vec![(300.0, 600.0)], 900.0),
@@ -114,15 +99,7 @@ fn fig19a(scale: Scale) -> Result<Report, String> {
     )?;
     let r = &runs[0][0];
     let s = &r.series;
-    let probes: Vec<&ProbeRtt> = r
-        .counters
-        .probe_rtts
-        .iter()
-        .filter(|p| p.host == 0)
-        .collect();
-    let mut ports: Vec<u16> = probes.iter().map(|p| p.port).collect();
-    ports.sort_unstable();
-    ports.dedup();
+    let (probes, ports) = host0_probes(r);
 
     // The windows: before the first period, during each (settled), and after each (settled,
     // until the next one or the end).
@@ -310,29 +287,11 @@ fn fig19a(scale: Scale) -> Result<Report, String> {
     ));
 
     // RTT per probed port over time; the downlink's queue beside it.
-    let mut rtt_chart = Chart {
-        title: "SCR Fig 19a: probe RTT per source port (host 0), cross traffic on/off".into(),
-        x_label: "time (us)".into(),
-        y_label: "RTT (us)".into(),
-        ..Chart::default()
-    };
-    for &port in &ports {
-        let mut points: Vec<(f64, f64)> = probes
-            .iter()
-            .filter(|p| p.port == port)
-            .map(|p| {
-                (
-                    p.sent_ns as f64 / 1e3,
-                    p.rtt_ns.map_or(f64::NAN, |n| n as f64 / 1e3),
-                )
-            })
-            .collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        rtt_chart.series.push(Series {
-            name: format!("port {port}"),
-            points,
-        });
-    }
+    let rtt_chart = rtt_chart(
+        "SCR Fig 19a: probe RTT per source port (host 0), cross traffic on/off",
+        &probes,
+        &ports,
+    );
     let on_off: Vec<(f64, f64)> = (0..s.times_ns.len())
         .map(|i| {
             let t = s.times_ns[i] as f64 / 1e3;
