@@ -155,20 +155,7 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
                 rkey: p.mr[1].rkey,
             }
         } else {
-            let recv = [Sge {
-                lkey: p.mr[1].lkey,
-                addr: p.mr[1].addr + at,
-                len,
-            }];
-            world.engines[1]
-                .post_recv(
-                    p.qp[1],
-                    &RecvWr {
-                        wr_id: i as u64,
-                        sgl: &recv,
-                    },
-                )
-                .unwrap();
+            common::post_recv(&mut world, &p, i as u64, at, len);
             SendOp::Send
         };
         world.engines[0]

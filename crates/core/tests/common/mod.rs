@@ -66,3 +66,22 @@ where
     }
     cases
 }
+
+/// Posts a receive on the pair's receiving end (host 1) for `len` bytes at `offset` in its
+/// region: the setup every SEND test repeats.
+pub(crate) fn post_recv(
+    world: &mut sluice_testkit::World,
+    p: &sluice_testkit::Pair,
+    wr_id: u64,
+    offset: u64,
+    len: u32,
+) {
+    let sgl = [sluice_core::Sge {
+        lkey: p.mr[1].lkey,
+        addr: p.mr[1].addr + offset,
+        len,
+    }];
+    world.engines[1]
+        .post_recv(p.qp[1], &sluice_core::RecvWr { wr_id, sgl: &sgl })
+        .unwrap();
+}
