@@ -160,28 +160,12 @@ fn stage(deferred: bool, tally: &Rc<Tally>) -> Box<dyn Service> {
 /// Host 1 receives SENDs (with a deferred asynchronous stage); host 0 sends them (with one
 /// beside the path that is not deferred, under the default credit).
 fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
-    let mut world = World::new(
-        2,
-        seed,
-        Impairments {
-            loss: c.loss,
-            ..Impairments::CLEAN
-        },
-    );
+    let mut world = common::lossy_world(seed, c.loss);
     world.configure(1, |e| e.service_credit = c.credit);
     // Host 0's stage is neither deferred nor landing: its completions would go without
     // their flags after `service_flag_wait`; here they wait as long as it takes.
     world.configure(0, |e| e.service_flag_wait = Duration::from_secs(60));
-    let options = PairOptions {
-        recovery: if c.selective {
-            Recovery::SelectiveRepeat
-        } else {
-            Recovery::GoBackN
-        },
-        timeout: 6,
-        ..PairOptions::default()
-    };
-    let p = Pair::connect(&mut world, &options);
+    let p = Pair::connect(&mut world, &common::recovering(c.selective));
     let tallies = [Rc::new(Tally::default()), Rc::new(Tally::default())];
     for (host, deferred) in [(0, false), (1, true)] {
         world.engines[host]
@@ -481,24 +465,8 @@ fn landed_reads_complete_once_with_every_byte_mapped_under_loss() {
         ),
         8,
         |(sizes, room, cost_us, selective, seed)| {
-            let mut world = World::new(
-                2,
-                seed,
-                Impairments {
-                    loss: 0.03,
-                    ..Impairments::CLEAN
-                },
-            );
-            let options = PairOptions {
-                recovery: if selective {
-                    Recovery::SelectiveRepeat
-                } else {
-                    Recovery::GoBackN
-                },
-                timeout: 6,
-                ..PairOptions::default()
-            };
-            let p = Pair::connect(&mut world, &options);
+            let mut world = common::lossy_world(seed, 0.03);
+            let p = Pair::connect(&mut world, &common::recovering(selective));
             let tally = Rc::new(Tally::default());
             let here = Rc::new(Cell::new(0));
             world.engines[0]
