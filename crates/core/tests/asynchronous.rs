@@ -34,6 +34,20 @@ struct Tally {
     peak: Cell<u64>,
 }
 
+impl Tally {
+    /// Counts a payload the stage took; `waiting` is how many it holds now.
+    fn took(&self, waiting: usize) {
+        self.offered.set(self.offered.get() + 1);
+        self.peak.set(self.peak.get().max(waiting as u64));
+    }
+
+    /// Counts a payload returned, spending one of the allowance (the caller checked it).
+    fn gave_back(&self) {
+        self.allowance.set(self.allowance.get() - 1);
+        self.returned.set(self.returned.get() + 1);
+    }
+}
+
 /// Asynchronous, beside the path: flags payloads that start with [`MARK`]; returns them
 /// in order as the allowance permits.
 #[derive(Debug)]
@@ -72,9 +86,7 @@ impl Service for Later {
             len: payload.len() as u32,
             flags,
         });
-        let t = &self.tally;
-        t.offered.set(t.offered.get() + 1);
-        t.peak.set(t.peak.get().max(self.out.len() as u64));
+        self.tally.took(self.out.len());
         true
     }
     fn collect(
@@ -87,8 +99,7 @@ impl Service for Later {
             let Some(r) = self.out.pop_front() else {
                 break;
             };
-            t.allowance.set(t.allowance.get() - 1);
-            t.returned.set(t.returned.get() + 1);
+            t.gave_back();
             out.push(r);
         }
     }
@@ -149,28 +160,12 @@ fn stage(deferred: bool, tally: &Rc<Tally>) -> Box<dyn Service> {
 /// Host 1 receives SENDs (with a deferred asynchronous stage); host 0 sends them (with one
 /// beside the path that is not deferred, under the default credit).
 fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
-    let mut world = World::new(
-        2,
-        seed,
-        Impairments {
-            loss: c.loss,
-            ..Impairments::CLEAN
-        },
-    );
+    let mut world = common::lossy_world(seed, c.loss);
     world.configure(1, |e| e.service_credit = c.credit);
     // Host 0's stage is neither deferred nor landing: its completions would go without
     // their flags after `service_flag_wait`; here they wait as long as it takes.
     world.configure(0, |e| e.service_flag_wait = Duration::from_secs(60));
-    let options = PairOptions {
-        recovery: if c.selective {
-            Recovery::SelectiveRepeat
-        } else {
-            Recovery::GoBackN
-        },
-        timeout: 6,
-        ..PairOptions::default()
-    };
-    let p = Pair::connect(&mut world, &options);
+    let p = Pair::connect(&mut world, &common::recovering(c.selective));
     let tallies = [Rc::new(Tally::default()), Rc::new(Tally::default())];
     for (host, deferred) in [(0, false), (1, true)] {
         world.engines[host]
@@ -188,20 +183,7 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
             addr: p.mr[0].addr + at,
             len,
         }];
-        let recv = [Sge {
-            lkey: p.mr[1].lkey,
-            addr: p.mr[1].addr + at,
-            len,
-        }];
-        world.engines[1]
-            .post_recv(
-                p.qp[1],
-                &RecvWr {
-                    wr_id: i as u64,
-                    sgl: &recv,
-                },
-            )
-            .unwrap();
+        common::post_recv(&mut world, &p, i as u64, at, len);
         world.engines[0]
             .post_send(p.qp[0], &SendWr::new(i as u64, SendOp::Send, &sge))
             .unwrap();
@@ -308,20 +290,7 @@ fn completions_wait_for_their_flags_and_a_full_stage_is_passed_over() {
     world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..2048].copy_from_slice(&data);
     let rcq = p.recv_cq[1];
     for i in 0..3u64 {
-        let recv = [Sge {
-            lkey: p.mr[1].lkey,
-            addr: p.mr[1].addr + i * 4096,
-            len: 2048,
-        }];
-        world.engines[1]
-            .post_recv(
-                p.qp[1],
-                &RecvWr {
-                    wr_id: i,
-                    sgl: &recv,
-                },
-            )
-            .unwrap();
+        common::post_recv(&mut world, &p, i, i * 4096, 2048);
         let sge = [Sge {
             lkey: p.mr[0].lkey,
             addr: p.mr[0].addr,
@@ -369,20 +338,7 @@ fn a_stage_that_keeps_a_completion_waiting_too_long_is_passed_over() {
         .unwrap();
     let data = bytes(1024, true, 0);
     world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[..1024].copy_from_slice(&data);
-    let recv = [Sge {
-        lkey: p.mr[1].lkey,
-        addr: p.mr[1].addr,
-        len: 1024,
-    }];
-    world.engines[1]
-        .post_recv(
-            p.qp[1],
-            &RecvWr {
-                wr_id: 9,
-                sgl: &recv,
-            },
-        )
-        .unwrap();
+    common::post_recv(&mut world, &p, 9, 0, 1024);
     let sge = [Sge {
         lkey: p.mr[0].lkey,
         addr: p.mr[0].addr,
@@ -463,9 +419,7 @@ impl Service for LandLater {
             return false;
         }
         self.out.push_back((at, offset, bytes.to_vec()));
-        let t = &self.tally;
-        t.offered.set(t.offered.get() + 1);
-        t.peak.set(t.peak.get().max(self.out.len() as u64));
+        self.tally.took(self.out.len());
         true
     }
     fn collect(
@@ -482,8 +436,7 @@ impl Service for LandLater {
                 *b = mapped(*b, offset + i as u32);
             }
             put_back(at, &bytes);
-            t.allowance.set(t.allowance.get() - 1);
-            t.returned.set(t.returned.get() + 1);
+            t.gave_back();
             out.push(Returned {
                 psn: sluice_wire::Psn::new(0),
                 opcode: sluice_wire::Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
@@ -512,24 +465,8 @@ fn landed_reads_complete_once_with_every_byte_mapped_under_loss() {
         ),
         8,
         |(sizes, room, cost_us, selective, seed)| {
-            let mut world = World::new(
-                2,
-                seed,
-                Impairments {
-                    loss: 0.03,
-                    ..Impairments::CLEAN
-                },
-            );
-            let options = PairOptions {
-                recovery: if selective {
-                    Recovery::SelectiveRepeat
-                } else {
-                    Recovery::GoBackN
-                },
-                timeout: 6,
-                ..PairOptions::default()
-            };
-            let p = Pair::connect(&mut world, &options);
+            let mut world = common::lossy_world(seed, 0.03);
+            let p = Pair::connect(&mut world, &common::recovering(selective));
             let tally = Rc::new(Tally::default());
             let here = Rc::new(Cell::new(0));
             world.engines[0]

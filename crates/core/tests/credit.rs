@@ -109,25 +109,9 @@ fn pattern(len: usize, salt: u32) -> Vec<u8> {
 }
 
 fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
-    let mut world = World::new(
-        2,
-        seed,
-        Impairments {
-            loss: c.loss,
-            ..Impairments::CLEAN
-        },
-    );
+    let mut world = common::lossy_world(seed, c.loss);
     world.configure(1, |e| e.service_credit = c.credit);
-    let options = PairOptions {
-        recovery: if c.selective {
-            Recovery::SelectiveRepeat
-        } else {
-            Recovery::GoBackN
-        },
-        timeout: 6, // 262 us: losses recovered in simulated time
-        ..PairOptions::default()
-    };
-    let p = Pair::connect(&mut world, &options);
+    let p = Pair::connect(&mut world, &common::recovering(c.selective));
     let seen = Rc::new(Cell::new(0));
     world.engines[1]
         .set_services(
@@ -155,20 +139,7 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
                 rkey: p.mr[1].rkey,
             }
         } else {
-            let recv = [Sge {
-                lkey: p.mr[1].lkey,
-                addr: p.mr[1].addr + at,
-                len,
-            }];
-            world.engines[1]
-                .post_recv(
-                    p.qp[1],
-                    &RecvWr {
-                        wr_id: i as u64,
-                        sgl: &recv,
-                    },
-                )
-                .unwrap();
+            common::post_recv(&mut world, &p, i as u64, at, len);
             SendOp::Send
         };
         world.engines[0]

@@ -1,6 +1,8 @@
 //! Each policy seam with a second implementation swapped in: the engine takes it, and what
 //! it decides shows on the wire or in memory.
 
+mod common;
+
 use std::time::Duration;
 
 use sluice_core::policy::{
@@ -418,20 +420,7 @@ fn an_in_line_stage_frames_send_read_and_zero_length_packets() {
         rkey: p.mr[1].rkey,
     };
     for i in 0..2 {
-        let recv = [Sge {
-            lkey: p.mr[1].lkey,
-            addr: p.mr[1].addr + 16384 + i * 8192,
-            len: 8192,
-        }];
-        world.engines[1]
-            .post_recv(
-                p.qp[1],
-                &RecvWr {
-                    wr_id: i,
-                    sgl: &recv,
-                },
-            )
-            .unwrap();
+        common::post_recv(&mut world, &p, i, 16384 + i * 8192, 8192);
     }
     let e = &mut world.engines[0];
     e.post_send(p.qp[0], &SendWr::new(1, read, &sge(0, 5000)))
@@ -475,20 +464,7 @@ fn an_empty_payload_that_was_not_framed_is_refused() {
     world.engines[1]
         .set_services(p.qp[1], vec![Box::new(Frame::default())])
         .unwrap();
-    let recv = [Sge {
-        lkey: p.mr[1].lkey,
-        addr: p.mr[1].addr,
-        len: 64,
-    }];
-    world.engines[1]
-        .post_recv(
-            p.qp[1],
-            &RecvWr {
-                wr_id: 9,
-                sgl: &recv,
-            },
-        )
-        .unwrap();
+    common::post_recv(&mut world, &p, 9, 0, 64);
     world.engines[0]
         .post_send(p.qp[0], &SendWr::new(1, SendOp::Send, &[]))
         .unwrap();

@@ -66,3 +66,48 @@ where
     }
     cases
 }
+
+/// Posts a receive on the pair's receiving end (host 1) for `len` bytes at `offset` in its
+/// region: the setup every SEND test repeats.
+pub(crate) fn post_recv(
+    world: &mut sluice_testkit::World,
+    p: &sluice_testkit::Pair,
+    wr_id: u64,
+    offset: u64,
+    len: u32,
+) {
+    let sgl = [sluice_core::Sge {
+        lkey: p.mr[1].lkey,
+        addr: p.mr[1].addr + offset,
+        len,
+    }];
+    world.engines[1]
+        .post_recv(p.qp[1], &sluice_core::RecvWr { wr_id, sgl: &sgl })
+        .unwrap();
+}
+
+/// Two hosts on a link that loses `loss` of its packets (and is otherwise clean).
+pub(crate) fn lossy_world(seed: u64, loss: f64) -> sluice_testkit::World {
+    sluice_testkit::World::new(
+        2,
+        seed,
+        sluice_testkit::Impairments {
+            loss,
+            ..sluice_testkit::Impairments::CLEAN
+        },
+    )
+}
+
+/// A pair that recovers with selective repeat (else go-back-N) and a timeout of 6
+/// (262 us), so that losses are recovered in simulated time.
+pub(crate) fn recovering(selective: bool) -> sluice_testkit::PairOptions {
+    sluice_testkit::PairOptions {
+        recovery: if selective {
+            sluice_core::Recovery::SelectiveRepeat
+        } else {
+            sluice_core::Recovery::GoBackN
+        },
+        timeout: 6,
+        ..sluice_testkit::PairOptions::default()
+    }
+}
