@@ -166,8 +166,6 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Two hosts through one switch at 100 Gbit/s, 1 us links, MTU 4096, one app writing
-/// `size` bytes with `depth` messages posted; `services` its `[services]` table.
 /// The median write-lat of `size`-byte messages with `svc`, in us, and the path MTU it ran at.
 fn measure_latency(size: u32, iterations: u64, svc: Svc) -> Result<(f64, u32), String> {
     let (_, latency, mtu) = measure(Test::WriteLat, size, iterations, svc)?;
@@ -198,6 +196,8 @@ fn model_sweep(
     scenarios
 }
 
+/// Two hosts through one switch at 100 Gbit/s, 1 us links, MTU 4096, one app writing
+/// `size` bytes with `depth` messages posted; `services` its `[services]` table.
 fn model_scenario(size: u32, depth: u32, window_us: f64, services: &str) -> String {
     format!(
         "name = \"balboa-model\"\n\
@@ -226,6 +226,46 @@ fn model_pass_us(size: u32) -> f64 {
     (packets * ENCRYPT_PACKET_NS + ENCRYPT_BYTE_NS * f64::from(size)) / 1e3
 }
 
+/// The message sizes both figures sweep.
+fn sizes(quick: bool) -> &'static [u32] {
+    if quick {
+        &[4096, 65536]
+    } else {
+        &[1024, 4096, 16384, 65536, 262_144, 1_048_576]
+    }
+}
+
+/// A check over every size: whether `each` holds at all of them, and its details joined
+/// with "; " (every size is judged and reported, not only up to the first failure).
+fn each_point<P>(points: &[P], each: impl Fn(&P) -> (bool, String)) -> (bool, String) {
+    let mut ok = true;
+    let mut details = Vec::new();
+    for p in points {
+        let (held, detail) = each(p);
+        ok &= held;
+        details.push(detail);
+    }
+    (ok, details.join("; "))
+}
+
+/// A figure's chart by message size, both axes logarithmic: one series per `(name, points)`.
+fn size_chart(title: &str, y_label: &str, series: Vec<(&str, Vec<(f64, f64)>)>) -> Chart {
+    Chart {
+        title: title.into(),
+        x_label: "message size (bytes)".into(),
+        y_label: y_label.into(),
+        x_log: true,
+        y_log: true,
+        series: series
+            .into_iter()
+            .map(|(name, points)| Series {
+                name: name.into(),
+                points,
+            })
+            .collect(),
+    }
+}
+
 /// One size's figures.
 #[derive(Debug, Clone, Copy)]
 struct Fig7Point {
@@ -248,11 +288,7 @@ struct Fig7Point {
 
 fn fig7(scale: Scale) -> Result<Report, String> {
     let quick = scale == Scale::Quick;
-    let sizes: &[u32] = if quick {
-        &[4096, 65536]
-    } else {
-        &[1024, 4096, 16384, 65536, 262_144, 1_048_576]
-    };
+    let sizes = sizes(quick);
     let mut report = Report::default();
 
     // The model: plain and in-line at each size, latency (depth 1) and bandwidth (depth 4),
@@ -368,9 +404,7 @@ fn fig7(scale: Scale) -> Result<Report, String> {
     // message takes no longer than the plain one plus one seal and one open pass over it;
     // bandwidth: its time per byte is at most the plain time per byte plus the cipher's.
     // A noise allowance of 30% of the plain figure (or 5 us) is added for the loaded VM.
-    let mut worst = String::new();
-    let mut ok = true;
-    for p in &points {
+    let (ok, detail) = each_point(&points, |p| {
         let cipher = p.seal_us + p.open_us;
         let allow = (0.3 * p.lat_plain).max(5.0);
         let lat_ok = p.lat_inline <= p.lat_plain + cipher + allow;
@@ -378,66 +412,63 @@ fn fig7(scale: Scale) -> Result<Report, String> {
         let t_plain = bits / (p.bw_plain * 1e3);
         let t_inline = bits / (p.bw_inline * 1e3);
         let bw_ok = t_inline <= (t_plain + cipher) * 1.3;
-        ok &= lat_ok && bw_ok;
-        worst.push_str(&format!(
-            "{} B: in-line - plain {} us against cipher {} us, {} us/msg against {} + {}; ",
+        let detail = format!(
+            "{} B: in-line - plain {} us against cipher {} us, {} us/msg against {} + {}",
             p.size,
             f(p.lat_inline - p.lat_plain, 1),
             f(cipher, 1),
             f(t_inline, 1),
             f(t_plain, 1),
             f(cipher, 1)
-        ));
-    }
+        );
+        (lat_ok && bw_ok, detail)
+    });
     report.checks.push(Check::shape(
         "in-line encryption within the cipher's own cost (measured, loopback)",
         ok,
-        worst.trim_end_matches("; ").to_string(),
+        detail,
     ));
     // Shape 2: the doorbell baseline is slower than plain transfer by at least one pass over
     // the buffer, measured (its latency is one flow; its bandwidth adds the pass to the
     // plain transfer's time, so by construction).
-    let mut detail = String::new();
-    let mut ok = true;
-    for p in &points {
-        ok &= p.lat_doorbell - p.lat_plain >= p.open_us;
-        detail.push_str(&format!(
-            "{} B: doorbell {} us against plain {} + open {} us; ",
+    let (ok, detail) = each_point(&points, |p| {
+        let detail = format!(
+            "{} B: doorbell {} us against plain {} + open {} us",
             p.size,
             f(p.lat_doorbell, 1),
             f(p.lat_plain, 1),
             f(p.open_us, 1),
-        ));
-    }
+        );
+        (p.lat_doorbell - p.lat_plain >= p.open_us, detail)
+    });
     report.checks.push(Check::shape(
         "doorbell baseline slower than plain by a buffer pass (measured, one flow)",
         ok,
-        detail.trim_end_matches("; ").to_string(),
+        detail,
     ));
     // Shape 3: in the model, where the stage runs beside the link as BALBOA's does, the
     // doorbell is slower than plain by a pass and slower than the in-line stage, which
     // overlaps its pass with the transfer, in latency and in bandwidth.
-    let mut detail = String::new();
-    let mut ok = true;
-    for p in &points {
+    let (ok, detail) = each_point(&points, |p| {
         let pass = model_pass_us(p.size);
-        ok &= p.sim_lat_doorbell - p.sim_lat_plain >= pass
+        let held = p.sim_lat_doorbell - p.sim_lat_plain >= pass
             && p.sim_lat_doorbell > p.sim_lat_inline
             && p.sim_bw_doorbell < p.sim_bw_inline;
-        detail.push_str(&format!(
-            "{} B: doorbell {} us / in-line {} us (pass {} us), {} / {} Gbit/s; ",
+        let detail = format!(
+            "{} B: doorbell {} us / in-line {} us (pass {} us), {} / {} Gbit/s",
             p.size,
             f(p.sim_lat_doorbell, 2),
             f(p.sim_lat_inline, 2),
             f(pass, 2),
             f(p.sim_bw_doorbell, 1),
             f(p.sim_bw_inline, 1)
-        ));
-    }
+        );
+        (held, detail)
+    });
     report.checks.push(Check::shape(
         "doorbell baseline slower than plain by a buffer pass, and than in-line (model)",
         ok,
-        detail.trim_end_matches("; ").to_string(),
+        detail,
     ));
     // The same comparison measured: on one core per end the in-line stage costs the
     // datapath's own CPU, so BALBOA's advantage is not expected here (reported, not
@@ -471,75 +502,36 @@ fn fig7(scale: Scale) -> Result<Report, String> {
     };
     report.plots.push((
         "balboa-fig7".into(),
-        Chart {
-            title: "BALBOA Fig 7a: WRITE latency by size".into(),
-            x_label: "message size (bytes)".into(),
-            y_label: "latency (us)".into(),
-            x_log: true,
-            y_log: true,
-            series: vec![
-                Series {
-                    name: "plain (measured)".into(),
-                    points: xs(&|p| p.lat_plain),
-                },
-                Series {
-                    name: "in-line AES-GCM (measured)".into(),
-                    points: xs(&|p| p.lat_inline),
-                },
-                Series {
-                    name: "doorbell + decrypt (measured)".into(),
-                    points: xs(&|p| p.lat_doorbell),
-                },
-                Series {
-                    name: "plain (model)".into(),
-                    points: xs(&|p| p.sim_lat_plain),
-                },
-                Series {
-                    name: "in-line (model)".into(),
-                    points: xs(&|p| p.sim_lat_inline),
-                },
-                Series {
-                    name: "doorbell + decrypt (model)".into(),
-                    points: xs(&|p| p.sim_lat_doorbell),
-                },
+        size_chart(
+            "BALBOA Fig 7a: WRITE latency by size",
+            "latency (us)",
+            vec![
+                ("plain (measured)", xs(&|p| p.lat_plain)),
+                ("in-line AES-GCM (measured)", xs(&|p| p.lat_inline)),
+                ("doorbell + decrypt (measured)", xs(&|p| p.lat_doorbell)),
+                ("plain (model)", xs(&|p| p.sim_lat_plain)),
+                ("in-line (model)", xs(&|p| p.sim_lat_inline)),
+                ("doorbell + decrypt (model)", xs(&|p| p.sim_lat_doorbell)),
             ],
-        },
+        ),
     ));
     report.plots.push((
         "balboa-fig7-bw".into(),
-        Chart {
-            title: "BALBOA Fig 7b: WRITE bandwidth by size".into(),
-            x_label: "message size (bytes)".into(),
-            y_label: "Gbit/s".into(),
-            x_log: true,
-            y_log: true,
-            series: vec![
-                Series {
-                    name: "plain (measured)".into(),
-                    points: xs(&|p| p.bw_plain),
-                },
-                Series {
-                    name: "in-line AES-GCM (measured)".into(),
-                    points: xs(&|p| p.bw_inline),
-                },
-                Series {
-                    name: "doorbell + decrypt (measured parts)".into(),
-                    points: xs(&|p| p.bw_doorbell),
-                },
-                Series {
-                    name: "plain (model)".into(),
-                    points: xs(&|p| p.sim_bw_plain),
-                },
-                Series {
-                    name: "in-line (model)".into(),
-                    points: xs(&|p| p.sim_bw_inline),
-                },
-                Series {
-                    name: "doorbell + decrypt (model)".into(),
-                    points: xs(&|p| p.sim_bw_doorbell),
-                },
+        size_chart(
+            "BALBOA Fig 7b: WRITE bandwidth by size",
+            "Gbit/s",
+            vec![
+                ("plain (measured)", xs(&|p| p.bw_plain)),
+                ("in-line AES-GCM (measured)", xs(&|p| p.bw_inline)),
+                (
+                    "doorbell + decrypt (measured parts)",
+                    xs(&|p| p.bw_doorbell),
+                ),
+                ("plain (model)", xs(&|p| p.sim_bw_plain)),
+                ("in-line (model)", xs(&|p| p.sim_bw_inline)),
+                ("doorbell + decrypt (model)", xs(&|p| p.sim_bw_doorbell)),
             ],
-        },
+        ),
     ));
     report.notes = vec![
         "Measured: `sluice perf write-lat`/`write-bw` over loopback in this process (median latency; \
@@ -604,6 +596,16 @@ fn accuracy(quick: bool) -> Result<sluice_inspect::train::Evaluation, String> {
     ))
 }
 
+/// The evaluation's chunks of code (positive) and of everything else (negative).
+fn positives_negatives(e: &sluice_inspect::train::Evaluation) -> (usize, usize) {
+    e.per_kind.iter().fold(
+        (0, 0),
+        |(p, n), &(k, c, _)| {
+            if k.positive() { (p + c, n) } else { (p, n + c) }
+        },
+    )
+}
+
 fn pct(x: f64) -> String {
     format!("{:.2}%", 100.0 * x)
 }
@@ -628,11 +630,7 @@ struct Fig8Point {
 
 fn fig8(scale: Scale) -> Result<Report, String> {
     let quick = scale == Scale::Quick;
-    let sizes: &[u32] = if quick {
-        &[4096, 65536]
-    } else {
-        &[1024, 4096, 16384, 65536, 262_144, 1_048_576]
-    };
+    let sizes = sizes(quick);
     let mut report = Report::default();
 
     let beside = "[services]\nall = [\"inspect\"]\n";
@@ -684,13 +682,7 @@ fn fig8(scale: Scale) -> Result<Report, String> {
     report.table = Table::new(&["what", "Sluice", "source", "paper"]);
     match &eval {
         Ok(e) => {
-            let (pos, neg) =
-                e.per_kind.iter().fold(
-                    (0, 0),
-                    |(p, n), &(k, c, _)| {
-                        if k.positive() { (p + c, n) } else { (p, n + c) }
-                    },
-                );
+            let (pos, neg) = positives_negatives(e);
             report.table.row(vec![
                 "detection, whole 512 B chunks of code".into(),
                 format!("{} of {pos} chunks", pct(e.detection())),
@@ -770,13 +762,7 @@ fn fig8(scale: Scale) -> Result<Report, String> {
 
     match &eval {
         Ok(e) => {
-            let (pos, neg) =
-                e.per_kind.iter().fold(
-                    (0, 0),
-                    |(p, n), &(k, c, _)| {
-                        if k.positive() { (p + c, n) } else { (p, n + c) }
-                    },
-                );
+            let (pos, neg) = positives_negatives(e);
             report.checks.push(Check::shape(
                 "detection and false-positive rates measured on the corpus (and the model separates them)",
                 pos > 0 && neg > 0 && e.detection() > e.false_positive(),
@@ -808,27 +794,23 @@ fn fig8(scale: Scale) -> Result<Report, String> {
     }
     // Beside the path: within noise of no inspection. In the model the datapath never waits
     // for the inspector (its own budget), so within 1%.
-    let ok = points.iter().all(|p| {
-        (p.sim_bw_beside - p.sim_bw_plain).abs() <= 0.01 * p.sim_bw_plain
-            && (p.sim_lat_beside - p.sim_lat_plain).abs() <= 0.01 * p.sim_lat_plain
+    let (ok, detail) = each_point(&points, |p| {
+        let held = (p.sim_bw_beside - p.sim_bw_plain).abs() <= 0.01 * p.sim_bw_plain
+            && (p.sim_lat_beside - p.sim_lat_plain).abs() <= 0.01 * p.sim_lat_plain;
+        let detail = format!(
+            "{} B: {} / {} Gbit/s, {} / {} us",
+            p.size,
+            f(p.sim_bw_beside, 1),
+            f(p.sim_bw_plain, 1),
+            f(p.sim_lat_beside, 2),
+            f(p.sim_lat_plain, 2)
+        );
+        (held, detail)
     });
     report.checks.push(Check::shape(
         "bandwidth and latency beside the path within noise of none (model)",
         ok,
-        points
-            .iter()
-            .map(|p| {
-                format!(
-                    "{} B: {} / {} Gbit/s, {} / {} us",
-                    p.size,
-                    f(p.sim_bw_beside, 1),
-                    f(p.sim_bw_plain, 1),
-                    f(p.sim_lat_beside, 2),
-                    f(p.sim_lat_plain, 2)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        detail,
     ));
     // Measured: `--inspect` runs the classifier on a thread of its own beside each end's
     // engine (`sluice_net::Threaded`), passing over what it has no time for; on this
@@ -848,67 +830,31 @@ fn fig8(scale: Scale) -> Result<Report, String> {
     };
     report.plots.push((
         "balboa-fig8".into(),
-        Chart {
-            title: "BALBOA Fig 8: WRITE bandwidth with and without inspection".into(),
-            x_label: "message size (bytes)".into(),
-            y_label: "Gbit/s".into(),
-            x_log: true,
-            y_log: true,
-            series: vec![
-                Series {
-                    name: "plain (measured)".into(),
-                    points: xs(&|p| p.bw_plain),
-                },
-                Series {
-                    name: "--inspect (measured)".into(),
-                    points: xs(&|p| p.bw_inspect),
-                },
-                Series {
-                    name: "plain (model)".into(),
-                    points: xs(&|p| p.sim_bw_plain),
-                },
-                Series {
-                    name: "beside the path (model)".into(),
-                    points: xs(&|p| p.sim_bw_beside),
-                },
-                Series {
-                    name: "in line (model)".into(),
-                    points: xs(&|p| p.sim_bw_inline),
-                },
+        size_chart(
+            "BALBOA Fig 8: WRITE bandwidth with and without inspection",
+            "Gbit/s",
+            vec![
+                ("plain (measured)", xs(&|p| p.bw_plain)),
+                ("--inspect (measured)", xs(&|p| p.bw_inspect)),
+                ("plain (model)", xs(&|p| p.sim_bw_plain)),
+                ("beside the path (model)", xs(&|p| p.sim_bw_beside)),
+                ("in line (model)", xs(&|p| p.sim_bw_inline)),
             ],
-        },
+        ),
     ));
     report.plots.push((
         "balboa-fig8-lat".into(),
-        Chart {
-            title: "BALBOA Fig 8: WRITE latency with and without inspection".into(),
-            x_label: "message size (bytes)".into(),
-            y_label: "latency (us)".into(),
-            x_log: true,
-            y_log: true,
-            series: vec![
-                Series {
-                    name: "plain (measured)".into(),
-                    points: xs(&|p| p.lat_plain),
-                },
-                Series {
-                    name: "--inspect (measured)".into(),
-                    points: xs(&|p| p.lat_inspect),
-                },
-                Series {
-                    name: "plain (model)".into(),
-                    points: xs(&|p| p.sim_lat_plain),
-                },
-                Series {
-                    name: "beside the path (model)".into(),
-                    points: xs(&|p| p.sim_lat_beside),
-                },
-                Series {
-                    name: "in line (model)".into(),
-                    points: xs(&|p| p.sim_lat_inline),
-                },
+        size_chart(
+            "BALBOA Fig 8: WRITE latency with and without inspection",
+            "latency (us)",
+            vec![
+                ("plain (measured)", xs(&|p| p.lat_plain)),
+                ("--inspect (measured)", xs(&|p| p.lat_inspect)),
+                ("plain (model)", xs(&|p| p.sim_lat_plain)),
+                ("beside the path (model)", xs(&|p| p.sim_lat_beside)),
+                ("in line (model)", xs(&|p| p.sim_lat_inline)),
             ],
-        },
+        ),
     ));
     report.notes = vec![
         "Accuracy is the shipped model (crates/inspect/models) evaluated on the held-out part of the \
@@ -930,4 +876,28 @@ fn fig8(scale: Scale) -> Result<Report, String> {
             .into(),
     ];
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_point_judges_and_reports_every_size_past_a_failure() {
+        let (ok, detail) = each_point(&[1, 2, 3], |&n| (n != 2, format!("{n} B")));
+        assert!(!ok);
+        assert_eq!(detail, "1 B; 2 B; 3 B");
+        let (ok, _) = each_point(&[1, 3], |&n| (n != 2, String::new()));
+        assert!(ok);
+    }
+
+    #[test]
+    fn size_chart_keeps_the_series_in_order_on_log_axes() {
+        let c = size_chart("t", "Gbit/s", vec![("a", vec![(1.0, 2.0)]), ("b", vec![])]);
+        let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(c.series[0].points, [(1.0, 2.0)]);
+        assert!(c.x_log && c.y_log);
+        assert_eq!(c.x_label, "message size (bytes)");
+    }
 }
