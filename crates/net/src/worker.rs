@@ -144,6 +144,36 @@ impl Threaded {
     fn dead(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
+
+    /// `bytes` in a buffer the ring gave back (or a new one while none has come back yet).
+    fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        buf
+    }
+
+    /// Hands `job` to the worker (the caller saw room) and records what it owes back, in
+    /// the order offered; wakes the worker if it sleeps.
+    fn submit(&mut self, job: Job, psn: sluice_wire::Psn, opcode: sluice_wire::Opcode) -> bool {
+        let returned = Returned {
+            psn,
+            opcode,
+            direction: job.direction,
+            len: job.bytes.len() as u32,
+            flags: ServiceFlags::NONE,
+        };
+        if self.jobs.push(job).is_err() {
+            return false; // not full a moment ago, and only this thread pushes
+        }
+        self.out.push_back(returned);
+        if self.shared.sleeping.load(Ordering::SeqCst)
+            && let Some(t) = &self.thread
+        {
+            t.thread().unpark();
+        }
+        true
+    }
 }
 
 impl Service for Threaded {
@@ -168,33 +198,15 @@ impl Service for Threaded {
             self.full += 1;
             return false;
         }
-        let mut bytes = self.spare.pop().unwrap_or_default();
-        bytes.clear();
-        bytes.extend_from_slice(payload);
         let job = Job {
             qpn: packet.qpn,
             headers: *packet.headers,
             direction: packet.direction,
             flags: ServiceFlags::NONE,
             landing: None,
-            bytes,
+            bytes: self.copy_of(payload),
         };
-        if self.jobs.push(job).is_err() {
-            return false; // not full a moment ago, and only this thread pushes
-        }
-        self.out.push_back(Returned {
-            psn: packet.psn,
-            opcode: packet.opcode,
-            direction: packet.direction,
-            len: payload.len() as u32,
-            flags: ServiceFlags::NONE,
-        });
-        if self.shared.sleeping.load(Ordering::SeqCst)
-            && let Some(t) = &self.thread
-        {
-            t.thread().unpark();
-        }
-        true
+        self.submit(job, packet.psn, packet.opcode)
     }
 
     fn on_landing(&self) -> bool {
@@ -213,9 +225,6 @@ impl Service for Threaded {
             self.full += 1;
             return false;
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(bytes);
         // The headers say nothing here: a landing is known by where it goes.
         let headers = RoceHeaders {
             bth: sluice_wire::Bth::new(
@@ -232,24 +241,9 @@ impl Service for Threaded {
             direction: Direction::Receive,
             flags: ServiceFlags::NONE,
             landing: Some((at, offset)),
-            bytes: buf,
+            bytes: self.copy_of(bytes),
         };
-        if self.jobs.push(job).is_err() {
-            return false;
-        }
-        self.out.push_back(Returned {
-            psn: headers.bth.psn,
-            opcode: headers.bth.opcode,
-            direction: Direction::Receive,
-            len: bytes.len() as u32,
-            flags: ServiceFlags::NONE,
-        });
-        if self.shared.sleeping.load(Ordering::SeqCst)
-            && let Some(t) = &self.thread
-        {
-            t.thread().unpark();
-        }
-        true
+        self.submit(job, headers.bth.psn, headers.bth.opcode)
     }
 
     fn collect(&mut self, out: &mut Vec<Returned>, put_back: &mut dyn FnMut(Landing, &[u8])) {
