@@ -264,11 +264,11 @@ struct PerfArgs {
     #[arg(long)]
     inspect: bool,
     /// Run stages beside the path (`inspect`, `count`) and the `dlrm` offload on the engine's own thread instead
-    /// of each on a thread of its own (for comparing the two).
+    /// of on a worker thread per stage kind shared by all queue pairs (for comparing the two).
     #[arg(long)]
     services_on_engine: bool,
     /// How long a completion waits at most, in milliseconds, for the flags of a stage
-    /// beside the path on its own thread (`--inspect`); past it, it goes without them and
+    /// beside the path on its worker thread (`--inspect`); past it, it goes without them and
     /// flags that come later are counted (`flags_after_completion`). Default 0: never
     /// waits (what the stage returned by the next poll still reaches the completion).
     #[arg(long, value_name = "MS", default_value_t = 0.0)]

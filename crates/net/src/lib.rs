@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 
 pub use capture::{Capture, CaptureFilter};
 pub use device::{DEFAULT_TOS, Device, DeviceConfig};
-pub use worker::{Threaded, set_low_priority};
+pub use worker::{ServiceWorker, Threaded, set_low_priority};
 
 /// The MTU of the route from `local` to `peer` (the link's, or a smaller path MTU the kernel
 /// learnt): what a RoCE packet plus its IP and UDP headers must fit in.

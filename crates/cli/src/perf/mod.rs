@@ -337,8 +337,9 @@ pub struct PolicyOptions {
     /// How queue pairs recover lost packets (`--recovery`); default go-back-N.
     pub recovery: sluice_core::Recovery,
     /// `--services-on-engine`: run stages beside the path (`inspect`, `count`) on the
-    /// engine's thread, as the simulator does, instead of each on a thread of its own
-    /// (`sluice_net::Threaded`); for comparing the two.
+    /// engine's thread, as the simulator does, instead of on a worker thread per stage
+    /// kind shared by the device's queue pairs (`sluice_net::ServiceWorker`); for
+    /// comparing the two.
     pub services_on_engine: bool,
 }
 
@@ -386,11 +387,13 @@ impl PolicyOptions {
 
     /// [`PolicyOptions::build_services`] for the real datapath: each stage beside the path
     /// that can run off the engine's thread (`inspect`, `count`, and `dlrm` where READ data lands)
-    /// on a thread of its own, with room for `capacity` payloads in flight (the engine's
-    /// receive credit bounds them), unless `services_on_engine`.
+    /// on `workers`' worker for its kind (one thread per stage kind for all of a device's
+    /// queue pairs), with room for `capacity` payloads in flight (the engine's receive
+    /// credit bounds them), unless `services_on_engine`.
     pub fn build_services_threaded(
         &self,
         capacity: usize,
+        workers: &mut ServiceWorkers,
     ) -> Result<Vec<Box<dyn sluice_core::policy::Service>>, String> {
         let mut services = self.build_services().map_err(|e| e.to_string())?;
         if self.services_on_engine {
@@ -416,9 +419,10 @@ impl PolicyOptions {
                 _ => continue,
             };
             let local = (named.name == "dlrm").then(|| std::mem::replace(s, Box::new(Placeholder)));
-            let t = sluice_net::Threaded::spawn_with_local(stage, local, capacity)
+            let worker = workers
+                .worker(&named.name, stage.on_landing())
                 .map_err(|e| format!("--service {}: cannot start its thread: {e}", named.name))?;
-            *s = Box::new(t);
+            *s = Box::new(worker.register(stage, local, capacity));
         }
         Ok(services)
     }
@@ -445,6 +449,34 @@ impl PolicyOptions {
                 .info(&s.name)
                 .is_some_and(|i| i.both_ends)
         })
+    }
+}
+
+/// One device's service workers, by stage kind: each started when a queue pair first
+/// asks for it, then shared by the device's later queue pairs. Held while the queue pairs
+/// connect; dropping it leaves each worker to the queue pairs on it (the last to go stops
+/// it).
+#[derive(Debug, Default)]
+pub struct ServiceWorkers {
+    by_kind: Vec<(String, sluice_net::ServiceWorker)>,
+}
+
+impl ServiceWorkers {
+    /// The worker for stages called `name`, started now if none is yet.
+    fn worker(
+        &mut self,
+        name: &str,
+        on_landing: bool,
+    ) -> std::io::Result<&sluice_net::ServiceWorker> {
+        let i = match self.by_kind.iter().position(|(k, _)| k == name) {
+            Some(i) => i,
+            None => {
+                let w = sluice_net::ServiceWorker::spawn(name, on_landing)?;
+                self.by_kind.push((name.to_string(), w));
+                self.by_kind.len() - 1
+            }
+        };
+        Ok(&self.by_kind[i].1)
     }
 }
 

@@ -762,6 +762,8 @@ fn open(
     let path_mtu = negotiated.mtu;
     let mut index = HashMap::with_capacity(qps as usize);
     let mut ends = Vec::with_capacity(qps as usize);
+    // One worker thread per stage kind for all of this device's queue pairs.
+    let mut workers = super::ServiceWorkers::default();
     for (i, (qpn, (l, r))) in qpns.iter().zip(local.iter().zip(peer.iter())).enumerate() {
         let mut c = Connection::new(
             r.gid_ip(),
@@ -799,7 +801,7 @@ fn open(
         let credit = sluice_core::EngineConfig::default().service_credit.packets as usize;
         let mut services = o
             .policies
-            .build_services_threaded(credit)
+            .build_services_threaded(credit, &mut workers)
             .map_err(PerfError::Usage)?;
         // Encryption last on the way out and so first on the way in: the other services
         // see the plaintext.
