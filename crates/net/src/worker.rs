@@ -498,7 +498,8 @@ fn run(core: &Core, low_priority: bool) {
         if core.stop.load(Ordering::Relaxed) {
             return;
         }
-        if core.changed.swap(false, Ordering::SeqCst) {
+        // A plain load a pass; the swap only when someone registered.
+        if core.changed.load(Ordering::Relaxed) && core.changed.swap(false, Ordering::SeqCst) {
             match core.joining.lock() {
                 Ok(mut j) => slots.append(&mut j),
                 Err(poisoned) => slots.append(&mut poisoned.into_inner()),
@@ -525,7 +526,8 @@ fn run(core: &Core, low_priority: bool) {
         }
         core.sleeping.store(true, Ordering::SeqCst);
         // Checked again after saying so: a push in between either is seen here or sees
-        // `sleeping` and unparks (the pusher fences between its push and its look).
+        // `sleeping` and unparks (each side fences between its store and its look).
+        fence(Ordering::SeqCst);
         let idle = slots.iter().all(|s| s.jobs.is_empty() && s.held.is_none())
             && !core.changed.load(Ordering::SeqCst)
             && !core.stop.load(Ordering::SeqCst);
