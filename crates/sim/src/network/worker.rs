@@ -186,8 +186,9 @@ impl Network<'_> {
         self.worker_clock(host);
         let now = super::to_instant(self.now);
         self.hosts[host as usize].engine.run_deferred_at(now, 0);
-        let mut wake = None;
-        for c in self.cores(host) {
+        // Each core its own wake-up (one per host would leave a later core's unset).
+        let mut wake: [Option<Ps>; 2] = [None; 2];
+        for (k, c) in self.cores(host).iter().enumerate() {
             let mut c = c.borrow_mut();
             c.retire(self.now);
             if c.wake_at.is_some_and(|t| t <= self.now) {
@@ -196,11 +197,11 @@ impl Network<'_> {
             if let Some(&next) = c.done_at.front() {
                 if c.wake_at.is_none_or(|t| t > next) {
                     c.wake_at = Some(next);
-                    wake = Some(wake.map_or(next, |w: Ps| w.min(next)));
+                    wake[k] = Some(next);
                 }
             }
         }
-        if let Some(at) = wake {
+        for at in wake.into_iter().flatten() {
             self.events.push(at, Ev::WorkerDone { host });
         }
     }
