@@ -410,6 +410,24 @@ mod tests {
     }
 
     #[test]
+    fn the_offload_and_the_credit_default_to_the_measured_cost_and_the_engines_credit() {
+        let c = parse("all = [\"offload\"]\n");
+        c.check().unwrap();
+        assert_eq!(c.all_set(), OFFLOAD);
+        assert!(c.on_worker(OFFLOAD) && !c.on_worker(INSPECT | ENCRYPT));
+        let o = c.offload_cost();
+        assert_eq!((o.placement, o.ps(4096)), (Placement::Worker, 2_908_160));
+        assert_eq!(c.credit(), sluice_core::ServiceCredit::default());
+        let c = parse("[inspect]\nplacement = \"worker\"\n[credit]\npackets = 8\n");
+        c.check().unwrap();
+        assert!(c.on_worker(INSPECT));
+        assert_eq!(
+            (c.credit().packets, c.credit().bytes),
+            (8, sluice_core::ServiceCredit::default().bytes)
+        );
+    }
+
+    #[test]
     fn given_costs_replace_the_defaults_field_by_field() {
         let c = parse(
             "[encrypt]\nns_per_packet = 25\n[inspect]\nns_per_byte = 0\nplacement = \"in-line\"\n",
