@@ -570,3 +570,107 @@ fn landed_reads_complete_once_with_every_byte_mapped_under_loss() {
         },
     );
 }
+
+/// READs whose responses a deferred asynchronous stage on the requester takes one at a time,
+/// with a credit far smaller than a READ: past it, responses are dropped and recovered. Under
+/// go-back-N only the response the READ expects is offered (one past a gap would be
+/// discarded, and taking the credit it crowded out the re-requested one, so the READ never
+/// progressed): every READ completes once with its bytes, and the stage saw each response
+/// exactly once. Under selective repeat responses held past a gap are offered too, so at
+/// least once.
+#[test]
+fn reads_through_a_deferred_stage_within_a_small_credit_each_response_once() {
+    common::check_cases(
+        12,
+        &(
+            prop::collection::vec(1u32..20_000, 2..6),
+            1u32..6,
+            1u64..5,
+            any::<bool>(),
+            any::<u64>(),
+        ),
+        6,
+        |(sizes, packets, cost_us, selective, seed)| {
+            let mut world = common::lossy_world(seed, 0.0);
+            world.configure(0, |e| {
+                e.service_credit = ServiceCredit {
+                    packets,
+                    bytes: 1 << 20,
+                }
+            });
+            let p = Pair::connect(&mut world, &common::recovering(selective));
+            let tally = Rc::new(Tally::default());
+            world.engines[0]
+                .set_services(p.qp[0], vec![stage(true, &tally)])
+                .unwrap();
+            let mut at = 0u64;
+            let mut reads = Vec::new();
+            for (i, &len) in sizes.iter().enumerate() {
+                let data = bytes(len, false, i as u32);
+                world.engines[1].mr_bytes_mut(p.mr[1].lkey).unwrap()
+                    [at as usize..at as usize + data.len()]
+                    .copy_from_slice(&data);
+                let sge = [Sge {
+                    lkey: p.mr[0].lkey,
+                    addr: p.mr[0].addr + at,
+                    len,
+                }];
+                let op = SendOp::Read {
+                    remote_addr: p.mr[1].addr + at,
+                    rkey: p.mr[1].rkey,
+                };
+                world.engines[0]
+                    .post_send(p.qp[0], &SendWr::new(i as u64, op, &sge))
+                    .unwrap();
+                reads.push((at, data));
+                at += u64::from(len).next_multiple_of(64);
+            }
+            let (n, cq) = (sizes.len(), p.send_cq[0]);
+            let cost = Duration::from_micros(cost_us);
+            let mut next = world.now + cost;
+            let mut done = false;
+            for _ in 0..100_000 {
+                if done || world.now.as_nanos() > 30_000_000_000 {
+                    break;
+                }
+                done = world.run_until(Duration::from_secs(30), |w| {
+                    while next <= w.now {
+                        tally.allowance.set(tally.allowance.get() + 1);
+                        w.engines[0].run_deferred(0);
+                        next = next + cost;
+                    }
+                    w.engines[0].cq_len(cq) == n
+                });
+                if !done {
+                    world.now = world.now + cost;
+                }
+            }
+            prop_assert!(done, "not every READ completed");
+            let mut ids: Vec<u64> = Pair::completions(&mut world, 0, cq)
+                .iter()
+                .map(|c| {
+                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                    c.wr_id
+                })
+                .collect();
+            ids.sort_unstable();
+            prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+            let memory = world.engines[0].mr_bytes(p.mr[0].lkey).unwrap();
+            for (i, (at, data)) in reads.iter().enumerate() {
+                prop_assert!(
+                    memory[*at as usize..*at as usize + data.len()] == data[..],
+                    "READ {} differs",
+                    i
+                );
+            }
+            prop_assert!(tally.peak.get() <= u64::from(packets));
+            let responses: u64 = sizes.iter().map(|&l| u64::from(l.div_ceil(1024))).sum();
+            if selective {
+                prop_assert!(tally.offered.get() >= responses);
+            } else {
+                prop_assert_eq!(tally.offered.get(), responses, "each response once");
+            }
+            Ok(())
+        },
+    );
+}

@@ -37,6 +37,7 @@ mod paced;
 use paced::{add_paced_counters, build_paced};
 /// Issue 35: modelled payload services (`[services]`).
 mod served;
+mod worker;
 use crate::services::ServiceSet;
 use served::Served;
 
@@ -142,6 +143,10 @@ enum Ev {
     },
     /// The receiving stage of `host` (`[services]`) has finished its packet.
     OpenDone {
+        host: NodeId,
+    },
+    /// A worker of `host` (`[services]`, on a worker) is done with a payload.
+    WorkerDone {
         host: NodeId,
     },
 }
@@ -641,6 +646,7 @@ impl<'a> Network<'a> {
                 ack_every_packets: cc.ack_every_packets.unwrap_or(t.ack_every_packets),
                 ack_request_every: t.ack_request_every,
                 line_rate_bps: topo.nodes[h as usize][0].bps,
+                service_credit: scenario.services.credit(),
                 ..EngineConfig::default()
             };
             let policies = scenario
@@ -910,6 +916,7 @@ impl<'a> Network<'a> {
                 Ev::WeirProbe { host } => self.weir_probe(host),
                 Ev::SealDone { host } => self.seal_done(host),
                 Ev::OpenDone { host } => self.receive_done(host),
+                Ev::WorkerDone { host } => self.worker_done(host),
                 Ev::Sample => {
                     self.sample();
                     if self.flows_open > 0 || self.apps_open > 0 {
@@ -975,7 +982,9 @@ impl<'a> Network<'a> {
             self.counters.receive = Some(rx.counters);
         }
         if let Some(svc) = &self.svc {
-            self.counters.service_model = Some(svc.counters());
+            let mut m = svc.counters();
+            m.worker = self.worker_counters();
+            self.counters.service_model = Some(m);
         }
         let nic = self.scenario.transport.nic_delay_ns * PS_PER_NS;
         let flows = self
@@ -1101,7 +1110,7 @@ impl<'a> Network<'a> {
             self.flow_of_qp.insert(at, (key, f.id));
         }
         let set = self.svc.as_ref().map_or(0, |s| s.all);
-        self.connect_pair(f.src, f.dst, qp, self.ccx, self.cc_control, set)?;
+        self.connect_pair(f.src, f.dst, qp, self.ccx, self.cc_control, set, 1)?;
         self.write_flow(f, qp)
     }
 
@@ -1183,7 +1192,9 @@ impl<'a> Network<'a> {
             }
             (Some(s), None) => s.all,
         };
-        self.connect_pair(src, dst, qp, ccx, cc_control, set)?;
+        // The end that receives the data: a READ's requester, else the responder.
+        let data_at = if spec.op == AppOp::Read { 0 } else { 1 };
+        self.connect_pair(src, dst, qp, ccx, cc_control, set, data_at)?;
         let tenant = sluice_core::policy::Tenant {
             id: spec.tenant,
             weight: spec.weight,
@@ -1362,7 +1373,9 @@ impl<'a> Network<'a> {
 
     /// Connects queue pairs `qp` of hosts `a` and `b` to each other, with the scenario's
     /// transport settings and services, CC header `ccx` (and Sluice control packets if
-    /// `cc_control`).
+    /// `cc_control`). Stages on a worker go to the end `data_at` (0: `a`, 1: `b`), the one
+    /// that receives the data.
+    #[allow(clippy::too_many_arguments)]
     fn connect_pair(
         &mut self,
         a: NodeId,
@@ -1371,6 +1384,7 @@ impl<'a> Network<'a> {
         ccx: Option<sluice_wire::CcxLayout>,
         cc_control: bool,
         set: ServiceSet,
+        data_at: usize,
     ) -> Result<(), sluice_core::Error> {
         let t = &self.scenario.transport;
         for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
@@ -1394,12 +1408,17 @@ impl<'a> Network<'a> {
             };
             self.hosts[me as usize].engine.connect(qp[i], &c)?;
             let encrypt = set & crate::services::ENCRYPT != 0;
-            if !self.scenario.policies.services.is_empty() || encrypt {
+            let workers = match self.svc.as_ref() {
+                Some(svc) if i == data_at => svc.worker_stages(me, set),
+                _ => Vec::new(),
+            };
+            if !self.scenario.policies.services.is_empty() || encrypt || !workers.is_empty() {
                 let mut services = self
                     .scenario
                     .policies
                     .build_services()
                     .expect("checked when the scenario was loaded");
+                services.extend(workers);
                 if encrypt {
                     // Last, as `sluice perf --encrypt` puts it: its overhead shortens the
                     // queue pair's segments.
@@ -1510,6 +1529,7 @@ impl<'a> Network<'a> {
 
     /// After the engine of `host` did anything: its completions, its port, its timer.
     fn after_engine(&mut self, host: NodeId) {
+        self.worker_after(host);
         let cq = self.hosts[host as usize].cq;
         while let Ok(Some(c)) = self.hosts[host as usize].engine.poll_cq(cq) {
             if self.hosts[host as usize].paced.is_some()
@@ -1679,6 +1699,7 @@ impl<'a> Network<'a> {
             self.note_probe_reply(host, self.packets[pkt as usize].src, &c);
         }
         // The engine reads the headers where they lie; the slot is freed after.
+        self.worker_clock(host);
         self.hosts[host as usize].engine.handle_packet(
             to_instant(self.now),
             from,

@@ -368,6 +368,19 @@ pub fn summary_json(scenario: &str, runs: &[RunResult]) -> serde_json::Value {
                     "inspect_busy_ns": m.inspect_busy_ns,
                     "inspect_skipped": m.inspect_skipped,
                 });
+                // Only with a stage on a worker.
+                if let Some(w) = &m.worker {
+                    run["service_model"]["worker"] = json!({
+                        "packets": w.packets,
+                        "bytes": w.bytes,
+                        "busy_ns": w.busy_ns,
+                        "peak_out_packets": w.peak_out_packets,
+                        "peak_out_bytes": w.peak_out_bytes,
+                        "credit_drops": w.credit_drops,
+                        "uninspected": w.uninspected,
+                        "held_completions": w.held_completions,
+                    });
+                }
             }
             if let Some(d) = &c.decoupled {
                 run["decoupled"] = decoupled_json(d, r.simulated_ns);

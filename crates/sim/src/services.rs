@@ -14,6 +14,16 @@
 //!   waiting passes the packet over uninspected (counted), as a classifier that cannot keep
 //!   up must (sample), rather than hold the datapath.
 //!
+//! - **on a worker** (asynchronous): the DLRM offload on READ responses (`offload`), and
+//!   inspection with `placement = "worker"`. The real datapath runs these on a thread of
+//!   their own (`sluice_net::Threaded`); here each host has one modelled core per stage
+//!   kind, and the host's real engine drives it through its own asynchronous seam
+//!   (`Service::asynchronous`, offer and collect): what is out with a worker counts
+//!   against the engine's receive credit (`credit`), a completion whose packets are out
+//!   waits for them (the offload's always; inspection's only until the next time the
+//!   engine is driven), and past the credit the offload's packet is dropped and recovered
+//!   by the transport while inspection's goes on uninspected (`network/worker.rs`).
+//!
 //! Off unless a scenario selects a service, and then only on the queue pairs that have it:
 //! a scenario without `[services]` runs exactly as before.
 
@@ -41,6 +51,10 @@ pub const ENCRYPT_BYTE_NS: f64 = 0.137;
 pub const INSPECT_BYTE_NS: f64 = 3.64;
 /// Inspection's default budget: the work it may have waiting, us.
 pub const INSPECT_BUDGET_US: f64 = 100.0;
+/// The DLRM offload's default cost per byte, ns: `sluice-inspect`'s chain on one core,
+/// `cargo bench -p sluice-inspect --bench dlrm` (`docs/inspection.md`: the last 4 KiB
+/// packet's words take 2.8-2.9 us in line, so 2.9 us / 4096 B). No per-packet part.
+pub const OFFLOAD_BYTE_NS: f64 = 0.71;
 
 /// Where a service runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -50,6 +64,8 @@ pub enum Placement {
     InLine,
     /// On a copy: the packet does not wait.
     Beside,
+    /// On the host's worker core, asynchronously, within the engine's receive credit.
+    Worker,
 }
 
 /// What one service costs and where it runs.
@@ -60,8 +76,8 @@ pub struct ServiceCost {
     pub ns_per_packet: Option<f64>,
     /// Per payload byte, ns.
     pub ns_per_byte: Option<f64>,
-    /// In line or beside the path (encryption: in line only; inspection: beside by
-    /// default).
+    /// In line, beside the path, or on a worker (encryption: in line only; inspection:
+    /// beside by default; the offload: on a worker only).
     pub placement: Option<Placement>,
     /// Beside the path: the work it may have waiting before it passes packets over, us.
     pub budget_us: Option<f64>,
@@ -93,6 +109,19 @@ pub type ServiceSet = u8;
 pub const ENCRYPT: ServiceSet = 1;
 /// Inspection.
 pub const INSPECT: ServiceSet = 2;
+/// The DLRM offload (on a worker, on the payloads the queue pair receives: a READ's
+/// responses at its requester).
+pub const OFFLOAD: ServiceSet = 4;
+
+/// The engine's receive credit (`[services.credit]`): what may be out with the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreditConfig {
+    /// Packets (default 1,024, the engine's).
+    pub packets: Option<u32>,
+    /// Payload bytes (default 4 MiB, the engine's).
+    pub bytes: Option<u64>,
+}
 
 /// The `[services]` table.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -104,6 +133,10 @@ pub struct ServicesConfig {
     pub encrypt: Option<ServiceCost>,
     /// Inspection's cost (defaults: measured, above; beside the path).
     pub inspect: Option<ServiceCost>,
+    /// The DLRM offload's cost (defaults: measured, above; on a worker).
+    pub offload: Option<ServiceCost>,
+    /// The engines' receive credit (defaults: the engine's).
+    pub credit: Option<CreditConfig>,
 }
 
 /// Most a cost may be per packet or per byte, ns (a typo's guard, not a model's limit).
@@ -117,9 +150,11 @@ impl ServicesConfig {
             set |= match n.as_str() {
                 "encrypt" => ENCRYPT,
                 "inspect" => INSPECT,
+                "offload" => OFFLOAD,
                 other => {
                     return Err(format!(
-                        "{field}[{i}]: unknown service `{other}` (modelled: encrypt, inspect)"
+                        "{field}[{i}]: unknown service `{other}` (modelled: encrypt, inspect, \
+                         offload)"
                     ));
                 }
             };
@@ -135,7 +170,11 @@ impl ServicesConfig {
     /// Checks every field; the error names it.
     pub fn check(&self) -> Result<(), String> {
         Self::set_of(&self.all, "services.all")?;
-        for (name, c) in [("encrypt", &self.encrypt), ("inspect", &self.inspect)] {
+        for (name, c) in [
+            ("encrypt", &self.encrypt),
+            ("inspect", &self.inspect),
+            ("offload", &self.offload),
+        ] {
             let Some(c) = c else { continue };
             for (field, v) in [
                 ("ns_per_packet", c.ns_per_packet),
@@ -157,8 +196,38 @@ impl ServicesConfig {
                 }
             }
         }
+        if let Some(c) = &self.offload {
+            if c.placement.is_some_and(|p| p != Placement::Worker) {
+                return Err("services.offload.placement: the offload runs on a worker only".into());
+            }
+            if c.budget_us.is_some() {
+                return Err(
+                    "services.offload.budget_us: the receive credit (`services.credit`) \
+                     bounds a worker"
+                        .into(),
+                );
+            }
+        }
+        if let Some(c) = &self.inspect {
+            if c.placement == Some(Placement::Worker) && c.budget_us.is_some() {
+                return Err(
+                    "services.inspect.budget_us: on a worker, the receive credit \
+                     (`services.credit`) bounds it"
+                        .into(),
+                );
+            }
+        }
+        if let Some(c) = &self.credit {
+            if c.packets == Some(0) || c.bytes == Some(0) {
+                return Err(
+                    "services.credit: expected at least 1 packet and 1 byte (a credit of \
+                     nothing would refuse every payload)"
+                        .into(),
+                );
+            }
+        }
         if let Some(c) = &self.encrypt {
-            if c.placement == Some(Placement::Beside) {
+            if c.placement.is_some_and(|p| p != Placement::InLine) {
                 return Err(
                     "services.encrypt.placement: encryption changes the payload, so it \
                             runs in line only"
@@ -194,6 +263,35 @@ impl ServicesConfig {
             INSPECT_BYTE_NS,
             Placement::Beside,
         )
+    }
+
+    /// The DLRM offload's cost, defaults filled in (always on a worker).
+    pub fn offload_cost(&self) -> Cost {
+        resolve(
+            self.offload.as_ref(),
+            0.0,
+            OFFLOAD_BYTE_NS,
+            Placement::Worker,
+        )
+    }
+
+    /// The engines' receive credit, defaults filled in.
+    pub fn credit(&self) -> sluice_core::ServiceCredit {
+        let d = sluice_core::ServiceCredit::default();
+        let c = self.credit.unwrap_or(CreditConfig {
+            packets: None,
+            bytes: None,
+        });
+        sluice_core::ServiceCredit {
+            packets: c.packets.unwrap_or(d.packets),
+            bytes: c.bytes.unwrap_or(d.bytes),
+        }
+    }
+
+    /// Whether queue pairs with `set` have a stage on a worker.
+    pub fn on_worker(&self, set: ServiceSet) -> bool {
+        set & OFFLOAD != 0
+            || (set & INSPECT != 0 && self.inspect_cost().placement == Placement::Worker)
     }
 }
 
@@ -236,6 +334,33 @@ pub struct ServiceCounters {
     pub inspect_busy_ns: u64,
     /// Data packets an inspector beside the path passed over (over its budget).
     pub inspect_skipped: u64,
+    /// The workers' figures, when a queue pair has a stage on one.
+    pub worker: Option<WorkerCounters>,
+}
+
+/// What the hosts' modelled workers did (`Placement::Worker`), summed over hosts, and what
+/// their engines counted of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerCounters {
+    /// Payloads the workers took (offered by the engines within the credit).
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Time the workers were busy, ns.
+    pub busy_ns: u64,
+    /// The most payloads out with one host's workers at once.
+    pub peak_out_packets: u64,
+    /// The most payload bytes out with one host's workers at once (the engine's own
+    /// figure: `Counters::service_queue_peak_bytes`).
+    pub peak_out_bytes: u64,
+    /// Received packets the engines dropped past the credit (an offload's), recovered by
+    /// the transport (`Counters::drops_service_credit`).
+    pub credit_drops: u64,
+    /// Payloads that went on uninspected past the credit (inspection's,
+    /// `Counters::service_uninspected`).
+    pub uninspected: u64,
+    /// Completions that waited for a worker (`Counters::service_held_completions`).
+    pub held_completions: u64,
 }
 
 /// An in-line service as the engine sees it in the simulator: it does nothing to a
@@ -282,6 +407,24 @@ mod tests {
         assert_eq!(i.placement, Placement::Beside);
         assert_eq!(i.ps(1000), 3_640_000);
         assert_eq!(i.budget_ps, 100_000_000);
+    }
+
+    #[test]
+    fn the_offload_and_the_credit_default_to_the_measured_cost_and_the_engines_credit() {
+        let c = parse("all = [\"offload\"]\n");
+        c.check().unwrap();
+        assert_eq!(c.all_set(), OFFLOAD);
+        assert!(c.on_worker(OFFLOAD) && !c.on_worker(INSPECT | ENCRYPT));
+        let o = c.offload_cost();
+        assert_eq!((o.placement, o.ps(4096)), (Placement::Worker, 2_908_160));
+        assert_eq!(c.credit(), sluice_core::ServiceCredit::default());
+        let c = parse("[inspect]\nplacement = \"worker\"\n[credit]\npackets = 8\n");
+        c.check().unwrap();
+        assert!(c.on_worker(INSPECT));
+        assert_eq!(
+            (c.credit().packets, c.credit().bytes),
+            (8, sluice_core::ServiceCredit::default().bytes)
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ impl Engine {
             return self.take_packet(now, from, ce, headers, payload);
         };
         // Receive crediting: a payload its deferred stages have no room for is not taken.
-        let takeable = self.may_take(index, headers, payload);
+        let takeable = self.may_take(index, headers);
         let deferred = takeable && self.defers(index);
         if deferred
             && !self
@@ -288,25 +288,41 @@ impl Engine {
     }
 
     /// Whether this received packet's payload counts against the receive credit of queue
-    /// pair `index`'s deferred stages: one with bytes (a length-only payload is seen at
-    /// once, taking no memory) that the transport may take.
+    /// pair `index`'s deferred stages: one that the transport may take. A length-only
+    /// payload (the simulator's) counts too: no deferred stage queues it here (it is seen
+    /// at once), but an asynchronous one (the simulator's modelled worker) holds its length
+    /// against the credit as a real one holds the bytes.
     ///
     /// Only a packet the transport may take counts against the credit: a request at the
-    /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response.
-    /// A duplicate was seen already, and a go-back-N request past a gap is dropped anyway:
-    /// letting those take credit would crowd out the packet the responder waits for.
-    fn may_take(&self, index: u32, headers: &RoceHeaders, payload: Payload<'_>) -> bool {
+    /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response
+    /// (go-back-N: the one the oldest READ waiting for data expects). A duplicate was seen
+    /// already, and a go-back-N packet past a gap is dropped anyway: letting those take
+    /// credit would crowd out the packet the transport waits for (with a READ whose
+    /// responses outrun the stage, every re-requested stream's first packet, so that the
+    /// READ never progressed: found in the simulator, `crates/sim/tests/workers.rs`).
+    fn may_take(&self, index: u32, headers: &RoceHeaders) -> bool {
         let Some(info) = headers.bth.opcode.info() else {
             return false;
         };
-        if !matches!(payload, Payload::Bytes(_)) || !info.has_payload {
+        if !info.has_payload {
             return false;
         }
-        if info.operation == Operation::RdmaReadResponse {
-            return true;
-        }
         let qp = &self.qps[index as usize];
-        let (psn, epsn) = (headers.bth.psn, qp.resp.epsn);
+        let psn = headers.bth.psn;
+        if info.operation == Operation::RdmaReadResponse {
+            return match qp.attrs.recovery {
+                crate::Recovery::GoBackN => qp
+                    .req
+                    .sq
+                    .iter()
+                    .find(|w| {
+                        w.started && matches!(w.op, crate::SendOp::Read { .. }) && !w.responded
+                    })
+                    .is_some_and(|w| w.first_psn.add(w.read_done / qp.attrs.mtu) == psn),
+                crate::Recovery::SelectiveRepeat => true,
+            };
+        }
+        let epsn = qp.resp.epsn;
         match qp.attrs.recovery {
             crate::Recovery::GoBackN => psn == epsn,
             crate::Recovery::SelectiveRepeat => !psn.precedes(epsn),
@@ -465,10 +481,34 @@ impl Engine {
         };
         let bytes = match payload {
             Payload::Bytes(bytes) => bytes,
-            Payload::Len(_) => {
-                for service in self.nic.services[index as usize].iter_mut().rev() {
-                    if !service.in_line() {
+            Payload::Len(len) => {
+                let nic = &mut self.nic;
+                for service in nic.services[index as usize].iter_mut().rev() {
+                    if service.in_line() {
+                        continue;
+                    }
+                    if !service.asynchronous() {
                         *flags |= service.observe(&packet, &[]);
+                    } else if service.deferred() && !takeable {
+                        // As with bytes (below): what the transport drops is not offered.
+                    } else if !service.on_landing() {
+                        // As with bytes (below), the length held against the credit: the
+                        // simulator's modelled worker, whose time a length is enough for.
+                        let f = &mut nic.message_flags[index as usize];
+                        if nic
+                            .service_queue
+                            .admits(nic.config.service_credit, len as usize)
+                            && service.offer(&packet, &[])
+                        {
+                            nic.service_queue.went_out(len as usize);
+                            f.offered += 1;
+                            f.out_bytes += u64::from(len);
+                            nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
+                        } else if takeable && service.deferred() {
+                            return Err(Refused::Credit);
+                        } else {
+                            nic.counters.service_uninspected += 1;
+                        }
                     }
                 }
                 return Ok(None);
@@ -487,6 +527,9 @@ impl Engine {
                 let seen = copy.as_ref().map_or(bytes, |c| &c[kept.clone()]);
                 if service.asynchronous() && service.on_landing() {
                     // Works where READ data lands, not on packets.
+                } else if service.asynchronous() && service.deferred() && !takeable {
+                    // The transport drops it (a duplicate, or past a go-back-N gap): a
+                    // deferred stage's work is for what is taken, so it is not offered.
                 } else if service.asynchronous() {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's

@@ -5,13 +5,14 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::worker::{Core, ModelledStage, Shared};
 use super::{DATA, Ev, Network};
 use crate::NodeId;
 use crate::event::{PS_PER_NS, Ps};
 use crate::scenario::Scenario;
 use crate::services::{
-    Cost, ENCRYPT, ENCRYPT_HEAD, ENCRYPT_TAIL, INSPECT, Placement, ServiceCounters, ServiceSet,
-    ServicesConfig,
+    Cost, ENCRYPT, ENCRYPT_HEAD, ENCRYPT_TAIL, INSPECT, OFFLOAD, Placement, ServiceCounters,
+    ServiceSet, ServicesConfig,
 };
 
 /// The services' state over every host.
@@ -31,6 +32,9 @@ pub(super) struct Served {
     receive_busy: Vec<bool>,
     /// Per host: when its inspector beside the path has done the work it has.
     inspector_free_at: Vec<Ps>,
+    /// Per host: its modelled workers, the offload's then inspection's (none unless some
+    /// queue pair has a stage on a worker).
+    workers: Vec<[Shared; 2]>,
     counters: ServiceCounters,
 }
 
@@ -48,6 +52,27 @@ impl Served {
             return None;
         }
         let n = hosts as usize;
+        let on_worker = cfg.on_worker(all)
+            || scenario
+                .apps
+                .iter()
+                .filter_map(|a| a.services.as_ref())
+                .any(|names| {
+                    ServicesConfig::set_of(names, "app.services")
+                        .is_ok_and(|set| cfg.on_worker(set))
+                });
+        let workers = if on_worker {
+            (0..n)
+                .map(|_| {
+                    [
+                        Core::shared(cfg.offload_cost()),
+                        Core::shared(cfg.inspect_cost()),
+                    ]
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(Box::new(Served {
             encrypt: cfg.encrypt_cost(),
             inspect: cfg.inspect_cost(),
@@ -57,6 +82,7 @@ impl Served {
             receiving: vec![VecDeque::new(); n],
             receive_busy: vec![false; n],
             inspector_free_at: vec![0; n],
+            workers,
             counters: ServiceCounters::default(),
         }))
     }
@@ -64,6 +90,46 @@ impl Served {
     /// The counters so far.
     pub(super) fn counters(&self) -> ServiceCounters {
         self.counters
+    }
+
+    /// The workers of `host` (empty without a stage on a worker anywhere).
+    pub(super) fn cores(&self, host: NodeId) -> &[Shared] {
+        self.workers.get(host as usize).map_or(&[], |w| &w[..])
+    }
+
+    /// Whether some queue pair may have a stage on a worker.
+    pub(super) fn has_workers(&self) -> bool {
+        !self.workers.is_empty()
+    }
+
+    /// The asynchronous stages a queue pair of `host` with `set` gets at the end that
+    /// receives its data (the engine runs them: `network/worker.rs`).
+    pub(super) fn worker_stages(
+        &self,
+        host: NodeId,
+        set: ServiceSet,
+    ) -> Vec<Box<dyn sluice_core::policy::Service>> {
+        let mut stages: Vec<Box<dyn sluice_core::policy::Service>> = Vec::new();
+        let Some([offload, inspect]) = self.workers.get(host as usize) else {
+            return stages;
+        };
+        // The engine runs receive-side stages last first: inspection (listed last) sees a
+        // payload before the offload, as `sluice perf --inspect --offload` orders them.
+        if set & OFFLOAD != 0 {
+            stages.push(Box::new(ModelledStage::new(
+                "offload",
+                true,
+                offload.clone(),
+            )));
+        }
+        if set & INSPECT != 0 && self.inspect.placement == Placement::Worker {
+            stages.push(Box::new(ModelledStage::new(
+                "inspect",
+                false,
+                inspect.clone(),
+            )));
+        }
+        stages
     }
 
     /// Queue pair `qpn` of `host` has `set` (nothing to remember for an empty set).
@@ -178,7 +244,8 @@ impl Network<'_> {
         }
         let set = svc.set(host, h.bth.dest_qp);
         let len = p.payload_len;
-        if set & INSPECT != 0 {
+        // On a worker, inspection is the engine's (`network/worker.rs`).
+        if set & INSPECT != 0 && svc.inspect.placement != Placement::Worker {
             let ps = svc.inspect.ps(len);
             let free_at = &mut svc.inspector_free_at[host as usize];
             let beside = svc.inspect.placement == Placement::Beside;
