@@ -7,16 +7,20 @@
 //! - **write-lat** (`traffic::write_ping_pong_doorbell`): a ping-pong; each side opens the
 //!   peer's message before it answers, so a sample holds one seal, two WRITEs and one open.
 //! - **write-bw** ([`bw_sender`], [`bw_receiver`]): messages stream back to back, `-t` in
-//!   flight, each in a slot of its own at both ends (message `m` in slot `m mod -t`). The
-//!   sender seals message `m` into its slot and posts its two WRITEs as soon as the slot is
-//!   free, and polls once so that its packets leave before it seals the next: its seals
-//!   overlap the flight and the receiver's opening of the messages before, not its own
-//!   datapath's sending (one thread, as `--encrypt`'s stage shares it). The receiver opens
-//!   every message whose doorbell rang, in order, between two polls. A slot is free again
-//!   once the doorbell's completion came back, and the receiver's ACK for it leaves only
-//!   after the open ([`bw_receiver`] says why), so no slot is written before it was opened,
-//!   and what the sender times, from before its first seal to the completion of its last
-//!   doorbell, ends after the receiver's last open (and one ACK's flight later).
+//!   flight, each in a slot of its own at both ends (message `m` in slot `m mod -t`). As
+//!   write-bw posts, the sender fills every free slot (seals the message into it and posts
+//!   its two WRITEs) and then polls its datapath, which sends them: so its seals overlap the
+//!   flight and the receiver's opening of the messages posted before, but not its own
+//!   datapath's sending, which runs on the same thread (as `--encrypt`'s stage shares it).
+//!   In steady state a refill is the messages one completion freed (`-Q`; one at a time
+//!   with `-Q 1`). A poll after every message, to send each before sealing the next, was
+//!   tried and was no faster (a system call a message; `docs/repro.md`, balboa-fig7).
+//!   The receiver opens every message whose doorbell rang, in order, between two polls.
+//!   A slot is free again once the doorbell's completion came back, and the receiver's
+//!   ACK for it leaves only after the open ([`bw_receiver`] says why), so no slot is
+//!   written before it was opened, and what the sender times, from before its first seal
+//!   to the completion of its last doorbell, ends after the receiver's last open (and one
+//!   ACK's flight later).
 //!
 //! A message of `size` bytes is laid out as
 //!
@@ -166,7 +170,8 @@ fn slots_of(s: &Session) -> Result<Slots, PerfError> {
 }
 
 /// write-bw's sender: keeps `-t` messages in flight, each sealed on this thread into its
-/// own slot just before its two WRITEs are posted, until `-n` messages completed. Times
+/// own slot just before its two WRITEs are posted (the free slots filled, then one poll,
+/// as write-bw posts), until `-n` messages completed. Times
 /// from before the first seal to the completion of the last doorbell (see the module's
 /// documentation for why that comes after the receiver's last open).
 pub(crate) fn bw_sender(s: &mut Session, o: &Options, size: u32) -> Result<Measured, PerfError> {
@@ -214,8 +219,6 @@ pub(crate) fn bw_sender(s: &mut Session, o: &Options, size: u32) -> Result<Measu
                 signaled,
                 o.inline_size,
             )?;
-            // Its packets leave now, while the next message is sealed.
-            s.dev.poll()?;
             posted += 1;
         }
         traffic::pump(s)?;
