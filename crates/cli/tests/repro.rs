@@ -441,6 +441,12 @@ fn balboa_fig7_doorbell_is_slower_than_in_line_in_the_model() {
         ),
         "{out}"
     );
+    assert!(
+        out.contains(
+            "doorbell baseline's bandwidth below plain's by a buffer pass (measured, one flow)"
+        ),
+        "{out}"
+    );
     assert!(out.contains("Gbit/s doorbell (meas, one flow)"), "{out}");
 }
 
