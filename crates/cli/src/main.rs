@@ -312,6 +312,14 @@ struct PerfArgs {
     /// (`openssl rand -hex 32 > FILE`).
     #[arg(long, value_name = "FILE", requires = "encrypt")]
     psk_file: Option<std::path::PathBuf>,
+    /// RoCE BALBOA Fig 7's CPU baseline instead of encryption in line: with --encrypt's
+    /// keys, the sender seals each message on its CPU, sends it as a plain WRITE and an
+    /// 8-byte doorbell WRITE behind it, and the receiver opens it where it landed when the
+    /// doorbell rings. write-lat (a ping-pong) or write-bw (-t messages streaming, one QP,
+    /// by -n; the time runs to the completion of the last doorbell, after the receiver's
+    /// last open). -s at least 33. Both ends must be given it.
+    #[arg(long, requires = "encrypt")]
+    doorbell_crypt: bool,
     /// Test only: with --verify, the sender flips one byte of message K of its first QP
     /// (or of the QP --test-corrupt-qp names).
     #[arg(long, hide = true, value_name = "K", requires = "verify")]
@@ -682,6 +690,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         pacer: perf::parse_pacer(&a.pacer, &name_values("--pacer-param", &a.pacer_param)?)?,
         app_offload,
         fill,
+        doorbell_crypt: a.doorbell_crypt,
         service_flag_wait: {
             let ms = a.service_flag_wait;
             if !(ms.is_finite() && (0.0..1e9).contains(&ms)) {

@@ -161,3 +161,50 @@ fn bad_offload_and_fill_are_refused_at_once() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("dlrm"));
 }
+
+/// Fig 7's CPU baseline through `sluice perf --doorbell-crypt`: write-bw streams sealed
+/// buffers, each opened and checked (`--verify`) at the receiver, and counts every message;
+/// what it cannot run is refused before anything connects, naming the flag.
+#[test]
+fn the_doorbell_baseline_streams_and_refuses_what_it_cannot_run() {
+    let key = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("balboa-doorbell.key");
+    std::fs::write(&key, format!("{}\n", "35".repeat(32))).unwrap();
+    let key = [
+        "--encrypt",
+        "--psk-file",
+        key.to_str().unwrap(),
+        "--doorbell-crypt",
+    ];
+    let args = ["write-bw", "-s", "4096", "-n", "100", "-t", "4", "--verify"];
+    let r = &loopback(&[&args[..], &key].concat(), 24_956)[0];
+    assert_eq!(
+        (count(r, "iterations"), count(r, "bytes")),
+        (100, 4096),
+        "{r}"
+    );
+    for (args, says) in [
+        (
+            &["read-bw"][..],
+            "--doorbell-crypt (the doorbell baseline): write-lat or write-bw only",
+        ),
+        (&["write-bw", "-q", "2"][..], "one queue pair (-q 1)"),
+        (&["write-lat", "-s", "32"][..], "-s of at least 33"),
+    ] {
+        let o = Command::new(SLUICE)
+            .arg("perf")
+            .args(args)
+            .args(key)
+            .args(["--loopback", "-p", "0", "--roce-port", "24957"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let o = Command::new(SLUICE)
+        .args(["perf", "write-bw", "--doorbell-crypt", "--loopback"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--encrypt"));
+}

@@ -434,6 +434,20 @@ fn balboa_fig7_doorbell_is_slower_than_in_line_in_the_model() {
         out.contains("doorbell baseline slower than plain by a buffer pass (measured, one flow)"),
         "{out}"
     );
+    // Its bandwidth is one flow too (`--doorbell-crypt` write-bw), judged against in-line's.
+    assert!(
+        out.contains(
+            "doorbell baseline's bandwidth below in-line's by a buffer pass (measured, one flow)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "doorbell baseline's bandwidth below plain's by a buffer pass (measured, one flow)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("Gbit/s doorbell (meas, one flow)"), "{out}");
 }
 
 #[test]

@@ -117,10 +117,11 @@ pub struct Options {
     /// `--fill`: every buffer filled with these bytes, repeated (what the payload services
     /// see: `--fill` an executable's code for `--inspect` to flag).
     pub fill: Option<std::sync::Arc<[u8]>>,
-    /// RoCE BALBOA Fig 7's CPU baseline, for `sluice repro balboa-fig7` (no flag): write-lat
-    /// with the `--encrypt` handshake's keys but no encrypting queue pair; each side seals
-    /// its message on its CPU, sends it as a plain WRITE and an 8-byte doorbell WRITE, and
-    /// the peer opens it on its CPU when the doorbell rings (`perf/doorbell.rs`).
+    /// `--doorbell-crypt`: RoCE BALBOA Fig 7's CPU baseline (`sluice repro balboa-fig7`):
+    /// write-lat or write-bw with the `--encrypt` handshake's keys but no encrypting queue
+    /// pair; the sender seals each message on its CPU, sends it as a plain WRITE and an
+    /// 8-byte doorbell WRITE, and the receiver opens it on its CPU when the doorbell rings
+    /// (`perf/doorbell.rs`).
     pub doorbell_crypt: bool,
     /// `--service-flag-wait`: how long a completion waits at most for the flags of a
     /// stage beside the path on its own thread (`EngineConfig::service_flag_wait`).
@@ -761,16 +762,7 @@ fn validate(o: &Options) -> Result<(), PerfError> {
             }
         }
     }
-    if o.doorbell_crypt {
-        let small = o.all_sizes || o.size.is_none_or(|s| s < doorbell::MIN_SIZE);
-        if o.test != Test::WriteLat || o.encrypt.is_none() || small {
-            return usage(format!(
-                "the doorbell baseline: write-lat only, with --encrypt's key, messages of at \
-                 least {} bytes",
-                doorbell::MIN_SIZE
-            ));
-        }
-    }
+    doorbell::validate(o).map_err(PerfError::Usage)?;
     if let Some(w) = &o.pacer {
         if o.test.is_latency() || o.test.verb() == Verb::Atomic {
             return usage(

@@ -59,6 +59,8 @@ pub(crate) struct Session {
     pub(crate) flagged_completions: u64,
     /// The doorbell baseline's software cipher (`Options::doorbell_crypt`).
     pub(crate) soft_cipher: Option<super::doorbell::SoftCipher>,
+    /// The doorbell baseline's write-bw: a slot per message in flight, at both ends.
+    pub(crate) doorbell_slots: Option<Slots>,
     /// The last unsuccessful completion polled, as text (for [`Session::diagnosis`]).
     pub(crate) last_error_completion: Option<String>,
     /// Each QP's send queue depth: `-t`, or with `--pacer weir` room for the pieces of
@@ -474,12 +476,16 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
         let before = *s.dev.engine().counters();
         let ports_before = packets_by_port(s, o);
         let loop_before = s.dev.engine_ref().decoupled_stats();
-        let mut m: Measured = if passive_server {
+        let mut m: Measured = if passive_server && s.doorbell_slots.is_some() {
+            super::doorbell::bw_receiver(s, size)?
+        } else if passive_server {
             traffic::bw_responder(s)?
         } else if o.test.is_latency() {
             traffic::latency(s, o, size)?
         } else if !o.tenants.is_empty() {
             traffic::bw_tenants(s, o)?
+        } else if s.doorbell_slots.is_some() {
+            super::doorbell::bw_sender(s, o, size)?
         } else {
             traffic::bw_requester(s, o, size)?
         };
@@ -521,6 +527,10 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
         if last {
             let ours = (role == Role::Client).then(|| report.to_perftest(o.report_gbits));
             if let Some(theirs) = s.finish(ours, o.test, o.stall_timeout)? {
+                if s.doorbell_slots.is_some() {
+                    super::doorbell::check_count(m.messages, theirs.iters)
+                        .map_err(|e| s.transport_error(e))?;
+                }
                 // A perftest-style server prints the client's numbers as its own.
                 report.adopt(&theirs);
                 // The client's count is exact with one size run by iterations (with -a
@@ -691,6 +701,14 @@ fn open(
     let send_depth = o.pacer.as_ref().map_or(o.tx_depth, |w| {
         super::pacer::send_depth(w, o.tx_depth, qps, max_size)
     });
+    // The doorbell baseline's write-bw: a slot per message in flight at both ends (the
+    // sender's sealed in place, the receiver's opened in place), and two WRITEs a message.
+    let doorbell_bw = o.doorbell_crypt && o.test == Test::WriteBw;
+    let send_depth = if doorbell_bw {
+        send_depth * 2
+    } else {
+        send_depth
+    };
     let cq_entries = (qps * (send_depth + o.rx_depth + 8)).clamp(64, 1 << 20);
     let cq = engine.create_cq(cq_entries)?;
     let caps = QpCaps {
@@ -699,7 +717,7 @@ fn open(
         max_inline: o.inline_size.max(256),
         ..QpCaps::default()
     };
-    let slots = if o.verify {
+    let slots = if o.verify || doorbell_bw {
         verify_slots(o, role, &mut dev, pd, max_size)?
     } else {
         None
@@ -712,9 +730,10 @@ fn open(
     };
     // write-bw --verify: each message in flight lands in a slot of its own at the server,
     // whose receive completion (the WRITE carries an immediate) says which.
-    let write_imm = o.verify && o.test == Test::WriteBw;
+    // (The doorbell baseline's plain WRITEs land in its slots the same way.)
+    let write_imm = o.verify && o.test == Test::WriteBw && !doorbell_bw;
     let landing = |i: usize| match slots {
-        Some(sl) if write_imm && role == Role::Server => {
+        Some(sl) if (write_imm || doorbell_bw) && role == Role::Server => {
             (sl.mr.rkey, sl.mr.addr + sl.offset(i, 0) as u64)
         }
         _ => (mr.rkey, addr + half),
@@ -833,7 +852,7 @@ fn open(
             .corrupt_message
             .map(|k| (o.faults.corrupt_qp as usize, k));
         Verifier {
-            slots,
+            slots: slots.filter(|_| !doorbell_bw),
             ..Verifier::new(ends.len(), corrupt)
         }
     });
@@ -864,6 +883,7 @@ fn open(
             .filter(|_| o.doorbell_crypt)
             .and_then(|k| k.first())
             .map(super::doorbell::SoftCipher::new),
+        doorbell_slots: slots.filter(|_| doorbell_bw),
         send_depth,
         stream,
         exchange,

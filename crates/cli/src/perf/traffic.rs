@@ -53,7 +53,7 @@ struct Flow {
 ///
 /// Time is the poll's own clock reading (`Device::polled_at`): a spinning side reads the
 /// clock once per round, not three times.
-fn pump(s: &mut Session) -> Result<(), PerfError> {
+pub(super) fn pump(s: &mut Session) -> Result<(), PerfError> {
     pump_until(s, None)
 }
 
@@ -97,7 +97,7 @@ fn pump_until(s: &mut Session, due: Option<sluice_core::Instant>) -> Result<(), 
 }
 
 /// The next completion, if any; an unsuccessful one is a transport error.
-fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
+pub(super) fn next_completion(s: &mut Session) -> Result<Option<Completion>, PerfError> {
     let cq = s.cq;
     match s.dev.engine().poll_cq(cq) {
         Ok(Some(c)) if c.status == WcStatus::Success => {
@@ -168,10 +168,10 @@ fn landing_write(qp: &QpEnd, slots: verify::Slots, seq: u64) -> SendOp {
 }
 
 /// A local buffer: a region's key and an address in it.
-type Buffer = (u32, u64);
+pub(super) type Buffer = (u32, u64);
 
 #[allow(clippy::too_many_arguments)]
-fn post(
+pub(super) fn post(
     s: &mut Session,
     q: usize,
     op: SendOp,
