@@ -145,3 +145,64 @@ impl MinimalPorts {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::TopologySpec;
+
+    #[test]
+    fn candidates_are_the_local_link_the_routers_globals_or_local_hops_to_the_holders() {
+        // 6 groups x 3 routers x 2 hosts, 2 links a pair of groups: each router holds 3 or
+        // 4 of its group's 10 global links, so every case occurs.
+        let spec: TopologySpec = toml::from_str(
+            "kind = \"dragonfly\"\ngroups = 6\nrouters_per_group = 3\nhosts_per_router = 2\nlinks_per_group_pair = 2\nhost_link_gbps = 100",
+        )
+        .expect("spec");
+        let t = spec.build().expect("dragonfly");
+        let m = MinimalPorts::of(&t, 6, 3, 2);
+        let routes = m.routes(&t);
+        let group = |n: NodeId| (n - t.hosts) / 3;
+        let peer = |u: NodeId, p: u16| t.nodes[u as usize][p as usize].peer;
+        let (mut direct, mut via_local) = (0, 0);
+        for u in t.hosts..t.node_count() {
+            for h in 0..t.hosts {
+                let c = routes.candidates(u, h);
+                assert!(c.windows(2).all(|w| w[0] < w[1]), "ascending: {c:?}");
+                let target = t.nodes[h as usize][0].peer;
+                if u == target {
+                    assert_eq!(c.iter().map(|&p| peer(u, p)).collect::<Vec<_>>(), [h]);
+                } else if group(u) == group(target) {
+                    assert_eq!(c.iter().map(|&p| peer(u, p)).collect::<Vec<_>>(), [target]);
+                } else {
+                    let holds = |r: NodeId| {
+                        t.nodes[r as usize]
+                            .iter()
+                            .any(|p| p.peer >= t.hosts && group(p.peer) == group(target))
+                    };
+                    if holds(u) {
+                        // Exactly its global links to the target's group.
+                        direct += 1;
+                        let want: Vec<u16> = (0..t.nodes[u as usize].len() as u16)
+                            .filter(|&p| {
+                                let n = peer(u, p);
+                                n >= t.hosts && group(n) == group(target)
+                            })
+                            .collect();
+                        assert_eq!(c, &want[..]);
+                    } else {
+                        // A local hop to every router of its group that holds one.
+                        via_local += 1;
+                        let to: Vec<NodeId> = c.iter().map(|&p| peer(u, p)).collect();
+                        let want: Vec<NodeId> = (0..3)
+                            .map(|i| t.hosts + group(u) * 3 + i)
+                            .filter(|&r| r != u && holds(r))
+                            .collect();
+                        assert_eq!(to, want);
+                    }
+                }
+            }
+        }
+        assert!(direct > 0 && via_local > 0, "{direct} {via_local}");
+    }
+}
