@@ -281,12 +281,20 @@ fn left_fig45_runs_every_configuration_and_left_retransmits_no_more_than_irn() {
         "{out}"
     );
     assert!(out.contains("per-flowlet, LEFT"), "{out}");
-    // The third workload, the one that loads the global links.
+    // The third workload, the one that loads the global links: its five configurations on
+    // minimal paths, then three over 2 Valiant paths.
     assert_eq!(
         out.lines()
             .filter(|l| l.starts_with("group shift, 16 KB") && l.contains("32 of 32"))
             .count(),
-        5,
+        8,
+        "{out}"
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("group shift, 16 KB, 2 Valiant paths"))
+            .count(),
+        3,
         "{out}"
     );
 }

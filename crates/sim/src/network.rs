@@ -590,7 +590,9 @@ pub enum RunError {
 }
 
 impl<'a> Network<'a> {
-    /// A fabric of idle hosts running law `cc`, about to run `flows`.
+    /// A fabric of idle hosts running law `cc`, about to run `flows`. `routes` are
+    /// `topo`'s: [`crate::topology::Valiant::routes`] with `[switch] nonminimal_paths`,
+    /// else [`Topology::routes`].
     pub fn new(
         scenario: &'a Scenario,
         cc: &'a CcConfig,
@@ -2009,10 +2011,6 @@ impl<'a> Network<'a> {
                 choice
             }
         };
-        if self.valiant.is_some() && cands[pick] == self.packets[pkt as usize].in_port {
-            // Never straight back (see `topology::valiant`): the next candidate instead.
-            return Some(cands[(pick + 1) % cands.len()]);
-        }
         Some(cands[pick])
     }
 

@@ -37,7 +37,15 @@ pub fn run_scenario(
     scenario.check()?;
     let mut topo = scenario.topology.build()?;
     scenario.links.apply_delays(&mut topo)?;
-    let routes = topo.routes();
+    // With Valiant paths, every leg (and the minimal choice) takes the dragonfly's minimal
+    // routes; otherwise hop-count shortest paths (`topology::minimal` says how they differ).
+    let valiant =
+        crate::topology::Valiant::of(&scenario.topology, scenario.switch.nonminimal_paths)
+            .map_err(RunError::Switch)?;
+    let routes = match valiant {
+        Some(v) => v.routes(&topo),
+        None => topo.routes(),
+    };
     let flows = scenario.workload.generate(
         topo.hosts,
         topo.host_link_bps(),

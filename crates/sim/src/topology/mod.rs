@@ -9,9 +9,11 @@
 //!   ([`TopologyError`]).
 //! - `shapes`: one builder per kind of fabric.
 //! - `valiant`: a dragonfly's opt-in non-minimal paths through an intermediate group
-//!   ([`Valiant`]).
+//!   ([`Valiant`]), whose legs follow `minimal`: a dragonfly's minimal routes (local,
+//!   global, local hop), not hop-count shortest paths.
 
 mod graph;
+mod minimal;
 mod routes;
 mod shapes;
 mod spec;

@@ -76,6 +76,33 @@ impl Routes {
     pub fn hosts(&self) -> u32 {
         self.hosts
     }
+
+    /// Routes by another rule than hop-count shortest paths: at switch `u` towards host
+    /// `h`, the ports `fill(u, h, out)` writes into `out` (cleared before each call), which
+    /// must be ascending ports of `u` that lead towards `h` without coming back (a walk
+    /// that takes any of them must end at `h`). Called for every switch, then every host in
+    /// order, so `fill` may reuse what it worked out for the previous host.
+    pub(super) fn tabulate(
+        topology: &Topology,
+        mut fill: impl FnMut(NodeId, NodeId, &mut Vec<u16>),
+    ) -> Routes {
+        let hosts = topology.hosts as usize;
+        let nodes = topology.nodes.len();
+        let mut table = ListTable::with_capacity((nodes - hosts) * hosts);
+        let mut out = Vec::new();
+        for u in hosts..nodes {
+            for h in 0..hosts {
+                out.clear();
+                fill(u as NodeId, h as NodeId, &mut out);
+                table.push(&out);
+            }
+        }
+        table.finish(
+            topology.hosts,
+            nodes as u32,
+            HostGroups::of(topology).host_switches(),
+        )
+    }
 }
 
 impl Topology {
