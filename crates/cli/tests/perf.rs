@@ -543,6 +543,43 @@ fn trackers_and_bad_policy_options() {
     }
 }
 
+/// Two Sluice ends with different receive trackers: the server's offset list holds 16
+/// packets past a gap, the client's bitmap 255. The server advertises its window (17) in
+/// the exchange, so the client keeps at most 16 unacknowledged (its `bdp_window`), the
+/// server refuses nothing and the run completes; with go-back-N nothing is advertised or
+/// capped.
+#[test]
+fn ends_with_different_trackers_keep_to_the_receivers_window() {
+    let sr = ["--recovery", "selective-repeat"];
+    let args = [&["write-bw", "-s", "65536", "-n", "200"][..], &sr].concat();
+    let small = ["--tracker", "offset-list", "--tracker-param", "capacity=16"];
+    let json = |out: &str| -> serde_json::Value {
+        let line = out.lines().find(|l| l.starts_with('{')).expect(out);
+        serde_json::from_str(line).unwrap()
+    };
+    let [(s_ok, s_out), (c_ok, c_out)] =
+        two_processes(&args, (&small, &["--tracker", "bitmap"]), 24_560);
+    assert!(s_ok && c_ok, "server: {s_out}\nclient: {c_out}");
+    let (server, client) = (json(&s_out), json(&c_out));
+    assert_eq!(client["iterations"].as_u64(), Some(200), "{client}");
+    assert_eq!(client["bdp_window"].as_u64(), Some(16), "{client}");
+    assert_eq!(server["refused_packets"].as_u64(), Some(0), "{server}");
+    // The other way round: the client's window is the smaller, the server's QP keeps to it.
+    let [(s_ok, s_out), (c_ok, c_out)] = two_processes(&args, (&[], &small), 24_562);
+    assert!(s_ok && c_ok, "server: {s_out}\nclient: {c_out}");
+    assert_eq!(json(&c_out)["bdp_window"].as_u64(), Some(16), "{c_out}");
+    assert_eq!(json(&s_out)["bdp_window"].as_u64(), Some(16), "{s_out}");
+    // Without the smaller end the bitmap's own 256.
+    let [(s_ok, s_out), (c_ok, c_out)] = two_processes(&args, (&[], &[]), 24_564);
+    assert!(s_ok && c_ok, "server: {s_out}\nclient: {c_out}");
+    assert_eq!(json(&c_out)["bdp_window"].as_u64(), Some(256), "{c_out}");
+    // Go-back-N: no cap, and none reported.
+    let gbn = ["write-bw", "-s", "65536", "-n", "50"];
+    let [(s_ok, s_out), (c_ok, c_out)] = two_processes(&gbn, (&small, &[]), 24_566);
+    assert!(s_ok && c_ok, "server: {s_out}\nclient: {c_out}");
+    assert!(json(&c_out).get("bdp_window").is_none(), "{c_out}");
+}
+
 /// Runs a `sluice perf` server on 127.0.0.2 (TCP and RoCE port `port`) with `server_args`,
 /// then a client with `client_args`; returns each one's exit code and standard error.
 fn server_and_client(

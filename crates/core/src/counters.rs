@@ -78,6 +78,11 @@ pub struct Counters {
     /// Of those, WRITE packets whose payload was placed at its address on arrival (their
     /// WRITE's first packet had arrived) rather than copied and placed when the gap filled.
     pub packets_placed: u64,
+    /// Selective repeat: packets past a gap the responder could not hold (past its
+    /// tracker's capacity, or no shared tracker memory left), for the requester to send
+    /// again. None when the requester keeps within the receive window this side
+    /// advertised (BDP flow control).
+    pub packets_refused: u64,
     /// Duplicate requests the responder answered again (or dropped).
     pub duplicate_requests: u64,
     /// Responses that matched nothing outstanding (late duplicates).

@@ -481,6 +481,13 @@ impl Default for QpAttrs {
 /// that PSN comparisons stay unambiguous.
 pub(crate) const MAX_WINDOW: u32 = 1 << 23;
 
+/// The shift of [`MAX_WINDOW`] that gives the largest power of two at most `window`
+/// (1..=`MAX_WINDOW` packets): BDP flow control's cap is a power of two, kept as one byte.
+pub(crate) fn window_shift(window: u32) -> u8 {
+    debug_assert!((1..=MAX_WINDOW).contains(&window));
+    MAX_WINDOW.ilog2().saturating_sub(window.max(1).ilog2()) as u8
+}
+
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct Requester {
@@ -503,6 +510,10 @@ pub(crate) struct Requester {
     /// no packet can then land past what the responder can keep; 256 for the 255-PSN bitmap
     /// and LEFT); else 0, no cap. (A byte, in the padding before `sq`; 0 by default.)
     pub(crate) window_cap_shift: u8,
+    /// The same shift for the receive window the peer advertised (`Connection::
+    /// peer_receive_window`; 0 if it advertised none): `window_cap_shift` is the larger of
+    /// this and its own tracker's. (A byte, in the same padding.)
+    pub(crate) peer_cap_shift: u8,
     /// Posted, not yet completed; the front is the oldest.
     pub(crate) sq: VecDeque<SendWqe>,
     /// No sending before this time (an RNR NAK's wait).

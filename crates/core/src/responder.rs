@@ -121,6 +121,9 @@ impl Qp {
             // The engine set the clock to the packet's arrival.
             let now = nic.clock;
             let held = reorder.hold(d, headers.bth.psn, headers, bytes, payload.len(), now);
+            if held == Hold::Refused {
+                nic.counters.packets_refused += 1;
+            }
             if held == Hold::Held {
                 nic.counters.packets_held += 1;
                 if let Some((rkey, va)) = target {

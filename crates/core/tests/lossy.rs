@@ -6,7 +6,10 @@
 //! engines' receive tracker (bitmap, offset list NAKing or waiting for gaps, LEFT, LEFT-,
 //! MELO+: the ones waiting leave loss to the requester's timer) and path selector (ECMP,
 //! spray in order or at random, flowlet, PLB, RTT probes), and an extra delay for each of a
-//! queue pair's four source ports, so that a selector that moves or sprays reorders. A model
+//! queue pair's four source ports, so that a selector that moves or sprays reorders. In half
+//! the selective-repeat cases the requester's own tracker holds 1,023 packets and it is told
+//! the responder's receive window at connection setup (`Connection::peer_receive_window`):
+//! a responder tracker without a shared pool must then refuse nothing. A model
 //! says what each step must do, and after every step the engines are checked against it:
 //!
 //! - every request completes exactly once, in posting order on its queue pair, with its
@@ -97,6 +100,16 @@ struct Setup {
     /// Some packets are held back by up to [`DEEP_PACKETS`] packet times (the opt-in
     /// deep-reorder test only).
     deep: bool,
+}
+
+impl Setup {
+    /// Half the selective-repeat cases (by seed, so that the cases drawn stay the same):
+    /// host 0, the requester, has a tracker of 1,023 and is told host 1's receive window
+    /// at connection setup, as two Sluice ends agree on it; it must keep to host 1's window
+    /// (nothing refused, checked at the end), as it would with host 1's tracker.
+    fn larger_requester(&self) -> bool {
+        self.recovery == Recovery::SelectiveRepeat && self.seed % 2 == 0
+    }
 }
 
 /// The source ports a multipath selector spreads a queue pair over.
@@ -634,10 +647,15 @@ thread_local! {
 impl Rig {
     fn new(s: &Setup) -> Rig {
         let case = format!(
-            "case {} (SLUICE_SEED={0}; {:?}, tracker {:?}, selector {:?}{})",
+            "case {} (SLUICE_SEED={0}; {:?}, tracker {:?}{}, selector {:?}{})",
             CASE.with(|c| *c.borrow()),
             s.recovery,
             s.tracker,
+            if s.larger_requester() {
+                " (host 0's: 1,023, told host 1's window)"
+            } else {
+                ""
+            },
             s.selector,
             if s.deep { ", deep reordering" } else { "" }
         );
@@ -654,7 +672,14 @@ impl Rig {
         let mut world = World::new(2, s.seed, link);
         for h in 0..2 {
             let policies = Policies {
-                tracker: s.tracker.build(),
+                tracker: if h == 0 && s.larger_requester() {
+                    Box::new(OffsetLists {
+                        capacity: 1023,
+                        gap_is_loss: true,
+                    })
+                } else {
+                    s.tracker.build()
+                },
                 path: s.selector.build(s.seed ^ h as u64),
                 ..Policies::default()
             };
@@ -671,6 +696,7 @@ impl Rig {
             mr_len: REGION as usize,
             sq_psn: [(1 << 24) - s.psn_before_wrap, s.responder_psn],
             recovery: s.recovery,
+            advertise_receive_window: s.larger_requester(),
             ..PairOptions::default()
         };
         let models = (0..s.pairs)
@@ -897,6 +923,17 @@ impl Rig {
         self.observe();
         self.check_memory();
         let case = &self.case;
+        // BDP flow control: the requester never has more unacknowledged than the responder
+        // holds, so a tracker without a shared pool (which may run out) refuses nothing.
+        if self.setup.recovery == Recovery::SelectiveRepeat
+            && matches!(
+                self.setup.tracker,
+                Tracker::Bitmap | Tracker::OffsetList | Tracker::OffsetListWait
+            )
+        {
+            let refused = self.world.engines[1].counters().packets_refused;
+            assert_eq!(refused, 0, "{case}: packets refused past host 1's tracker");
+        }
         for (p, m) in self.models.iter().enumerate() {
             assert_eq!(
                 m.completed,

@@ -57,6 +57,22 @@ pub const DEFAULT_PORT: u16 = 18515;
 /// bookworm's perftest (4.5-0.17) announces.
 pub const VERSION: &str = "6.06";
 
+/// Where Sluice's advertisement sits in the version message: after the version text and
+/// its NUL, where perftest (which reads the text with `atof`) looks no further, so that a
+/// perftest peer never sees it. Bytes 8..12 are [`SLUICE_MAGIC`], 12..16 the receive
+/// window in packets, big-endian (docs/perftest.md, "Messages, in order").
+const SLUICE_OPTIONS_AT: usize = 8;
+
+/// Marks the version message's tail as Sluice's options, layout 1.
+const SLUICE_MAGIC: [u8; 4] = *b"SLC1";
+
+/// The largest receive window a peer may advertise, in packets: 2^23, half the PSN space
+/// (the largest window a requester may keep).
+pub const MAX_RECEIVE_WINDOW: u32 = sluice_core::policy::MAX_RECEIVE_WINDOW;
+
+// The version text and its NUL must end before the options.
+const _: () = assert!(VERSION.len() < SLUICE_OPTIONS_AT);
+
 /// The oldest peer perftest itself accepts (`check_version_compatibility`).
 const MIN_PEER_VERSION: f64 = 5.70;
 
@@ -520,6 +536,10 @@ pub struct LocalParams {
     /// The path MTU this side wants (perftest: `-m`, else the port's active MTU). Both ends
     /// use the smaller.
     pub mtu: Mtu,
+    /// Sluice only: the receive window this side's selective-repeat queue pairs have, in
+    /// packets (1..=[`MAX_RECEIVE_WINDOW`]), advertised in the version message's tail where
+    /// perftest reads nothing; `None` sends exactly perftest's message.
+    pub receive_window: Option<u32>,
 }
 
 impl LocalParams {
@@ -529,6 +549,15 @@ impl LocalParams {
             cycle_buffer: DEFAULT_CYCLE_BUFFER,
             cache_line_size: DEFAULT_CACHE_LINE_SIZE,
             mtu,
+            receive_window: None,
+        }
+    }
+
+    /// The same, advertising `window` (see [`LocalParams::receive_window`]).
+    pub fn with_receive_window(self, window: Option<u32>) -> LocalParams {
+        LocalParams {
+            receive_window: window,
+            ..self
         }
     }
 }
@@ -546,6 +575,9 @@ pub struct Negotiated {
     pub peer_mtu: Mtu,
     /// The path MTU both use: the smaller of the two.
     pub mtu: Mtu,
+    /// The receive window a Sluice peer advertised, in packets (1..=[`MAX_RECEIVE_WINDOW`]);
+    /// `None` from perftest, or from a Sluice peer that advertised none.
+    pub peer_receive_window: Option<u32>,
 }
 
 impl Negotiated {
@@ -813,11 +845,19 @@ impl<S: TimeoutStream> Session<S> {
         if step_timeout.is_zero() {
             return Err(PerftestError::Usage("the step timeout must be positive"));
         }
+        if params
+            .receive_window
+            .is_some_and(|w| !(1..=MAX_RECEIVE_WINDOW).contains(&w))
+        {
+            return Err(PerftestError::Usage(
+                "the receive window must be 1..=2^23 packets",
+            ));
+        }
         let io = &mut Step::new(&mut stream, step_timeout);
-        let mut ours = [0u8; VERSION_LEN];
-        ours[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+        let ours = version_message(params.receive_window);
         let theirs = exchange(io, role, &ours, Stage::Version)?;
         let peer_version = parse_version(&theirs)?;
+        let peer_receive_window = parse_sluice_options(&theirs)?;
 
         // Peers from 5.32 on send these; we only talk to 5.70 and newer. Each is checked as
         // soon as it comes, before anything is sized from it.
@@ -855,6 +895,7 @@ impl<S: TimeoutStream> Session<S> {
                 cache_line_size: params.cache_line_size.max(peer_cache),
                 peer_mtu,
                 mtu,
+                peer_receive_window,
             },
             local: Vec::new(),
             peer: Vec::new(),
@@ -1350,6 +1391,41 @@ fn parse_version(msg: &[u8; VERSION_LEN]) -> Result<String, PerftestError> {
     }
 }
 
+/// The version message: the text, NUL-padded, and Sluice's options in its tail when there
+/// is something to advertise.
+fn version_message(receive_window: Option<u32>) -> [u8; VERSION_LEN] {
+    let mut msg = [0u8; VERSION_LEN];
+    msg[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+    if let Some(window) = receive_window {
+        msg[SLUICE_OPTIONS_AT..SLUICE_OPTIONS_AT + 4].copy_from_slice(&SLUICE_MAGIC);
+        msg[SLUICE_OPTIONS_AT + 4..].copy_from_slice(&window.to_be_bytes());
+    }
+    msg
+}
+
+/// The receive window a Sluice peer advertised in its version message's tail. Nothing
+/// unless the text's NUL comes before the tail and the tail starts with [`SLUICE_MAGIC`]
+/// (perftest pads with zeros); a window outside 1..=[`MAX_RECEIVE_WINDOW`] is refused,
+/// naming the field.
+fn parse_sluice_options(msg: &[u8; VERSION_LEN]) -> Result<Option<u32>, PerftestError> {
+    let text_ends_before = msg[..SLUICE_OPTIONS_AT].contains(&0);
+    if !text_ends_before || msg[SLUICE_OPTIONS_AT..SLUICE_OPTIONS_AT + 4] != SLUICE_MAGIC {
+        return Ok(None);
+    }
+    let mut window = [0u8; 4];
+    window.copy_from_slice(&msg[SLUICE_OPTIONS_AT + 4..]);
+    let window = u32::from_be_bytes(window);
+    if !(1..=MAX_RECEIVE_WINDOW).contains(&window) {
+        return Err(PerftestError::OutOfBounds {
+            stage: Stage::Version,
+            field: "receive window",
+            value: window.to_string(),
+            bound: "1 to 8388608 packets (2^23, half the PSN space)",
+        });
+    }
+    Ok(Some(window))
+}
+
 /// A size a peer announces, and what Sluice accepts for it.
 struct SizeBound {
     field: &'static str,
@@ -1820,6 +1896,7 @@ mod tests {
                         cycle_buffer: 65536,
                         cache_line_size: 128,
                         mtu: Mtu::M1024,
+                        receive_window: None,
                     },
                     dests: dests(qps, 0x200),
                     report: None,
@@ -2151,6 +2228,105 @@ mod tests {
             let mut rest = Vec::new();
             let _ = peer.read_to_end(&mut rest);
         })
+    }
+
+    /// A peer's version message (`text`, NUL-padded, and `tail` from byte 8 on) and the
+    /// page, cache line and MTU messages; what the server then negotiated.
+    fn server_hearing_version(text: &[u8], tail: &[u8]) -> Result<Negotiated, PerftestError> {
+        let (client, server) = pair();
+        let mut msg = [0u8; 16].to_vec();
+        msg[..text.len()].copy_from_slice(text);
+        msg[SLUICE_OPTIONS_AT..SLUICE_OPTIONS_AT + tail.len()].copy_from_slice(tail);
+        msg.extend_from_slice(&4096u32.to_be_bytes());
+        msg.extend_from_slice(&64u32.to_be_bytes());
+        msg.extend_from_slice(b"3\0");
+        let peer = holds_after(client, msg.leak());
+        let params = LocalParams::new(Mtu::M1024).with_receive_window(Some(256));
+        let result = Session::start(server, Role::Server, Test::WriteBw, params, STEP)
+            .map(|s| s.negotiated().clone());
+        peer.join().unwrap();
+        result
+    }
+
+    /// Two Sluice ends learn each other's receive window from the version message's tail;
+    /// an end that advertises none sends perftest's exact message and is heard as none.
+    #[test]
+    fn sluice_ends_advertise_their_receive_windows() {
+        for (client_window, server_window) in [
+            (Some(256), Some(16)),
+            (Some(1), Some(MAX_RECEIVE_WINDOW)),
+            (None, Some(64)),
+            (Some(64), None),
+            (None, None),
+        ] {
+            let side = |role, window| Side {
+                role,
+                params: LocalParams::new(Mtu::M1024).with_receive_window(window),
+                dests: dests(1, 0x10),
+                report: None,
+            };
+            let (c, s) = both(
+                Test::WriteBw,
+                side(Role::Client, client_window),
+                side(Role::Server, server_window),
+            );
+            let (c, s) = (c.unwrap(), s.unwrap());
+            assert_eq!(c.negotiated.peer_receive_window, server_window);
+            assert_eq!(s.negotiated.peer_receive_window, client_window);
+            assert_eq!(c.negotiated.peer_version, VERSION);
+        }
+        assert_eq!(version_message(None), *b"6.06\0\0\0\0\0\0\0\0\0\0\0\0");
+        assert_eq!(
+            version_message(Some(0x0102)),
+            *b"6.06\0\0\0\0SLC1\0\0\x01\x02"
+        );
+    }
+
+    /// perftest's message (zeros after the text), any tail without the mark, or a version
+    /// text reaching into the tail, advertise nothing; a marked window of 0 or past 2^23
+    /// is refused, naming the field; a window of our own out of bounds is a usage error.
+    #[test]
+    fn a_receive_window_is_heard_only_from_sluice_and_within_bounds() {
+        let heard = |text: &[u8], tail: &[u8]| {
+            server_hearing_version(text, tail)
+                .unwrap()
+                .peer_receive_window
+        };
+        assert_eq!(heard(b"6.06", b""), None);
+        assert_eq!(heard(b"6.13", &[0xaa; 8]), None);
+        assert_eq!(heard(b"6.06", b"SLC2\0\0\x01\0"), None);
+        assert_eq!(heard(b"6.06-sluSLC1", b"SLC1\0\0\x01\0"), None);
+        assert_eq!(heard(b"6.06", b"SLC1\0\0\0\x10"), Some(16));
+        assert_eq!(heard(b"6.06", b"SLC1\0\x80\0\0"), Some(1 << 23));
+        for (tail, value) in [
+            (b"SLC1\0\0\0\0", "0"),
+            (b"SLC1\0\x80\0\x01", "8388609"),
+            (b"SLC1\xff\xff\xff\xff", "4294967295"),
+        ] {
+            let e = server_hearing_version(b"6.06", tail).unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    PerftestError::OutOfBounds {
+                        stage: Stage::Version,
+                        field: "receive window",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("receive window") && text.contains(value),
+                "{text}"
+            );
+        }
+        for bad in [0, MAX_RECEIVE_WINDOW + 1] {
+            let (client, _server) = pair();
+            let params = LocalParams::new(Mtu::M1024).with_receive_window(Some(bad));
+            let e = Session::start(client, Role::Client, Test::WriteBw, params, STEP).unwrap_err();
+            assert!(e.to_string().contains("receive window"), "{e}");
+        }
     }
 
     /// Finding 1: a client that sends 8 of the 16 version bytes held a server in `read`.

@@ -1400,6 +1400,10 @@ impl<'a> Network<'a> {
                 ccx,
                 cc_control,
                 path_probes: self.scenario.policies.path_probes(),
+                // Every host is Sluice: the peer's word on its receive window, as two
+                // `sluice perf` ends exchange it (the same as this host's own tracker
+                // today, every host running the scenario's).
+                peer_receive_window: Some(self.hosts[peer as usize].engine.receive_window()),
                 ..Connection::new(
                     host_ip(peer),
                     qp[1 - i].0,

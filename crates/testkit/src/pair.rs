@@ -68,6 +68,11 @@ pub struct PairOptions {
     pub recovery: Recovery,
     /// The CC extension header each side sends and accepts.
     pub ccx: [Option<CcxLayout>; 2],
+    /// Each side is told the receive window the other's engine advertises
+    /// (`Connection::peer_receive_window`, from `Engine::receive_window`), as two Sluice
+    /// ends agree at connection setup; without it (the default) each takes the peer's
+    /// tracker to be its own.
+    pub advertise_receive_window: bool,
 }
 
 impl Default for PairOptions {
@@ -91,6 +96,7 @@ impl Default for PairOptions {
             shared_cq: false,
             recovery: Recovery::GoBackN,
             ccx: [None; 2],
+            advertise_receive_window: false,
         }
     }
 }
@@ -175,6 +181,9 @@ impl Pair {
                 max_dest_rd_atomic: o.max_rd_atomic,
                 recovery: o.recovery,
                 ccx: o.ccx[h],
+                peer_receive_window: o
+                    .advertise_receive_window
+                    .then(|| engines[peer].receive_window()),
                 ..Connection::new(
                     addrs[peer],
                     qp[peer].0,

@@ -103,6 +103,13 @@ pub struct Reordering {
     /// Of the held, the WRITE packets placed at their address on arrival (their WRITE's
     /// first packet had arrived); the rest had their payload copied until the gap filled.
     pub placed_packets: u64,
+    /// Packets past a gap this side could not hold (past its tracker), for the peer to
+    /// send again: none when the peer keeps within the window this side advertised.
+    pub refused_packets: u64,
+    /// The most packets the first queue pair keeps unacknowledged (BDP flow control:
+    /// selective repeat, from its own tracker and the window a Sluice peer advertised).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bdp_window: Option<u32>,
     /// The receive trackers' memory at the end, bytes: every queue pair's own...
     pub tracker_bytes_per_connection: u64,
     /// ...and what they share (LEFT's pool).
@@ -125,6 +132,8 @@ impl Reordering {
             out_of_order_arrivals: after.out_of_order_arrivals - before.out_of_order_arrivals,
             held_packets: after.packets_held - before.packets_held,
             placed_packets: after.packets_placed - before.packets_placed,
+            refused_packets: after.packets_refused - before.packets_refused,
+            bdp_window: None,
             tracker_bytes_per_connection: memory.per_connection as u64,
             tracker_bytes_shared: memory.shared as u64,
             probes_sent: after.probes_sent - before.probes_sent,
@@ -135,11 +144,12 @@ impl Reordering {
     /// The line under a result row.
     pub fn row(&self) -> String {
         format!(
-            " reordering: {} out-of-order arrivals, {} held ({} placed directly, {} copied); tracker memory {} B per connection + {} B shared; probes {} sent, {} answered",
+            " reordering: {} out-of-order arrivals, {} held ({} placed directly, {} copied), {} refused; tracker memory {} B per connection + {} B shared; probes {} sent, {} answered",
             self.out_of_order_arrivals,
             self.held_packets,
             self.placed_packets,
             self.held_packets - self.placed_packets,
+            self.refused_packets,
             self.tracker_bytes_per_connection,
             self.tracker_bytes_shared,
             self.probes_sent,

@@ -519,6 +519,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
             ));
         }
         report.reorder = super::report::Reordering::of(&before, &after, s.dev.engine_ref());
+        report.reorder.bdp_window = s.dev.engine_ref().bdp_window(s.qps[0].qpn).ok().flatten();
         report.packets_by_port =
             super::report::PortPackets::between(&ports_before, &packets_by_port(s, o));
         if !m.per_qp.is_empty() && !o.tenants.is_empty() {
@@ -645,13 +646,25 @@ fn open(
     let path_mtu =
         Mtu::from_bytes(mtu).ok_or_else(|| PerfError::Usage(format!("bad MTU {mtu}")))?;
     let handle = stream.try_clone().map_err(exchange_io)?;
+    let controller =
+        o.cc.build()
+            .map_err(|e| PerfError::Usage(format!("--cc: {e}")))?;
+    let policies = o
+        .policies
+        .build(controller)
+        .map_err(|e| PerfError::Usage(e.to_string()))?;
+    // With selective repeat, the receive window its tracker gives goes in the version
+    // message's tail (perftest reads nothing there), so that a Sluice peer never sends past
+    // it (BDP flow control; docs/sim.md).
+    let window = (o.policies.recovery == sluice_core::Recovery::SelectiveRepeat)
+        .then(|| policies.tracker.receive_window());
     // Every step of the exchange, on either side, ends within the stall timeout: a peer that
     // goes silent or trickles its messages cannot hold this end.
     let mut exchange = Exchange::start(
         handle,
         role,
         o.test,
-        LocalParams::new(path_mtu),
+        LocalParams::new(path_mtu).with_receive_window(window),
         o.stall_timeout,
     )
     .map_err(exchange_err)?;
@@ -671,13 +684,6 @@ fn open(
         ..EngineConfig::default()
     };
     let seed = config.engine.seed;
-    let controller =
-        o.cc.build()
-            .map_err(|e| PerfError::Usage(format!("--cc: {e}")))?;
-    let policies = o
-        .policies
-        .build(controller)
-        .map_err(|e| PerfError::Usage(e.to_string()))?;
     let mut dev = Device::open_with_policies(config, policies)?;
     let engine = dev.engine();
     let pd = engine.alloc_pd();
@@ -801,6 +807,8 @@ fn open(
         c.path_probes = o.policies.path_probes();
         c.ccx = o.cc.ccx;
         c.recovery = o.policies.recovery;
+        // A Sluice peer's word; perftest's says nothing (its tracker is taken to be ours).
+        c.peer_receive_window = negotiated.peer_receive_window;
         if keys.is_some() {
             // Atomic requests carry no payload, so nothing authenticates them: an encrypted
             // queue pair does not execute them (docs/encryption.md, threat model).

@@ -194,6 +194,14 @@ pub struct Connection {
     /// (HPCC) or credit totals (grants then ride the peer's packets instead of control
     /// packets). Only when both ends agreed: a standard RoCE peer drops such packets.
     pub ccx: Option<sluice_wire::CcxLayout>,
+    /// The peer's receive window, in packets, as it advertised it at connection setup: the
+    /// PSNs from its expected one on that its selective-repeat tracker accepts (its
+    /// capacity plus one, [`crate::policy::TrackerFactory::receive_window`]). BDP flow
+    /// control then keeps at most the largest power of two within it unacknowledged (and
+    /// within this engine's own tracker's window). `None`, the default: the peer said
+    /// nothing (perftest, Soft-RoCE), and its tracker is taken to be this engine's.
+    /// 1..=2^23; anything else is refused, naming the field.
+    pub peer_receive_window: Option<u32>,
 }
 
 impl Connection {
@@ -223,6 +231,7 @@ impl Connection {
             cc_control: false,
             path_probes: false,
             ccx: None,
+            peer_receive_window: None,
         }
     }
 }
@@ -927,7 +936,10 @@ impl Nic {
         let num = qp.num;
         let (send_cq, recv_cq) = (qp.send_cq, qp.recv_cq);
         let sends: Vec<SendWqe> = qp.req.sq.drain(..).collect();
+        // The cursor points at no request: the offset into one goes too (a queue pair that
+        // failed in the middle of a message kept it, against the requester's invariant).
         qp.req.cursor = 0;
+        qp.req.cursor_offset = 0;
         qp.req.deadline = None;
         qp.req.rnr_wait_until = None;
         let mut recvs: Vec<RecvWqe> = Vec::new();

@@ -240,13 +240,18 @@ impl Engine {
                 // BDP flow control (IRN's): with selective repeat the requester keeps at most
                 // one packet more unacknowledged than the peer's tracker holds past a gap, so
                 // that no packet lands past it (refused, and then resent one a round trip).
-                // The peer's tracker is taken to be this engine's: the simulator builds every
-                // engine from one configuration, and both ends of `sluice perf` take the same
-                // `--tracker` (ARCHITECTURE.md, Policies: Reorder). A power of two (one byte in
-                // the requester): the largest at most the tracker plus one.
+                // Without the peer's word (`set_peer_receive_window`: a perftest or
+                // Soft-RoCE peer, which advertise nothing) its tracker is taken to be this
+                // engine's; with it, the smaller of the two. A power of two (one byte in the
+                // requester): the largest at most the tracker plus one.
                 qp.req.window_cap_shift = qp.resp.reorder.as_ref().map_or(0, |r| {
-                    let window = r.tracker.capacity().saturating_add(1);
-                    crate::qp::MAX_WINDOW.ilog2().saturating_sub(window.ilog2()) as u8
+                    let own = crate::qp::window_shift(
+                        r.tracker
+                            .capacity()
+                            .saturating_add(1)
+                            .min(crate::qp::MAX_WINDOW),
+                    );
+                    own.max(qp.req.peer_cap_shift)
                 });
                 qp.state = QpState::Rtr;
             }
@@ -332,6 +337,50 @@ impl Engine {
         let index = self.live(qpn)?;
         self.qp_mut(index).path_probes = on;
         Ok(())
+    }
+
+    /// Tells queue pair `qpn` the receive window its peer advertised at connection setup
+    /// (see [`crate::Connection::peer_receive_window`]): with selective repeat it then
+    /// keeps at most the largest power of two within it unacknowledged (and within its
+    /// own tracker's window), so that the peer refuses nothing for want of room. `None`:
+    /// the peer said nothing, and its tracker is taken to be this engine's. A window of 0
+    /// or past [`crate::policy::MAX_RECEIVE_WINDOW`] is refused. Call it before the queue
+    /// pair leaves INIT ([`Engine::connect`] does); a reset forgets it.
+    pub fn set_peer_receive_window(
+        &mut self,
+        qpn: QpNum,
+        window: Option<u32>,
+    ) -> Result<(), Error> {
+        let index = self.live(qpn)?;
+        let shift = match window {
+            None => 0,
+            Some(w) if (1..=crate::policy::MAX_RECEIVE_WINDOW).contains(&w) => {
+                crate::qp::window_shift(w)
+            }
+            Some(_) => {
+                return Err(Error::InvalidArgument(
+                    "peer_receive_window must be 1..=2^23 packets",
+                ));
+            }
+        };
+        let qp = self.qp_mut(index);
+        if !matches!(qp.state, QpState::Reset | QpState::Init) {
+            // RTR fixed the window cap from it already.
+            return Err(Error::InvalidState {
+                state: qp.state,
+                action: "take a peer_receive_window (only in RESET or INIT)",
+            });
+        }
+        qp.req.peer_cap_shift = shift;
+        Ok(())
+    }
+
+    /// The most packets queue pair `qpn` keeps unacknowledged whatever its window says
+    /// (BDP flow control, from RTR on): `None` when nothing caps it (go-back-N).
+    pub fn bdp_window(&self, qpn: QpNum) -> Result<Option<u32>, Error> {
+        let index = self.live(qpn)?;
+        let qp = self.qp_at(index);
+        Ok((qp.req.window_cap_shift > 0).then(|| crate::qp::MAX_WINDOW >> qp.req.window_cap_shift))
     }
 
     /// Makes queue pair `qpn` carry Sluice's CC extension header in `layout` (`None`: plain
@@ -442,6 +491,13 @@ impl Engine {
             .map_or(&[], |s| s.as_slice())
     }
 
+    /// The receive window this engine's selective-repeat queue pairs have, in packets (their
+    /// tracker's capacity plus one): what to advertise to a peer at connection setup, for
+    /// its [`crate::Connection::peer_receive_window`].
+    pub fn receive_window(&self) -> u32 {
+        self.nic.trackers.receive_window()
+    }
+
     /// What the receive trackers hold, over every live queue pair that has one.
     pub fn tracker_memory(&self) -> TrackerMemory {
         let per_connection = (0..self.qps.len() as u32)
@@ -467,6 +523,7 @@ impl Engine {
         self.set_cc_control(qpn, c.cc_control)?;
         self.set_path_probes(qpn, c.path_probes)?;
         self.set_ccx(qpn, c.ccx)?;
+        self.set_peer_receive_window(qpn, c.peer_receive_window)?;
         self.modify_qp(qpn, Transition::Init { access: c.access })?;
         self.modify_qp(
             qpn,

@@ -43,8 +43,8 @@ pub use service::{
     Verdict, XorPayload,
 };
 pub use tracker::{
-    Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, OffsetList, OffsetLists, PoolUse,
-    ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,
+    Bitmap256, Bitmaps, Left, LeftConfig, LeftTracker, MAX_RECEIVE_WINDOW, OffsetList, OffsetLists,
+    PoolUse, ReceiveTracker, Recorded, TrackerFactory, TrackerMemory, TrackerWork,
 };
 
 use crate::control::{Controller, NoControl};

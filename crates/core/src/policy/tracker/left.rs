@@ -759,6 +759,10 @@ impl TrackerFactory for Left {
         })
     }
 
+    fn capacity(&self) -> u32 {
+        self.shared.borrow().config.capacity()
+    }
+
     fn shared_memory(&self) -> usize {
         self.shared.borrow().config.shared_bits().div_ceil(8) as usize
     }

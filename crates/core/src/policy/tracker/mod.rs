@@ -112,11 +112,25 @@ impl TrackerWork {
     }
 }
 
+/// The largest receive window a queue pair may advertise or be given for its peer, in
+/// packets: half the 24-bit PSN space, the largest window a requester may have.
+pub const MAX_RECEIVE_WINDOW: u32 = crate::qp::MAX_WINDOW;
+
 /// Makes the receive tracker of each selective-repeat queue pair; a tracker whose queue
 /// pairs share state (a pool) keeps it here.
 pub trait TrackerFactory: std::fmt::Debug {
     /// The tracker of a queue pair entering RTR with selective repeat.
     fn create(&mut self) -> Box<dyn ReceiveTracker>;
+    /// The [`ReceiveTracker::capacity`] of every tracker made here, known before any is
+    /// made (so that an engine can advertise its receive window at connection setup).
+    fn capacity(&self) -> u32;
+    /// The receive window of a selective-repeat queue pair with a tracker made here, in
+    /// packets: the expected PSN and what the tracker holds past it, every PSN from the
+    /// expected one on that is accepted rather than refused (at most
+    /// [`MAX_RECEIVE_WINDOW`]).
+    fn receive_window(&self) -> u32 {
+        self.capacity().saturating_add(1).min(MAX_RECEIVE_WINDOW)
+    }
     /// Bytes held for all queue pairs together (0 when nothing is shared).
     fn shared_memory(&self) -> usize {
         0
@@ -206,6 +220,10 @@ pub struct Bitmaps;
 impl TrackerFactory for Bitmaps {
     fn create(&mut self) -> Box<dyn ReceiveTracker> {
         Box::new(Bitmap256::default())
+    }
+
+    fn capacity(&self) -> u32 {
+        Bitmap256::default().capacity()
     }
 }
 
@@ -297,6 +315,10 @@ impl TrackerFactory for OffsetLists {
         } else {
             OffsetList::waiting(self.capacity)
         })
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
     }
 }
 
