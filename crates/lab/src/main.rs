@@ -30,6 +30,10 @@ const BATCH: usize = 64;
 const SLOT_BYTES: usize = 65_536 + 256;
 /// Socket buffer each way: bursts wait there while the relay sleeps or sends.
 const SOCKET_BUFFER: usize = 32 << 20;
+/// A kernel arrival stamp older than this is not an arrival time (a packet that crossed
+/// namespaces keeps a delivery time of the sender's clock base, say: a TCP packet's
+/// departure time on the monotonic clock); the time of reading is used instead.
+const STAMP_WINDOW_NS: u64 = 1_000_000_000;
 /// The longest sleep between checks for a stop signal.
 const MAX_SLEEP_NS: u64 = 100_000_000;
 
@@ -77,6 +81,8 @@ struct Direction {
     truncated: u64,
     send_errors: u64,
     most_held: usize,
+    /// Frames timed by when they were read, for want of a plausible kernel stamp.
+    unstamped: u64,
 }
 
 impl Direction {
@@ -93,29 +99,37 @@ impl Direction {
             truncated: 0,
             send_errors: 0,
             most_held: 0,
+            unstamped: 0,
         }
     }
 
     /// Reads what is waiting (as much as the ring has room for in one run): how many frames.
-    /// `real_minus_mono` converts the kernel's arrival stamps to the monotonic clock.
-    fn receive(
-        &mut self,
-        socks: &[PacketSocket; 2],
-        now: u64,
-        real_minus_mono: u64,
-    ) -> io::Result<usize> {
+    fn receive(&mut self, socks: &[PacketSocket; 2]) -> io::Result<usize> {
         let (first, room) = self.fifo.free_run();
         if room == 0 {
             return Ok(0);
         }
         let got = self.slots.recv(&socks[self.from], first, room.min(BATCH))?;
+        if got == 0 {
+            return Ok(0);
+        }
+        // Both clocks after the frames came, so that every arrival stamp (real time) is
+        // before `real_now`; then `now - (real_now - stamp)` is its arrival on the monotonic
+        // clock.
+        let now = sys::mono_ns();
+        let real_now = sys::real_ns();
         for slot in first..first + got {
             // The kernel's stamp, not the time of reading: a frame that waited in the socket
             // while the relay slept or sent is not delayed by that wait on top of the delay.
-            let arrived = self
-                .slots
-                .stamp(slot)
-                .map_or(now, |real| real.saturating_sub(real_minus_mono).min(now));
+            let arrived = match self.slots.stamp(slot) {
+                Some(real) if real <= real_now && real_now - real < STAMP_WINDOW_NS => {
+                    now - (real_now - real)
+                }
+                _ => {
+                    self.unstamped += 1;
+                    now
+                }
+            };
             self.fifo.push(arrived + self.delay_ns);
         }
         self.most_held = self.most_held.max(self.fifo.len());
@@ -164,8 +178,8 @@ impl Direction {
         let drops = socks[self.from].drops().unwrap_or(0);
         format!(
             "{} -> {}: delay {} us, {} frames ({} bytes, {:.0} frames/s), late by us: mean {:.1} \
-             p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}; held at most {} of {}; truncated {}, \
-             send errors {}, dropped by the kernel {}",
+             p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1}; held at most {} of {}; timed on reading {}; \
+             truncated {}, send errors {}, dropped by the kernel {}",
             socks[self.from].name,
             socks[self.to].name,
             self.delay_ns / 1000,
@@ -179,6 +193,7 @@ impl Direction {
             us(self.late.max_ns()),
             self.most_held,
             self.fifo.capacity(),
+            self.unstamped,
             self.truncated,
             self.send_errors,
             drops,
@@ -213,13 +228,12 @@ fn run(args: &Args) -> io::Result<()> {
     );
     while !sys::stopped() {
         let now = sys::mono_ns();
-        let real_minus_mono = sys::real_ns().wrapping_sub(now);
         let mut work = 0;
         for d in &mut dirs {
             work += d.send_due(&socks, now);
         }
         for d in &mut dirs {
-            work += d.receive(&socks, now, real_minus_mono)?;
+            work += d.receive(&socks)?;
         }
         if work > 0 {
             continue;
