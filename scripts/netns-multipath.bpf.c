@@ -1,17 +1,14 @@
 // tc (clsact egress) program for scripts/netns-multipath: one instance per link end. It
 // counts the UDP packets that leave on its link for one destination port (RoCE v2's 4791
-// unless set), and can delay them or drop them all:
-//
-//  - delay: sets each packet's departure time (skb->tstamp, "earliest departure time") to
-//    now + delay_ns; the `fq` qdisc under it holds the packet until then. The kernel here has
-//    no netem; EDT in fq is what delays a whole link's traffic without reordering it (every
-//    packet gets the same delay, and fq releases a flow's packets in order).
-//  - drop: a path that has failed silently (a gray failure): the link stays up, so the
-//    kernel's multipath route keeps hashing flows onto it and only the transport can notice.
+// unless set), and can drop them all: a path that has failed silently (a gray failure): the
+// link stays up, so the kernel's multipath route keeps hashing flows onto it and only the
+// transport can notice. (Delay is not done here: this machine's kernel has neither netem nor
+// the fq qdisc that would honour a departure time set here; the script puts a user-space
+// relay, crates/lab's delay-relay, in a delayed link instead.)
 //
 // Settings: one entry of `mp_cfg`, written by the script with bpftool; counters: `mp_stats`
-// (0: packets seen, 1: bytes seen, 2: packets dropped, 3: packets delayed). Maps are not
-// pinned, so each link end's program has its own (the script finds them by the program id).
+// (0: packets seen, 1: bytes seen, 2: packets dropped). Maps are not pinned, so each link
+// end's program has its own (the script finds them by the program id).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -22,7 +19,6 @@
 #include <bpf/bpf_endian.h>
 
 struct mp_cfg {
-    __u64 delay_ns;
     __u32 drop;   // non-zero: drop every matching packet
     __u16 dport;  // 0: every UDP packet
     __u16 pad;
@@ -37,7 +33,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);  // no atomic add on a shared line per packet
-    __uint(max_entries, 4);
+    __uint(max_entries, 3);
     __type(key, __u32);
     __type(value, __u64);
 } mp_stats SEC(".maps");
@@ -75,16 +71,6 @@ int mp_link(struct __sk_buff *skb)
     if (c->drop) {
         add(2, segs);
         return TC_ACT_SHOT;
-    }
-    if (c->delay_ns) {
-        __u64 at = bpf_ktime_get_ns() + c->delay_ns;
-        // Never earlier than a time already set (a socket's SO_TXTIME): only ever later.
-        // Written directly (as EDT rate limiters in tc do) rather than with
-        // bpf_skb_set_tstamp, which kernels before 5.18 lack: fq, on this same device,
-        // reads the field before anything else can clear it.
-        if (skb->tstamp < at)
-            skb->tstamp = at;
-        add(3, segs);
     }
     return TC_ACT_OK;
 }

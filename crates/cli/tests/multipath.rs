@@ -4,14 +4,17 @@
 //! packets over the source ports, that the eBPF counts per link are exactly perf's counts per
 //! port summed by the link the kernel hashes each port to, that the receiver sees the
 //! reordering and LEFT takes it without a retransmission, and that `rtt-probe` moves a queue
-//! pair off a link that fails mid-run.
+//! pair off a link that fails mid-run, and that with one link delayed (through the script's
+//! user-space relay, `delay-relay` of crates/lab) its round trip grows by the delay and LEFT
+//! takes a sprayed transfer over both links byte-exact without resending.
 //!
-//! Needs root, iproute2, clang and bpftool; skips (passing, with a note) without them,
+//! Needs root, iproute2, clang and bpftool (and the cargo running the tests builds the
+//! relay); skips (passing, with a note) without them,
 //! unless `SLUICE_REQUIRE_NETNS=1`, which CI sets.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -47,6 +50,33 @@ fn can_run() -> bool {
     false
 }
 
+/// The delay-relay binary, built once for these tests in a target directory of their own
+/// (a binary of another package is not built for this one's tests, and the test run's own
+/// target directory is locked by the cargo running it).
+fn relay() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lab");
+        let o = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "--locked",
+                "-p",
+                "sluice-lab",
+                "--bin",
+                "delay-relay",
+            ])
+            .arg("--target-dir")
+            .arg(&target)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "building delay-relay: {}", text(&o));
+        target.join("debug/delay-relay")
+    })
+}
+
 /// The two namespaces, removed on drop (by the script's own `down`).
 struct Setup {
     ns: String,
@@ -55,15 +85,21 @@ struct Setup {
 
 impl Setup {
     fn up() -> Setup {
+        let setup = Setup::up_with(&[]);
+        // Again: it must be idempotent (what is left of a run is replaced, not an error).
+        let o = setup.script(&["up"]);
+        assert!(o.status.success(), "up again: {}", text(&o));
+        setup
+    }
+
+    /// `up ARGS` (with the relay built when ARGS delay a link).
+    fn up_with(args: &[&str]) -> Setup {
         let setup = Setup {
             ns: format!("slmt{}", std::process::id() % 10_000),
             net: "10.84",
         };
-        let o = setup.script(&["up"]);
-        assert!(o.status.success(), "up: {}", text(&o));
-        // Again: it must be idempotent (what is left of a run is replaced, not an error).
-        let o = setup.script(&["up"]);
-        assert!(o.status.success(), "up again: {}", text(&o));
+        let o = setup.script(&[&["up"], args].concat());
+        assert!(o.status.success(), "up {args:?}: {}", text(&o));
         setup
     }
 
@@ -72,7 +108,15 @@ impl Setup {
         c.arg(script())
             .args(args)
             .env("MP_NS", &self.ns)
-            .env("MP_NET", self.net);
+            .env("MP_NET", self.net)
+            // Its own state directory: the relay's settings and log.
+            .env(
+                "MP_STATE",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("netns-multipath"),
+            );
+        if args.first().is_some_and(|a| *a == "up" || *a == "set") {
+            c.env("MP_RELAY", relay());
+        }
         c
     }
 
@@ -104,10 +148,14 @@ impl Setup {
 
     /// `sluice perf write-bw --json ARGS` in namespace `side` (the client, in `a`, to B).
     fn perf(&self, side: &str, args: &[&str]) -> Child {
-        let peer = format!("{}.0.2", self.net);
-        let mut c = self.command(&["exec", side, SLUICE, "perf", "write-bw", "--json"]);
+        self.perf_to(side, "write-bw", &format!("{}.0.2", self.net), args)
+    }
+
+    /// `sluice perf TEST --json ARGS` in namespace `side` (the client, in `a`, to `peer`).
+    fn perf_to(&self, side: &str, test: &str, peer: &str, args: &[&str]) -> Child {
+        let mut c = self.command(&["exec", side, SLUICE, "perf", test, "--json"]);
         if side == "a" {
-            c.arg(&peer);
+            c.arg(peer);
         }
         c.args(args)
             .stdout(Stdio::piped())
@@ -288,6 +336,87 @@ fn rtt_probe_moves_a_queue_pair_off_a_link_that_fails_mid_run() {
         3 - dead
     );
     assert!(client["probes_sent"].as_u64().unwrap() > 0, "{client}");
+}
+
+/// Link 2 delayed 300 us from A to B: its round trip (write-lat to B's address on each link)
+/// grows by that, and a short sprayed transfer with LEFT over both links arrives byte-exact
+/// (`--verify`) with nothing resent: the delayed link's packets arrive late and out of order,
+/// and LEFT holds them rather than calling them lost.
+#[test]
+fn left_takes_a_sprayed_transfer_over_a_delayed_link_byte_exact_without_resending() {
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    const DELAY_US: f64 = 300.0;
+    let setup = Setup::up_with(&["--delay-us", "300"]);
+    // write-lat reports half the round trip.
+    let round_trip = |link: u8| {
+        let peer = format!("{}.{link}.2", setup.net);
+        let server = setup.perf_to("b", "write-lat", &peer, &["-n", "300"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let client = setup.perf_to("a", "write-lat", &peer, &["-n", "300"]);
+        let c = report(client, "write-lat client");
+        report(server, "write-lat server");
+        (
+            2.0 * c["t_min_us"].as_f64().unwrap(),
+            2.0 * c["t_typical_us"].as_f64().unwrap(),
+        )
+    };
+    let (_, typical1) = round_trip(1);
+    let (min2, typical2) = round_trip(2);
+    eprintln!("round trips: link 1 typical {typical1} us, link 2 min {min2} typical {typical2} us");
+    // Never sooner than the delay (the relay holds each frame at least that long) ...
+    assert!(min2 >= DELAY_US, "link 2's shortest round trip {min2} us");
+    // ... and the delay is what separates the links, not the relay's lateness.
+    assert!(
+        typical2 > typical1 + DELAY_US * 0.9,
+        "{typical1} / {typical2} us"
+    );
+
+    let before = setup.sent();
+    let args = [
+        "--source-sockets",
+        "8",
+        "--path",
+        "spray",
+        "--path-param",
+        "paths=8",
+        "--recovery",
+        "selective-repeat",
+        "--tracker",
+        "left",
+        "--verify",
+        "-n",
+        "150",
+    ];
+    let (client, server) = setup.run(&args, || {});
+    let after = setup.sent();
+    let by_port = ports(&client);
+    let mut want = [0u64; 2];
+    for &(port, n) in &by_port {
+        want[setup.link_of(port) - 1] += n;
+    }
+    let got = [after[0].0 - before[0].0, after[1].0 - before[1].0];
+    // The relay is behind A's end of link 2, where the program counts: the counts still
+    // match perf's per port.
+    assert_eq!(got, want, "link counts against ports {by_port:?}");
+    assert_eq!(server["verify_errors"].as_u64(), Some(0), "{server}");
+    assert_eq!(server["iterations"].as_u64(), Some(150), "{server}");
+    assert_eq!(client["iterations"].as_u64(), Some(150), "{client}");
+    if want.contains(&0) {
+        eprintln!("NOTE: every source port hashed onto one link this time: {by_port:?}");
+        return;
+    }
+    assert!(
+        server["out_of_order_arrivals"].as_u64().unwrap() > 0,
+        "{server}"
+    );
+    assert_eq!(
+        client["retransmitted_packets"].as_u64().unwrap(),
+        0,
+        "{client}"
+    );
 }
 
 #[test]
