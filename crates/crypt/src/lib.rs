@@ -25,7 +25,7 @@ pub mod suite;
 #[cfg(test)]
 mod model;
 
-pub use exchange::{ExchangeError, exchange};
+pub use exchange::{ExchangeError, exchange, exchange_suite};
 pub use handshake::{Endpoint, Handshake, HandshakeError, Role, SessionKeys};
 pub use packet::{OVERHEAD, OpenError, SealError};
 pub use psk::{Psk, PskError};
