@@ -3,7 +3,8 @@
 //! payloads under AES-256-GCM with a 40-byte AAD (a BTH, a RETH and the explicit nonce); and
 //! both suites Sluice negotiates (AES-256-GCM, AES-128-GCM) side by side, with their ratio.
 //!
-//! `cargo bench -p sluice-crypt --bench cipher` (`CIPHER_BENCH_MS` per line, default 1500).
+//! `cargo bench -p sluice-crypt --bench cipher` (`CIPHER_BENCH_MS` per line, default 1500,
+//! spread over `CIPHER_BENCH_ROUNDS` alternated rounds, default 5; medians printed).
 //! RustCrypto's crate is a dev-dependency only, for this comparison: the library does not
 //! depend on it. Prints GB/s of payload for each, the ratios aws-lc-rs / RustCrypto and
 //! AES-128 / AES-256, then the whole per-packet stage (`EncryptService`) under each suite
@@ -86,7 +87,7 @@ fn rust_crypto() -> impl FnMut(&mut [u8], u64) {
 
 /// The whole per-packet stage: `EncryptService` sealing (counter, AAD from the headers) and
 /// the peer's opening it (replay window included).
-fn service(suite: Suite, len: usize) -> f64 {
+fn service(suite: Suite, len: usize, budget: Duration) -> f64 {
     use sluice_crypt::handshake::{Endpoint, Handshake, Role};
     use sluice_crypt::{EncryptService, OVERHEAD, Psk, Verdict};
     let psk = || Psk::new([3; 32]).unwrap();
@@ -100,7 +101,6 @@ fn service(suite: Suite, len: usize) -> f64 {
     let mut b = EncryptService::new(&b.receive_confirm(&confirm_a).unwrap());
     let mut wire = vec![0xa5u8; len + OVERHEAD];
     let (bth, ext) = (&AAD[..12], &AAD[12..28]);
-    let budget = Duration::from_millis(budget_ms());
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < budget {
@@ -132,10 +132,38 @@ fn suite_rate(suite: Suite, len: usize, budget: Duration) -> f64 {
     )
 }
 
+fn rounds() -> usize {
+    std::env::var("CIPHER_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(5)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs each of `ops` once per round, in turn, `rounds` times: a change in the machine's
+/// load falls on all of them alike. Returns each one's median.
+fn alternated<const N: usize>(rounds: usize, mut ops: [&mut dyn FnMut() -> f64; N]) -> [f64; N] {
+    let mut all: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds {
+        for (op, out) in ops.iter_mut().zip(&mut all) {
+            out.push(op());
+        }
+    }
+    all.map(|mut v| median(&mut v))
+}
+
 fn main() {
-    let budget = Duration::from_millis(budget_ms());
+    let rounds = rounds();
+    // Each line's budget spread over the rounds.
+    let budget = Duration::from_millis(budget_ms() / rounds as u64);
     println!(
-        "AES-GCM seal+open, single core, payload GB/s (1 GB = 1e9 bytes), {} ms per line",
+        "AES-GCM seal+open, single core, payload GB/s (1 GB = 1e9 bytes): medians of {rounds} \
+         alternated rounds of {} ms each",
         budget.as_millis()
     );
     println!(
@@ -143,9 +171,14 @@ fn main() {
         "size", "aws-lc-rs 256", "aws-lc-rs 128", "RustCrypto 256", "aws/RC", "128/256"
     );
     for len in [4096usize, 1024] {
-        let aws256 = suite_rate(Suite::Aes256Gcm, len, budget);
-        let aws128 = suite_rate(Suite::Aes128Gcm, len, budget);
-        let rc = rate(len, budget, rust_crypto());
+        let [aws256, aws128, rc] = alternated(
+            rounds,
+            [
+                &mut || suite_rate(Suite::Aes256Gcm, len, budget),
+                &mut || suite_rate(Suite::Aes128Gcm, len, budget),
+                &mut || rate(len, budget, rust_crypto()),
+            ],
+        );
         println!(
             "{:>6}  {:>14.2}  {:>14.2}  {:>14.2}  {:>8.2}x  {:>8.2}x",
             len,
@@ -158,16 +191,25 @@ fn main() {
     }
     println!(
         "aws/RC = aws-lc-rs AES-256-GCM / RustCrypto aes-gcm AES-256-GCM; \
-         128/256 = aws-lc-rs AES-128-GCM / AES-256-GCM; same run"
+         128/256 = aws-lc-rs AES-128-GCM / AES-256-GCM; ratios of the medians"
     );
     println!();
     println!("sluice-crypt's EncryptService (seal at one end, open at the other) under each");
-    println!("suite, against the cipher crate's own rate for that suite, same run:");
+    println!("suite, against the cipher crate's own rate for that suite, same rounds:");
     for len in [4096usize, 1024] {
-        let mut stages = Vec::new();
-        for suite in Suite::ALL {
-            let raw = suite_rate(suite, len, budget);
-            let stage = service(suite, len);
+        let [raw256, stage256, raw128, stage128] = alternated(
+            rounds,
+            [
+                &mut || suite_rate(Suite::Aes256Gcm, len, budget),
+                &mut || service(Suite::Aes256Gcm, len, budget),
+                &mut || suite_rate(Suite::Aes128Gcm, len, budget),
+                &mut || service(Suite::Aes128Gcm, len, budget),
+            ],
+        );
+        for (suite, stage, raw) in [
+            (Suite::Aes256Gcm, stage256, raw256),
+            (Suite::Aes128Gcm, stage128, raw128),
+        ] {
             println!(
                 "{:>6}  {suite}  service {:>6.2} GB/s  aws-lc-rs {:>6.2} GB/s  service/cipher {:>5.2}",
                 len,
@@ -175,12 +217,11 @@ fn main() {
                 raw / 1e9,
                 stage / raw
             );
-            stages.push(stage);
         }
         println!(
             "{:>6}  service aes-128-gcm / aes-256-gcm {:.2}",
             len,
-            stages[1] / stages[0]
+            stage128 / stage256
         );
     }
 }
