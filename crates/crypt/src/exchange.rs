@@ -101,11 +101,10 @@ mod tests {
                 assert_eq!(ours.send, theirs.receive);
             } else {
                 let mismatch = |r: Result<SessionKeys, ExchangeError>, ours, theirs| {
-                    assert!(matches!(
-                        r,
-                        Err(ExchangeError::Handshake(HandshakeError::SuiteMismatch { ours: o, theirs: t }))
-                            if (o, t) == (ours, theirs)
-                    ));
+                    let Err(ExchangeError::Handshake(e)) = r else {
+                        panic!("a mismatch must be refused by the handshake: {r:?}");
+                    };
+                    assert_eq!(e, HandshakeError::SuiteMismatch { ours, theirs });
                 };
                 mismatch(ours, si, sr);
                 mismatch(theirs, sr, si);

@@ -28,9 +28,9 @@
 //! output is the input keying material, which is what HKDF-Extract is built to condense (a
 //! curve point's coordinate is not uniform); the ephemeral secrets are dropped once `dh` is
 //! known, so a PSK that leaks later does not open recorded sessions (forward secrecy). Both
-//! hellos whole (roles, cipher suites, QPNs, PSNs, public keys, version) are in `th`, so changing any of them
-//! in flight makes the confirms disagree, and a wrong PSK is found here, at setup, as
-//! [`HandshakeError::BadConfirm`], never as garbled data later.
+//! hellos whole (roles, cipher suites, QPNs, PSNs, public keys, version) are in `th`, so
+//! changing any of them in flight makes the confirms disagree, and a wrong PSK is found
+//! here, at setup, as [`HandshakeError::BadConfirm`], never as garbled data later.
 //!
 //! The cipher suite ([`Suite`]) is each end's own choice, named in its hello; the peer's must
 //! be the same. An end never adopts the peer's suite: it derives keys for its own and, after

@@ -5,7 +5,8 @@
 //!   PSNs, roles and cipher suites, that derives one AES-GCM key per direction and confirms
 //!   them.
 //! - [`suite`]: the cipher suites (AES-256-GCM, the default, and AES-128-GCM) and their names.
-//! - [`exchange`](mod@exchange): the handshake run over a byte stream (perftest's TCP connection, say).
+//! - [`exchange`](mod@exchange): the handshake run over a byte stream (perftest's TCP
+//!   connection, say).
 //! - [`packet`]: sealing and opening one RoCE payload: an explicit per-key counter as the
 //!   nonce (never reused, whatever the transport resends or regenerates), the BTH and the
 //!   extension headers as associated data, the tag after the ciphertext.
