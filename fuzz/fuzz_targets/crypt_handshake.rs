@@ -6,14 +6,15 @@
 //! - 0: a hello and a confirmation as parsed (whatever parses re-encodes to the same bytes);
 //! - 1: the peer's real hello with the byte at `input[1]` replaced by `input[2]`, then the
 //!   rest as its confirmation: keys only if the confirmation is the peer's genuine one for an
-//!   untouched hello;
+//!   untouched hello; both ends AES-128-GCM when `input[1]`'s top bit is set, else
+//!   AES-256-GCM (so a suite byte changed in flight is covered under either);
 //! - else: a received payload with the BTH and extension headers from the first 28 bytes: it
 //!   never opens (a forgery would have to guess a 128-bit tag).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice_crypt::handshake::{Confirm, Endpoint, Handshake, Hello, Role};
-use sluice_crypt::{EncryptService, Psk, SessionKeys, Verdict};
+use sluice_crypt::{EncryptService, Psk, SessionKeys, Suite, Verdict};
 
 const I: Endpoint = Endpoint {
     qpn: 0x11,
@@ -54,8 +55,15 @@ fuzz_target!(|data: &[u8]| {
                 return;
             }
             let (at, byte, confirm) = (rest[0] as usize % 48, rest[1], &rest[2..]);
-            let (hi, hello_i) = Handshake::with_secret(Role::Initiator, psk(), I, [1; 32]).unwrap();
-            let (hr, hello_r) = Handshake::with_secret(Role::Responder, psk(), R, [2; 32]).unwrap();
+            let suite = if rest[0] & 0x80 != 0 {
+                Suite::Aes128Gcm
+            } else {
+                Suite::Aes256Gcm
+            };
+            let (hi, hello_i) =
+                Handshake::with_secret_suite(Role::Initiator, suite, psk(), I, [1; 32]).unwrap();
+            let (hr, hello_r) =
+                Handshake::with_secret_suite(Role::Responder, suite, psk(), R, [2; 32]).unwrap();
             // The responder's genuine confirmation, for the untouched hellos.
             let (_, genuine) = hr.receive_hello(&hello_i).unwrap();
             let mut hello = hello_r;

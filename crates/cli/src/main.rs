@@ -302,8 +302,8 @@ struct PerfArgs {
     /// checks: see the README.
     #[arg(long)]
     verify: bool,
-    /// Encrypt and authenticate every payload (AES-256-GCM, one key per direction and queue
-    /// pair), keys agreed at connection time by a handshake authenticated by --psk-file.
+    /// Encrypt and authenticate every payload (AES-GCM, --cipher; one key per direction and
+    /// queue pair), keys agreed at connection time by a handshake authenticated by --psk-file.
     /// Both ends must be Sluice run with --encrypt and the same key: any other peer
     /// (perftest, Sluice without it, another key) is refused before any packet is sent.
     #[arg(long, requires = "psk_file")]
@@ -320,6 +320,11 @@ struct PerfArgs {
     /// last open). -s at least 33. Both ends must be given it.
     #[arg(long, requires = "encrypt")]
     doorbell_crypt: bool,
+    /// The cipher suite for --encrypt: aes-256-gcm (the default) or aes-128-gcm (10 AES
+    /// rounds, not 14: a little cheaper on the engine's core). Both ends must choose the
+    /// same: a peer that chose another is refused at setup, never fallen back to.
+    #[arg(long, value_name = "SUITE", requires = "encrypt", value_parser = parse_cipher)]
+    cipher: Option<sluice_crypt::Suite>,
     /// Test only: with --verify, the sender flips one byte of message K of its first QP
     /// (or of the QP --test-corrupt-qp names).
     #[arg(long, hide = true, value_name = "K", requires = "verify")]
@@ -352,6 +357,11 @@ struct PerfArgs {
 /// `--serve`'s value: a number of clients, or `None` for `forever`.
 #[derive(Clone, Copy)]
 struct ServeCount(Option<u32>);
+
+fn parse_cipher(s: &str) -> Result<sluice_crypt::Suite, String> {
+    s.parse()
+        .map_err(|e: sluice_crypt::UnknownSuite| e.to_string())
+}
 
 fn parse_serve(s: &str) -> Result<ServeCount, String> {
     if s == "forever" {
@@ -681,6 +691,7 @@ fn perf_options(test: Test, a: &PerfArgs) -> Result<perf::Options, String> {
         serve: a.serve.0,
         verify: a.verify,
         encrypt,
+        cipher: a.cipher.unwrap_or_default(),
         faults: perf::TestFaults {
             bad_rkey: a.test_bad_rkey,
             corrupt_message: a.test_corrupt_message,

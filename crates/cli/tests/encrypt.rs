@@ -3,7 +3,8 @@
 //! (`--verify`) with the stage's counters in the JSON; a capture of the encrypted traffic
 //! passes `sluice pcap check` and shows no plaintext; a wrong key and a peer without
 //! `--encrypt` are refused at setup; bad key files and flags are refused before anything
-//! connects.
+//! connects. `--cipher aes-128-gcm` runs the same way; ends with different `--cipher`s are
+//! refused at setup, both saying why.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -236,7 +237,7 @@ fn bad_keys_and_flags_are_refused_before_anything_connects() {
     let short = key_file("short", b"0123456789abcdef\n");
     let not_hex = key_file("not-hex", format!("{}zz", "ab".repeat(31)).as_bytes());
     let zeros = key_file("zeros", &[0; 32]);
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--encrypt"], "--psk-file"),
         (&["--psk-file", "/nonexistent/sluice.key"], "--encrypt"),
         (
@@ -256,6 +257,17 @@ fn bad_keys_and_flags_are_refused_before_anything_connects() {
             "all zeros",
         ),
         (&["--service", "aes-gcm"], "use --encrypt --psk-file FILE"),
+        (
+            &[
+                "--encrypt",
+                "--psk-file",
+                zeros.to_str().unwrap(),
+                "--cipher",
+                "aes-192-gcm",
+            ],
+            "unknown cipher suite \"aes-192-gcm\": aes-256-gcm or aes-128-gcm",
+        ),
+        (&["--cipher", "aes-128-gcm"], "--encrypt"),
     ];
     for (extra, says) in cases {
         let args = [&["write-bw", "-p", "24650"][..], extra].concat();
@@ -277,4 +289,50 @@ fn bad_keys_and_flags_are_refused_before_anything_connects() {
         key.to_str().unwrap(),
     ];
     refused_at_once(&args, 2, "--encrypt: not with atomics");
+}
+
+#[test]
+fn aes_128_gcm_runs_checked_and_a_cipher_mismatch_is_refused_at_both_ends() {
+    let key = good_key("aes128", 0x6b);
+    let key = key.to_str().unwrap();
+    let args = [
+        "write-bw",
+        "-n",
+        "50",
+        "--verify",
+        "--encrypt",
+        "--psk-file",
+        key,
+        "--cipher",
+        "aes-128-gcm",
+    ];
+    let r = &loopback(&args, 24_660)[0];
+    assert_eq!(r["iterations"].as_u64(), Some(50), "{r}");
+    assert!(counter(r, "sealed") >= 50, "{r}");
+    assert_eq!(counter(r, "dropped_forged"), 0, "{r}");
+    // One end AES-128-GCM, the other the default: both refuse, naming both suites.
+    let ends = two_processes(
+        &[
+            "write-bw",
+            "-n",
+            "50",
+            "--encrypt",
+            "--psk-file",
+            key,
+            "--stall-timeout",
+            "5",
+        ],
+        &["--cipher", "aes-128-gcm"],
+        &[],
+        24_670,
+    );
+    for (ok, text) in ends {
+        assert!(!ok, "{text}");
+        assert!(text.contains("cipher suite mismatch"), "{text}");
+        assert!(
+            text.contains("aes-128-gcm") && text.contains("aes-256-gcm"),
+            "{text}"
+        );
+        assert!(text.contains("nothing was sent to it"), "{text}");
+    }
 }

@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use crate::SessionKeys;
 use crate::handshake::{CONFIRM_LEN, Endpoint, HELLO_LEN, Handshake, HandshakeError, Role};
 use crate::psk::Psk;
+use crate::suite::Suite;
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,14 +25,28 @@ pub enum ExchangeError {
     Handshake(#[from] HandshakeError),
 }
 
-/// Runs the handshake over `stream` as `role` for the local queue pair `local`.
+/// Runs the handshake over `stream` as `role` for the local queue pair `local`, for the
+/// default suite (AES-256-GCM).
 pub fn exchange<S: Read + Write>(
     stream: &mut S,
     role: Role,
     psk: Psk,
     local: Endpoint,
 ) -> Result<SessionKeys, ExchangeError> {
-    let (handshake, hello) = Handshake::start(role, psk, local)?;
+    exchange_suite(stream, role, Suite::default(), psk, local)
+}
+
+/// [`exchange`] for `suite`. A peer that names another suite is refused at both ends
+/// ([`HandshakeError::SuiteMismatch`]) after the confirmations, which both ends still send,
+/// so that each end learns why rather than seeing the other hang up.
+pub fn exchange_suite<S: Read + Write>(
+    stream: &mut S,
+    role: Role,
+    suite: Suite,
+    psk: Psk,
+    local: Endpoint,
+) -> Result<SessionKeys, ExchangeError> {
+    let (handshake, hello) = Handshake::start_suite(role, suite, psk, local)?;
     stream.write_all(&hello)?;
     stream.flush()?;
     let mut peer_hello = [0; HELLO_LEN];
@@ -66,6 +81,35 @@ mod tests {
         let theirs = peer.join().unwrap().unwrap();
         assert_eq!(ours.send, theirs.receive);
         assert_eq!((ours.peer, theirs.peer), (R, I));
+    }
+
+    #[test]
+    fn each_suite_agrees_and_a_mismatch_is_refused_at_both_ends() {
+        for (si, sr) in [
+            (Suite::Aes128Gcm, Suite::Aes128Gcm),
+            (Suite::Aes256Gcm, Suite::Aes256Gcm),
+            (Suite::Aes128Gcm, Suite::Aes256Gcm),
+        ] {
+            let (mut a, mut b) = UnixStream::pair().unwrap();
+            let peer =
+                thread::spawn(move || exchange_suite(&mut b, Role::Responder, sr, psk(4), R));
+            let ours = exchange_suite(&mut a, Role::Initiator, si, psk(4), I);
+            let theirs = peer.join().unwrap();
+            if si == sr {
+                let (ours, theirs) = (ours.unwrap(), theirs.unwrap());
+                assert_eq!((ours.suite, theirs.suite), (si, sr));
+                assert_eq!(ours.send, theirs.receive);
+            } else {
+                let mismatch = |r: Result<SessionKeys, ExchangeError>, ours, theirs| {
+                    let Err(ExchangeError::Handshake(e)) = r else {
+                        panic!("a mismatch must be refused by the handshake: {r:?}");
+                    };
+                    assert_eq!(e, HandshakeError::SuiteMismatch { ours, theirs });
+                };
+                mismatch(ours, si, sr);
+                mismatch(theirs, sr, si);
+            }
+        }
     }
 
     #[test]

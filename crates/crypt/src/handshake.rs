@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! initiator                                   responder
-//!   Hello{role 0, QPN, PSN, X25519 pub}  ──▶
-//!                                        ◀──  Hello{role 1, QPN, PSN, X25519 pub}
+//!   Hello{role 0, suite, QPN, PSN, pub}  ──▶
+//!                                        ◀──  Hello{role 1, suite, QPN, PSN, pub}
 //!   Confirm{HMAC(confirm_i, th)}         ──▶
 //!                                        ◀──  Confirm{HMAC(confirm_r, th)}
 //! ```
@@ -17,19 +17,27 @@
 //! dh         = X25519(own ephemeral secret, peer's ephemeral public key)   (all-zero refused)
 //! prk        = HKDF-Extract(salt = PSK, IKM = dh)
 //! x          = HKDF-Expand(prk, "sluice-crypt v1 " || label || th, len)   for each label:
-//!   "key i>r" (32), "key r>i" (32), "salt i>r" (4), "salt r>i" (4),
+//!   "key i>r" (K), "key r>i" (K), "salt i>r" (4), "salt r>i" (4),
 //!   "confirm i" (32), "confirm r" (32)
 //! Confirm    = HMAC-SHA256(confirm_<own role>, th)
 //! ```
+//! where K is the suite's key length: 32 for AES-256-GCM, 16 for AES-128-GCM.
 //!
 //! The PSK is the HKDF salt, that is the HMAC key of the extract step: without it nobody,
 //! not even a man in the middle who ran X25519 with each end, can compute `prk`. The X25519
 //! output is the input keying material, which is what HKDF-Extract is built to condense (a
 //! curve point's coordinate is not uniform); the ephemeral secrets are dropped once `dh` is
 //! known, so a PSK that leaks later does not open recorded sessions (forward secrecy). Both
-//! hellos whole (roles, QPNs, PSNs, public keys, version) are in `th`, so changing any of them
-//! in flight makes the confirms disagree, and a wrong PSK is found here, at setup, as
-//! [`HandshakeError::BadConfirm`], never as garbled data later.
+//! hellos whole (roles, cipher suites, QPNs, PSNs, public keys, version) are in `th`, so
+//! changing any of them in flight makes the confirms disagree, and a wrong PSK is found
+//! here, at setup, as [`HandshakeError::BadConfirm`], never as garbled data later.
+//!
+//! The cipher suite ([`Suite`]) is each end's own choice, named in its hello; the peer's must
+//! be the same. An end never adopts the peer's suite: it derives keys for its own and, after
+//! the peer's confirmation proves the peer's hello genuine, refuses a different one as
+//! [`HandshakeError::SuiteMismatch`], at both ends alike since both hellos are known to both.
+//! A suite byte changed in flight (a downgrade) changes one end's transcript: both confirms
+//! fail ([`HandshakeError::BadConfirm`]). The suite is in `th`, so the keys are bound to it.
 //!
 //! Every message has a fixed length and layout (see [`Hello`] and [`Confirm`]); parsing checks
 //! every byte's bounds and never panics.
@@ -37,6 +45,7 @@
 use aws_lc_rs::{agreement, digest, hkdf, hmac, rand};
 
 use crate::psk::Psk;
+use crate::suite::Suite;
 
 /// The protocol's version, in every message.
 pub const VERSION: u8 = 1;
@@ -118,6 +127,23 @@ pub enum HandshakeError {
     /// initiators.
     #[error("the peer's handshake role is not the opposite of this end's")]
     Role,
+    /// A hello's cipher suite byte names no suite this end knows.
+    #[error("the peer's hello names cipher suite code {found}, which this end does not know")]
+    Suite {
+        /// The code found.
+        found: u8,
+    },
+    /// The peer's (authenticated) hello names another cipher suite than this end's: both
+    /// ends must be configured alike; neither falls back to the other's.
+    #[error(
+        "cipher suite mismatch: this end uses {ours}, the peer {theirs}; both ends must choose the same"
+    )]
+    SuiteMismatch {
+        /// This end's suite.
+        ours: Suite,
+        /// The peer's.
+        theirs: Suite,
+    },
     /// A reserved byte or a 24-bit field's top byte not zero.
     #[error("a reserved handshake field is not zero")]
     Reserved,
@@ -141,19 +167,24 @@ pub enum HandshakeError {
     Random,
 }
 
-/// The first message: a role, a queue pair, its first PSN and an ephemeral X25519 public key.
+/// The first message: a role, a cipher suite, a queue pair, its first PSN and an ephemeral
+/// X25519 public key.
 ///
 /// ```text
 ///  0      4     5     6      7       8            12           16                         48
 ///  +------+-----+-----+------+-------+------------+------------+---------------------------+
-///  |"SLCR"| ver | 1   | role | 0     | QPN (BE32) | PSN (BE32) | X25519 public key (32 B)  |
+///  |"SLCR"| ver | 1   | role | suite | QPN (BE32) | PSN (BE32) | X25519 public key (32 B)  |
 ///  +------+-----+-----+------+-------+------------+------------+---------------------------+
 /// ```
-/// role: 0 initiator, 1 responder; QPN and PSN are 24-bit values, their top byte zero.
+/// role: 0 initiator, 1 responder; suite: 0 AES-256-GCM (the byte was reserved, zero, before
+/// suites were negotiated, so such a hello is an AES-256-GCM one), 1 AES-128-GCM; QPN and
+/// PSN are 24-bit values, their top byte zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     /// The sender's role.
     pub role: Role,
+    /// The cipher suite the sender uses.
+    pub suite: Suite,
     /// The sender's queue pair.
     pub endpoint: Endpoint,
     /// The sender's ephemeral public key.
@@ -179,9 +210,6 @@ fn header(buf: &[u8], expected_len: usize, kind: u8) -> Result<Role, HandshakeEr
             found: buf[5],
         });
     }
-    if buf[7] != 0 {
-        return Err(HandshakeError::Reserved);
-    }
     match buf[6] {
         0 => Ok(Role::Initiator),
         1 => Ok(Role::Responder),
@@ -201,10 +229,12 @@ impl Hello {
     /// Decodes a hello; never panics.
     pub fn parse(buf: &[u8]) -> Result<Hello, HandshakeError> {
         let role = header(buf, HELLO_LEN, KIND_HELLO)?;
+        let suite = Suite::from_code(buf[7]).ok_or(HandshakeError::Suite { found: buf[7] })?;
         let mut public = [0; 32];
         public.copy_from_slice(&buf[16..48]);
         Ok(Hello {
             role,
+            suite,
             endpoint: Endpoint {
                 qpn: be24(&buf[8..12])?,
                 psn: be24(&buf[12..16])?,
@@ -220,6 +250,7 @@ impl Hello {
         out[4] = VERSION;
         out[5] = KIND_HELLO;
         out[6] = self.role.byte();
+        out[7] = self.suite.code();
         out[8..12].copy_from_slice(&self.endpoint.qpn.to_be_bytes());
         out[12..16].copy_from_slice(&self.endpoint.psn.to_be_bytes());
         out[16..].copy_from_slice(&self.public);
@@ -247,6 +278,9 @@ impl Confirm {
     /// Decodes a confirmation; never panics.
     pub fn parse(buf: &[u8]) -> Result<Confirm, HandshakeError> {
         let role = header(buf, CONFIRM_LEN, KIND_CONFIRM)?;
+        if buf[7] != 0 {
+            return Err(HandshakeError::Reserved);
+        }
         let mut mac = [0; 32];
         mac.copy_from_slice(&buf[8..40]);
         Ok(Confirm { role, mac })
@@ -264,10 +298,12 @@ impl Confirm {
     }
 }
 
-/// One direction's traffic key material: the AES-256-GCM key and the nonce's 4-byte salt.
+/// One direction's traffic key material: the suite, its key and the nonce's 4-byte salt.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TrafficSecret {
-    /// AES-256 key.
+    /// Which AEAD the key is for.
+    pub(crate) suite: Suite,
+    /// The key: its first [`Suite::key_len`] bytes (the rest zero).
     pub(crate) key: [u8; 32],
     /// The nonce's fixed first four bytes.
     pub(crate) salt: [u8; 4],
@@ -277,6 +313,18 @@ impl Drop for TrafficSecret {
     fn drop(&mut self) {
         zeroize::Zeroize::zeroize(&mut self.key);
         zeroize::Zeroize::zeroize(&mut self.salt);
+    }
+}
+
+impl TrafficSecret {
+    /// The key, as long as the suite's.
+    pub(crate) fn key_bytes(&self) -> &[u8] {
+        &self.key[..self.suite.key_len()]
+    }
+
+    /// The suite it is for.
+    pub fn suite(&self) -> Suite {
+        self.suite
     }
 }
 
@@ -292,6 +340,8 @@ impl std::fmt::Debug for TrafficSecret {
 pub struct SessionKeys {
     /// This end's role.
     pub role: Role,
+    /// The cipher suite both ends named.
+    pub suite: Suite,
     /// This end's queue pair, as it announced it.
     pub local: Endpoint,
     /// The peer's queue pair, as its (authenticated) hello announced it. The caller must
@@ -314,6 +364,8 @@ pub struct Handshake {
 /// Step two: this end's confirmation is out, the peer's awaited.
 pub struct Confirming {
     keys: SessionKeys,
+    /// The suite the peer's hello named: refused after its confirmation if not ours.
+    peer_suite: Suite,
     /// The peer's confirmation to be: never shown (it would let a reader forge it).
     expected: [u8; 32],
 }
@@ -336,31 +388,75 @@ impl hkdf::KeyType for Len {
 
 fn expand<const N: usize>(prk: &hkdf::Prk, label: &[u8], th: &[u8]) -> [u8; N] {
     let mut out = [0; N];
-    prk.expand(&[EXPAND_LABEL, label, th], Len(N))
-        .and_then(|okm| okm.fill(&mut out))
-        .expect("HKDF-SHA256 expands up to 8160 bytes; these are at most 32");
+    expand_into(prk, label, th, &mut out);
     out
 }
 
+fn expand_into(prk: &hkdf::Prk, label: &[u8], th: &[u8], out: &mut [u8]) {
+    prk.expand(&[EXPAND_LABEL, label, th], Len(out.len()))
+        .and_then(|okm| okm.fill(out))
+        .expect("HKDF-SHA256 expands up to 8160 bytes; these are at most 32");
+}
+
+/// One direction's secret for `suite`: a key of the suite's length (HKDF's output length is
+/// the key's, not a cut of a longer one) and the salt.
+fn traffic(
+    prk: &hkdf::Prk,
+    suite: Suite,
+    key_label: &[u8],
+    salt_label: &[u8],
+    th: &[u8],
+) -> TrafficSecret {
+    let mut key = [0; 32];
+    expand_into(prk, key_label, th, &mut key[..suite.key_len()]);
+    TrafficSecret {
+        suite,
+        key,
+        salt: expand(prk, salt_label, th),
+    }
+}
+
 impl Handshake {
-    /// Starts a handshake with a fresh ephemeral key from the system's generator; returns the
-    /// hello to send.
+    /// Starts a handshake for the default suite (AES-256-GCM) with a fresh ephemeral key from
+    /// the system's generator; returns the hello to send.
     pub fn start(
         role: Role,
         psk: Psk,
         local: Endpoint,
     ) -> Result<(Handshake, [u8; HELLO_LEN]), HandshakeError> {
+        Handshake::start_suite(role, Suite::default(), psk, local)
+    }
+
+    /// [`Handshake::start`] for `suite`: the peer must name the same one.
+    pub fn start_suite(
+        role: Role,
+        suite: Suite,
+        psk: Psk,
+        local: Endpoint,
+    ) -> Result<(Handshake, [u8; HELLO_LEN]), HandshakeError> {
         let mut secret = [0; 32];
         rand::fill(&mut secret).map_err(|_| HandshakeError::Random)?;
-        let started = Handshake::with_secret(role, psk, local, secret);
+        let started = Handshake::with_secret_suite(role, suite, psk, local, secret);
         zeroize::Zeroize::zeroize(&mut secret);
         started
     }
 
-    /// Starts a handshake with the given ephemeral secret (tests, and callers with their own
-    /// generator). The secret must be fresh, random, and never used again.
+    /// Starts a handshake for the default suite with the given ephemeral secret (tests, and
+    /// callers with their own generator). The secret must be fresh, random, and never used
+    /// again.
     pub fn with_secret(
         role: Role,
+        psk: Psk,
+        local: Endpoint,
+        secret: [u8; 32],
+    ) -> Result<(Handshake, [u8; HELLO_LEN]), HandshakeError> {
+        Handshake::with_secret_suite(role, Suite::default(), psk, local, secret)
+    }
+
+    /// [`Handshake::with_secret`] for `suite`.
+    pub fn with_secret_suite(
+        role: Role,
+        suite: Suite,
         psk: Psk,
         local: Endpoint,
         secret: [u8; 32],
@@ -377,6 +473,7 @@ impl Handshake {
         public_bytes.copy_from_slice(public.as_ref());
         let hello = Hello {
             role,
+            suite,
             endpoint: local,
             public: public_bytes,
         };
@@ -419,14 +516,11 @@ impl Handshake {
                 Ok(salt.extract(dh))
             },
         )?;
-        let i2r = TrafficSecret {
-            key: expand(&prk, b"key i>r", th),
-            salt: expand(&prk, b"salt i>r", th),
-        };
-        let r2i = TrafficSecret {
-            key: expand(&prk, b"key r>i", th),
-            salt: expand(&prk, b"salt r>i", th),
-        };
+        // Keys for this end's own suite, whatever the peer named: a mismatch is refused once
+        // the peer's confirmation shows whether its hello arrived as it was sent.
+        let suite = self.hello.suite;
+        let i2r = traffic(&prk, suite, b"key i>r", b"salt i>r", th);
+        let r2i = traffic(&prk, suite, b"key r>i", b"salt r>i", th);
         let confirm_i: [u8; 32] = expand(&prk, b"confirm i", th);
         let confirm_r: [u8; 32] = expand(&prk, b"confirm r", th);
         let mac = |key: &[u8; 32]| {
@@ -442,18 +536,27 @@ impl Handshake {
         let confirm = Confirm { role, mac: own }.emit();
         let keys = SessionKeys {
             role,
+            suite,
             local: self.hello.endpoint,
             peer: peer.endpoint,
             send,
             receive,
         };
-        Ok((Confirming { keys, expected }, confirm))
+        Ok((
+            Confirming {
+                keys,
+                peer_suite: peer.suite,
+                expected,
+            },
+            confirm,
+        ))
     }
 }
 
 impl Confirming {
     /// Takes the peer's confirmation: the keys if it proves the same pre-shared key and
-    /// transcript, else [`HandshakeError::BadConfirm`].
+    /// transcript, else [`HandshakeError::BadConfirm`]; then, the peer's hello now known to
+    /// be genuine, [`HandshakeError::SuiteMismatch`] if it named another suite.
     pub fn receive_confirm(self, bytes: &[u8]) -> Result<SessionKeys, HandshakeError> {
         let confirm = Confirm::parse(bytes)?;
         if confirm.role != self.keys.role.other() {
@@ -461,6 +564,12 @@ impl Confirming {
         }
         aws_lc_rs::constant_time::verify_slices_are_equal(&confirm.mac, &self.expected)
             .map_err(|_| HandshakeError::BadConfirm)?;
+        if self.peer_suite != self.keys.suite {
+            return Err(HandshakeError::SuiteMismatch {
+                ours: self.keys.suite,
+                theirs: self.peer_suite,
+            });
+        }
         Ok(self.keys)
     }
 }
@@ -516,6 +625,103 @@ mod tests {
         assert_eq!((i.peer, r.peer), (R, I));
     }
 
+    /// Runs both ends with their own suites; `tamper` may change either hello in flight
+    /// (the initiator's first). Returns each end's outcome.
+    fn run_suites(
+        suite_i: Suite,
+        suite_r: Suite,
+        tamper: impl Fn(&mut [u8; HELLO_LEN], &mut [u8; HELLO_LEN]),
+    ) -> (
+        Result<SessionKeys, HandshakeError>,
+        Result<SessionKeys, HandshakeError>,
+    ) {
+        let (hi, mut hello_i) =
+            Handshake::with_secret_suite(Role::Initiator, suite_i, psk(9), I, [1; 32]).unwrap();
+        let (hr, mut hello_r) =
+            Handshake::with_secret_suite(Role::Responder, suite_r, psk(9), R, [2; 32]).unwrap();
+        tamper(&mut hello_i, &mut hello_r);
+        let (ci, confirm_i) = hi.receive_hello(&hello_r).unwrap();
+        let (cr, confirm_r) = hr.receive_hello(&hello_i).unwrap();
+        (
+            ci.receive_confirm(&confirm_r),
+            cr.receive_confirm(&confirm_i),
+        )
+    }
+
+    #[test]
+    fn each_suite_agrees_on_keys_of_its_length() {
+        let mut keys = Vec::new();
+        for suite in Suite::ALL {
+            let (i, r) = run_suites(suite, suite, |_, _| {});
+            let (i, r) = (i.unwrap(), r.unwrap());
+            assert_eq!((i.suite, r.suite), (suite, suite));
+            assert_eq!(i.send, r.receive);
+            assert_eq!(i.receive, r.send);
+            assert_eq!(i.send.key_bytes().len(), suite.key_len());
+            assert!(i.send.key[suite.key_len()..].iter().all(|&b| b == 0));
+            keys.push(i.send.key_bytes().to_vec());
+        }
+        // The same ephemeral secrets and PSK, another suite: other keys (the suite is in the
+        // transcript), not the 256-bit key cut short.
+        assert_ne!(keys[0][..16], keys[1][..]);
+    }
+
+    #[test]
+    fn a_suite_mismatch_is_refused_at_both_ends_naming_both_suites() {
+        use Suite::{Aes128Gcm as S128, Aes256Gcm as S256};
+        for (si, sr) in [(S256, S128), (S128, S256)] {
+            let (i, r) = run_suites(si, sr, |_, _| {});
+            assert_eq!(
+                i.unwrap_err(),
+                HandshakeError::SuiteMismatch {
+                    ours: si,
+                    theirs: sr
+                }
+            );
+            let err = r.unwrap_err();
+            assert_eq!(
+                err,
+                HandshakeError::SuiteMismatch {
+                    ours: sr,
+                    theirs: si
+                }
+            );
+            assert!(err.to_string().contains(si.name()) && err.to_string().contains(sr.name()));
+        }
+    }
+
+    #[test]
+    fn a_suite_changed_in_flight_fails_both_confirmations() {
+        // One hello's suite flipped, or both (a downgrade of two AES-256 ends to AES-128,
+        // or two mismatched ends made to look alike): no end gets keys, none falls back.
+        for (si, sr) in [
+            (Suite::Aes256Gcm, Suite::Aes256Gcm),
+            (Suite::Aes128Gcm, Suite::Aes128Gcm),
+            (Suite::Aes256Gcm, Suite::Aes128Gcm),
+        ] {
+            for which in 0..3 {
+                let (i, r) = run_suites(si, sr, |hi, hr| {
+                    if which != 1 {
+                        hi[7] ^= 1;
+                    }
+                    if which != 0 {
+                        hr[7] ^= 1;
+                    }
+                });
+                assert_eq!(
+                    i.unwrap_err(),
+                    HandshakeError::BadConfirm,
+                    "{si} {sr} {which}"
+                );
+                assert_eq!(
+                    r.unwrap_err(),
+                    HandshakeError::BadConfirm,
+                    "{si} {sr} {which}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_wrong_psk_fails_at_setup_on_both_ends() {
         let (i, r) = run(psk(9), psk(8), |_| {});
@@ -550,6 +756,7 @@ mod tests {
         let (h, _) = Handshake::with_secret(Role::Initiator, psk(9), I, [1; 32]).unwrap();
         let evil = Hello {
             role: Role::Responder,
+            suite: Suite::Aes256Gcm,
             endpoint: R,
             public: [0; 32],
         };
@@ -563,6 +770,7 @@ mod tests {
     fn malformed_messages_have_typed_errors() {
         let good = Hello {
             role: Role::Responder,
+            suite: Suite::Aes256Gcm,
             endpoint: R,
             public: [3; 32],
         }
@@ -590,8 +798,22 @@ mod tests {
             HandshakeError::Kind { .. }
         ));
         let mut b = good;
+        b[7] = 2;
+        assert_eq!(
+            Hello::parse(&b).unwrap_err(),
+            HandshakeError::Suite { found: 2 }
+        );
+        let mut b = good;
         b[7] = 1;
-        assert_eq!(Hello::parse(&b).unwrap_err(), HandshakeError::Reserved);
+        assert_eq!(Hello::parse(&b).unwrap().suite, Suite::Aes128Gcm);
+        let confirm = Confirm {
+            role: Role::Initiator,
+            mac: [4; 32],
+        }
+        .emit();
+        let mut c = confirm;
+        c[7] = 1;
+        assert_eq!(Confirm::parse(&c).unwrap_err(), HandshakeError::Reserved);
         let mut b = good;
         b[8] = 1;
         assert_eq!(Hello::parse(&b).unwrap_err(), HandshakeError::Reserved);

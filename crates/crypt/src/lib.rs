@@ -2,8 +2,11 @@
 //!
 //! - [`psk`]: the pre-shared key that authenticates the handshake, and its file format.
 //! - [`handshake`]: a sans-IO ephemeral X25519 exchange, bound to both queue pairs' numbers,
-//!   PSNs and roles, that derives one AES-256-GCM key per direction and confirms them.
-//! - [`exchange`](mod@exchange): the handshake run over a byte stream (perftest's TCP connection, say).
+//!   PSNs, roles and cipher suites, that derives one AES-GCM key per direction and confirms
+//!   them.
+//! - [`suite`]: the cipher suites (AES-256-GCM, the default, and AES-128-GCM) and their names.
+//! - [`exchange`](mod@exchange): the handshake run over a byte stream (perftest's TCP
+//!   connection, say).
 //! - [`packet`]: sealing and opening one RoCE payload: an explicit per-key counter as the
 //!   nonce (never reused, whatever the transport resends or regenerates), the BTH and the
 //!   extension headers as associated data, the tag after the ciphertext.
@@ -18,12 +21,14 @@ pub mod handshake;
 pub mod packet;
 pub mod psk;
 pub mod service;
+pub mod suite;
 
 #[cfg(test)]
 mod model;
 
-pub use exchange::{ExchangeError, exchange};
+pub use exchange::{ExchangeError, exchange, exchange_suite};
 pub use handshake::{Endpoint, Handshake, HandshakeError, Role, SessionKeys};
 pub use packet::{OVERHEAD, OpenError, SealError};
 pub use psk::{Psk, PskError};
 pub use service::{EncryptService, Verdict};
+pub use suite::{Suite, UnknownSuite};

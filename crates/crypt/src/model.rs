@@ -57,6 +57,7 @@ fn bth(psn: u32) -> [u8; 12] {
 
 fn secret() -> TrafficSecret {
     TrafficSecret {
+        suite: crate::suite::Suite::Aes256Gcm,
         key: [0x3c; 32],
         salt: [9, 8, 7, 6],
     }

@@ -6,7 +6,7 @@
 //! ```text
 //! +----------------------+---------------------------+--------------------+
 //! | explicit nonce (8 B) | ciphertext (payload len)  | GCM tag (16 B)     |  [pad] [ICRC]
-//! | counter, big endian  | AES-256-GCM               |                    |
+//! | counter, big endian  | AES-256-GCM or -128-GCM   |                    |
 //! +----------------------+---------------------------+--------------------+
 //! ```
 //!
@@ -25,7 +25,7 @@
 
 use std::ops::Range;
 
-use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 
 use crate::handshake::TrafficSecret;
 
@@ -95,7 +95,8 @@ fn aad(bth: &[u8], ext: &[u8], out: &mut [u8; AAD_MAX]) -> Option<usize> {
 
 fn key(secret: &TrafficSecret) -> LessSafeKey {
     LessSafeKey::new(
-        UnboundKey::new(&AES_256_GCM, &secret.key).expect("a 32-byte key is an AES-256 key"),
+        UnboundKey::new(secret.suite.algorithm(), secret.key_bytes())
+            .expect("the handshake derives a key of the suite's length"),
     )
 }
 
@@ -350,11 +351,45 @@ impl OpenKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::Suite;
 
     fn secret(b: u8) -> TrafficSecret {
+        suite_secret(Suite::Aes256Gcm, b)
+    }
+
+    fn suite_secret(suite: Suite, b: u8) -> TrafficSecret {
+        let mut key = [0; 32];
+        key[..suite.key_len()].fill(b);
         TrafficSecret {
-            key: [b; 32],
+            suite,
+            key,
             salt: [b, 1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn each_suite_round_trips_with_the_same_wire_layout() {
+        let plain: Vec<u8> = (0..4072u32).map(|i| (i * 5) as u8).collect();
+        let mut wires = Vec::new();
+        for suite in Suite::ALL {
+            let (mut s, mut o) = (
+                SealKey::new(&suite_secret(suite, 6)),
+                OpenKey::new(&suite_secret(suite, 6)),
+            );
+            let mut wire = sealed(&mut s, &plain);
+            assert_eq!(wire.len(), plain.len() + OVERHEAD, "{suite}");
+            assert_eq!(wire[..NONCE_LEN], 0u64.to_be_bytes(), "{suite}");
+            wires.push(wire.clone());
+            let at = o.open(&BTH, &RETH, &mut wire).unwrap();
+            assert_eq!(at, NONCE_LEN..NONCE_LEN + plain.len());
+            assert_eq!(&wire[at], &plain[..], "{suite}");
+        }
+        assert_ne!(wires[0], wires[1]);
+        // A packet sealed under one suite never opens under the other, even with a key
+        // that starts with the same bytes.
+        for (w, suite) in wires.iter_mut().zip([Suite::Aes128Gcm, Suite::Aes256Gcm]) {
+            let mut o = OpenKey::new(&suite_secret(suite, 6));
+            assert_eq!(o.open(&BTH, &RETH, w), Err(OpenError::Forged));
         }
     }
 

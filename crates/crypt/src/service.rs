@@ -14,6 +14,7 @@ use sluice_wire::{BTH_LEN, Bth, CCX_TVER, pad_for};
 
 use crate::handshake::SessionKeys;
 use crate::packet::{NONCE_LEN, OVERHEAD, OpenError, OpenKey, SealError, SealKey, TAG_LEN};
+use crate::suite::Suite;
 
 /// What the stage decides about a received packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +28,7 @@ pub enum Verdict {
 /// Per-QP authenticated encryption of payloads, both ways, with its counters.
 #[derive(Debug)]
 pub struct EncryptService {
+    suite: Suite,
     seal: SealKey,
     open: OpenKey,
     opened: u64,
@@ -46,6 +48,7 @@ impl EncryptService {
     /// From a completed handshake.
     pub fn new(keys: &SessionKeys) -> EncryptService {
         EncryptService {
+            suite: keys.suite,
             seal: SealKey::new(&keys.send),
             open: OpenKey::new(&keys.receive),
             opened: 0,
@@ -57,9 +60,15 @@ impl EncryptService {
         }
     }
 
-    /// Its registry name.
+    /// Its registry name (the same for every suite: reports key its counters by it, and sum
+    /// them over queue pairs; the suite is [`Self::suite`]).
     pub fn name(&self) -> &'static str {
         "aes-gcm"
+    }
+
+    /// The cipher suite the handshake agreed.
+    pub fn suite(&self) -> Suite {
+        self.suite
     }
 
     /// The most payload bytes a packet may carry when the path allows `payload_mtu` bytes

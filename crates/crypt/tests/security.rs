@@ -2,11 +2,14 @@
 //! a flipped ciphertext bit, a flipped tag, a replayed packet, a packet from a peer without
 //! the key, a wrong pre-shared key at setup: each refused or dropped, and counted. And the
 //! ICRC of an encrypted packet stays valid, so `sluice pcap check` verifies such captures.
+//! Both cipher suites (AES-256-GCM, AES-128-GCM) seal the same wire layout; ends configured
+//! with different suites, or whose hellos' suite byte is changed in flight, get no keys.
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use sluice_crypt::handshake::HELLO_LEN;
 use sluice_crypt::handshake::{Endpoint, Handshake, HandshakeError, Role};
-use sluice_crypt::{EncryptService, OVERHEAD, OpenError, Psk, SessionKeys, Verdict};
+use sluice_crypt::{EncryptService, OVERHEAD, OpenError, Psk, SessionKeys, Suite, Verdict};
 use sluice_wire::{
     Bth, ExtHeaders, IpHeader, IpUdp, Opcode, Psn, ROCE_V2_PORT, Reth, RoceHeaders, UdpHeader,
     emit_datagram, icrc,
@@ -36,6 +39,39 @@ fn handshake(psk_a: u8, psk_b: u8) -> Result<(SessionKeys, SessionKeys), Handsha
 fn pair() -> (EncryptService, EncryptService) {
     let (a, b) = handshake(7, 7).unwrap();
     (EncryptService::new(&a), EncryptService::new(&b))
+}
+
+/// The handshake with each end's own suite; `tamper` sees both hellos in flight (A's first).
+fn handshake_suites(
+    suite_a: Suite,
+    suite_b: Suite,
+    tamper: impl Fn(&mut [u8; HELLO_LEN], &mut [u8; HELLO_LEN]),
+) -> (
+    Result<SessionKeys, HandshakeError>,
+    Result<SessionKeys, HandshakeError>,
+) {
+    let psk = || Psk::new([7; 32]).unwrap();
+    let (ha, mut hello_a) = Handshake::start_suite(Role::Initiator, suite_a, psk(), A).unwrap();
+    let (hb, mut hello_b) = Handshake::start_suite(Role::Responder, suite_b, psk(), B).unwrap();
+    tamper(&mut hello_a, &mut hello_b);
+    // An end that refuses a hello sends no confirmation: the other then reads none (an
+    // empty message here, a closed stream over `exchange`).
+    let (ca, cb) = (ha.receive_hello(&hello_b), hb.receive_hello(&hello_a));
+    let confirm_a = ca.as_ref().map_or(&[][..], |(_, m)| &m[..]).to_vec();
+    let confirm_b = cb.as_ref().map_or(&[][..], |(_, m)| &m[..]).to_vec();
+    (
+        ca.and_then(|(c, _)| c.receive_confirm(&confirm_b)),
+        cb.and_then(|(c, _)| c.receive_confirm(&confirm_a)),
+    )
+}
+
+fn suite_pair(suite: Suite) -> (EncryptService, EncryptService) {
+    let (a, b) = handshake_suites(suite, suite, |_, _| {});
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.suite, b.suite), (suite, suite));
+    let (a, b) = (EncryptService::new(&a), EncryptService::new(&b));
+    assert_eq!((a.suite(), b.suite()), (suite, suite));
+    (a, b)
 }
 
 /// An RDMA WRITE FIRST from A to B at `psn` carrying `plain`, sealed by `service` (or in the
@@ -234,4 +270,94 @@ fn a_capture_of_encrypted_traffic_passes_the_icrc_check() {
     for d in &datagrams[..4] {
         assert!(receive(&mut b, d).is_ok());
     }
+}
+
+#[test]
+fn both_suites_round_trip_whole_datagrams_in_the_same_layout() {
+    let plain: Vec<u8> = (0..1000u32).map(|i| (i * 11) as u8).collect();
+    let mut lengths = Vec::new();
+    for suite in Suite::ALL {
+        let (mut a, mut b) = suite_pair(suite);
+        let datagram = write_first(Some(&mut a), A.psn, &plain);
+        icrc::verify(&datagram).unwrap();
+        lengths.push(datagram.len());
+        assert!(
+            !datagram
+                .windows(16)
+                .any(|w| plain.windows(16).any(|p| p == w)),
+            "{suite}"
+        );
+        assert_eq!(receive(&mut b, &datagram).unwrap(), plain, "{suite}");
+        // Tampering is caught under either suite.
+        let mut forged = write_first(Some(&mut a), A.psn + 1, &plain);
+        forged[PAYLOAD_AT + EncryptService::HEAD + 7] ^= 0x04;
+        icrc::write(&mut forged).unwrap();
+        assert_eq!(receive(&mut b, &forged), Err(OpenError::Forged), "{suite}");
+        assert_eq!(counter(&b, "opened"), 1);
+        assert_eq!(counter(&b, "dropped_forged"), 1);
+    }
+    // Nonce and tag lengths do not depend on the suite.
+    assert_eq!(lengths[0], lengths[1]);
+    assert_eq!(lengths[0], 20 + 8 + 12 + 16 + OVERHEAD + plain.len() + 4);
+}
+
+#[test]
+fn a_packet_sealed_under_the_other_suite_is_dropped_and_counted() {
+    let (mut a128, _) = suite_pair(Suite::Aes128Gcm);
+    let (_, mut b256) = suite_pair(Suite::Aes256Gcm);
+    let datagram = write_first(Some(&mut a128), A.psn, b"sealed under AES-128-GCM");
+    assert_eq!(receive(&mut b256, &datagram), Err(OpenError::Forged));
+    assert_eq!(counter(&b256, "dropped_forged"), 1);
+}
+
+#[test]
+fn ends_with_different_suites_are_refused_at_setup_at_both_ends() {
+    let (a, b) = handshake_suites(Suite::Aes128Gcm, Suite::Aes256Gcm, |_, _| {});
+    assert_eq!(
+        a.unwrap_err(),
+        HandshakeError::SuiteMismatch {
+            ours: Suite::Aes128Gcm,
+            theirs: Suite::Aes256Gcm
+        }
+    );
+    assert_eq!(
+        b.unwrap_err(),
+        HandshakeError::SuiteMismatch {
+            ours: Suite::Aes256Gcm,
+            theirs: Suite::Aes128Gcm
+        }
+    );
+}
+
+#[test]
+fn a_tampered_suite_field_is_refused_at_setup_never_a_downgrade() {
+    /// The suite byte of a hello (see `Hello`'s layout).
+    const SUITE_AT: usize = 7;
+    let to_128 = Suite::Aes128Gcm.code();
+    // Two AES-256 ends, one hello or both rewritten to name AES-128: the transcripts differ,
+    // both confirmations fail, nobody gets (weaker) keys.
+    for which in 0..3 {
+        let (a, b) = handshake_suites(Suite::Aes256Gcm, Suite::Aes256Gcm, |ha, hb| {
+            if which != 1 {
+                ha[SUITE_AT] = to_128;
+            }
+            if which != 0 {
+                hb[SUITE_AT] = to_128;
+            }
+        });
+        assert_eq!(a.unwrap_err(), HandshakeError::BadConfirm, "case {which}");
+        assert_eq!(b.unwrap_err(), HandshakeError::BadConfirm, "case {which}");
+    }
+    // Mismatched ends each made to see its own suite in the other's hello: still refused.
+    let (a, b) = handshake_suites(Suite::Aes128Gcm, Suite::Aes256Gcm, |ha, hb| {
+        ha[SUITE_AT] = Suite::Aes256Gcm.code();
+        hb[SUITE_AT] = Suite::Aes128Gcm.code();
+    });
+    assert_eq!(a.unwrap_err(), HandshakeError::BadConfirm);
+    assert_eq!(b.unwrap_err(), HandshakeError::BadConfirm);
+    // A code that names no suite is refused as soon as the hello is read.
+    let (_, b) = handshake_suites(Suite::Aes256Gcm, Suite::Aes256Gcm, |ha, _| {
+        ha[SUITE_AT] = 0x7f;
+    });
+    assert_eq!(b.unwrap_err(), HandshakeError::Suite { found: 0x7f });
 }

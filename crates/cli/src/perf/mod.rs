@@ -102,6 +102,8 @@ pub struct Options {
     /// exchange of QPNs and PSNs (see `docs/encryption.md`); every QP then seals its
     /// payloads with `sluice_crypt::EncryptService`. A peer that does not agree is refused.
     pub encrypt: Option<sluice_crypt::Psk>,
+    /// `--cipher`: the suite `--encrypt` seals with; the peer must name the same one.
+    pub cipher: sluice_crypt::Suite,
     /// Faults injected on purpose, for tests only (hidden flags of `sluice perf`).
     pub faults: TestFaults,
     /// `--tenant`: groups of queue pairs, each with its own operation, message size, QP
@@ -542,6 +544,7 @@ impl Options {
             serve: Some(1),
             verify: false,
             encrypt: None,
+            cipher: sluice_crypt::Suite::default(),
             faults: TestFaults::default(),
             tenants: Vec::new(),
             pacer: None,

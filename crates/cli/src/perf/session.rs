@@ -777,6 +777,7 @@ fn open(
         Some(psk) => Some(handshakes(
             &stream,
             role,
+            o.cipher,
             psk,
             &local,
             &peer,
@@ -933,6 +934,7 @@ fn open(
 fn handshakes(
     stream: &TcpStream,
     role: Role,
+    suite: sluice_crypt::Suite,
     psk: &sluice_crypt::Psk,
     local: &[Dest],
     peer: &[Dest],
@@ -949,8 +951,8 @@ fn handshakes(
     };
     let refused = |q: usize, why: String| {
         PerfError::Exchange(format!(
-            "--encrypt: QP {q}: {why}; the peer must be Sluice run with --encrypt and the \
-             same --psk-file (nothing was sent to it)"
+            "--encrypt: QP {q}: {why}; the peer must be Sluice run with --encrypt, the \
+             same --psk-file and the same --cipher (nothing was sent to it)"
         ))
     };
     let mut keys = Vec::with_capacity(local.len());
@@ -960,26 +962,27 @@ fn handshakes(
             psn: l.psn,
         };
         let mut io = stream;
-        let k = sluice_crypt::exchange(&mut io, crypt_role, psk.clone(), ours).map_err(|e| {
-            let why = match &e {
-                ExchangeError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-                    "the peer closed the connection during the encryption handshake".into()
-                }
-                ExchangeError::Io(io)
-                    if matches!(
-                        io.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    format!(
-                        "no encryption handshake from the peer within {:?} (the stall timeout)",
-                        timeout
-                    )
-                }
-                _ => e.to_string(),
-            };
-            refused(q, why)
-        })?;
+        let k = sluice_crypt::exchange_suite(&mut io, crypt_role, suite, psk.clone(), ours)
+            .map_err(|e| {
+                let why = match &e {
+                    ExchangeError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+                        "the peer closed the connection during the encryption handshake".into()
+                    }
+                    ExchangeError::Io(io)
+                        if matches!(
+                            io.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        format!(
+                            "no encryption handshake from the peer within {:?} (the stall timeout)",
+                            timeout
+                        )
+                    }
+                    _ => e.to_string(),
+                };
+                refused(q, why)
+            })?;
         if k.peer.qpn != r.qpn || k.peer.psn != r.psn {
             return Err(refused(
                 q,
