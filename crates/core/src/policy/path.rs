@@ -309,6 +309,10 @@ struct Probed {
     /// The number of the last probe sent.
     seq: u32,
     alive: bool,
+    /// When a reply to one of its probes last came back, in time or not: the evidence
+    /// that it still delivers when every path has timed out (a loaded host answers late
+    /// on live paths too, and a failed one not at all).
+    heard: Option<Instant>,
 }
 
 /// A queue pair's probed paths, once it has sent (its QPN is what the ports derive from).
@@ -390,16 +394,27 @@ impl RttProbe {
         self.states.get(qp as usize)?.as_ref()
     }
 
-    /// Picks queue pair `qp`'s path: the live one of lowest RTT; its own port when none
-    /// has been measured alive.
+    /// Picks queue pair `qp`'s path: the live one of lowest RTT; with none alive, the one
+    /// heard from last (its own port may be the one that failed); its own port when none
+    /// was ever heard from.
     fn choose(s: &mut ProbeState) {
-        s.best = s
+        let live = s
             .paths
             .iter()
             .enumerate()
             .filter_map(|(i, p)| p.rtt.filter(|_| p.alive).map(|rtt| (rtt, i)))
             .min()
-            .map_or(0, |(_, i)| i);
+            .map(|(_, i)| i);
+        s.best = live
+            .or_else(|| {
+                s.paths
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| p.heard.map(|at| (at, i)))
+                    .max()
+                    .map(|(_, i)| i)
+            })
+            .unwrap_or(0);
     }
 }
 
@@ -432,6 +447,7 @@ impl PathSelector for RttProbe {
                     sent: None,
                     seq: 0,
                     alive: true,
+                    heard: None,
                 })
                 .collect();
             self.states[i] = Some(ProbeState {
@@ -498,11 +514,20 @@ impl PathSelector for RttProbe {
         let Some(p) = s.paths.iter_mut().find(|p| p.port == probe.port) else {
             return;
         };
-        if probe.seq != p.seq {
-            return; // given up on
+        // One of its probes (not one from the future): the path delivers, if late.
+        if p.seq.wrapping_sub(probe.seq) < 1 << 16 {
+            p.heard = Some(now);
+        }
+        if probe.seq != p.seq || p.sent.is_none() {
+            // Given up on, or a reply already counted: no RTT sample, but with every path
+            // timed out it says which still answers.
+            if !s.paths.iter().any(|p| p.alive) {
+                Self::choose(s);
+            }
+            return;
         }
         let Some(sent) = p.sent.take() else {
-            return; // a reply already counted
+            return;
         };
         let sample = now - sent;
         // Smoothed as TCP's SRTT is (gain 1/8), restarted after a death.
@@ -926,6 +951,31 @@ mod tests {
         assert_eq!(p.source_port(0, &packet(0x11, 4)), fast);
         p.reset(0);
         assert_eq!(p.ports(0), Vec::<u16>::new());
+    }
+
+    #[test]
+    fn with_every_path_timed_out_it_takes_one_that_still_answers_not_its_own_port() {
+        let mut p = RttProbe::new(3, Duration::from_micros(10), Duration::from_micros(100), 9);
+        let own = p.source_port(0, &packet(0x11, 0));
+        let ports = p.ports(0);
+        let mut flight = Flight::new();
+        // Its own port's link fails; the others answer, but later than the timeout (a
+        // loaded host): every path is dead by the probes' rule.
+        let late = move |port: u16| (port != own).then_some(150);
+        probe_for(&mut p, &mut flight, 0, 1_000, &late);
+        assert!(
+            ports.iter().all(|&q| p.rtt(0, q).is_none()),
+            "all timed out"
+        );
+        let taken = p.source_port(0, &packet(0x11, 1));
+        assert_ne!(taken, own, "the failed path, though nothing answers there");
+        assert!(ports[1..].contains(&taken));
+        // A path answering in time again is taken by its RTT, as before.
+        let fast = ports[2];
+        let back = move |port: u16| if port == fast { Some(20) } else { late(port) };
+        probe_for(&mut p, &mut flight, 1_000, 1_200, &back);
+        assert_eq!(p.source_port(0, &packet(0x11, 2)), fast);
+        assert_eq!(p.rtt(0, fast), Some(Duration::from_micros(20)));
     }
 
     #[test]
