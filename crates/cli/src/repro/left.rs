@@ -657,6 +657,8 @@ const PAYLOAD_SHARE: f64 = 1024.0 / 1106.0;
 /// How one configuration routes and recovers.
 struct Fig1Config {
     label: &'static str,
+    /// The label in the plot's legend over Valiant paths, short enough to show whole.
+    short: &'static str,
     routing: &'static str,
     recovery: &'static str,
     tracker: &'static str,
@@ -665,24 +667,28 @@ struct Fig1Config {
 const FIG1_CONFIGS: [Fig1Config; 4] = [
     Fig1Config {
         label: "single path (per-flow ECMP), GBN",
+        short: "per-flow ECMP, GBN",
         routing: "ecmp",
         recovery: "go-back-n",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, GBN",
+        short: "per-packet, GBN",
         routing: "spray",
         recovery: "go-back-n",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, SR (bitmap)",
+        short: "per-packet, SR (bitmap)",
         routing: "spray",
         recovery: "selective-repeat",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, LEFT",
+        short: "per-packet, LEFT",
         routing: "spray",
         recovery: "selective-repeat",
         tracker: "left",
@@ -848,7 +854,11 @@ fn fig1(scale: Scale) -> Result<Report, String> {
         };
         let first = lines.len();
         lines.extend(FIG1_CONFIGS.iter().map(|c| Series {
-            name: format!("{}{suffix}", c.label),
+            name: if nonminimal == 0 {
+                c.label.to_string()
+            } else {
+                format!("{}, {nonminimal} Valiant", c.short)
+            },
             points: Vec::new(),
         }));
         let mut frac = vec![vec![0.0; loads.len()]; FIG1_CONFIGS.len()];
@@ -932,7 +942,7 @@ fn fig1(scale: Scale) -> Result<Report, String> {
         Chart {
             title: "LEFT Fig 1: group-to-group throughput against load".into(),
             x_label: "load (of the senders' links)".into(),
-            y_label: "delivered / offered".into(),
+            y_label: "goodput / offered".into(),
             x_log: false,
             y_log: false,
             series: lines,
