@@ -657,6 +657,8 @@ const PAYLOAD_SHARE: f64 = 1024.0 / 1106.0;
 /// How one configuration routes and recovers.
 struct Fig1Config {
     label: &'static str,
+    /// The label in the plot's legend over Valiant paths, short enough to show whole.
+    short: &'static str,
     routing: &'static str,
     recovery: &'static str,
     tracker: &'static str,
@@ -665,37 +667,62 @@ struct Fig1Config {
 const FIG1_CONFIGS: [Fig1Config; 4] = [
     Fig1Config {
         label: "single path (per-flow ECMP), GBN",
+        short: "per-flow ECMP, GBN",
         routing: "ecmp",
         recovery: "go-back-n",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, GBN",
+        short: "per-packet, GBN",
         routing: "spray",
         recovery: "go-back-n",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, SR (bitmap)",
+        short: "per-packet, SR (bitmap)",
         routing: "spray",
         recovery: "selective-repeat",
         tracker: "bitmap",
     },
     Fig1Config {
         label: "per-packet, LEFT",
+        short: "per-packet, LEFT",
         routing: "spray",
         recovery: "selective-repeat",
         tracker: "left",
     },
 ];
 
+/// The Valiant paths (`[switch] nonminimal_paths`) per host pair the second set of runs
+/// adds to the minimal ones, for every configuration alike (per-flow ECMP hashes over the
+/// same candidates): both intermediate groups a 4-group dragonfly has.
+const FIG1_VALIANT: u32 = 2;
+
 /// Every host of group 0 writes to its counterpart in group 1 at `load` of its link (a
-/// fixed-rate law), 64 KB messages, four outstanding; lossless (PFC).
-fn fig1_scenario(c: &Fig1Config, load: f64, run_us: f64, warmup_us: f64) -> String {
+/// fixed-rate law), 64 KB messages, four outstanding; lossless (PFC). `nonminimal` Valiant
+/// paths per host pair besides the minimal ones (0: hop-count shortest paths only, and no
+/// line for it, so those scenarios read as before Valiant paths existed).
+fn fig1_scenario(
+    c: &Fig1Config,
+    load: f64,
+    run_us: f64,
+    warmup_us: f64,
+    nonminimal: u32,
+) -> String {
     let rate = load * FIG1_GBPS;
+    let (paths, over) = if nonminimal == 0 {
+        (String::new(), String::new())
+    } else {
+        (
+            format!("nonminimal_paths = {nonminimal}\n"),
+            format!(", over minimal and {nonminimal} Valiant paths"),
+        )
+    };
     let mut text = format!(
         r#"# LEFT Fig 1: group 0 of a small dragonfly writes to group 1 at {load} of its hosts'
-# links; {label}.
+# links; {label}{over}.
 name = "left-fig1"
 time_limit_us = {run_us}
 [topology]
@@ -708,7 +735,7 @@ host_link_gbps = {FIG1_GBPS}
 link_delay_ns = 1000
 [switch]
 routing = "{routing}"
-pfc = {{ xoff_bytes = 200000, xon_bytes = 150000 }}
+{paths}pfc = {{ xoff_bytes = 200000, xon_bytes = 150000 }}
 [transport]
 recovery = "{recovery}"
 [policies]
@@ -734,6 +761,55 @@ params = {{ rate_gbps = {rate} }}
     text
 }
 
+/// The shape checks of one set of runs: `frac[k][i]` is configuration `k`'s goodput at
+/// `loads[i]` as a fraction of the offered payload; `over` prefixes the checks' names (empty
+/// for the minimal runs, whose names predate the Valiant ones).
+fn fig1_shape_checks(over: &str, loads: &[f64], frac: &[Vec<f64>]) -> Vec<Check> {
+    let last = loads.len() - 1;
+    let top = loads[last];
+    let below: Vec<usize> = (0..loads.len()).filter(|&i| loads[i] < 0.3).collect();
+    vec![
+        Check::shape(
+            &format!("{over}below the paper's knee (load < 0.3) no configuration loses throughput"),
+            below
+                .iter()
+                .all(|&i| (0..FIG1_CONFIGS.len()).all(|k| frac[k][i] >= 0.97)),
+            below
+                .iter()
+                .map(|&i| {
+                    let worst = (0..FIG1_CONFIGS.len())
+                        .map(|k| frac[k][i])
+                        .fold(f64::INFINITY, f64::min);
+                    format!("{}: at least {}%", f(loads[i], 1), f(worst * 100.0, 1))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        Check::shape(
+            &format!(
+                "{over}GBN under per-packet spraying collapses at load {top}: below half the \
+                 single path's goodput"
+            ),
+            frac[1][last] < 0.5 * frac[0][last],
+            format!(
+                "per-packet GBN {}% of offered against per-flow ECMP's {}% (LEFT {}%)",
+                f(frac[1][last] * 100.0, 1),
+                f(frac[0][last] * 100.0, 1),
+                f(frac[3][last] * 100.0, 1)
+            ),
+        ),
+        Check::shape(
+            &format!("{over}LEFT holds under spraying: at load {top} at least per-flow ECMP's"),
+            frac[3][last] + 0.02 >= frac[0][last],
+            format!(
+                "LEFT {}%, single path {}%",
+                f(frac[3][last] * 100.0, 1),
+                f(frac[0][last] * 100.0, 1)
+            ),
+        ),
+    ]
+}
+
 fn fig1(scale: Scale) -> Result<Report, String> {
     let (loads, run_us, warmup_us): (&[f64], f64, f64) = match scale {
         Scale::Quick => (&[0.1, 0.5], 300.0, 100.0),
@@ -751,84 +827,73 @@ fn fig1(scale: Scale) -> Result<Report, String> {
         ]),
         ..Report::default()
     };
+    // Two sets of runs: hop-count shortest paths (as before Valiant paths existed), then
+    // the same configurations over minimal and Valiant paths.
+    let sets = [0, FIG1_VALIANT];
     let mut scenarios = Vec::new();
-    for &load in loads {
-        for (k, c) in FIG1_CONFIGS.iter().enumerate() {
-            scenarios.push((
-                format!("left-fig1-{k}-{load}"),
-                fig1_scenario(c, load, run_us, warmup_us),
-            ));
+    for &nonminimal in &sets {
+        for &load in loads {
+            for (k, c) in FIG1_CONFIGS.iter().enumerate() {
+                let name = if nonminimal == 0 {
+                    format!("left-fig1-{k}-{load}")
+                } else {
+                    format!("left-fig1-{k}-{load}-valiant{nonminimal}")
+                };
+                scenarios.push((name, fig1_scenario(c, load, run_us, warmup_us, nonminimal)));
+            }
         }
     }
     let runs = super::simulate_all(&mut report, scenarios)?;
-    let mut lines: Vec<Series> = FIG1_CONFIGS
-        .iter()
-        .map(|c| Series {
-            name: c.label.to_string(),
+    let mut lines = Vec::new();
+    let mut fracs = Vec::new();
+    for (s, &nonminimal) in sets.iter().enumerate() {
+        let suffix = if nonminimal == 0 {
+            String::new()
+        } else {
+            format!(", {nonminimal} Valiant paths")
+        };
+        let first = lines.len();
+        lines.extend(FIG1_CONFIGS.iter().map(|c| Series {
+            name: if nonminimal == 0 {
+                c.label.to_string()
+            } else {
+                format!("{}, {nonminimal} Valiant", c.short)
+            },
             points: Vec::new(),
-        })
-        .collect();
-    let mut frac = vec![vec![0.0; loads.len()]; FIG1_CONFIGS.len()];
-    for (i, &load) in loads.iter().enumerate() {
-        let offered = f64::from(FIG1_HOSTS_PER_GROUP) * load * FIG1_GBPS * PAYLOAD_SHARE;
-        for (k, c) in FIG1_CONFIGS.iter().enumerate() {
-            let run = &runs[i * FIG1_CONFIGS.len() + k][0];
-            let gbps = run.apps.iter().map(|q| q.completed_bps()).sum::<f64>() / 1e9;
-            let delivered = run.apps.iter().map(|q| q.bps()).sum::<f64>() / 1e9;
-            frac[k][i] = gbps / offered;
-            report.table.row(vec![
-                f(load, 1),
-                c.label.to_string(),
-                f(gbps, 1),
-                f(delivered, 1),
-                format!("{}%", f(frac[k][i] * 100.0, 1)),
-                run.counters.retransmissions.to_string(),
-                run.counters.pfc_pauses.to_string(),
-            ]);
-            lines[k].points.push((load, frac[k][i]));
+        }));
+        let mut frac = vec![vec![0.0; loads.len()]; FIG1_CONFIGS.len()];
+        for (i, &load) in loads.iter().enumerate() {
+            let offered = f64::from(FIG1_HOSTS_PER_GROUP) * load * FIG1_GBPS * PAYLOAD_SHARE;
+            for (k, c) in FIG1_CONFIGS.iter().enumerate() {
+                let run = &runs[(s * loads.len() + i) * FIG1_CONFIGS.len() + k][0];
+                let gbps = run.apps.iter().map(|q| q.completed_bps()).sum::<f64>() / 1e9;
+                let delivered = run.apps.iter().map(|q| q.bps()).sum::<f64>() / 1e9;
+                frac[k][i] = gbps / offered;
+                report.table.row(vec![
+                    f(load, 1),
+                    format!("{}{suffix}", c.label),
+                    f(gbps, 1),
+                    f(delivered, 1),
+                    format!("{}%", f(frac[k][i] * 100.0, 1)),
+                    run.counters.retransmissions.to_string(),
+                    run.counters.pfc_pauses.to_string(),
+                ]);
+                lines[first + k].points.push((load, frac[k][i]));
+            }
         }
+        fracs.push(frac);
     }
+    report
+        .checks
+        .extend(fig1_shape_checks("", loads, &fracs[0]));
+    report.checks.extend(fig1_shape_checks(
+        &format!("over {FIG1_VALIANT} Valiant paths: "),
+        loads,
+        &fracs[1],
+    ));
+    let frac = &fracs[0];
     let last = loads.len() - 1;
     let top = loads[last];
-    let below: Vec<usize> = (0..loads.len()).filter(|&i| loads[i] < 0.3).collect();
-    report.checks.push(Check::shape(
-        "below the paper's knee (load < 0.3) no configuration loses throughput",
-        below
-            .iter()
-            .all(|&i| (0..FIG1_CONFIGS.len()).all(|k| frac[k][i] >= 0.97)),
-        below
-            .iter()
-            .map(|&i| {
-                let worst = (0..FIG1_CONFIGS.len())
-                    .map(|k| frac[k][i])
-                    .fold(f64::INFINITY, f64::min);
-                format!("{}: at least {}%", f(loads[i], 1), f(worst * 100.0, 1))
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-    ));
-    report.checks.push(Check::shape(
-        &format!(
-            "GBN under per-packet spraying collapses at load {top}: below half the single \
-             path's goodput"
-        ),
-        frac[1][last] < 0.5 * frac[0][last],
-        format!(
-            "per-packet GBN {}% of offered against per-flow ECMP's {}% (LEFT {}%)",
-            f(frac[1][last] * 100.0, 1),
-            f(frac[0][last] * 100.0, 1),
-            f(frac[3][last] * 100.0, 1)
-        ),
-    ));
-    report.checks.push(Check::shape(
-        &format!("LEFT holds under spraying: at load {top} at least per-flow ECMP's"),
-        frac[3][last] + 0.02 >= frac[0][last],
-        format!(
-            "LEFT {}%, single path {}%",
-            f(frac[3][last] * 100.0, 1),
-            f(frac[0][last] * 100.0, 1)
-        ),
-    ));
     report.checks.push(Check::number(
         "GBN under spraying below 10% past load 0.3 (paper)",
         loads
@@ -859,14 +924,17 @@ fn fig1(scale: Scale) -> Result<Report, String> {
          is the switches' (`routing = \"spray\"`) over shortest paths. Goodput (bytes of the \
          messages completed) over the last {} us of {run_us} us, as a fraction of the \
          offered payload (the rate times 1,024 / 1,106 bytes); 'delivered' counts every \
-         payload byte that reached a receiver, duplicates included. Every configuration has the receive pipeline at LEFT's \
-         figures ([reorder_cost]). The engine's selective repeat NAKs the first missing PSN \
-         of every gap, under LEFT's tracker too, which the paper's LEFT does not: SR and \
-         LEFT behave alike here. Spraying over hop-count shortest paths in this small \
+         payload byte that reached a receiver, duplicates included. Every configuration \
+         has the receive pipeline at LEFT's figures ([reorder_cost]). Selective repeat with \
+         the per-QP bitmap NAKs the first missing PSN of every gap; under LEFT's tracker a \
+         gap is not taken for loss. Spraying over hop-count shortest paths in this small \
          dragonfly is held to about 230 Gbit/s by the two direct global links (their queues \
          are the deepest), while per-flow ECMP happens to hash some flows over the equally \
-         short paths through a third group; the paper's spraying presumably also used \
-         non-minimal routes. See docs/repro.md.",
+         short paths through a third group. The rows marked '{FIG1_VALIANT} Valiant paths' \
+         run every configuration again with `[switch] nonminimal_paths = {FIG1_VALIANT}`: \
+         each host pair may also go by way of both other groups (up to 5 router hops, not \
+         3), per flow (ECMP) or per packet (spray), over dragonfly-minimal legs. The \
+         paper does not say how it routed; see docs/repro.md.",
         run_us - warmup_us
     ));
     report.plots.push((
@@ -874,7 +942,7 @@ fn fig1(scale: Scale) -> Result<Report, String> {
         Chart {
             title: "LEFT Fig 1: group-to-group throughput against load".into(),
             x_label: "load (of the senders' links)".into(),
-            y_label: "delivered / offered".into(),
+            y_label: "goodput / offered".into(),
             x_log: false,
             y_log: false,
             series: lines,
