@@ -41,6 +41,19 @@ impl HeldRanges {
         self.runs().iter().any(|&(s, e)| s <= offset && offset < e)
     }
 
+    /// Whether [`HeldRanges::insert`] would record `offset` as new: not held, and either
+    /// touching a run or with room for one more.
+    pub(crate) fn would_record(&self, offset: u32) -> bool {
+        let n = usize::from(self.len);
+        let i = self.runs().partition_point(|&(s, _)| s <= offset);
+        if i > 0 && offset < self.ranges[i - 1].1 {
+            return false;
+        }
+        n < HELD_RANGES
+            || (i > 0 && self.ranges[i - 1].1 == offset)
+            || (i < n && self.ranges[i].0 == offset.saturating_add(1))
+    }
+
     /// Records `offset`, joining the runs it touches.
     pub(crate) fn insert(&mut self, offset: u32) -> Insert {
         let n = usize::from(self.len);

@@ -124,6 +124,15 @@ impl ReorderBuffer {
         }
     }
 
+    /// Whether [`ReorderBuffer::hold`] would hold a packet `offset` PSNs past the expected
+    /// one now, as new: there is room, and it is neither beyond the tracker's reach nor
+    /// held already. (A tracker out of shared memory may still refuse it.)
+    pub(crate) fn would_hold(&self, offset: u32) -> bool {
+        self.held.len() < self.limit
+            && offset <= self.tracker.capacity()
+            && !self.tracker.contains(offset)
+    }
+
     /// Whether packets at or after `epsn` were refused for want of room (and not yet asked
     /// for again); forgets them.
     pub(crate) fn take_refused(&mut self, epsn: Psn) -> bool {
