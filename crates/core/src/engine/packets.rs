@@ -301,8 +301,9 @@ impl Engine {
     /// crowd out the packet the transport waits for (with a READ whose responses outrun
     /// the stage, every re-requested stream's first packet, so that the READ never
     /// progressed: found in the simulator, `crates/sim/tests/workers.rs`), and offering
-    /// them would show a deferred stage the same payload twice (the simulator's worker did
-    /// 1.7x the bytes completed under selective repeat). So each PSN's payload is offered
+    /// them would show a deferred stage the same payload twice (under selective repeat the
+    /// simulator's worker did 176,128 bytes for 131,072 completed,
+    /// `drops_past_the_credit_are_recovered_exactly_once`). So each PSN's payload is offered
     /// once: what the reorder state records is what was offered. (Not covered: a packet
     /// offered and then refused by the transport for a reason of its own, a SEND without
     /// a receive posted, say, or a LEFT tracker out of shared memory; it is offered again
