@@ -138,4 +138,25 @@ mod tests {
         assert_eq!(h.first(), Some((9, 12)));
         assert!(!h.contains(5));
     }
+
+    /// `would_record` says what `insert` then does (the engine asks it before offering a
+    /// response to a deferred stage, so that one it could not keep is not offered), over
+    /// seeded random inserts and advances that fill the runs.
+    #[test]
+    fn would_record_foretells_insert() {
+        let mut rng = crate::rng::Rng::new(7);
+        for _ in 0..200 {
+            let mut h = HeldRanges::default();
+            for _ in 0..200 {
+                if rng.next_u64() % 16 == 0 {
+                    h.advance((rng.next_u64() % 8) as u32);
+                    continue;
+                }
+                let offset = (rng.next_u64() % 96) as u32;
+                let foretold = h.would_record(offset);
+                let did = h.insert(offset);
+                assert_eq!(foretold, did == Insert::New, "{offset}: {did:?} in {h:?}");
+            }
+        }
+    }
 }

@@ -166,3 +166,45 @@ impl ReorderBuffer {
         self.tracker.advance(u32::MAX);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(psn: u32) -> RoceHeaders {
+        RoceHeaders {
+            bth: sluice_wire::Bth::new(sluice_wire::Opcode::RC_SEND_ONLY, 1, Psn::new(psn)),
+            ccx: None,
+            ext: sluice_wire::ExtHeaders::default(),
+        }
+    }
+
+    /// `would_hold` says what `hold` then does (the engine asks it before offering a request
+    /// to a deferred stage): new within reach and room, not what is held already, nothing
+    /// past the tracker's reach or once the buffer is full.
+    #[test]
+    fn would_hold_foretells_hold() {
+        let mut r = ReorderBuffer::new(Box::new(crate::policy::OffsetList::new(4)));
+        let now = crate::Instant::ZERO;
+        let hold = |r: &mut ReorderBuffer, offset: u32| {
+            let foretold = r.would_hold(offset);
+            let did = r.hold(
+                offset,
+                Psn::new(offset),
+                &headers(offset),
+                Some(&[1]),
+                1,
+                now,
+            );
+            assert_eq!(foretold, did == Hold::Held, "{offset}: {did:?}");
+            did
+        };
+        assert_eq!(hold(&mut r, 5), Hold::Refused, "past the reach");
+        assert_eq!(hold(&mut r, 2), Hold::Held);
+        assert_eq!(hold(&mut r, 2), Hold::Duplicate);
+        for offset in [1, 3, 4] {
+            assert_eq!(hold(&mut r, offset), Hold::Held);
+        }
+        assert!(!r.would_hold(3), "full");
+    }
+}
