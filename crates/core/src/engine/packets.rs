@@ -279,6 +279,20 @@ impl Engine {
         Some((index, info))
     }
 
+    /// Whether these stages include an asynchronous deferred one that works on packets
+    /// (not where READ data lands): one whose packet is dropped past the credit. A stage
+    /// beside it that is not deferred (inspection, whose packet goes on uninspected past
+    /// the credit) leaves it room on a packet the transport takes: else, with a small
+    /// credit, the stage that runs first took the last room on every packet, and the
+    /// deferred stage's were all dropped (two stages on a 2-packet credit in
+    /// `crates/sim/tests/workers.rs`, `runs_repeat_for_a_seed`: no READ completed, the
+    /// engine re-issuing them for the credit again and again).
+    fn defers_asynchronously(services: &[Box<dyn crate::policy::Service>]) -> bool {
+        services
+            .iter()
+            .any(|s| s.asynchronous() && s.deferred() && !s.on_landing())
+    }
+
     /// Whether queue pair `index` has a deferred stage that queues payloads in the engine
     /// (not an asynchronous one: those hold their own copies).
     fn defers(&self, index: u32) -> bool {
@@ -574,22 +588,27 @@ impl Engine {
             Payload::Bytes(bytes) => bytes,
             Payload::Len(len) => {
                 let nic = &mut self.nic;
+                let mut reserve =
+                    takeable && Self::defers_asynchronously(&nic.services[index as usize]);
                 for service in nic.services[index as usize].iter_mut().rev() {
                     if service.in_line() {
                         continue;
                     }
                     if !service.asynchronous() {
                         *flags |= service.observe(&packet, &[]);
-                    } else if service.deferred() && !takeable {
+                    } else if !takeable {
                         // As with bytes (below): what the transport drops is not offered.
                     } else if !service.on_landing() {
                         // As with bytes (below), the length held against the credit: the
                         // simulator's modelled worker, whose time a length is enough for.
                         let f = &mut nic.message_flags[index as usize];
-                        if nic
-                            .service_queue
-                            .admits(nic.config.service_credit, len as usize)
-                            && service.offer(&packet, &[])
+                        let deferred = service.deferred();
+                        reserve &= !deferred;
+                        if nic.service_queue.admits_beside(
+                            nic.config.service_credit,
+                            len as usize,
+                            reserve,
+                        ) && service.offer(&packet, &[])
                         {
                             nic.service_queue.went_out(len as usize);
                             f.offered += 1;
@@ -610,6 +629,7 @@ impl Engine {
         // nothing). The scratch keeps the largest length it was given, so that a stage
         // writing into it needs no fill first.
         let nic = &mut self.nic;
+        let mut reserve = takeable && Self::defers_asynchronously(&nic.services[index as usize]);
         let mut copy: Option<Vec<u8>> = None;
         let mut kept = 0..bytes.len();
         for service in nic.services[index as usize].iter_mut().rev() {
@@ -618,18 +638,24 @@ impl Engine {
                 let seen = copy.as_ref().map_or(bytes, |c| &c[kept.clone()]);
                 if service.asynchronous() && service.on_landing() {
                     // Works where READ data lands, not on packets.
-                } else if service.asynchronous() && service.deferred() && !takeable {
-                    // The transport drops it (a duplicate, or past a go-back-N gap): a
-                    // deferred stage's work is for what is taken, so it is not offered.
+                } else if service.asynchronous() && !takeable {
+                    // The transport drops it (a duplicate, or past a go-back-N gap): an
+                    // asynchronous stage's work is for what is taken, so it is not offered
+                    // (nor takes credit: a slow inspection beside the offload, offered the
+                    // streams a re-issued READ brings again, filled a 2-packet credit with
+                    // them, and the offload's packets were all dropped; its flags would
+                    // have reached nothing, the packet being dropped).
                 } else if service.asynchronous() {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's
                     // goes on unseen.
                     let f = &mut nic.message_flags[index as usize];
-                    if nic
-                        .service_queue
-                        .admits(nic.config.service_credit, seen.len())
-                        && service.offer(&packet, seen)
+                    reserve &= !service.deferred();
+                    if nic.service_queue.admits_beside(
+                        nic.config.service_credit,
+                        seen.len(),
+                        reserve,
+                    ) && service.offer(&packet, seen)
                     {
                         nic.service_queue.went_out(seen.len());
                         f.offered += 1;

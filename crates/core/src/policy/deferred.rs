@@ -45,6 +45,16 @@ impl DeferredQueue {
             && self.bytes + self.out.1 + len as u64 <= credit.bytes
     }
 
+    /// [`DeferredQueue::admits`], and if `reserve`, with room for another payload of `len`
+    /// bytes left: a stage beside a deferred one leaves that one its room.
+    pub(crate) fn admits_beside(&self, credit: ServiceCredit, len: usize, reserve: bool) -> bool {
+        if !reserve {
+            return self.admits(credit, len);
+        }
+        self.waiting.len() + (self.out.0 as usize) + 1 < credit.packets as usize
+            && self.bytes + self.out.1 + 2 * len as u64 <= credit.bytes
+    }
+
     /// A payload of `len` bytes handed to an asynchronous stage (the caller checked
     /// [`DeferredQueue::admits`]).
     pub(crate) fn went_out(&mut self, len: usize) {
@@ -250,6 +260,26 @@ mod tests {
         let w = q.pop().unwrap();
         assert_eq!(w.bytes.as_ptr(), at);
         assert_eq!(w.bytes, [8; 100]);
+    }
+
+    #[test]
+    fn a_stage_beside_a_deferred_one_leaves_it_room() {
+        let credit = ServiceCredit {
+            packets: 2,
+            bytes: 100,
+        };
+        let mut q = DeferredQueue::default();
+        assert!(q.admits_beside(credit, 10, true));
+        q.went_out(10);
+        // One packet's room left: the deferred stage's.
+        assert!(!q.admits_beside(credit, 10, true));
+        assert!(q.admits_beside(credit, 10, false));
+        assert!(q.admits(credit, 10));
+        // Bytes too.
+        let q = DeferredQueue::default();
+        assert!(q.admits_beside(credit, 50, true));
+        assert!(!q.admits_beside(credit, 51, true));
+        assert!(q.admits_beside(credit, 51, false));
     }
 
     #[test]
