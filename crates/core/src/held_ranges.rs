@@ -41,6 +41,19 @@ impl HeldRanges {
         self.runs().iter().any(|&(s, e)| s <= offset && offset < e)
     }
 
+    /// Whether [`HeldRanges::insert`] would record `offset` as new: not held, and either
+    /// touching a run or with room for one more.
+    pub(crate) fn would_record(&self, offset: u32) -> bool {
+        let n = usize::from(self.len);
+        let i = self.runs().partition_point(|&(s, _)| s <= offset);
+        if i > 0 && offset < self.ranges[i - 1].1 {
+            return false;
+        }
+        n < HELD_RANGES
+            || (i > 0 && self.ranges[i - 1].1 == offset)
+            || (i < n && self.ranges[i].0 == offset.saturating_add(1))
+    }
+
     /// Records `offset`, joining the runs it touches.
     pub(crate) fn insert(&mut self, offset: u32) -> Insert {
         let n = usize::from(self.len);
@@ -124,5 +137,26 @@ mod tests {
         assert_eq!(h.insert(9), Insert::New);
         assert_eq!(h.first(), Some((9, 12)));
         assert!(!h.contains(5));
+    }
+
+    /// `would_record` says what `insert` then does (the engine asks it before offering a
+    /// response to a deferred stage, so that one it could not keep is not offered), over
+    /// seeded random inserts and advances that fill the runs.
+    #[test]
+    fn would_record_foretells_insert() {
+        let mut rng = crate::rng::Rng::new(7);
+        for _ in 0..200 {
+            let mut h = HeldRanges::default();
+            for _ in 0..200 {
+                if rng.next_u64() % 16 == 0 {
+                    h.advance((rng.next_u64() % 8) as u32);
+                    continue;
+                }
+                let offset = (rng.next_u64() % 96) as u32;
+                let foretold = h.would_record(offset);
+                let did = h.insert(offset);
+                assert_eq!(foretold, did == Insert::New, "{offset}: {did:?} in {h:?}");
+            }
+        }
     }
 }

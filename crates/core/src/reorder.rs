@@ -124,6 +124,15 @@ impl ReorderBuffer {
         }
     }
 
+    /// Whether [`ReorderBuffer::hold`] would hold a packet `offset` PSNs past the expected
+    /// one now, as new: there is room, and it is neither beyond the tracker's reach nor
+    /// held already. (A tracker out of shared memory may still refuse it.)
+    pub(crate) fn would_hold(&self, offset: u32) -> bool {
+        self.held.len() < self.limit
+            && offset <= self.tracker.capacity()
+            && !self.tracker.contains(offset)
+    }
+
     /// Whether packets at or after `epsn` were refused for want of room (and not yet asked
     /// for again); forgets them.
     pub(crate) fn take_refused(&mut self, epsn: Psn) -> bool {
@@ -155,5 +164,47 @@ impl ReorderBuffer {
         self.write = None;
         self.refused_until = None;
         self.tracker.advance(u32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(psn: u32) -> RoceHeaders {
+        RoceHeaders {
+            bth: sluice_wire::Bth::new(sluice_wire::Opcode::RC_SEND_ONLY, 1, Psn::new(psn)),
+            ccx: None,
+            ext: sluice_wire::ExtHeaders::default(),
+        }
+    }
+
+    /// `would_hold` says what `hold` then does (the engine asks it before offering a request
+    /// to a deferred stage): new within reach and room, not what is held already, nothing
+    /// past the tracker's reach or once the buffer is full.
+    #[test]
+    fn would_hold_foretells_hold() {
+        let mut r = ReorderBuffer::new(Box::new(crate::policy::OffsetList::new(4)));
+        let now = crate::Instant::ZERO;
+        let hold = |r: &mut ReorderBuffer, offset: u32| {
+            let foretold = r.would_hold(offset);
+            let did = r.hold(
+                offset,
+                Psn::new(offset),
+                &headers(offset),
+                Some(&[1]),
+                1,
+                now,
+            );
+            assert_eq!(foretold, did == Hold::Held, "{offset}: {did:?}");
+            did
+        };
+        assert_eq!(hold(&mut r, 5), Hold::Refused, "past the reach");
+        assert_eq!(hold(&mut r, 2), Hold::Held);
+        assert_eq!(hold(&mut r, 2), Hold::Duplicate);
+        for offset in [1, 3, 4] {
+            assert_eq!(hold(&mut r, offset), Hold::Held);
+        }
+        assert!(!r.would_hold(3), "full");
     }
 }

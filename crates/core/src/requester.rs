@@ -859,6 +859,40 @@ impl Qp {
         self.retire(nic);
     }
 
+    /// The oldest READ still waiting for data (its place in the send queue) and the PSN of
+    /// its first missing response.
+    pub(crate) fn oldest_read_expecting(&self) -> Option<(usize, Psn)> {
+        let pos = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)?;
+        let w = &self.req.sq[pos];
+        Some((pos, w.first_psn.add(w.read_done / self.attrs.mtu)))
+    }
+
+    /// READ responses of the oldest waiting READ were dropped for want of receive credit
+    /// and the credit came back: asked for again at once, from the first missing response
+    /// (RC lets a requester re-issue a READ from any response it misses; every responder
+    /// answers it as a duplicate READ), and what follows it sent again, in both recoveries,
+    /// as the retransmit timer would. Not the gap alone under selective repeat: a later
+    /// READ's responses come back before the re-request's (the responder answers in PSN
+    /// order of arrival) and are discarded, since only the oldest READ keeps responses
+    /// past a gap, so that READ too must be asked again (found by
+    /// `crates/core/tests/asynchronous.rs`: the timer recovered it). Responses held already
+    /// come again as duplicates, not offered to the stages nor taking credit.
+    pub(crate) fn ask_read_again(&mut self) {
+        let Some((_, expected)) = self.oldest_read_expecting() else {
+            return;
+        };
+        if let Some(repair) = self.req.read_repair.as_deref_mut() {
+            // Asked for in full now: the gap's record no longer says what is on its way.
+            repair.asked = None;
+        }
+        self.req.read_retry_at = Some(expected);
+        self.rewind(expected);
+    }
+
     /// Selective repeat: if responses are held past the first missing one of the READ at
     /// `pos`, asks again for the gap before them (once per gap, unless the gap's own
     /// resent responses overtook it: then that copy was lost too); if none is held but some

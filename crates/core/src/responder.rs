@@ -315,6 +315,26 @@ impl Qp {
         }
     }
 
+    /// Requests at or after the expected PSN were dropped for want of receive credit
+    /// (RoCE BALBOA's crediting) and the credit came back: answered as RC's "no room",
+    /// as for a full reorder buffer ([`Qp::ask_again_from`]). A sequence NAK would not do:
+    /// a selective-repeat requester resends only the PSN it names, and a go-back-N one
+    /// spends a transport retry on it; an RNR NAK has any RoCE requester go back to the
+    /// expected PSN and send everything from there after the shortest wait, stops its
+    /// retransmit timer meanwhile, and costs an RNR retry only (infinite at 7). Sent when
+    /// the credit is back rather than at the drop, so that what comes again has room.
+    /// It stands for the sequence NAK of this expected PSN too: packets in flight behind
+    /// the dropped one would otherwise bring that NAK after it, and a NAK that confirms
+    /// nothing new spends one of the requester's transport retries (with a small credit,
+    /// one per packet: the queue pair failed with a retry error, found by
+    /// `crates/core/tests/asynchronous.rs`). Whether it is owed.
+    pub(crate) fn ask_again_for_credit(&mut self, nic: &mut Nic) -> bool {
+        let before = nic.counters.naks_sent_rnr;
+        self.ask_again_from(nic, self.resp.epsn);
+        self.resp.claim_gap_nak();
+        nic.counters.naks_sent_rnr != before
+    }
+
     /// NAKs the expected PSN as missing, once per value of it.
     fn nak_gap(&mut self, nic: &mut Nic) {
         if !self.resp.claim_gap_nak() {

@@ -393,6 +393,9 @@ pub(crate) struct Nic {
     pub(crate) message_flags: Vec<crate::policy::MessageFlags>,
     /// Received payloads waiting for deferred stages, within the receive credit.
     pub(crate) service_queue: crate::policy::DeferredQueue,
+    /// Queue pairs that lost packets to the receive credit since it last came back
+    /// ([`crate::policy::CreditDrops`]), by index, each once (reused).
+    pub(crate) credit_waiting: Vec<u32>,
     /// Where a received payload is copied for in-line services to change it (reused).
     service_scratch: Vec<u8>,
     /// Some queue pair has had services: received packets take the services' way.
@@ -591,6 +594,7 @@ impl Nic {
             services: Vec::new(),
             message_flags: Vec::new(),
             service_queue: Default::default(),
+            credit_waiting: Vec::new(),
             service_scratch: Vec::new(),
             any_services: false,
             async_qps: Vec::new(),

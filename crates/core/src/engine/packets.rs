@@ -85,7 +85,7 @@ impl Engine {
         {
             self.nic.counters.rx_packets += 1;
             self.nic.counters.rx_bytes += u64::from(payload.len());
-            self.nic.counters.drops_service_credit += 1;
+            self.dropped_for_credit(index, headers);
             return;
         }
         let mut flags = ServiceFlags::NONE;
@@ -118,7 +118,7 @@ impl Engine {
                 self.nic.counters.rx_bytes += u64::from(payload.len());
                 match refused {
                     Refused::Service => self.nic.counters.drops_service += 1,
-                    Refused::Credit => self.nic.counters.drops_service_credit += 1,
+                    Refused::Credit => self.dropped_for_credit(index, headers),
                 }
             }
         }
@@ -279,6 +279,20 @@ impl Engine {
         Some((index, info))
     }
 
+    /// Whether these stages include an asynchronous deferred one that works on packets
+    /// (not where READ data lands): one whose packet is dropped past the credit. A stage
+    /// beside it that is not deferred (inspection, whose packet goes on uninspected past
+    /// the credit) leaves it room on a packet the transport takes: else, with a small
+    /// credit, the stage that runs first took the last room on every packet, and the
+    /// deferred stage's were all dropped (two stages on a 2-packet credit in
+    /// `crates/sim/tests/workers.rs`, `runs_repeat_for_a_seed`: no READ completed, the
+    /// engine re-issuing them for the credit again and again).
+    fn defers_asynchronously(services: &[Box<dyn crate::policy::Service>]) -> bool {
+        services
+            .iter()
+            .any(|s| s.asynchronous() && s.deferred() && !s.on_landing())
+    }
+
     /// Whether queue pair `index` has a deferred stage that queues payloads in the engine
     /// (not an asynchronous one: those hold their own copies).
     fn defers(&self, index: u32) -> bool {
@@ -294,12 +308,20 @@ impl Engine {
     /// against the credit as a real one holds the bytes.
     ///
     /// Only a packet the transport may take counts against the credit: a request at the
-    /// expected PSN (or, selective repeat, past it: one it may hold), or a READ response
-    /// (go-back-N: the one the oldest READ waiting for data expects). A duplicate was seen
-    /// already, and a go-back-N packet past a gap is dropped anyway: letting those take
-    /// credit would crowd out the packet the transport waits for (with a READ whose
-    /// responses outrun the stage, every re-requested stream's first packet, so that the
-    /// READ never progressed: found in the simulator, `crates/sim/tests/workers.rs`).
+    /// expected PSN (or, selective repeat, past it: one it may hold and does not hold
+    /// yet), or a READ response the oldest READ waiting for data expects (or, selective
+    /// repeat, past it: one it may keep and has not yet). A duplicate was seen already,
+    /// and a go-back-N packet past a gap is dropped anyway: letting those take credit would
+    /// crowd out the packet the transport waits for (with a READ whose responses outrun
+    /// the stage, every re-requested stream's first packet, so that the READ never
+    /// progressed: found in the simulator, `crates/sim/tests/workers.rs`), and offering
+    /// them would show a deferred stage the same payload twice (under selective repeat the
+    /// simulator's worker did 176,128 bytes for 131,072 completed,
+    /// `drops_past_the_credit_are_recovered_exactly_once`). So each PSN's payload is offered
+    /// once: what the reorder state records is what was offered. (Not covered: a packet
+    /// offered and then refused by the transport for a reason of its own, a SEND without
+    /// a receive posted, say, or a LEFT tracker out of shared memory; it is offered again
+    /// when it comes again.)
     fn may_take(&self, index: u32, headers: &RoceHeaders) -> bool {
         let Some(info) = headers.bth.opcode.info() else {
             return false;
@@ -309,24 +331,104 @@ impl Engine {
         }
         let qp = &self.qps[index as usize];
         let psn = headers.bth.psn;
+        let selective = qp.attrs.recovery == crate::Recovery::SelectiveRepeat;
         if info.operation == Operation::RdmaReadResponse {
-            return match qp.attrs.recovery {
-                crate::Recovery::GoBackN => qp
-                    .req
-                    .sq
-                    .iter()
-                    .find(|w| {
-                        w.started && matches!(w.op, crate::SendOp::Read { .. }) && !w.responded
-                    })
-                    .is_some_and(|w| w.first_psn.add(w.read_done / qp.attrs.mtu) == psn),
-                crate::Recovery::SelectiveRepeat => true,
+            let mtu = qp.attrs.mtu;
+            let Some(w) =
+                qp.req.sq.iter().find(|w| {
+                    w.started && matches!(w.op, crate::SendOp::Read { .. }) && !w.responded
+                })
+            else {
+                return false;
             };
+            let d = w.first_psn.add(w.read_done / mtu).distance_to(psn);
+            // Past the first missing response: kept only within the READ, if not kept yet
+            // and there is room to record it (`on_read_response_ahead`).
+            return d == 0
+                || (selective
+                    && d > 0
+                    && (d as u32) < w.span - w.read_done / mtu
+                    && qp
+                        .req
+                        .read_repair
+                        .as_deref()
+                        .is_none_or(|r| r.held.would_record(d as u32)));
         }
-        let epsn = qp.resp.epsn;
-        match qp.attrs.recovery {
-            crate::Recovery::GoBackN => psn == epsn,
-            crate::Recovery::SelectiveRepeat => !psn.precedes(epsn),
+        let d = qp.resp.epsn.distance_to(psn);
+        d == 0
+            || (selective
+                && d > 0
+                && qp
+                    .resp
+                    .reorder
+                    .as_ref()
+                    .is_some_and(|r| r.would_hold(d as u32)))
+    }
+
+    /// A packet for queue pair `index` dropped for want of receive credit: counted, and
+    /// recorded so that the transport asks for it again as soon as the credit comes back
+    /// ([`crate::policy::CreditDrops`]; `recover_credit_drops`).
+    #[cold]
+    #[inline(never)]
+    fn dropped_for_credit(&mut self, index: u32, headers: &RoceHeaders) {
+        self.nic.counters.drops_service_credit += 1;
+        let psn = headers.bth.psn;
+        let qp = &self.qps[index as usize];
+        let response = headers
+            .bth
+            .opcode
+            .info()
+            .is_some_and(|i| i.operation == Operation::RdmaReadResponse);
+        let (retried, nak_sent) = (qp.req.read_retry_at == Some(psn), qp.resp.nak_sent);
+        let Some(f) = self.nic.message_flags.get_mut(index as usize) else {
+            return;
+        };
+        if f.credit_drops.is_empty() {
+            self.nic.credit_waiting.push(index);
         }
+        if response {
+            f.credit_drops.response(psn, retried);
+        } else {
+            f.credit_drops.request(psn, nak_sent);
+        }
+    }
+
+    /// The receive credit came back: each queue pair that lost packets to it since asks
+    /// for them again now (the responder with an RNR NAK at its expected PSN, the
+    /// requester by re-issuing its oldest waiting READ from the first missing response),
+    /// rather than at the retransmission timeout. See [`crate::policy::CreditDrops`].
+    #[cold]
+    #[inline(never)]
+    fn recover_credit_drops(&mut self) {
+        let mut waiting = std::mem::take(&mut self.nic.credit_waiting);
+        for &index in &waiting {
+            let Some(f) = self.nic.message_flags.get_mut(index as usize) else {
+                continue;
+            };
+            let drops = std::mem::take(&mut f.credit_drops);
+            if drops.is_empty() || !self.is_live(index) {
+                continue;
+            }
+            let (qp, nic) = self.parts(index);
+            let go_back_n = qp.attrs.recovery == crate::Recovery::GoBackN;
+            let mut asked = false;
+            if qp.state.receiving() && drops.ask_requests(qp.resp.epsn, qp.resp.nak_sent, go_back_n)
+            {
+                asked |= qp.ask_again_for_credit(nic);
+            }
+            if qp.state.sending()
+                && let Some((_, expected)) = qp.oldest_read_expecting()
+                && drops.ask_responses(expected, qp.req.read_retry_at == Some(expected), go_back_n)
+            {
+                qp.ask_read_again();
+                asked = true;
+            }
+            if asked {
+                self.schedule(index);
+            }
+        }
+        waiting.clear();
+        self.nic.credit_waiting = waiting;
     }
 
     /// Gives the deferred stages ([`crate::policy::Service::deferred`]) up to `max` of the
@@ -365,6 +467,9 @@ impl Engine {
         }
         if !self.nic.async_qps.is_empty() {
             done += self.collect_returned();
+        }
+        if done > 0 && !self.nic.credit_waiting.is_empty() {
+            self.recover_credit_drops();
         }
         done
     }
@@ -483,22 +588,27 @@ impl Engine {
             Payload::Bytes(bytes) => bytes,
             Payload::Len(len) => {
                 let nic = &mut self.nic;
+                let mut reserve =
+                    takeable && Self::defers_asynchronously(&nic.services[index as usize]);
                 for service in nic.services[index as usize].iter_mut().rev() {
                     if service.in_line() {
                         continue;
                     }
                     if !service.asynchronous() {
                         *flags |= service.observe(&packet, &[]);
-                    } else if service.deferred() && !takeable {
+                    } else if !takeable {
                         // As with bytes (below): what the transport drops is not offered.
                     } else if !service.on_landing() {
                         // As with bytes (below), the length held against the credit: the
                         // simulator's modelled worker, whose time a length is enough for.
                         let f = &mut nic.message_flags[index as usize];
-                        if nic
-                            .service_queue
-                            .admits(nic.config.service_credit, len as usize)
-                            && service.offer(&packet, &[])
+                        let deferred = service.deferred();
+                        reserve &= !deferred;
+                        if nic.service_queue.admits_beside(
+                            nic.config.service_credit,
+                            len as usize,
+                            reserve,
+                        ) && service.offer(&packet, &[])
                         {
                             nic.service_queue.went_out(len as usize);
                             f.offered += 1;
@@ -519,6 +629,7 @@ impl Engine {
         // nothing). The scratch keeps the largest length it was given, so that a stage
         // writing into it needs no fill first.
         let nic = &mut self.nic;
+        let mut reserve = takeable && Self::defers_asynchronously(&nic.services[index as usize]);
         let mut copy: Option<Vec<u8>> = None;
         let mut kept = 0..bytes.len();
         for service in nic.services[index as usize].iter_mut().rev() {
@@ -527,18 +638,24 @@ impl Engine {
                 let seen = copy.as_ref().map_or(bytes, |c| &c[kept.clone()]);
                 if service.asynchronous() && service.on_landing() {
                     // Works where READ data lands, not on packets.
-                } else if service.asynchronous() && service.deferred() && !takeable {
-                    // The transport drops it (a duplicate, or past a go-back-N gap): a
-                    // deferred stage's work is for what is taken, so it is not offered.
+                } else if service.asynchronous() && !takeable {
+                    // The transport drops it (a duplicate, or past a go-back-N gap): an
+                    // asynchronous stage's work is for what is taken, so it is not offered
+                    // (nor takes credit: a slow inspection beside the offload, offered the
+                    // streams a re-issued READ brings again, filled a 2-packet credit with
+                    // them, and the offload's packets were all dropped; its flags would
+                    // have reached nothing, the packet being dropped).
                 } else if service.asynchronous() {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's
                     // goes on unseen.
                     let f = &mut nic.message_flags[index as usize];
-                    if nic
-                        .service_queue
-                        .admits(nic.config.service_credit, seen.len())
-                        && service.offer(&packet, seen)
+                    reserve &= !service.deferred();
+                    if nic.service_queue.admits_beside(
+                        nic.config.service_credit,
+                        seen.len(),
+                        reserve,
+                    ) && service.offer(&packet, seen)
                     {
                         nic.service_queue.went_out(seen.len());
                         f.offered += 1;

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use sluice_wire::RoceHeaders;
+use sluice_wire::{Psn, RoceHeaders};
 
 use crate::engine::ServiceCredit;
 
@@ -43,6 +43,16 @@ impl DeferredQueue {
     pub(crate) fn admits(&self, credit: ServiceCredit, len: usize) -> bool {
         self.waiting.len() + (self.out.0 as usize) < credit.packets as usize
             && self.bytes + self.out.1 + len as u64 <= credit.bytes
+    }
+
+    /// [`DeferredQueue::admits`], and if `reserve`, with room for another payload of `len`
+    /// bytes left: a stage beside a deferred one leaves that one its room.
+    pub(crate) fn admits_beside(&self, credit: ServiceCredit, len: usize, reserve: bool) -> bool {
+        if !reserve {
+            return self.admits(credit, len);
+        }
+        self.waiting.len() + (self.out.0 as usize) + 1 < credit.packets as usize
+            && self.bytes + self.out.1 + 2 * len as u64 <= credit.bytes
     }
 
     /// A payload of `len` bytes handed to an asynchronous stage (the caller checked
@@ -116,6 +126,72 @@ impl DeferredQueue {
     }
 }
 
+/// What one queue pair lost to the receive credit since the credit last came back, so that
+/// the transport asks for it again as soon as the credit frees, not at its retransmission
+/// timeout: a tail dropped past the credit (a READ's last responses, a WRITE's or SEND's
+/// last packets) has nothing behind it to reveal the gap.
+///
+/// Each side is asked once per episode: a drop is recorded, and when the credit comes
+/// back, the responder answers RC's "no room" (an RNR NAK at its expected PSN, which any
+/// requester takes as "go back there and send everything again after the wait"), and the
+/// requester re-issues the oldest waiting READ from its first missing response. Under
+/// go-back-N a gap the transport already asked for after every drop (the responder's
+/// sequence NAK, the requester's READ re-request) brings the dropped packets back: then
+/// nothing more is asked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CreditDrops {
+    /// Requests dropped (the queue pair's responder): the PSN after the furthest.
+    requests_until: Option<Psn>,
+    /// A request was dropped after the responder had NAK'd its expected PSN as missing.
+    request_after_nak: bool,
+    /// READ responses dropped (the requester): the PSN of the last.
+    response_at: Option<Psn>,
+    /// A response at `response_at` was dropped after a re-request from it went.
+    response_after_retry: bool,
+}
+
+impl CreditDrops {
+    /// Nothing recorded.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.requests_until.is_none() && self.response_at.is_none()
+    }
+
+    /// The request at `psn` was dropped; `nak_sent`: the responder had NAK'd its expected
+    /// PSN as missing already.
+    pub(crate) fn request(&mut self, psn: Psn, nak_sent: bool) {
+        let end = psn.next();
+        if self.requests_until.is_none_or(|u| u.precedes(end)) {
+            self.requests_until = Some(end);
+        }
+        self.request_after_nak |= nak_sent;
+    }
+
+    /// The READ response at `psn` was dropped; `retried`: the requester had re-requested
+    /// from it already.
+    pub(crate) fn response(&mut self, psn: Psn, retried: bool) {
+        if self.response_at != Some(psn) {
+            self.response_after_retry = false;
+        }
+        self.response_at = Some(psn);
+        self.response_after_retry |= retried;
+    }
+
+    /// Whether the responder, expecting `epsn`, must ask for dropped requests again: some
+    /// are not taken yet, and no gap NAK (go-back-N: `nak_sent`) went after them all.
+    pub(crate) fn ask_requests(&self, epsn: Psn, nak_sent: bool, go_back_n: bool) -> bool {
+        self.requests_until.is_some_and(|u| epsn.precedes(u))
+            && !(go_back_n && nak_sent && !self.request_after_nak)
+    }
+
+    /// Whether the requester, whose oldest waiting READ expects `expected` next, must ask
+    /// for dropped responses again: the last is not taken yet, and no re-request from it
+    /// (go-back-N: `retried`) went after it was dropped.
+    pub(crate) fn ask_responses(&self, expected: Psn, retried: bool, go_back_n: bool) -> bool {
+        self.response_at.is_some_and(|at| !at.precedes(expected))
+            && !(go_back_n && retried && !self.response_after_retry)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +260,60 @@ mod tests {
         let w = q.pop().unwrap();
         assert_eq!(w.bytes.as_ptr(), at);
         assert_eq!(w.bytes, [8; 100]);
+    }
+
+    #[test]
+    fn a_stage_beside_a_deferred_one_leaves_it_room() {
+        let credit = ServiceCredit {
+            packets: 2,
+            bytes: 100,
+        };
+        let mut q = DeferredQueue::default();
+        assert!(q.admits_beside(credit, 10, true));
+        q.went_out(10);
+        // One packet's room left: the deferred stage's.
+        assert!(!q.admits_beside(credit, 10, true));
+        assert!(q.admits_beside(credit, 10, false));
+        assert!(q.admits(credit, 10));
+        // Bytes too.
+        let q = DeferredQueue::default();
+        assert!(q.admits_beside(credit, 50, true));
+        assert!(!q.admits_beside(credit, 51, true));
+        assert!(q.admits_beside(credit, 51, false));
+    }
+
+    #[test]
+    fn credit_drops_ask_once_unless_the_gap_was_asked_for_after_them() {
+        let p = Psn::new;
+        let mut d = CreditDrops::default();
+        assert!(d.is_empty());
+        assert!(!d.ask_requests(p(5), false, true));
+        d.request(p(5), false);
+        d.request(p(3), false);
+        assert!(!d.is_empty());
+        // Not taken yet, no NAK: asked (both recoveries).
+        assert!(d.ask_requests(p(5), false, true));
+        assert!(d.ask_requests(p(5), false, false));
+        // Taken since: nothing.
+        assert!(!d.ask_requests(p(6), false, true));
+        // Go-back-N, a gap NAK after the drop: it brings the request back.
+        assert!(!d.ask_requests(p(5), true, true));
+        // Selective repeat resends only the NAK'd PSN: asked anyway.
+        assert!(d.ask_requests(p(5), true, false));
+        // A drop after the NAK: the NAK does not cover it.
+        d.request(p(5), true);
+        assert!(d.ask_requests(p(5), true, true));
+
+        let mut r = CreditDrops::default();
+        r.response(p(9), false);
+        assert!(r.ask_responses(p(9), false, true));
+        assert!(!r.ask_responses(p(10), false, true), "taken since");
+        assert!(!r.ask_responses(p(9), true, true), "re-requested after");
+        r.response(p(9), true);
+        assert!(r.ask_responses(p(9), true, true), "dropped again after");
+        // A later response dropped forgets the earlier's re-request.
+        r.response(p(11), false);
+        assert!(!r.ask_responses(p(11), true, true));
+        assert!(r.ask_responses(p(11), true, false));
     }
 }

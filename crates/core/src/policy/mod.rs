@@ -26,7 +26,7 @@ mod scheduler;
 mod service;
 mod tracker;
 
-pub(crate) use deferred::DeferredQueue;
+pub(crate) use deferred::{CreditDrops, DeferredQueue};
 pub(crate) use path::EnginePathSelector;
 pub use path::{
     Flowlet, PathPacket, PathProbe, PathSelector, PathSignal, Plb, QpnHash, RandomSpray, RttProbe,

@@ -129,6 +129,9 @@ pub(crate) struct MessageFlags {
     /// for them however long (within the credit), not only
     /// [`crate::EngineConfig::service_flag_wait`].
     pub(crate) strict: bool,
+    /// What its deferred stages' receive credit dropped, to ask for again when the credit
+    /// comes back.
+    pub(crate) credit_drops: super::CreditDrops,
 }
 
 /// Where READ data an asynchronous stage was offered ([`Service::offer_landed`]) lies in
