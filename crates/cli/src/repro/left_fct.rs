@@ -412,7 +412,8 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 .map(|&k| (k as f64, p(stats[i][k]) / p(stats[i][PER_FLOW])))
                 .collect()
         };
-        let w = workloads[i].label;
+        // The workload's name without its sizes, so that the legend keeps the routes.
+        let w = workloads[i].label.split(',').next().unwrap_or_default();
         minimal_bars.extend([
             Series {
                 name: format!("{w}, hop-count: avg"),
@@ -423,11 +424,11 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 points: hop_count(|s| s.1),
             },
             Series {
-                name: format!("{w}, dragonfly-minimal: avg"),
+                name: format!("{w}, minimal: avg"),
                 points: avgs,
             },
             Series {
-                name: format!("{w}, dragonfly-minimal: p99"),
+                name: format!("{w}, minimal: p99"),
                 points: p99s,
             },
         ]);
@@ -655,7 +656,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
     report.plots.push((
         "left-fig45-routes".into(),
         Chart {
-            title: "LEFT Figs 4-5 by routes: FCT against per-flow ECMP's over the same routes (0 per-flow, 1-2 per-packet IRN/LEFT)".into(),
+            title: "LEFT Figs 4-5 by routes (0 per-flow, 1-2 per-packet IRN/LEFT)".into(),
             x_label: "configuration".into(),
             y_label: "FCT / per-flow ECMP's".into(),
             x_log: false,
