@@ -300,21 +300,26 @@ fn left_fig45_runs_every_configuration_and_left_retransmits_no_more_than_irn() {
     );
     assert!(out.contains("per-flowlet, LEFT"), "{out}");
     // The third workload, the one that loads the global links: its five configurations on
-    // minimal paths, then three over 2 Valiant paths.
+    // hop-count shortest paths, three over 2 Valiant paths, three over dragonfly-minimal
+    // routes alone.
     assert_eq!(
         out.lines()
             .filter(|l| l.starts_with("group shift, 16 KB") && l.contains("32 of 32"))
             .count(),
-        8,
+        11,
         "{out}"
     );
-    assert_eq!(
-        out.lines()
-            .filter(|l| l.starts_with("group shift, 16 KB, 2 Valiant paths"))
-            .count(),
-        3,
-        "{out}"
-    );
+    for (rows, n) in [
+        ("group shift, 16 KB, 2 Valiant paths", 3),
+        ("group shift, 16 KB, dragonfly-minimal routes", 3),
+        ("web search, load 0.3, 20 us, dragonfly-minimal routes", 3),
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(rows)).count(),
+            n,
+            "{rows}: {out}"
+        );
+    }
 }
 
 #[test]

@@ -592,7 +592,8 @@ pub enum RunError {
 impl<'a> Network<'a> {
     /// A fabric of idle hosts running law `cc`, about to run `flows`. `routes` are
     /// `topo`'s: [`crate::topology::Valiant::routes`] with `[switch] nonminimal_paths`,
-    /// else [`Topology::routes`].
+    /// else [`crate::topology::DragonflyMinimal::routes`] with `[switch] routes =
+    /// "dragonfly-minimal"`, else [`Topology::routes`].
     pub fn new(
         scenario: &'a Scenario,
         cc: &'a CcConfig,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::network::{Network, RunError};
 use crate::result::RunResult;
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::{RouteSet, Scenario, ScenarioError};
 use crate::topology::TopologyError;
 use crate::workload::WorkloadError;
 
@@ -38,13 +38,19 @@ pub fn run_scenario(
     let mut topo = scenario.topology.build()?;
     scenario.links.apply_delays(&mut topo)?;
     // With Valiant paths, every leg (and the minimal choice) takes the dragonfly's minimal
-    // routes; otherwise hop-count shortest paths (`topology::minimal` says how they differ).
+    // routes; otherwise the ones `[switch] routes` names, hop-count shortest paths by default
+    // (`topology::minimal` says how they differ).
     let valiant =
         crate::topology::Valiant::of(&scenario.topology, scenario.switch.nonminimal_paths)
             .map_err(RunError::Switch)?;
-    let routes = match valiant {
-        Some(v) => v.routes(&topo),
-        None => topo.routes(),
+    let routes = match (valiant, scenario.switch.routes) {
+        (Some(v), _) => v.routes(&topo),
+        (None, RouteSet::DragonflyMinimal) => {
+            crate::topology::DragonflyMinimal::of(&scenario.topology)
+                .map_err(RunError::Switch)?
+                .routes(&topo)
+        }
+        (None, RouteSet::Shortest) => topo.routes(),
     };
     let flows = scenario.workload.generate(
         topo.hosts,

@@ -106,6 +106,19 @@ pub enum Routing {
     Adaptive,
 }
 
+/// Which ports a switch may forward on towards a host (`routing` picks among them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteSet {
+    /// Every port on a hop-count shortest path. On a dragonfly these include ways through a
+    /// third group (global, global, local) as short as the minimal route.
+    #[default]
+    Shortest,
+    /// A dragonfly's minimal routes (Kim et al.): between two groups only the global links
+    /// joining them, reached by at most a local hop (`topology::DragonflyMinimal`).
+    DragonflyMinimal,
+}
+
 /// Switch settings, the same for every switch. A field left out takes its value from
 /// `Default` (one statement of each default).
 #[derive(Debug, Clone, Deserialize)]
@@ -118,6 +131,10 @@ pub struct SwitchConfig {
     pub dt_alpha: f64,
     /// How a switch picks among the ports on a shortest path.
     pub routing: Routing,
+    /// Which ports are on a shortest path: hop-count or, on a dragonfly, its minimal routes.
+    /// With `nonminimal_paths` above 0 a dragonfly takes its minimal routes whatever this
+    /// says (a Valiant path's legs need them).
+    pub routes: RouteSet,
     /// With flowlet routing, the idle gap after which a flow may take another path.
     pub flowlet_gap_us: f64,
     /// On a dragonfly, this many Valiant paths (through an intermediate group) per host pair
@@ -154,6 +171,7 @@ impl Default for SwitchConfig {
             buffer_bytes: 32 * 1024 * 1024,
             dt_alpha: 1.0,
             routing: Routing::Ecmp,
+            routes: RouteSet::Shortest,
             flowlet_gap_us: 10.0,
             nonminimal_paths: 0,
             ecn: None,
@@ -596,6 +614,11 @@ impl Scenario {
         }
         if let Err(e) = crate::topology::Valiant::of(&self.topology, sw.nonminimal_paths) {
             return bad(e);
+        }
+        if sw.routes == RouteSet::DragonflyMinimal {
+            if let Err(e) = crate::topology::DragonflyMinimal::of(&self.topology) {
+                return bad(e);
+            }
         }
         if let Some(ecn) = &sw.ecn {
             if ecn.kmin_bytes > ecn.kmax_bytes {

@@ -1,6 +1,7 @@
 //! Whole scenarios: the same seed gives the same files byte for byte; the HPCC paper's
 //! fat-tree with web search runs end to end for every law; every routing mode and
-//! topology kind runs; memory follows the packets in flight, not simulated time; bad
+//! topology kind runs; a dragonfly's minimal routes keep a group shift off third groups;
+//! memory follows the packets in flight, not simulated time; bad
 //! scenario files are refused with the field named.
 
 mod common;
@@ -191,6 +192,113 @@ fn valiant_paths_deliver_everything_over_longer_paths_and_change_nothing_when_of
             "{routing}: {} switch packets with Valiant paths, {} without",
             valiant.counters.switch_packets,
             minimal.counters.switch_packets
+        );
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// Every host of a dragonfly of 6 groups x 3 routers x 2 hosts writes 200 KB at once to its
+/// counterpart a group on, with `switch` (TOML lines) in its `[switch]` table; port series
+/// every microsecond.
+fn dragonfly_shift(switch: &str) -> Scenario {
+    scenario(&format!(
+        r#"
+        [topology]
+        kind = "dragonfly"
+        groups = 6
+        routers_per_group = 3
+        hosts_per_router = 2
+        links_per_group_pair = 2
+        host_link_gbps = 100
+        link_delay_ns = 1000
+        [switch]
+        flowlet_gap_us = 2
+        pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
+        {switch}
+        [workload]
+        kind = "shift"
+        bytes = 200000
+        by = 6
+        [output]
+        sample_interval_us = 1
+        [[cc]]
+        name = "dcqcn"
+        "#
+    ))
+}
+
+/// The bytes a run's port series saw leave routers over global links between two groups
+/// that are not neighbours in the shift (neither is the other's next), and over global
+/// links between neighbours.
+fn shift_global_bytes(s: &Scenario, run: &sluice_sim::RunResult) -> (f64, f64) {
+    let t = s.topology.build().unwrap();
+    let (hosts, groups) = (t.hosts, 6);
+    let group = |n: u32| (n - hosts) / 3;
+    let series = &run.series;
+    let n = series.ports.len();
+    assert!(n > 0, "no port series");
+    let seconds = series.interval_ns as f64 / 1e9;
+    let (mut third, mut direct) = (0.0, 0.0);
+    for (k, p) in series.ports.iter().enumerate() {
+        let peer = t.nodes[p.node as usize][p.port as usize].peer;
+        if peer < hosts || group(peer) == group(p.node) {
+            continue;
+        }
+        let bytes: f64 = series.port_bps[k..]
+            .iter()
+            .step_by(n)
+            .map(|bps| bps * seconds / 8.0)
+            .sum();
+        let (a, b) = (group(p.node), group(peer));
+        if (a + 1) % groups == b || (b + 1) % groups == a {
+            direct += bytes;
+        } else {
+            third += bytes;
+        }
+    }
+    (third, direct)
+}
+
+#[test]
+fn dragonfly_minimal_routes_keep_a_group_shift_off_third_groups() {
+    let base = std::env::temp_dir().join(format!("sluice-sim-dfmin-{}", std::process::id()));
+    for routing in ["ecmp", "spray", "flowlet"] {
+        let go = |k: &str, routes: &str| {
+            let s = dragonfly_shift(&format!("routing = \"{routing}\"\n{routes}"));
+            let runs = run(&s);
+            let dir = base.join(format!("{routing}-{k}"));
+            report::write_all(&dir, &s.name, &runs).unwrap();
+            let r = runs.into_iter().next().unwrap();
+            assert_eq!(r.flows.len(), 36, "{routing}/{k}");
+            assert_eq!(completed(&r), 36, "{routing}/{k}: flows left");
+            assert_eq!(r.counters.drops, 0, "{routing}/{k}: drops");
+            (outputs(&dir), shift_global_bytes(&s, &r))
+        };
+        let (absent, (third, direct)) = go("absent", "");
+        let (shortest, _) = go("shortest", "routes = \"shortest\"");
+        assert_eq!(
+            absent, shortest,
+            "{routing}: routes = \"shortest\" changed the outputs"
+        );
+        // Hop-count routes send some of the shift through a third group at equal length;
+        // the dragonfly's minimal ones only over the links joining the two groups.
+        assert!(
+            third > 0.0,
+            "{routing}: hop-count routes never left the two groups"
+        );
+        let (minimal, (third_m, direct_m)) = go("minimal", "routes = \"dragonfly-minimal\"");
+        assert_ne!(
+            absent, minimal,
+            "{routing}: dragonfly-minimal changed nothing"
+        );
+        assert_eq!(
+            third_m, 0.0,
+            "{routing}: dragonfly-minimal crossed a third group"
+        );
+        // Every byte (36 x 200 KB and their ACKs) crossed a direct link at least once.
+        assert!(direct_m >= 36.0 * 200e3, "{routing}: {direct_m} bytes");
+        eprintln!(
+            "{routing}: shortest {third:.0} B via third groups, {direct:.0} B direct; dragonfly-minimal {direct_m:.0} B direct"
         );
     }
     std::fs::remove_dir_all(&base).unwrap();
@@ -401,6 +509,14 @@ fn bad_scenarios_are_refused_with_the_field_named() {
         (
             "[switch]\nnonminimal_paths = 1\n",
             "switch.nonminimal_paths: Valiant paths need a dragonfly, not a star",
+        ),
+        (
+            "[switch]\nroutes = \"dragonfly-minimal\"\n",
+            "switch.routes: \"dragonfly-minimal\" needs a dragonfly, not a star",
+        ),
+        (
+            "[switch]\nroutes = \"minimal\"\n",
+            "expected `shortest` or `dragonfly-minimal`",
         ),
     ];
     for (extra, needle) in cases {

@@ -2,7 +2,10 @@
 //! dragonfly, per-packet and per-flowlet load balancing with LEFT and with IRN (the per-QP
 //! bitmap with selective repeat), against per-flow ECMP. The paper's workload (an HPL trace)
 //! is not public: a collective (all-to-all) and web search stand in for it, and a group-to-
-//! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale).
+//! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale). The
+//! shift runs again over Valiant paths, and web search and the shift over the dragonfly's
+//! minimal routes alone (only the global links joining two groups; the main rows' hop-count
+//! shortest paths also cross third groups).
 
 use sluice_sim::RunResult;
 use sluice_sim::plot::{Chart, Series};
@@ -69,6 +72,37 @@ const FLOWLET_LEFT: usize = 4;
 /// their baseline.
 const VALIANT_CONFIGS: [usize; 3] = [PER_FLOW, PACKET_LEFT, FLOWLET_LEFT];
 
+/// The configurations run again with the dragonfly's minimal routes alone (`[switch] routes
+/// = "dragonfly-minimal"`: between two groups only the links joining them), on the
+/// workloads of [`MINIMAL_WORKLOADS`]; the first is their baseline.
+const MINIMAL_CONFIGS: [usize; 3] = [PER_FLOW, PACKET_IRN, PACKET_LEFT];
+/// Web search and the group shift (the all-to-all is bound by its receivers' links, so its
+/// routes cannot matter: measured at 40 x 13 x 2, docs/repro.md).
+const MINIMAL_WORKLOADS: [usize; 2] = [1, 2];
+
+/// Which routes the switches take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paths {
+    /// Hop-count shortest paths (the main rows): no line, so those scenarios read as they
+    /// did before the other two existed.
+    Shortest,
+    /// This many Valiant paths per host pair besides the minimal ones.
+    Valiant(u32),
+    /// The dragonfly's minimal routes alone.
+    DragonflyMinimal,
+}
+
+impl Paths {
+    /// The scenario's `[switch]` line for these routes, if any.
+    fn line(self) -> String {
+        match self {
+            Paths::Shortest => String::new(),
+            Paths::Valiant(n) => format!("nonminimal_paths = {n}\n"),
+            Paths::DragonflyMinimal => "routes = \"dragonfly-minimal\"\n".into(),
+        }
+    }
+}
+
 /// The fabric: the paper's (80 groups of 26 routers, 2 hosts each, 2 global links between
 /// every pair of groups, 200 Gbit/s, 1 us) at full scale, 4 groups of 4 at quick scale.
 struct Fabric {
@@ -83,21 +117,9 @@ struct Workload {
     table: String,
 }
 
-/// The scenario of workload `w` under configuration `c`, over `nonminimal` Valiant paths
-/// per host pair besides the minimal ones (0: minimal routing only, and no line for it, so
-/// those scenarios read as they did before Valiant paths existed).
-fn scenario(
-    fabric: &Fabric,
-    w: &Workload,
-    c: &Config,
-    time_limit_us: f64,
-    nonminimal: u32,
-) -> String {
-    let paths = if nonminimal == 0 {
-        String::new()
-    } else {
-        format!("nonminimal_paths = {nonminimal}\n")
-    };
+/// The scenario of workload `w` under configuration `c` over `paths`.
+fn scenario(fabric: &Fabric, w: &Workload, c: &Config, time_limit_us: f64, paths: Paths) -> String {
+    let paths = paths.line();
     format!(
         r#"# LEFT Figs 4-5: {workload} on a dragonfly of {groups} groups x {routers} routers x 2
 # hosts; {label}.
@@ -271,7 +293,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         for (k, c) in CONFIGS.iter().enumerate() {
             scenarios.push((
                 format!("left-fig45-{i}-{k}"),
-                scenario(&fabric, w, c, time_limit_us, 0),
+                scenario(&fabric, w, c, time_limit_us, Paths::Shortest),
             ));
         }
     }
@@ -284,9 +306,23 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 &workloads[shift],
                 &CONFIGS[k],
                 time_limit_us,
-                nonminimal,
+                Paths::Valiant(nonminimal),
             ),
         ));
+    }
+    for &i in &MINIMAL_WORKLOADS {
+        for &k in &MINIMAL_CONFIGS {
+            scenarios.push((
+                format!("left-fig45-{i}-{k}-dfminimal"),
+                scenario(
+                    &fabric,
+                    &workloads[i],
+                    &CONFIGS[k],
+                    time_limit_us,
+                    Paths::DragonflyMinimal,
+                ),
+            ));
+        }
     }
     let runs = super::simulate_all(&mut report, scenarios)?;
     // (avg, p99) per workload and configuration.
@@ -345,6 +381,58 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         name: format!("{label}: p99 FCT / its per-flow's"),
         points: p99s,
     });
+    // Web search and the shift over the dragonfly's minimal routes alone, against per-flow
+    // ECMP over the same routes.
+    let mut minimal_stats = vec![[(0.0, 0.0); CONFIGS.len()]; workloads.len()];
+    let mut minimal_retransmitted = vec![[0u64; CONFIGS.len()]; workloads.len()];
+    let mut next = first + VALIANT_CONFIGS.len();
+    let mut minimal_bars = Vec::new();
+    for &i in &MINIMAL_WORKLOADS {
+        let label = format!("{}, dragonfly-minimal routes", workloads[i].label);
+        let (mut avgs, mut p99s) = (Vec::new(), Vec::new());
+        for &k in &MINIMAL_CONFIGS {
+            let run = &runs[next][0];
+            next += 1;
+            let (avg, p99, done) = fcts(run);
+            all_done &= done == run.flows.len();
+            minimal_stats[i][k] = (avg, p99);
+            minimal_retransmitted[i][k] = run.counters.retransmissions;
+            let base = minimal_stats[i][PER_FLOW];
+            report
+                .table
+                .row(table_row(&label, k, run, (avg, p99, done), base));
+            avgs.push((k as f64, avg / base.0));
+            p99s.push((k as f64, p99 / base.1));
+        }
+        // Beside the same configurations over hop-count routes, on a chart of their own (the
+        // first has as many series as it can tell apart).
+        let hop_count = |p: fn((f64, f64)) -> f64| -> Vec<(f64, f64)> {
+            MINIMAL_CONFIGS
+                .iter()
+                .map(|&k| (k as f64, p(stats[i][k]) / p(stats[i][PER_FLOW])))
+                .collect()
+        };
+        // The workload's name without its sizes, so that the legend keeps the routes.
+        let w = workloads[i].label.split(',').next().unwrap_or_default();
+        minimal_bars.extend([
+            Series {
+                name: format!("{w}, hop-count: avg"),
+                points: hop_count(|s| s.0),
+            },
+            Series {
+                name: format!("{w}, hop-count: p99"),
+                points: hop_count(|s| s.1),
+            },
+            Series {
+                name: format!("{w}, minimal: avg"),
+                points: avgs,
+            },
+            Series {
+                name: format!("{w}, minimal: p99"),
+                points: p99s,
+            },
+        ]);
+    }
     report.checks.push(Check::shape(
         "every flow completes in every configuration",
         all_done,
@@ -359,6 +447,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             .filter(|&i| {
                 retransmitted[i][PACKET_LEFT] <= retransmitted[i][PACKET_IRN]
                     && retransmitted[i][FLOWLET_LEFT] <= retransmitted[i][FLOWLET_IRN]
+                    && minimal_retransmitted[i][PACKET_LEFT] <= minimal_retransmitted[i][PACKET_IRN]
             })
             .count();
     report.checks.push(Check::shape(
@@ -368,8 +457,16 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             .iter()
             .enumerate()
             .map(|(i, w)| {
+                let minimal = if MINIMAL_WORKLOADS.contains(&i) {
+                    format!(
+                        ", per-packet over dragonfly-minimal routes {} against {}",
+                        minimal_retransmitted[i][PACKET_LEFT], minimal_retransmitted[i][PACKET_IRN]
+                    )
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{}: per-packet {} against {}, per-flowlet {} against {}",
+                    "{}: per-packet {} against {}, per-flowlet {} against {}{minimal}",
                     w.label,
                     retransmitted[i][PACKET_LEFT],
                     retransmitted[i][PACKET_IRN],
@@ -455,6 +552,60 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             change(left.1, minimal.1)
         ),
     ));
+    for &i in &MINIMAL_WORKLOADS {
+        let label = format!("{}, dragonfly-minimal routes", workloads[i].label);
+        let m = &minimal_stats[i];
+        let (base, left, irn) = (m[PER_FLOW], m[PACKET_LEFT], m[PACKET_IRN]);
+        report.checks.push(Check::shape(
+            &format!(
+                "{label}: per-packet LEFT's avg and p99 FCT below per-flow ECMP's over the same routes (the paper's direction)"
+            ),
+            left.0 < base.0 && left.1 < base.1,
+            format!(
+                "avg {} against {} us ({}), p99 {} against {} us ({}); per-flow ECMP over hop-count routes {} / {} us",
+                f(left.0, 1),
+                f(base.0, 1),
+                change(left.0, base.0),
+                f(left.1, 1),
+                f(base.1, 1),
+                change(left.1, base.1),
+                f(stats[i][PER_FLOW].0, 1),
+                f(stats[i][PER_FLOW].1, 1)
+            ),
+        ));
+        for (name, got, want) in [
+            (
+                "per-packet LEFT against per-flow",
+                (left.0 / base.0 - 1.0, left.1 / base.1 - 1.0),
+                PAPER_LEFT_VS_FLOW,
+            ),
+            (
+                "LEFT against IRN per packet",
+                (left.0 / irn.0 - 1.0, left.1 / irn.1 - 1.0),
+                PAPER_LEFT_VS_IRN_PACKET,
+            ),
+        ] {
+            report.checks.push(Check::number(
+                &format!(
+                    "{label}: {name} {}% avg / {}% p99 (paper, within 10 points)",
+                    f(want.0 * 100.0, 1),
+                    f(want.1 * 100.0, 1)
+                ),
+                (got.0 - want.0).abs() <= 0.1 && (got.1 - want.1).abs() <= 0.1,
+                format!("{}% / {}%", f(got.0 * 100.0, 1), f(got.1 * 100.0, 1)),
+            ));
+        }
+    }
+    report.notes.push(
+        "Dragonfly-minimal rows: web search and the group shift again with `[switch] routes = \
+         \"dragonfly-minimal\"`: between two groups a packet takes only the global links \
+         joining them (from its router if it holds one, else after a local hop to one that \
+         does), then at most a local hop, as a dragonfly's minimal routing does (the paper's \
+         groups are \"directly connected by two links\"). The main rows' hop-count shortest \
+         paths also go through a third group (global, global, local) where that is as short. \
+         Their baseline is per-flow ECMP over the same routes."
+            .into(),
+    );
     report.notes.push(format!(
         "Valiant rows: the group shift again with `[switch] nonminimal_paths = {nonminimal}`: \
          each host pair also has {nonminimal} paths through distinct intermediate groups \
@@ -500,6 +651,17 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             x_log: false,
             y_log: false,
             series: avg_bars,
+        },
+    ));
+    report.plots.push((
+        "left-fig45-routes".into(),
+        Chart {
+            title: "LEFT Figs 4-5 by routes (0 per-flow, 1-2 per-packet IRN/LEFT)".into(),
+            x_label: "configuration".into(),
+            y_label: "FCT / per-flow ECMP's".into(),
+            x_log: false,
+            y_log: false,
+            series: minimal_bars,
         },
     ));
     Ok(report)

@@ -10,8 +10,51 @@
 //! legs built from hop-count routes could therefore wander through a third group and come
 //! back past a router of the first leg; built from these, they cannot.
 
-use super::{Routes, Topology};
+use super::{Routes, Topology, TopologySpec};
 use crate::NodeId;
+
+/// A dragonfly's minimal routes as the fabric's only routes (`[switch] routes =
+/// "dragonfly-minimal"`), without Valiant paths: what the dragonfly's routers take between
+/// two groups is then only the global links joining them, as in Kim et al. and in LEFT's
+/// setup, not also the equally short ways through a third group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DragonflyMinimal {
+    groups: u32,
+    routers: u32,
+    hosts_per_router: u32,
+}
+
+impl DragonflyMinimal {
+    /// The minimal routes of `spec`'s dragonfly; an error naming the field when `spec` is
+    /// another kind of fabric.
+    pub fn of(spec: &TopologySpec) -> Result<Self, String> {
+        match *spec {
+            TopologySpec::Dragonfly {
+                groups,
+                routers_per_group,
+                hosts_per_router,
+                ..
+            } => Ok(Self {
+                groups,
+                routers: routers_per_group,
+                hosts_per_router,
+            }),
+            _ => Err(format!(
+                "switch.routes: \"dragonfly-minimal\" needs a dragonfly, not a {}",
+                spec.name()
+            )),
+        }
+    }
+
+    /// The candidate ports of every router towards every host on `topo` (this dragonfly,
+    /// built from the same spec), as [`Topology::routes`] gives hop-count ones.
+    ///
+    /// # Panics
+    /// If `topo` is not the dragonfly this was made for.
+    pub fn routes(&self, topo: &Topology) -> Routes {
+        MinimalPorts::of(topo, self.groups, self.routers, self.hosts_per_router).routes(topo)
+    }
+}
 
 /// Each router's ports by what they lead to, on a dragonfly of hosts, then routers group by
 /// group (the builder's numbering).
@@ -204,5 +247,117 @@ mod tests {
             }
         }
         assert!(direct > 0 && via_local > 0, "{direct} {via_local}");
+    }
+
+    /// Every path a packet can take from `src` to `dst` over `routes`, one candidate at a
+    /// time at each switch (the nodes visited, hosts included).
+    fn every_path(t: &Topology, routes: &Routes, src: NodeId, dst: NodeId) -> Vec<Vec<NodeId>> {
+        let mut done = Vec::new();
+        let first = t.nodes[src as usize][0];
+        let mut stack = vec![(vec![src, first.peer], first.peer_port)];
+        while let Some((path, in_port)) = stack.pop() {
+            let node = *path.last().unwrap();
+            if node == dst {
+                done.push(path);
+                continue;
+            }
+            assert!(path.len() < 16, "{src}->{dst} loops: {path:?}");
+            let c = routes.candidates(node, dst);
+            assert!(!c.is_empty(), "{src}->{dst}: no way on from {node}");
+            assert!(!c.contains(&in_port), "{node} offers its in-port {in_port}");
+            for &p in c {
+                let port = t.nodes[node as usize][p as usize];
+                let mut next = path.clone();
+                next.push(port.peer);
+                stack.push((next, port.peer_port));
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn every_walk_is_dragonfly_minimal_and_uses_every_direct_global_link() {
+        // 6 x 3 (2 links a pair): some routers hold no link to some group, so local, global,
+        // local occurs; 4 x 2 (3 links a pair): every router holds one or two to every group.
+        for (groups, routers, hosts, pair_links) in [(6u32, 3u32, 2u32, 2u32), (4, 2, 1, 3)] {
+            let spec: TopologySpec = toml::from_str(&format!(
+                "kind = \"dragonfly\"\ngroups = {groups}\nrouters_per_group = {routers}\nhosts_per_router = {hosts}\nlinks_per_group_pair = {pair_links}\nhost_link_gbps = 100"
+            ))
+            .expect("spec");
+            let t = spec.build().expect("dragonfly");
+            let routes = DragonflyMinimal::of(&spec).expect("a dragonfly").routes(&t);
+            let group = |n: NodeId| (n - t.hosts) / routers;
+            let host_group = |h: NodeId| h / (routers * hosts);
+            let (mut walks, mut three) = (0, 0);
+            for src in 0..t.hosts {
+                for dst in (0..t.hosts).filter(|&d| d != src) {
+                    let (a, b) = (host_group(src), host_group(dst));
+                    let mut globals_used = std::collections::BTreeSet::new();
+                    for path in every_path(&t, &routes, src, dst) {
+                        walks += 1;
+                        let routers_on = &path[1..path.len() - 1];
+                        let mut sorted = routers_on.to_vec();
+                        sorted.sort_unstable();
+                        sorted.dedup();
+                        assert_eq!(sorted.len(), routers_on.len(), "revisits: {path:?}");
+                        // Never a third group, at most 3 router hops, one global if any.
+                        assert!(
+                            routers_on.iter().all(|&r| group(r) == a || group(r) == b),
+                            "{src}->{dst} leaves its groups: {path:?}"
+                        );
+                        let global: Vec<_> = routers_on
+                            .windows(2)
+                            .filter(|w| group(w[0]) != group(w[1]))
+                            .map(|w| (w[0], w[1]))
+                            .collect();
+                        assert_eq!(global.len(), usize::from(a != b), "{path:?}");
+                        assert!(routers_on.len() <= 4, "{src}->{dst}: {path:?}");
+                        three += usize::from(routers_on.len() == 4);
+                        globals_used.extend(global);
+                    }
+                    if a != b {
+                        // Between two groups, the walks spread over the source router's
+                        // links to the other group if it holds any, else over every link
+                        // joining the two groups (each held by another router of its group),
+                        // and over nothing else.
+                        let own = t.nodes[src as usize][0].peer;
+                        let joining = |from: &mut dyn Iterator<Item = NodeId>| {
+                            from.flat_map(|r| {
+                                t.nodes[r as usize]
+                                    .iter()
+                                    .filter(|p| p.peer >= t.hosts && group(p.peer) == b)
+                                    .map(move |p| (r, p.peer))
+                            })
+                            .collect::<std::collections::BTreeSet<_>>()
+                        };
+                        let all =
+                            joining(&mut (t.hosts..t.node_count()).filter(|&r| group(r) == a));
+                        // (Two links between the same two routers count once here.)
+                        assert!(!all.is_empty() && all.len() <= pair_links as usize);
+                        let held = joining(&mut std::iter::once(own));
+                        let want = if held.is_empty() { all } else { held };
+                        assert_eq!(globals_used, want, "{src}->{dst}");
+                    }
+                }
+            }
+            eprintln!("{groups} x {routers} x {hosts}: {walks} walks, {three} of 3 router hops");
+            assert!(
+                three > 0 || pair_links > 2,
+                "local, global, local never taken"
+            );
+        }
+    }
+
+    #[test]
+    fn dragonfly_minimal_needs_a_dragonfly() {
+        let leaf: TopologySpec = toml::from_str(
+            "kind = \"leaf-spine\"\nleaves = 2\nspines = 2\nhosts_per_leaf = 2\nhost_link_gbps = 1\nfabric_link_gbps = 1",
+        )
+        .expect("leaf-spine");
+        let e = DragonflyMinimal::of(&leaf).unwrap_err();
+        assert!(
+            e.contains("switch.routes") && e.contains("needs a dragonfly, not a leaf-spine"),
+            "{e}"
+        );
     }
 }

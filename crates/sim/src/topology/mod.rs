@@ -11,6 +11,8 @@
 //! - `valiant`: a dragonfly's opt-in non-minimal paths through an intermediate group
 //!   ([`Valiant`]), whose legs follow `minimal`: a dragonfly's minimal routes (local,
 //!   global, local hop), not hop-count shortest paths.
+//! - `minimal`: those routes, also the fabric's only ones with `[switch] routes =
+//!   "dragonfly-minimal"` ([`DragonflyMinimal`]).
 
 mod graph;
 mod minimal;
@@ -24,6 +26,7 @@ mod validate;
 mod check;
 
 pub use graph::{Port, Topology};
+pub use minimal::DragonflyMinimal;
 pub use routes::Routes;
 pub use spec::TopologySpec;
 pub use valiant::Valiant;

@@ -12,7 +12,8 @@
 //! came in on. Minimal paths (choice 0) take the same routes, so with Valiant paths on, all
 //! of a dragonfly's routing is dragonfly-minimal; with them off, the fabric keeps its
 //! hop-count shortest paths, which may cross a third group at equal length (see
-//! `minimal`'s module comment).
+//! `minimal`'s module comment), unless `[switch] routes = "dragonfly-minimal"` asks for the
+//! minimal ones alone.
 
 use super::minimal::MinimalPorts;
 use super::{Routes, Topology, TopologySpec};
