@@ -33,7 +33,7 @@
 //! may place a later packet first, is refused). write-lat's doorbell ends with perftest's
 //! mark (its last byte); write-bw's is the message's number plus one, as a 64-bit
 //! little-endian word, so that a slot's next message never looks like its last. One
-//! AES-256-GCM operation covers the whole buffer (what a CPU decrypting a buffer does;
+//! AES-GCM operation (of `--cipher`'s suite) covers the whole buffer (what a CPU decrypting a buffer does;
 //! per-packet operations would cost it more), under the keys of the `--encrypt` handshake
 //! of the first queue pair (`SessionKeys`), with `sluice-crypt`'s own counter and replay
 //! window. With `--verify` the plaintext is `--verify`'s pattern, checked by the receiver
