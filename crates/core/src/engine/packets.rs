@@ -283,10 +283,9 @@ impl Engine {
     /// (not where READ data lands): one whose packet is dropped past the credit. A stage
     /// beside it that is not deferred (inspection, whose packet goes on uninspected past
     /// the credit) leaves it room on a packet the transport takes: else, with a small
-    /// credit, the stage that runs first took the last room on every packet, and the
-    /// deferred stage's were all dropped (two stages on a 2-packet credit in
-    /// `crates/sim/tests/workers.rs`, `runs_repeat_for_a_seed`: no READ completed, the
-    /// engine re-issuing them for the credit again and again).
+    /// credit, the stage that runs first could take the last room on every packet, the
+    /// deferred stage's would all be dropped, and a READ re-issued for them would never
+    /// complete (`crates/sim/tests/workers.rs` covers a 2-packet credit).
     fn defers_asynchronously(services: &[Box<dyn crate::policy::Service>]) -> bool {
         services
             .iter()
@@ -313,15 +312,13 @@ impl Engine {
     /// repeat, past it: one it may keep and has not yet). A duplicate was seen already,
     /// and a go-back-N packet past a gap is dropped anyway: letting those take credit would
     /// crowd out the packet the transport waits for (with a READ whose responses outrun
-    /// the stage, every re-requested stream's first packet, so that the READ never
-    /// progressed: found in the simulator, `crates/sim/tests/workers.rs`), and offering
-    /// them would show a deferred stage the same payload twice (under selective repeat the
-    /// simulator's worker did 176,128 bytes for 131,072 completed,
-    /// `drops_past_the_credit_are_recovered_exactly_once`). So each PSN's payload is offered
-    /// once: what the reorder state records is what was offered. (Not covered: a packet
-    /// offered and then refused by the transport for a reason of its own, a SEND without
-    /// a receive posted, say, or a LEFT tracker out of shared memory; it is offered again
-    /// when it comes again.)
+    /// the stage, every re-requested stream's first packet, so that the READ would never
+    /// progress), and offering them would show a deferred stage the same payload twice
+    /// (`crates/sim/tests/workers.rs`, `drops_past_the_credit_are_recovered_exactly_once`).
+    /// So each PSN's payload is offered once: what the reorder state records is what was
+    /// offered. (Not covered: a packet offered and then refused by the transport for a
+    /// reason of its own, a SEND without a receive posted, say, or a LEFT tracker out of
+    /// shared memory; it is offered again when it comes again.)
     fn may_take(&self, index: u32, headers: &RoceHeaders) -> bool {
         let Some(info) = headers.bth.opcode.info() else {
             return false;
