@@ -26,6 +26,40 @@ enum Refused {
     Credit,
 }
 
+/// Offers a received payload of `len` bytes (`seen`: its bytes, or none for a length-only
+/// one) to the asynchronous stage `service`, off the engine's thread, within the receive
+/// credit; with `reserve`, a deferred stage after this one keeps its room (it is cleared
+/// once a deferred stage had its turn). Past the credit a deferred stage's packet is
+/// dropped, `Err` (the transport recovers it); another's goes on unseen, counted.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn offer_within_credit(
+    queue: &mut crate::policy::DeferredQueue,
+    credit: crate::ServiceCredit,
+    counters: &mut crate::Counters,
+    f: &mut crate::policy::MessageFlags,
+    service: &mut dyn crate::policy::Service,
+    packet: &ServicePacket<'_>,
+    seen: &[u8],
+    len: usize,
+    reserve: &mut bool,
+) -> Result<(), Refused> {
+    let deferred = service.deferred();
+    *reserve &= !deferred;
+    if queue.admits_beside(credit, len, *reserve) && service.offer(packet, seen) {
+        queue.went_out(len);
+        f.offered += 1;
+        f.out_bytes += len as u64;
+        counters.service_queue_peak_bytes = queue.peak_bytes;
+        Ok(())
+    } else if deferred {
+        Err(Refused::Credit)
+    } else {
+        counters.service_uninspected += 1;
+        Ok(())
+    }
+}
+
 /// Flagged request PSNs a responder keeps until it takes them: as many as the packets a
 /// selective-repeat responder holds past a gap, and more than a window of a go-back-N one.
 const MAX_FLAGGED: usize = 256;
@@ -598,24 +632,17 @@ impl Engine {
                     } else if !service.on_landing() {
                         // As with bytes (below), the length held against the credit: the
                         // simulator's modelled worker, whose time a length is enough for.
-                        let f = &mut nic.message_flags[index as usize];
-                        let deferred = service.deferred();
-                        reserve &= !deferred;
-                        if nic.service_queue.admits_beside(
+                        offer_within_credit(
+                            &mut nic.service_queue,
                             nic.config.service_credit,
+                            &mut nic.counters,
+                            &mut nic.message_flags[index as usize],
+                            service.as_mut(),
+                            &packet,
+                            &[],
                             len as usize,
-                            reserve,
-                        ) && service.offer(&packet, &[])
-                        {
-                            nic.service_queue.went_out(len as usize);
-                            f.offered += 1;
-                            f.out_bytes += u64::from(len);
-                            nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
-                        } else if takeable && service.deferred() {
-                            return Err(Refused::Credit);
-                        } else {
-                            nic.counters.service_uninspected += 1;
-                        }
+                            &mut reserve,
+                        )?;
                     }
                 }
                 return Ok(None);
@@ -646,25 +673,22 @@ impl Engine {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's
                     // goes on unseen.
-                    let f = &mut nic.message_flags[index as usize];
-                    reserve &= !service.deferred();
-                    if nic.service_queue.admits_beside(
+                    let offered = offer_within_credit(
+                        &mut nic.service_queue,
                         nic.config.service_credit,
+                        &mut nic.counters,
+                        &mut nic.message_flags[index as usize],
+                        service.as_mut(),
+                        &packet,
+                        seen,
                         seen.len(),
-                        reserve,
-                    ) && service.offer(&packet, seen)
-                    {
-                        nic.service_queue.went_out(seen.len());
-                        f.offered += 1;
-                        f.out_bytes += seen.len() as u64;
-                        nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
-                    } else if takeable && service.deferred() {
+                        &mut reserve,
+                    );
+                    if let Err(refused) = offered {
                         if let Some(c) = copy {
                             nic.service_scratch = c;
                         }
-                        return Err(Refused::Credit);
-                    } else {
-                        nic.counters.service_uninspected += 1;
+                        return Err(refused);
                     }
                 } else if !service.deferred() {
                     // A deferred stage sees its copy later (`run_deferred`).
