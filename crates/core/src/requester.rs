@@ -878,8 +878,8 @@ impl Qp {
     /// as the retransmit timer would. Not the gap alone under selective repeat: a later
     /// READ's responses come back before the re-request's (the responder answers in PSN
     /// order of arrival) and are discarded, since only the oldest READ keeps responses
-    /// past a gap, so that READ too must be asked again (found by
-    /// `crates/core/tests/asynchronous.rs`: the timer recovered it). Responses held already
+    /// past a gap, so that READ too must be asked again (else only the retransmit timer
+    /// recovers it; `crates/core/tests/asynchronous.rs`). Responses held already
     /// come again as duplicates, not offered to the stages nor taking credit.
     pub(crate) fn ask_read_again(&mut self) {
         let Some((_, expected)) = self.oldest_read_expecting() else {
