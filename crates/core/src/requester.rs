@@ -703,19 +703,13 @@ impl Qp {
         let mtu = self.attrs.mtu;
         let selective = self.attrs.recovery == crate::Recovery::SelectiveRepeat;
         // The oldest READ still waiting for data is the only one a response may be for.
-        let Some(pos) = self
-            .req
-            .sq
-            .iter()
-            .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)
-        else {
+        let Some((pos, expected)) = self.oldest_read_expecting() else {
             nic.counters.stale_responses += 1;
             return;
         };
         let wqe = &self.req.sq[pos];
         // The responder took the whole READ request, and every request before it.
         let request_end = wqe.first_psn.add(wqe.span);
-        let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
             return self.on_read_response_out_of_order(nic, now, pos, d, payload);

@@ -365,14 +365,11 @@ impl Engine {
         let selective = qp.attrs.recovery == crate::Recovery::SelectiveRepeat;
         if info.operation == Operation::RdmaReadResponse {
             let mtu = qp.attrs.mtu;
-            let Some(w) =
-                qp.req.sq.iter().find(|w| {
-                    w.started && matches!(w.op, crate::SendOp::Read { .. }) && !w.responded
-                })
-            else {
+            let Some((pos, expected)) = qp.oldest_read_expecting() else {
                 return false;
             };
-            let d = w.first_psn.add(w.read_done / mtu).distance_to(psn);
+            let w = &qp.req.sq[pos];
+            let d = expected.distance_to(psn);
             // Past the first missing response: kept only within the READ, if not kept yet
             // and there is room to record it (`on_read_response_ahead`).
             return d == 0
