@@ -703,19 +703,13 @@ impl Qp {
         let mtu = self.attrs.mtu;
         let selective = self.attrs.recovery == crate::Recovery::SelectiveRepeat;
         // The oldest READ still waiting for data is the only one a response may be for.
-        let Some(pos) = self
-            .req
-            .sq
-            .iter()
-            .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)
-        else {
+        let Some((pos, expected)) = self.oldest_read_expecting() else {
             nic.counters.stale_responses += 1;
             return;
         };
         let wqe = &self.req.sq[pos];
         // The responder took the whole READ request, and every request before it.
         let request_end = wqe.first_psn.add(wqe.span);
-        let expected = wqe.first_psn.add(wqe.read_done / mtu);
         let d = expected.distance_to(psn);
         if d != 0 {
             return self.on_read_response_out_of_order(nic, now, pos, d, payload);
@@ -878,8 +872,8 @@ impl Qp {
     /// as the retransmit timer would. Not the gap alone under selective repeat: a later
     /// READ's responses come back before the re-request's (the responder answers in PSN
     /// order of arrival) and are discarded, since only the oldest READ keeps responses
-    /// past a gap, so that READ too must be asked again (found by
-    /// `crates/core/tests/asynchronous.rs`: the timer recovered it). Responses held already
+    /// past a gap, so that READ too must be asked again (else only the retransmit timer
+    /// recovers it; `crates/core/tests/asynchronous.rs`). Responses held already
     /// come again as duplicates, not offered to the stages nor taking credit.
     pub(crate) fn ask_read_again(&mut self) {
         let Some((_, expected)) = self.oldest_read_expecting() else {

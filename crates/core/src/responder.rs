@@ -326,7 +326,7 @@ impl Qp {
     /// It stands for the sequence NAK of this expected PSN too: packets in flight behind
     /// the dropped one would otherwise bring that NAK after it, and a NAK that confirms
     /// nothing new spends one of the requester's transport retries (with a small credit,
-    /// one per packet: the queue pair failed with a retry error, found by
+    /// one per packet, until the queue pair fails with a retry error;
     /// `crates/core/tests/asynchronous.rs`). Whether it is owed.
     pub(crate) fn ask_again_for_credit(&mut self, nic: &mut Nic) -> bool {
         let before = nic.counters.naks_sent_rnr;

@@ -36,6 +36,10 @@ const SOCKET_BUFFER: usize = 32 << 20;
 const STAMP_WINDOW_NS: u64 = 1_000_000_000;
 /// The longest sleep between checks for a stop signal.
 const MAX_SLEEP_NS: u64 = 100_000_000;
+/// The longest `--delay-us`, `--back-delay-us` and `--spin-us`: a minute, far past any link
+/// delay worth relaying, and small enough that a due time (nanoseconds on the monotonic
+/// clock, plus the delay) cannot overflow.
+const MAX_DELAY_US: u64 = 60_000_000;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -47,19 +51,19 @@ struct Args {
     a: String,
     /// The interface facing the other end (side B).
     b: String,
-    /// Delay of the frames from A to B, in microseconds.
-    #[arg(long, default_value_t = 0)]
+    /// Delay of the frames from A to B, in microseconds (at most a minute).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_DELAY_US))]
     delay_us: u64,
-    /// Delay of the frames from B to A, in microseconds.
-    #[arg(long, default_value_t = 0)]
+    /// Delay of the frames from B to A, in microseconds (at most a minute).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_DELAY_US))]
     back_delay_us: u64,
     /// Frames each direction can hold; with the ring full the relay stops reading, and the
     /// socket buffer (32 MiB) and then the kernel drop.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     slots: u32,
     /// Busy-poll for the last N microseconds before a frame is due instead of sleeping to its
-    /// time (a core spent for accuracy; 0: sleep).
-    #[arg(long, default_value_t = 0)]
+    /// time (a core spent for accuracy; 0: sleep; at most a minute).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_DELAY_US))]
     spin_us: u64,
     /// Run under SCHED_FIFO at this priority (1-99), ahead of ordinary threads, so that a
     /// loaded machine delays its frames less (0: an ordinary thread).
@@ -263,6 +267,30 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("delay-relay: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delay or spin whose nanoseconds do not fit a u64 is refused naming the flag, not
+    /// a multiplication that overflows when the relay starts.
+    #[test]
+    fn delays_past_a_minute_are_refused_naming_the_flag() {
+        let parse =
+            |flag: &str, value: &str| Args::try_parse_from(["delay-relay", "a", "b", flag, value]);
+        for flag in ["--delay-us", "--back-delay-us", "--spin-us"] {
+            let ok = parse(flag, &MAX_DELAY_US.to_string()).unwrap();
+            assert_eq!(
+                ok.delay_us.max(ok.back_delay_us).max(ok.spin_us),
+                MAX_DELAY_US
+            );
+            for bad in [MAX_DELAY_US + 1, u64::MAX / 1000 + 1, u64::MAX] {
+                let e = parse(flag, &bad.to_string()).unwrap_err().to_string();
+                assert!(e.contains(flag), "{e}");
+            }
         }
     }
 }

@@ -347,7 +347,7 @@ impl Device {
         }
         .map(|t| t.as_nanos().saturating_sub(now.as_nanos()));
         let mut limit = timeout.map(|d| d.as_nanos() as u64);
-        // Payloads out with a stage on its own thread (`Threaded`): what it returns makes no
+        // Payloads out with a stage on a worker thread (`Threaded`): what it returns makes no
         // datagram, so look again soon (a completion may wait for it).
         if self.engine.deferred_waiting().0 > 0 || self.engine.held_completions() > 0 {
             limit = Some(limit.map_or(SERVICE_LOOK_AGAIN_NS, |l| l.min(SERVICE_LOOK_AGAIN_NS)));

@@ -12,7 +12,7 @@
 //! the transport). Nothing here blocks the engine's thread.
 //!
 //! Why one thread per stage kind and device, not per queue pair: a thread per queue pair
-//! (what this was) starts 16 inspection threads for `sluice perf -q 16 --inspect` on a
+//! would start 16 inspection threads for `sluice perf -q 16 --inspect` on a
 //! 2-core machine, each waking for a few payloads, all competing with the datapath. One
 //! worker polls every queue pair's ring in turn, at most [`BURST`] payloads from one ring
 //! a pass so that one queue pair's burst cannot starve the others, and parks when all are

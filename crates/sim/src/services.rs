@@ -15,14 +15,15 @@
 //!   up must (sample), rather than hold the datapath.
 //!
 //! - **on a worker** (asynchronous): the DLRM offload on READ responses (`offload`), and
-//!   inspection with `placement = "worker"`. The real datapath runs these on a thread of
-//!   their own (`sluice_net::Threaded`); here each host has one modelled core per stage
-//!   kind, and the host's real engine drives it through its own asynchronous seam
-//!   (`Service::asynchronous`, offer and collect): what is out with a worker counts
-//!   against the engine's receive credit (`credit`), a completion whose packets are out
-//!   waits for them (the offload's always; inspection's only until the next time the
-//!   engine is driven), and past the credit the offload's packet is dropped and recovered
-//!   by the transport while inspection's goes on uninspected (`network/worker.rs`).
+//!   inspection with `placement = "worker"`. The real datapath runs these on one worker
+//!   thread per stage kind and device (`sluice_net::ServiceWorker`); here each host has one
+//!   modelled core per stage kind, and the host's real engine drives it through its own
+//!   asynchronous seam (`Service::asynchronous`, offer and collect): what is out with a
+//!   worker counts against the engine's receive credit (`credit`), a completion whose
+//!   packets are out waits for them (the offload's always; inspection's only until the
+//!   next time the engine is driven), and past the credit the offload's packet is dropped
+//!   and recovered by the transport while inspection's goes on uninspected
+//!   (`network/worker.rs`).
 //!
 //! Off unless a scenario selects a service, and then only on the queue pairs that have it:
 //! a scenario without `[services]` runs exactly as before.

@@ -13,8 +13,8 @@
 //!   flight and the receiver's opening of the messages posted before, but not its own
 //!   datapath's sending, which runs on the same thread (as `--encrypt`'s stage shares it).
 //!   In steady state a refill is the messages one completion freed (`-Q`; one at a time
-//!   with `-Q 1`). A poll after every message, to send each before sealing the next, was
-//!   tried and was no faster (a system call a message; `docs/repro.md`, balboa-fig7).
+//!   with `-Q 1`). No poll after every message, to send each before sealing the next: it
+//!   costs a system call a message and gains nothing (`docs/repro.md`, balboa-fig7).
 //!   The receiver opens every message whose doorbell rang, in order, between two polls.
 //!   A slot is free again once the doorbell's completion came back, and the receiver's
 //!   ACK for it leaves only after the open ([`bw_receiver`] says why), so no slot is
@@ -33,7 +33,7 @@
 //! may place a later packet first, is refused). write-lat's doorbell ends with perftest's
 //! mark (its last byte); write-bw's is the message's number plus one, as a 64-bit
 //! little-endian word, so that a slot's next message never looks like its last. One
-//! AES-256-GCM operation covers the whole buffer (what a CPU decrypting a buffer does;
+//! AES-GCM operation (of `--cipher`'s suite) covers the whole buffer (what a CPU decrypting a buffer does;
 //! per-packet operations would cost it more), under the keys of the `--encrypt` handshake
 //! of the first queue pair (`SessionKeys`), with `sluice-crypt`'s own counter and replay
 //! window. With `--verify` the plaintext is `--verify`'s pattern, checked by the receiver

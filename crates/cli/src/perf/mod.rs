@@ -126,7 +126,7 @@ pub struct Options {
     /// (`perf/doorbell.rs`).
     pub doorbell_crypt: bool,
     /// `--service-flag-wait`: how long a completion waits at most for the flags of a
-    /// stage beside the path on its own thread (`EngineConfig::service_flag_wait`).
+    /// stage beside the path on its worker thread (`EngineConfig::service_flag_wait`).
     pub service_flag_wait: std::time::Duration,
 }
 

@@ -1065,7 +1065,7 @@ fn service_counters(
             }
         }
     }
-    // A stage on a thread of its own (`sluice_net::Threaded`) is passed over when it is
+    // A stage on a worker thread (`sluice_net::Threaded`) is passed over when it is
     // behind: the engine's counts of that go with it.
     let c = s.dev.engine_ref().counters();
     for sums in out.values_mut().filter(|m| m.contains_key("worker_full")) {

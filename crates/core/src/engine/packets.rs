@@ -26,6 +26,40 @@ enum Refused {
     Credit,
 }
 
+/// Offers a received payload of `len` bytes (`seen`: its bytes, or none for a length-only
+/// one) to the asynchronous stage `service`, off the engine's thread, within the receive
+/// credit; with `reserve`, a deferred stage after this one keeps its room (it is cleared
+/// once a deferred stage had its turn). Past the credit a deferred stage's packet is
+/// dropped, `Err` (the transport recovers it); another's goes on unseen, counted.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn offer_within_credit(
+    queue: &mut crate::policy::DeferredQueue,
+    credit: crate::ServiceCredit,
+    counters: &mut crate::Counters,
+    f: &mut crate::policy::MessageFlags,
+    service: &mut dyn crate::policy::Service,
+    packet: &ServicePacket<'_>,
+    seen: &[u8],
+    len: usize,
+    reserve: &mut bool,
+) -> Result<(), Refused> {
+    let deferred = service.deferred();
+    *reserve &= !deferred;
+    if queue.admits_beside(credit, len, *reserve) && service.offer(packet, seen) {
+        queue.went_out(len);
+        f.offered += 1;
+        f.out_bytes += len as u64;
+        counters.service_queue_peak_bytes = queue.peak_bytes;
+        Ok(())
+    } else if deferred {
+        Err(Refused::Credit)
+    } else {
+        counters.service_uninspected += 1;
+        Ok(())
+    }
+}
+
 /// Flagged request PSNs a responder keeps until it takes them: as many as the packets a
 /// selective-repeat responder holds past a gap, and more than a window of a go-back-N one.
 const MAX_FLAGGED: usize = 256;
@@ -283,10 +317,9 @@ impl Engine {
     /// (not where READ data lands): one whose packet is dropped past the credit. A stage
     /// beside it that is not deferred (inspection, whose packet goes on uninspected past
     /// the credit) leaves it room on a packet the transport takes: else, with a small
-    /// credit, the stage that runs first took the last room on every packet, and the
-    /// deferred stage's were all dropped (two stages on a 2-packet credit in
-    /// `crates/sim/tests/workers.rs`, `runs_repeat_for_a_seed`: no READ completed, the
-    /// engine re-issuing them for the credit again and again).
+    /// credit, the stage that runs first could take the last room on every packet, the
+    /// deferred stage's would all be dropped, and a READ re-issued for them would never
+    /// complete (`crates/sim/tests/workers.rs` covers a 2-packet credit).
     fn defers_asynchronously(services: &[Box<dyn crate::policy::Service>]) -> bool {
         services
             .iter()
@@ -313,15 +346,13 @@ impl Engine {
     /// repeat, past it: one it may keep and has not yet). A duplicate was seen already,
     /// and a go-back-N packet past a gap is dropped anyway: letting those take credit would
     /// crowd out the packet the transport waits for (with a READ whose responses outrun
-    /// the stage, every re-requested stream's first packet, so that the READ never
-    /// progressed: found in the simulator, `crates/sim/tests/workers.rs`), and offering
-    /// them would show a deferred stage the same payload twice (under selective repeat the
-    /// simulator's worker did 176,128 bytes for 131,072 completed,
-    /// `drops_past_the_credit_are_recovered_exactly_once`). So each PSN's payload is offered
-    /// once: what the reorder state records is what was offered. (Not covered: a packet
-    /// offered and then refused by the transport for a reason of its own, a SEND without
-    /// a receive posted, say, or a LEFT tracker out of shared memory; it is offered again
-    /// when it comes again.)
+    /// the stage, every re-requested stream's first packet, so that the READ would never
+    /// progress), and offering them would show a deferred stage the same payload twice
+    /// (`crates/sim/tests/workers.rs`, `drops_past_the_credit_are_recovered_exactly_once`).
+    /// So each PSN's payload is offered once: what the reorder state records is what was
+    /// offered. (Not covered: a packet offered and then refused by the transport for a
+    /// reason of its own, a SEND without a receive posted, say, or a LEFT tracker out of
+    /// shared memory; it is offered again when it comes again.)
     fn may_take(&self, index: u32, headers: &RoceHeaders) -> bool {
         let Some(info) = headers.bth.opcode.info() else {
             return false;
@@ -334,14 +365,11 @@ impl Engine {
         let selective = qp.attrs.recovery == crate::Recovery::SelectiveRepeat;
         if info.operation == Operation::RdmaReadResponse {
             let mtu = qp.attrs.mtu;
-            let Some(w) =
-                qp.req.sq.iter().find(|w| {
-                    w.started && matches!(w.op, crate::SendOp::Read { .. }) && !w.responded
-                })
-            else {
+            let Some((pos, expected)) = qp.oldest_read_expecting() else {
                 return false;
             };
-            let d = w.first_psn.add(w.read_done / mtu).distance_to(psn);
+            let w = &qp.req.sq[pos];
+            let d = expected.distance_to(psn);
             // Past the first missing response: kept only within the READ, if not kept yet
             // and there is room to record it (`on_read_response_ahead`).
             return d == 0
@@ -601,24 +629,17 @@ impl Engine {
                     } else if !service.on_landing() {
                         // As with bytes (below), the length held against the credit: the
                         // simulator's modelled worker, whose time a length is enough for.
-                        let f = &mut nic.message_flags[index as usize];
-                        let deferred = service.deferred();
-                        reserve &= !deferred;
-                        if nic.service_queue.admits_beside(
+                        offer_within_credit(
+                            &mut nic.service_queue,
                             nic.config.service_credit,
+                            &mut nic.counters,
+                            &mut nic.message_flags[index as usize],
+                            service.as_mut(),
+                            &packet,
+                            &[],
                             len as usize,
-                            reserve,
-                        ) && service.offer(&packet, &[])
-                        {
-                            nic.service_queue.went_out(len as usize);
-                            f.offered += 1;
-                            f.out_bytes += u64::from(len);
-                            nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
-                        } else if takeable && service.deferred() {
-                            return Err(Refused::Credit);
-                        } else {
-                            nic.counters.service_uninspected += 1;
-                        }
+                            &mut reserve,
+                        )?;
                     }
                 }
                 return Ok(None);
@@ -649,25 +670,22 @@ impl Engine {
                     // Off the engine's thread, within the credit; past it, a deferred
                     // stage's packet is dropped (the transport recovers it), another's
                     // goes on unseen.
-                    let f = &mut nic.message_flags[index as usize];
-                    reserve &= !service.deferred();
-                    if nic.service_queue.admits_beside(
+                    let offered = offer_within_credit(
+                        &mut nic.service_queue,
                         nic.config.service_credit,
+                        &mut nic.counters,
+                        &mut nic.message_flags[index as usize],
+                        service.as_mut(),
+                        &packet,
+                        seen,
                         seen.len(),
-                        reserve,
-                    ) && service.offer(&packet, seen)
-                    {
-                        nic.service_queue.went_out(seen.len());
-                        f.offered += 1;
-                        f.out_bytes += seen.len() as u64;
-                        nic.counters.service_queue_peak_bytes = nic.service_queue.peak_bytes;
-                    } else if takeable && service.deferred() {
+                        &mut reserve,
+                    );
+                    if let Err(refused) = offered {
                         if let Some(c) = copy {
                             nic.service_scratch = c;
                         }
-                        return Err(Refused::Credit);
-                    } else {
-                        nic.counters.service_uninspected += 1;
+                        return Err(refused);
                     }
                 } else if !service.deferred() {
                     // A deferred stage sees its copy later (`run_deferred`).

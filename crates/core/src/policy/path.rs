@@ -327,6 +327,7 @@ struct ProbeState {
 /// SCR's multipath selection (A.7): each queue pair's own port and `paths - 1` others drawn
 /// at random are probed every `interval`; its packets take the live path of lowest smoothed
 /// RTT, and a probe unanswered for `timeout` marks its path dead until a reply comes back.
+/// With every path dead, they take the one a reply (late or not) came from last.
 /// Probing finds a better path before the data suffers, where PLB waits for congestion.
 ///
 /// It needs the engine to send its probes and report their replies

@@ -1,5 +1,6 @@
 //! The modelled workers of `[services]` (`Placement::Worker`): the asynchronous stages the
-//! real datapath runs on threads of their own (`sluice_net::Threaded`), here one modelled
+//! real datapath runs on one worker thread per stage kind and device
+//! (`sluice_net::ServiceWorker`, behind each queue pair's `Threaded`), here one modelled
 //! core per host and stage kind (the DLRM offload; inspection on a worker).
 //!
 //! The host's engine is the real `sluice_core` engine, so it is the engine's own
