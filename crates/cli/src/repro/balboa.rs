@@ -888,8 +888,8 @@ fn fig8(scale: Scale) -> Result<Report, String> {
         ok,
         detail,
     ));
-    // Measured: `--inspect` runs the classifier on a thread of its own beside each end's
-    // engine (`sluice_net::Threaded`), passing over what it has no time for; on this
+    // Measured: `--inspect` runs the classifier on a worker thread beside each end's
+    // engine (`sluice_net::ServiceWorker`), passing over what it has no time for; on this
     // shared 2-core VM that thread still takes CPU from the engines. Reported against the
     // paper's "no change".
     let worst = points
@@ -941,7 +941,7 @@ fn fig8(scale: Scale) -> Result<Report, String> {
             .into(),
         "Measured bandwidth and latency: `sluice perf write-bw`/`write-lat` over loopback in this \
          process, plain and with `--inspect`. The classifier runs beside each end's engine on a \
-         thread of its own at nice 19 (`sluice_net::Threaded`); what it has no time for goes \
+         worker thread at nice 19 (`sluice_net::ServiceWorker`, one per stage kind per end); what it has no time for goes \
          uninspected, and completions do not wait for its flags (`--service-flag-wait`). On a \
          2-core VM shared with other builds its thread still takes CPU from the two engines' \
          threads: the bandwidth it costs is that CPU, not a wait."

@@ -12,7 +12,7 @@
 //! In the paper the chain runs in the FPGA's datapath at line rate and costs the host
 //! nothing, so the in-line version is limited by PCIe (8,500 MB/s) and the CPU version by
 //! its one core (~700 MB/s). Here the "NIC" is the client's own thread, and in line the
-//! chain runs on a thread of its own beside it (`sluice_net::Threaded`: each response's
+//! chain runs on a worker thread beside it (`sluice_net::ServiceWorker`: each response's
 //! bytes copied out as they land, processed, and put back before the READ completes), so
 //! response i is processed while i+1 arrives; after, the client's thread does the
 //! transport and then the chain. With two free cores in line could approach the slower of
@@ -294,7 +294,7 @@ fn fig10(scale: Scale) -> Result<Report, String> {
          (plain) at {}-{} MB/s. In the paper the chain is free (FPGA pipeline at line rate) \
          and only the CPU baseline pays for it. Here after runs transport and chain one \
          after the other on the client's thread (the serial bound column, 1/(1/plain + \
-         1/chain)); in line runs the chain on a thread of its own while the next responses \
+         1/chain)); in line runs the chain on a worker thread while the next responses \
          arrive, so with a core to spare it could reach the slower of the two (the overlap \
          bound column, min(plain, chain)). Both threads share this VM's 2 cores with the \
          other end's thread and with other builds: when the cores are taken, the second \
