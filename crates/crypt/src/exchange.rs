@@ -38,7 +38,10 @@ pub fn exchange<S: Read + Write>(
 
 /// [`exchange`] for `suite`. A peer that names another suite is refused at both ends
 /// ([`HandshakeError::SuiteMismatch`]) after the confirmations, which both ends still send,
-/// so that each end learns why rather than seeing the other hang up.
+/// so that each end learns why rather than seeing the other hang up. So is a peer whose
+/// hello names a suite code this end does not know: this end answers with its confirmation
+/// (no traffic keys derived) and refuses with [`HandshakeError::UnknownPeerSuite`], and the
+/// peer, which knows this end's suite, refuses with `SuiteMismatch`.
 pub fn exchange_suite<S: Read + Write>(
     stream: &mut S,
     role: Role,

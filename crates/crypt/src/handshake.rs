@@ -36,6 +36,10 @@
 //! be the same. An end never adopts the peer's suite: it derives keys for its own and, after
 //! the peer's confirmation proves the peer's hello genuine, refuses a different one as
 //! [`HandshakeError::SuiteMismatch`], at both ends alike since both hellos are known to both.
+//! A suite code this end does not know (a newer peer's) is answered the same way: this end
+//! sends its confirmation, derives no traffic keys, and refuses after the peer's
+//! confirmation as [`HandshakeError::UnknownPeerSuite`]; the peer, knowing this end's suite,
+//! refuses with `SuiteMismatch` instead of seeing the connection close.
 //! A suite byte changed in flight (a downgrade) changes one end's transcript: both confirms
 //! fail ([`HandshakeError::BadConfirm`]). The suite is in `th`, so the keys are bound to it.
 //!
@@ -127,7 +131,9 @@ pub enum HandshakeError {
     /// initiators.
     #[error("the peer's handshake role is not the opposite of this end's")]
     Role,
-    /// A hello's cipher suite byte names no suite this end knows.
+    /// A hello's cipher suite byte names no suite this end knows ([`Hello::parse`]; the
+    /// handshake itself answers such a hello and refuses it later, as
+    /// [`HandshakeError::UnknownPeerSuite`]).
     #[error("the peer's hello names cipher suite code {found}, which this end does not know")]
     Suite {
         /// The code found.
@@ -143,6 +149,19 @@ pub enum HandshakeError {
         ours: Suite,
         /// The peer's.
         theirs: Suite,
+    },
+    /// The peer's (authenticated) hello names a cipher suite code this end does not know (a
+    /// newer peer's suite, say). This end still sent its confirmation, so the peer, which
+    /// knows this end's suite, refuses with [`HandshakeError::SuiteMismatch`] rather than
+    /// seeing this end hang up; no keys were derived for either suite.
+    #[error(
+        "cipher suite mismatch: this end uses {ours}, the peer cipher suite code {code}, which this end does not support; both ends must choose the same"
+    )]
+    UnknownPeerSuite {
+        /// This end's suite.
+        ours: Suite,
+        /// The peer's code.
+        code: u8,
     },
     /// A reserved byte or a 24-bit field's top byte not zero.
     #[error("a reserved handshake field is not zero")]
@@ -363,9 +382,11 @@ pub struct Handshake {
 
 /// Step two: this end's confirmation is out, the peer's awaited.
 pub struct Confirming {
-    keys: SessionKeys,
-    /// The suite the peer's hello named: refused after its confirmation if not ours.
-    peer_suite: Suite,
+    role: Role,
+    /// The keys if the peer's hello named this end's suite, else the refusal
+    /// ([`HandshakeError::SuiteMismatch`] or [`HandshakeError::UnknownPeerSuite`]) that the
+    /// peer's confirmation, once it proves that hello genuine, turns into the outcome.
+    keys: Result<SessionKeys, HandshakeError>,
     /// The peer's confirmation to be: never shown (it would let a reader forge it).
     expected: [u8; 32],
 }
@@ -373,6 +394,7 @@ pub struct Confirming {
 impl std::fmt::Debug for Confirming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Confirming")
+            .field("role", &self.role)
             .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
@@ -486,7 +508,25 @@ impl Handshake {
         self,
         bytes: &[u8],
     ) -> Result<(Confirming, [u8; CONFIRM_LEN]), HandshakeError> {
-        let peer = Hello::parse(bytes)?;
+        // A hello whose only fault is a suite code this end does not know is answered like
+        // any other (its confirmation tells the peer this end's hello was genuine, so the peer
+        // can name the mismatch) and refused after the peer's confirmation, as a mismatch is.
+        // Its fields are parsed with the code read as 0; the transcript takes the bytes as
+        // received, code included.
+        let (peer, peer_suite) = match Hello::parse(bytes) {
+            Err(HandshakeError::Suite { found }) => {
+                let mut known = [0; HELLO_LEN];
+                known.copy_from_slice(bytes);
+                known[7] = Suite::default().code();
+                (Hello::parse(&known)?, Err(found))
+            }
+            parsed => {
+                let peer = parsed?;
+                (peer, Ok(peer.suite))
+            }
+        };
+        let mut peer_bytes = [0; HELLO_LEN];
+        peer_bytes.copy_from_slice(bytes);
         let role = self.hello.role;
         if peer.role != role.other() {
             return Err(HandshakeError::Role);
@@ -494,14 +534,15 @@ impl Handshake {
         if peer.public == self.hello.public {
             return Err(HandshakeError::Reflected);
         }
+        let own_bytes = self.hello.emit();
         let (initiator, responder) = match role {
-            Role::Initiator => (self.hello, peer),
-            Role::Responder => (peer, self.hello),
+            Role::Initiator => (&own_bytes, &peer_bytes),
+            Role::Responder => (&peer_bytes, &own_bytes),
         };
         let mut ctx = digest::Context::new(&digest::SHA256);
         ctx.update(TRANSCRIPT_LABEL);
-        ctx.update(&initiator.emit());
-        ctx.update(&responder.emit());
+        ctx.update(initiator);
+        ctx.update(responder);
         let th = ctx.finish();
         let th = th.as_ref();
         let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, self.psk.bytes());
@@ -516,11 +557,10 @@ impl Handshake {
                 Ok(salt.extract(dh))
             },
         )?;
-        // Keys for this end's own suite, whatever the peer named: a mismatch is refused once
-        // the peer's confirmation shows whether its hello arrived as it was sent.
+        // Traffic keys only when the peer named this end's suite: a mismatch (or a code this
+        // end does not know) is refused once the peer's confirmation shows whether its hello
+        // arrived as sent, and until then only the confirmation keys are needed.
         let suite = self.hello.suite;
-        let i2r = traffic(&prk, suite, b"key i>r", b"salt i>r", th);
-        let r2i = traffic(&prk, suite, b"key r>i", b"salt r>i", th);
         let confirm_i: [u8; 32] = expand(&prk, b"confirm i", th);
         let confirm_r: [u8; 32] = expand(&prk, b"confirm r", th);
         let mac = |key: &[u8; 32]| {
@@ -529,23 +569,38 @@ impl Handshake {
             out.copy_from_slice(tag.as_ref());
             out
         };
-        let (send, receive, own, expected) = match role {
-            Role::Initiator => (i2r, r2i, mac(&confirm_i), mac(&confirm_r)),
-            Role::Responder => (r2i, i2r, mac(&confirm_r), mac(&confirm_i)),
+        let (own, expected) = match role {
+            Role::Initiator => (mac(&confirm_i), mac(&confirm_r)),
+            Role::Responder => (mac(&confirm_r), mac(&confirm_i)),
         };
         let confirm = Confirm { role, mac: own }.emit();
-        let keys = SessionKeys {
-            role,
-            suite,
-            local: self.hello.endpoint,
-            peer: peer.endpoint,
-            send,
-            receive,
+        let keys = match peer_suite {
+            Ok(theirs) if theirs == suite => {
+                let i2r = traffic(&prk, suite, b"key i>r", b"salt i>r", th);
+                let r2i = traffic(&prk, suite, b"key r>i", b"salt r>i", th);
+                let (send, receive) = match role {
+                    Role::Initiator => (i2r, r2i),
+                    Role::Responder => (r2i, i2r),
+                };
+                Ok(SessionKeys {
+                    role,
+                    suite,
+                    local: self.hello.endpoint,
+                    peer: peer.endpoint,
+                    send,
+                    receive,
+                })
+            }
+            Ok(theirs) => Err(HandshakeError::SuiteMismatch {
+                ours: suite,
+                theirs,
+            }),
+            Err(code) => Err(HandshakeError::UnknownPeerSuite { ours: suite, code }),
         };
         Ok((
             Confirming {
+                role,
                 keys,
-                peer_suite: peer.suite,
                 expected,
             },
             confirm,
@@ -556,21 +611,16 @@ impl Handshake {
 impl Confirming {
     /// Takes the peer's confirmation: the keys if it proves the same pre-shared key and
     /// transcript, else [`HandshakeError::BadConfirm`]; then, the peer's hello now known to
-    /// be genuine, [`HandshakeError::SuiteMismatch`] if it named another suite.
+    /// be genuine, [`HandshakeError::SuiteMismatch`] if it named another suite, or
+    /// [`HandshakeError::UnknownPeerSuite`] if it named a code this end does not know.
     pub fn receive_confirm(self, bytes: &[u8]) -> Result<SessionKeys, HandshakeError> {
         let confirm = Confirm::parse(bytes)?;
-        if confirm.role != self.keys.role.other() {
+        if confirm.role != self.role.other() {
             return Err(HandshakeError::Role);
         }
         aws_lc_rs::constant_time::verify_slices_are_equal(&confirm.mac, &self.expected)
             .map_err(|_| HandshakeError::BadConfirm)?;
-        if self.peer_suite != self.keys.suite {
-            return Err(HandshakeError::SuiteMismatch {
-                ours: self.keys.suite,
-                theirs: self.peer_suite,
-            });
-        }
-        Ok(self.keys)
+        self.keys
     }
 }
 

@@ -4,12 +4,16 @@
 //! ICRC of an encrypted packet stays valid, so `sluice pcap check` verifies such captures.
 //! Both cipher suites (AES-256-GCM, AES-128-GCM) seal the same wire layout; ends configured
 //! with different suites, or whose hellos' suite byte is changed in flight, get no keys.
+//! A peer naming a suite code this end does not know is refused by name at both ends.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use sluice_crypt::handshake::HELLO_LEN;
+use sluice_crypt::handshake::{CONFIRM_LEN, HELLO_LEN};
 use sluice_crypt::handshake::{Endpoint, Handshake, HandshakeError, Role};
-use sluice_crypt::{EncryptService, OVERHEAD, OpenError, Psk, SessionKeys, Suite, Verdict};
+use sluice_crypt::{
+    EncryptService, ExchangeError, OVERHEAD, OpenError, Psk, SessionKeys, Suite, Verdict,
+    exchange_suite,
+};
 use sluice_wire::{
     Bth, ExtHeaders, IpHeader, IpUdp, Opcode, Psn, ROCE_V2_PORT, Reth, RoceHeaders, UdpHeader,
     emit_datagram, icrc,
@@ -355,9 +359,172 @@ fn a_tampered_suite_field_is_refused_at_setup_never_a_downgrade() {
     });
     assert_eq!(a.unwrap_err(), HandshakeError::BadConfirm);
     assert_eq!(b.unwrap_err(), HandshakeError::BadConfirm);
-    // A code that names no suite is refused as soon as the hello is read.
-    let (_, b) = handshake_suites(Suite::Aes256Gcm, Suite::Aes256Gcm, |ha, _| {
+    // A code that names no suite, written in flight: the transcripts differ, so it is
+    // refused at both ends as a changed message, never as the peer's choice.
+    let (a, b) = handshake_suites(Suite::Aes256Gcm, Suite::Aes256Gcm, |ha, _| {
         ha[SUITE_AT] = 0x7f;
     });
-    assert_eq!(b.unwrap_err(), HandshakeError::Suite { found: 0x7f });
+    assert_eq!(a.unwrap_err(), HandshakeError::BadConfirm);
+    assert_eq!(b.unwrap_err(), HandshakeError::BadConfirm);
+}
+
+/// A peer of a newer version whose hello names a suite code this one does not know
+/// (`UNKNOWN`), written here from the key schedule in `handshake`'s documentation rather than
+/// with this crate's code: it derives only the confirmation keys, as this end must, and
+/// refuses a hello naming another suite than its own once the confirmation proves it genuine.
+struct NewerPeer {
+    psk: [u8; 32],
+    secret: aws_lc_rs::agreement::PrivateKey,
+    hello: [u8; HELLO_LEN],
+}
+
+const UNKNOWN: u8 = 0x7f;
+
+impl NewerPeer {
+    /// The responder at `B`, naming suite code `UNKNOWN`.
+    fn new(psk: u8) -> NewerPeer {
+        use aws_lc_rs::agreement::{PrivateKey, X25519};
+        let secret = PrivateKey::from_private_key(&X25519, &[0x42; 32]).unwrap();
+        let public = secret.compute_public_key().unwrap();
+        let mut hello = [0; HELLO_LEN];
+        hello[..8].copy_from_slice(&[b'S', b'L', b'C', b'R', 1, 1, 1, UNKNOWN]);
+        hello[8..12].copy_from_slice(&B.qpn.to_be_bytes());
+        hello[12..16].copy_from_slice(&B.psn.to_be_bytes());
+        hello[16..].copy_from_slice(public.as_ref());
+        NewerPeer {
+            psk: [psk; 32],
+            secret,
+            hello,
+        }
+    }
+
+    /// Given the initiator's hello: this end's confirmation, and the initiator's expected one.
+    fn confirms(&self, initiator: &[u8; HELLO_LEN]) -> ([u8; CONFIRM_LEN], [u8; CONFIRM_LEN]) {
+        use aws_lc_rs::{agreement, digest, hkdf, hmac};
+        let mut ctx = digest::Context::new(&digest::SHA256);
+        ctx.update(b"sluice-crypt v1 transcript");
+        ctx.update(initiator);
+        ctx.update(&self.hello);
+        let th = ctx.finish();
+        let peer_public = agreement::UnparsedPublicKey::new(&agreement::X25519, &initiator[16..]);
+        let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, &self.psk);
+        let prk =
+            agreement::agree(&self.secret, peer_public, (), |dh| Ok(salt.extract(dh))).unwrap();
+        let confirm = |label: &[u8], role: u8| {
+            let mut key = [0; 32];
+            prk.expand(
+                &[b"sluice-crypt v1 ", label, th.as_ref()],
+                hkdf::HKDF_SHA256,
+            )
+            .unwrap()
+            .fill(&mut key)
+            .unwrap();
+            let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &key), th.as_ref());
+            let mut out = [0; CONFIRM_LEN];
+            out[..8].copy_from_slice(&[b'S', b'L', b'C', b'R', 1, 2, role, 0]);
+            out[8..].copy_from_slice(tag.as_ref());
+            out
+        };
+        (confirm(b"confirm r", 1), confirm(b"confirm i", 0))
+    }
+
+    /// Its outcome once the initiator's confirmation arrived: the initiator's suite code,
+    /// which it then refuses by name, or why the confirmation did not prove that hello.
+    fn refusal(
+        &self,
+        initiator: &[u8; HELLO_LEN],
+        their_confirm: &[u8],
+    ) -> Result<u8, &'static str> {
+        if their_confirm.len() != CONFIRM_LEN {
+            return Err("no confirmation: the other end hung up");
+        }
+        if their_confirm != self.confirms(initiator).1 {
+            return Err("bad confirmation");
+        }
+        Ok(initiator[7])
+    }
+}
+
+#[test]
+fn a_suite_code_this_end_does_not_know_is_refused_at_both_ends_by_name() {
+    for suite in Suite::ALL {
+        let (ha, hello_a) =
+            Handshake::start_suite(Role::Initiator, suite, Psk::new([7; 32]).unwrap(), A).unwrap();
+        let newer = NewerPeer::new(7);
+        // This end answers the unknown code with its confirmation, as it answers a mismatch...
+        let (ca, confirm_a) = ha.receive_hello(&newer.hello).unwrap();
+        let (confirm_newer, _) = newer.confirms(&hello_a);
+        // ...and refuses once the peer's confirmation proves the code was the peer's choice.
+        assert_eq!(
+            ca.receive_confirm(&confirm_newer).unwrap_err(),
+            HandshakeError::UnknownPeerSuite {
+                ours: suite,
+                code: UNKNOWN
+            }
+        );
+        // The peer got a confirmation it can verify, hence this end's genuine suite to name.
+        assert_eq!(newer.refusal(&hello_a, &confirm_a), Ok(suite.code()));
+    }
+    let err = HandshakeError::UnknownPeerSuite {
+        ours: Suite::Aes128Gcm,
+        code: UNKNOWN,
+    }
+    .to_string();
+    assert!(
+        err.contains("aes-128-gcm") && err.contains("code 127"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_suite_code_from_a_peer_without_the_key_is_a_bad_confirmation() {
+    let (ha, hello_a) = Handshake::start(Role::Initiator, Psk::new([7; 32]).unwrap(), A).unwrap();
+    let newer = NewerPeer::new(8);
+    let (ca, confirm_a) = ha.receive_hello(&newer.hello).unwrap();
+    let (confirm_newer, _) = newer.confirms(&hello_a);
+    assert_eq!(
+        ca.receive_confirm(&confirm_newer).unwrap_err(),
+        HandshakeError::BadConfirm
+    );
+    assert_eq!(newer.refusal(&hello_a, &confirm_a), Err("bad confirmation"));
+}
+
+#[test]
+fn an_unknown_suite_code_is_refused_by_name_over_a_socket_pair() {
+    use std::io::{Read, Write};
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    for s in [&a, &b] {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+    }
+    let peer = std::thread::spawn(move || {
+        let newer = NewerPeer::new(7);
+        b.write_all(&newer.hello).unwrap();
+        let mut hello_a = [0; HELLO_LEN];
+        b.read_exact(&mut hello_a).unwrap();
+        b.write_all(&newer.confirms(&hello_a).0).unwrap();
+        // Whatever arrives until the other end closes: its confirmation, not an empty stream.
+        let mut confirm_a = Vec::new();
+        b.read_to_end(&mut confirm_a).unwrap();
+        newer.refusal(&hello_a, &confirm_a)
+    });
+    let ours = exchange_suite(
+        &mut a,
+        Role::Initiator,
+        Suite::Aes128Gcm,
+        Psk::new([7; 32]).unwrap(),
+        A,
+    );
+    drop(a);
+    let Err(ExchangeError::Handshake(err)) = ours else {
+        panic!("an unknown suite code must be refused by the handshake: {ours:?}");
+    };
+    assert_eq!(
+        err,
+        HandshakeError::UnknownPeerSuite {
+            ours: Suite::Aes128Gcm,
+            code: UNKNOWN
+        }
+    );
+    assert_eq!(peer.join().unwrap(), Ok(Suite::Aes128Gcm.code()));
 }
