@@ -127,7 +127,10 @@ struct SlotShared {
     dead: AtomicBool,
     /// The stage's counters as the worker last published them (when the queue pair's ring
     /// ran empty, before it handed back the last payload: so once everything offered came
-    /// back, they are final; and every 64 payloads). Locked once a burst, never per packet.
+    /// back, they are final; and every 64 payloads). At most once a burst, but at light
+    /// load the ring runs empty after every payload, so then this is a `counters()` Vec
+    /// and a lock per payload on the worker thread (known, not yet fixed: see the review
+    /// note on issue 35).
     counters: Mutex<Vec<(&'static str, u64)>>,
 }
 
