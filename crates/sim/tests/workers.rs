@@ -8,36 +8,14 @@
 
 mod common;
 
-use common::{run, scenario};
+use common::one;
 use proptest::prelude::*;
 use sluice_sim::RunResult;
 use sluice_sim::services::WorkerCounters;
 
-/// Two hosts through one switch at 100 Gbit/s (80 ps a byte), 1 us links, MTU 4096; host 0
-/// READs (or WRITEs) from host 1.
+/// [`common::two_hosts`] with this file's run length (4000 us) and app stop (600 us).
 fn two_hosts(app: &str, extra: &str) -> String {
-    format!(
-        r#"
-        time_limit_us = 4000
-        [topology]
-        kind = "star"
-        hosts = 2
-        link_gbps = 100
-        link_delay_ns = 1000
-        [transport]
-        mtu = 4096
-        {extra}
-        [[app]]
-        src = 0
-        dst = 1
-        stop_us = 600
-        {app}
-        "#
-    )
-}
-
-fn one(text: &str) -> RunResult {
-    run(&scenario(text)).remove(0)
+    common::two_hosts(app, extra, 4000, 600)
 }
 
 fn worker(r: &RunResult) -> WorkerCounters {

@@ -50,3 +50,32 @@ pub fn settled_queue(r: &RunResult) -> u64 {
 pub fn completed(r: &RunResult) -> usize {
     r.flows.iter().filter(|f| f.slowdown().is_some()).count()
 }
+
+/// Two hosts through one switch at 100 Gbit/s (80 ps a byte), 1 us links, MTU 4096: host 0
+/// runs `app` towards host 1 until `stop_us`, the run ending at `limit_us`; `extra` goes in
+/// before the app (services, switch settings).
+pub fn two_hosts(app: &str, extra: &str, limit_us: u64, stop_us: u64) -> String {
+    format!(
+        r#"
+        time_limit_us = {limit_us}
+        [topology]
+        kind = "star"
+        hosts = 2
+        link_gbps = 100
+        link_delay_ns = 1000
+        [transport]
+        mtu = 4096
+        {extra}
+        [[app]]
+        src = 0
+        dst = 1
+        stop_us = {stop_us}
+        {app}
+        "#
+    )
+}
+
+/// The first (usually only) run of a scenario given as text.
+pub fn one(text: &str) -> RunResult {
+    run(&scenario(text)).remove(0)
+}
