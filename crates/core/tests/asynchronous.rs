@@ -657,23 +657,9 @@ fn reads_through_a_deferred_stage_within_a_small_credit_each_response_once() {
                 w.engines[0].cq_len(cq) == n
             });
             prop_assert!(done, "not every READ completed");
-            let mut ids: Vec<u64> = Pair::completions(&mut world, 0, cq)
-                .iter()
-                .map(|c| {
-                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                    c.wr_id
-                })
-                .collect();
-            ids.sort_unstable();
-            prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+            common::each_completed_once(&mut world, 0, cq, n)?;
             let memory = world.engines[0].mr_bytes(p.mr[0].lkey).unwrap();
-            for (i, (at, data)) in reads.iter().enumerate() {
-                prop_assert!(
-                    memory[*at as usize..*at as usize + data.len()] == data[..],
-                    "READ {} differs",
-                    i
-                );
-            }
+            common::placed_intact(memory, &reads, "READ")?;
             prop_assert!(tally.peak.get() <= u64::from(packets));
             let responses: u64 = sizes.iter().map(|&l| u64::from(l.div_ceil(1024))).sum();
             prop_assert_eq!(tally.offered.get(), responses, "each response once");
@@ -747,55 +733,20 @@ fn requests_through_a_small_credit(
             world.engines[1]
                 .set_services(p.qp[1], vec![stage(true, &tally)])
                 .unwrap();
-            let mut at = 0u64;
-            let mut placed = Vec::new();
-            for (i, &len) in sizes.iter().enumerate() {
-                let data = bytes(len, false, i as u32);
-                world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()
-                    [at as usize..at as usize + data.len()]
-                    .copy_from_slice(&data);
-                let sge = [Sge {
-                    lkey: p.mr[0].lkey,
-                    addr: p.mr[0].addr + at,
-                    len,
-                }];
-                let op = if i % 2 == 0 {
-                    SendOp::Write {
-                        remote_addr: p.mr[1].addr + at,
-                        rkey: p.mr[1].rkey,
-                    }
-                } else {
-                    common::post_recv(&mut world, &p, i as u64, at, len);
-                    SendOp::Send
-                };
-                world.engines[0]
-                    .post_send(p.qp[0], &SendWr::new(i as u64, op, &sge))
-                    .unwrap();
-                placed.push((at, data));
-                at += u64::from(len).next_multiple_of(64);
-            }
+            let messages = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| bytes(len, false, i as u32))
+                .collect();
+            let placed = common::post_writes_and_sends(&mut world, &p, messages);
             let (n, cq) = (sizes.len(), p.send_cq[0]);
             let done = drive(&mut world, &tally, 1, cost_us, |w| {
                 w.engines[0].cq_len(cq) == n
             });
             prop_assert!(done, "not every message completed");
-            let mut ids: Vec<u64> = Pair::completions(&mut world, 0, cq)
-                .iter()
-                .map(|c| {
-                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                    c.wr_id
-                })
-                .collect();
-            ids.sort_unstable();
-            prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+            common::each_completed_once(&mut world, 0, cq, n)?;
             let memory = world.engines[1].mr_bytes(p.mr[1].lkey).unwrap();
-            for (i, (at, data)) in placed.iter().enumerate() {
-                prop_assert!(
-                    memory[*at as usize..*at as usize + data.len()] == data[..],
-                    "message {} differs",
-                    i
-                );
-            }
+            common::placed_intact(memory, &placed, "message")?;
             prop_assert!(tally.peak.get() <= u64::from(packets));
             let requests: u64 = sizes.iter().map(|&l| u64::from(l.div_ceil(1024))).sum();
             prop_assert_eq!(tally.offered.get(), requests, "each request once");

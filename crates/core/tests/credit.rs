@@ -122,32 +122,13 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
         )
         .unwrap();
     // Each message from its own place to its own place, SENDs and WRITEs alternating.
-    let mut at = 0u64;
-    let mut placed = Vec::new();
-    for (i, &len) in c.sizes.iter().enumerate() {
-        let data = pattern(len as usize, i as u32);
-        world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[at as usize..at as usize + data.len()]
-            .copy_from_slice(&data);
-        let sge = [Sge {
-            lkey: p.mr[0].lkey,
-            addr: p.mr[0].addr + at,
-            len,
-        }];
-        let op = if i % 2 == 0 {
-            SendOp::Write {
-                remote_addr: p.mr[1].addr + at,
-                rkey: p.mr[1].rkey,
-            }
-        } else {
-            common::post_recv(&mut world, &p, i as u64, at, len);
-            SendOp::Send
-        };
-        world.engines[0]
-            .post_send(p.qp[0], &SendWr::new(i as u64, op, &sge))
-            .unwrap();
-        placed.push((at, data));
-        at += u64::from(len).next_multiple_of(64);
-    }
+    let messages = c
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| pattern(len as usize, i as u32))
+        .collect();
+    let placed = common::post_writes_and_sends(&mut world, &p, messages);
     let n = c.sizes.len();
     let (cq, credit) = (p.send_cq[0], c.credit);
     let mut slow = SlowClock::new(&world, c.cost_us);
@@ -162,25 +143,11 @@ fn run(c: Case, seed: u64) -> Result<(), TestCaseError> {
     });
     prop_assert!(over.is_none(), "past the credit {:?}: {:?}", credit, over);
     prop_assert!(done, "not every message completed");
-    let mut ids: Vec<u64> = Pair::completions(&mut world, 0, cq)
-        .iter()
-        .map(|c| {
-            assert_eq!(c.status, WcStatus::Success, "{c:?}");
-            c.wr_id
-        })
-        .collect();
-    ids.sort_unstable();
-    prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+    common::each_completed_once(&mut world, 0, cq, n)?;
     let recvs = Pair::completions(&mut world, 1, p.recv_cq[1]);
     prop_assert_eq!(recvs.len(), n / 2, "each SEND received once");
     let memory = world.engines[1].mr_bytes(p.mr[1].lkey).unwrap();
-    for (i, (at, data)) in placed.iter().enumerate() {
-        prop_assert!(
-            memory[*at as usize..*at as usize + data.len()] == data[..],
-            "message {} differs",
-            i
-        );
-    }
+    common::placed_intact(memory, &placed, "message")?;
     let counters = *world.engines[1].counters();
     prop_assert!(counters.service_queue_peak_bytes <= credit.bytes);
     world.engines[1].run_deferred(usize::MAX);

@@ -111,3 +111,78 @@ pub(crate) fn recovering(selective: bool) -> sluice_testkit::PairOptions {
         ..sluice_testkit::PairOptions::default()
     }
 }
+
+/// Posts `messages` from host 0, message i with work request id i, each from its own place
+/// in host 0's region to the same place in host 1's (64-byte aligned, one after another),
+/// WRITEs and SENDs alternating (a receive posted for each SEND). Returns where each went
+/// and its bytes, for [`placed_intact`].
+pub(crate) fn post_writes_and_sends(
+    world: &mut sluice_testkit::World,
+    p: &sluice_testkit::Pair,
+    messages: Vec<Vec<u8>>,
+) -> Vec<(u64, Vec<u8>)> {
+    let mut at = 0u64;
+    let mut placed = Vec::with_capacity(messages.len());
+    for (i, data) in messages.into_iter().enumerate() {
+        let len = data.len() as u32;
+        world.engines[0].mr_bytes_mut(p.mr[0].lkey).unwrap()[at as usize..at as usize + data.len()]
+            .copy_from_slice(&data);
+        let sge = [sluice_core::Sge {
+            lkey: p.mr[0].lkey,
+            addr: p.mr[0].addr + at,
+            len,
+        }];
+        let op = if i % 2 == 0 {
+            sluice_core::SendOp::Write {
+                remote_addr: p.mr[1].addr + at,
+                rkey: p.mr[1].rkey,
+            }
+        } else {
+            post_recv(world, p, i as u64, at, len);
+            sluice_core::SendOp::Send
+        };
+        world.engines[0]
+            .post_send(p.qp[0], &sluice_core::SendWr::new(i as u64, op, &sge))
+            .unwrap();
+        placed.push((at, data));
+        at += u64::from(len).next_multiple_of(64);
+    }
+    placed
+}
+
+/// Every work request 0..n completed on `cq` of host `host`, successfully and once.
+pub(crate) fn each_completed_once(
+    world: &mut sluice_testkit::World,
+    host: usize,
+    cq: sluice_core::CqId,
+    n: usize,
+) -> Result<(), TestCaseError> {
+    let mut ids: Vec<u64> = sluice_testkit::Pair::completions(world, host, cq)
+        .iter()
+        .map(|c| {
+            assert_eq!(c.status, sluice_core::WcStatus::Success, "{c:?}");
+            c.wr_id
+        })
+        .collect();
+    ids.sort_unstable();
+    proptest::prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "each once");
+    Ok(())
+}
+
+/// Each of `placed` (where, bytes) is in `memory` as it was sent; `what` names a message
+/// in the failure.
+pub(crate) fn placed_intact(
+    memory: &[u8],
+    placed: &[(u64, Vec<u8>)],
+    what: &str,
+) -> Result<(), TestCaseError> {
+    for (i, (at, data)) in placed.iter().enumerate() {
+        proptest::prop_assert!(
+            memory[*at as usize..*at as usize + data.len()] == data[..],
+            "{} {} differs",
+            what,
+            i
+        );
+    }
+    Ok(())
+}
