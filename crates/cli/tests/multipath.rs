@@ -20,6 +20,20 @@ use std::time::{Duration, Instant};
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 /// One setup at a time (the tests share its names and addresses).
 static LOCK: Mutex<()> = Mutex::new(());
+/// `sluice perf`'s arguments for a queue pair sprayed over 8 source sockets, selective
+/// repeat with LEFT's tracker.
+const SPRAY_LEFT: &[&str] = &[
+    "--source-sockets",
+    "8",
+    "--path",
+    "spray",
+    "--path-param",
+    "paths=8",
+    "--recovery",
+    "selective-repeat",
+    "--tracker",
+    "left",
+];
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-multipath")
@@ -135,6 +149,24 @@ impl Setup {
         [(v[0], v[2]), (v[1], v[3])]
     }
 
+    /// Checks that what the eBPF program counted on each link between `before` and
+    /// `after` is exactly perf's count of the ports the kernel's multipath hash sends onto
+    /// that link; returns those counts.
+    fn assert_links_match_ports(
+        &self,
+        before: [(u64, u64); 2],
+        after: [(u64, u64); 2],
+        by_port: &[(u16, u64)],
+    ) -> [u64; 2] {
+        let mut want = [0u64; 2];
+        for &(port, n) in by_port {
+            want[self.link_of(port) - 1] += n;
+        }
+        let got = [after[0].0 - before[0].0, after[1].0 - before[1].0];
+        assert_eq!(got, want, "link counts against ports {by_port:?}");
+        want
+    }
+
     /// The link (1 or 2) the kernel hashes A's packets from UDP source `port` onto.
     fn link_of(&self, port: u16) -> usize {
         let o = self.script(&["route", &port.to_string()]);
@@ -232,21 +264,7 @@ fn spraying_over_two_links_counts_each_path_and_left_takes_the_reordering() {
     }
     let setup = Setup::up();
     let before = setup.sent();
-    let args = [
-        "--source-sockets",
-        "8",
-        "--path",
-        "spray",
-        "--path-param",
-        "paths=8",
-        "--recovery",
-        "selective-repeat",
-        "--tracker",
-        "left",
-        "-n",
-        "150",
-    ];
-    let (client, server) = setup.run(&args, || {});
+    let (client, server) = setup.run(&[SPRAY_LEFT, &["-n", "150"]].concat(), || {});
     let after = setup.sent();
 
     // Spraying over 8 ports with 8 sockets: every socket carried packets, about evenly.
@@ -256,14 +274,7 @@ fn spraying_over_two_links_counts_each_path_and_left_takes_the_reordering() {
     assert!(total >= 150 * 16, "{total} packets for 150 x 64 KiB");
     assert!(by_port.iter().all(|&(_, n)| n * 16 >= total), "{by_port:?}");
 
-    // What the eBPF program counted on each link is exactly perf's count of the ports the
-    // kernel's multipath hash sends onto that link.
-    let mut want = [0u64; 2];
-    for &(port, n) in &by_port {
-        want[setup.link_of(port) - 1] += n;
-    }
-    let got = [after[0].0 - before[0].0, after[1].0 - before[1].0];
-    assert_eq!(got, want, "link counts against ports {by_port:?}");
+    let want = setup.assert_links_match_ports(before, after, &by_port);
     if want.contains(&0) {
         eprintln!("NOTE: every source port hashed onto one link this time: {by_port:?}");
     }
@@ -397,32 +408,13 @@ fn left_takes_a_sprayed_transfer_over_a_delayed_link_byte_exact_without_resendin
     );
 
     let before = setup.sent();
-    let args = [
-        "--source-sockets",
-        "8",
-        "--path",
-        "spray",
-        "--path-param",
-        "paths=8",
-        "--recovery",
-        "selective-repeat",
-        "--tracker",
-        "left",
-        "--verify",
-        "-n",
-        "150",
-    ];
+    let args = [SPRAY_LEFT, &["--verify", "-n", "150"]].concat();
     let (client, server) = setup.run(&args, || {});
     let after = setup.sent();
     let by_port = ports(&client);
-    let mut want = [0u64; 2];
-    for &(port, n) in &by_port {
-        want[setup.link_of(port) - 1] += n;
-    }
-    let got = [after[0].0 - before[0].0, after[1].0 - before[1].0];
     // The relay is behind A's end of link 2, where the program counts: the counts still
     // match perf's per port.
-    assert_eq!(got, want, "link counts against ports {by_port:?}");
+    let want = setup.assert_links_match_ports(before, after, &by_port);
     assert_eq!(server["verify_errors"].as_u64(), Some(0), "{server}");
     assert_eq!(server["iterations"].as_u64(), Some(150), "{server}");
     assert_eq!(client["iterations"].as_u64(), Some(150), "{client}");
