@@ -145,21 +145,34 @@ fn bad_offload_and_fill_are_refused_at_once() {
             "--fill /nonexistent/sluice",
         ),
     ] {
-        let o = Command::new(SLUICE)
-            .arg("perf")
-            .args(args)
-            .args(["--loopback", "-p", "0", "--roce-port", "24955"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        refused(args, &[], 24_955, says);
     }
     let o = Command::new(SLUICE)
         .args(["perf", "read-bw", "--offload", "list"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("dlrm"));
+}
+
+/// `sluice perf ARGS EXTRA --loopback` on `roce_port` is refused as bad options (exit 2)
+/// before anything connects, its error saying `says`.
+fn refused(args: &[&str], extra: &[&str], roce_port: u16, says: &str) {
+    let o = Command::new(SLUICE)
+        .arg("perf")
+        .args(args)
+        .args(extra)
+        .args([
+            "--loopback",
+            "-p",
+            "0",
+            "--roce-port",
+            &roce_port.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
 }
 
 /// Fig 7's CPU baseline through `sluice perf --doorbell-crypt`: write-bw streams sealed
@@ -190,16 +203,7 @@ fn the_doorbell_baseline_streams_and_refuses_what_it_cannot_run() {
         (&["write-bw", "-q", "2"][..], "one queue pair (-q 1)"),
         (&["write-lat", "-s", "32"][..], "-s of at least 33"),
     ] {
-        let o = Command::new(SLUICE)
-            .arg("perf")
-            .args(args)
-            .args(key)
-            .args(["--loopback", "-p", "0", "--roce-port", "24957"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        refused(args, &key, 24_957, says);
     }
     let o = Command::new(SLUICE)
         .args(["perf", "write-bw", "--doorbell-crypt", "--loopback"])
