@@ -165,11 +165,18 @@ impl sluice_core::policy::Service for Offload {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut out = Vec::new();
+        self.counters_into(&mut out);
+        out
+    }
+
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend_from_slice(&[
             ("landed_packets", self.packets),
             ("landed_bytes", self.bytes),
             ("unaligned", self.unaligned),
-        ]
+        ]);
     }
 }
 

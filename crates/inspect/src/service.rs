@@ -92,13 +92,20 @@ impl Service for Inspect {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut out = Vec::new();
+        self.counters_into(&mut out);
+        out
+    }
+
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend_from_slice(&[
             ("inspected_packets", self.packets),
             ("inspected_bytes", self.bytes),
             ("chunks", self.chunks),
             ("flagged_chunks", self.flagged_chunks),
             ("flagged_sent", self.flagged_sent),
             ("flagged_received", self.flagged_received),
-        ]
+        ]);
     }
 }

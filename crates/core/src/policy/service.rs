@@ -307,6 +307,14 @@ pub trait Service: std::fmt::Debug {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// [`Service::counters`] written into `out` (cleared first), for a caller that reads
+    /// them often into one buffer: a stage that overrides it (and makes `counters` call it)
+    /// lets that caller read without allocating once `out` has room.
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend(self.counters());
+    }
 }
 
 /// Beside the path: counts the packets and payload bytes it sees each way.
@@ -342,12 +350,19 @@ impl Service for ByteCount {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut out = Vec::new();
+        self.counters_into(&mut out);
+        out
+    }
+
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend_from_slice(&[
             ("sent_packets", self.sent_packets),
             ("sent_bytes", self.sent_bytes),
             ("received_packets", self.received_packets),
             ("received_bytes", self.received_bytes),
-        ]
+        ]);
     }
 }
 
