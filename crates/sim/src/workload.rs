@@ -299,8 +299,8 @@ fn parse_number(text: &str, field: &str) -> Result<f64, String> {
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum WorkloadSpec {
     /// Poisson arrivals between random host pairs (src uniform, dst uniform among the
-    /// others), sizes from a CDF, at `load` (0 < load <= 1) of the hosts' total link
-    /// capacity, for `duration_us` (arrivals in [0, duration)).
+    /// others, or `by` ids on), sizes from a CDF, at `load` (0 < load <= 1) of the hosts'
+    /// total link capacity, for `duration_us` (arrivals in [0, duration)).
     Poisson {
         /// A builtin CDF name ([`BUILTIN_CDFS`]) or a CDF file relative to the scenario.
         cdf: String,
@@ -308,6 +308,11 @@ pub enum WorkloadSpec {
         load: f64,
         /// How long arrivals continue, in microseconds (> 0).
         duration_us: f64,
+        /// Every flow from host h goes to host h + `by` (modulo the hosts; 1 ..= hosts - 1)
+        /// instead of a random one: a shift's pattern with the CDF's sizes and Poisson
+        /// arrivals. Random destinations when absent.
+        #[serde(default)]
+        by: Option<u32>,
     },
     /// `senders` hosts send `bytes` each to host `receiver` at `start_ns` (synchronised).
     /// Senders are the first `senders` hosts other than the receiver.
@@ -413,10 +418,12 @@ impl WorkloadSpec {
                 ref cdf,
                 load,
                 duration_us,
+                by,
             } => poisson(
                 cdf,
                 load,
                 duration_us,
+                by,
                 hosts,
                 host_link_bps,
                 &mut rng,
@@ -487,6 +494,7 @@ fn poisson(
     cdf: &str,
     load: f64,
     duration_us: f64,
+    by: Option<u32>,
     hosts: u32,
     host_link_bps: u64,
     rng: &mut Rng,
@@ -512,6 +520,18 @@ fn poisson(
                 MAX_TIME_NS / 1_000
             ),
         ));
+    }
+    if let Some(by) = by {
+        if !(1..hosts).contains(&by) {
+            return Err(invalid(
+                KIND,
+                "by",
+                format!(
+                    "must be 1 ..= {} (the topology's hosts less one), found {by}",
+                    hosts - 1
+                ),
+            ));
+        }
     }
     if host_link_bps == 0 {
         return Err(invalid(
@@ -555,11 +575,14 @@ fn poisson(
             });
         }
         let src = rng.below(u64::from(hosts)) as NodeId;
-        // Uniform among the other hosts: draw from hosts - 1 and skip over src.
-        let mut dst = rng.below(u64::from(hosts - 1)) as NodeId;
-        if dst >= src {
-            dst += 1;
-        }
+        let dst = match by {
+            Some(by) => ((u64::from(src) + u64::from(by)) % u64::from(hosts)) as NodeId,
+            None => {
+                // Uniform among the other hosts: draw from hosts - 1 and skip over src.
+                let dst = rng.below(u64::from(hosts - 1)) as NodeId;
+                dst + NodeId::from(dst >= src)
+            }
+        };
         let bytes = cdf.sample(rng);
         flows.push(flow(flows.len(), src, dst, bytes, start as u64));
     }
@@ -1016,6 +1039,48 @@ mod tests {
             cdf: cdf.to_owned(),
             load,
             duration_us,
+            by: None,
+        }
+    }
+
+    #[test]
+    fn poisson_with_by_sends_every_flow_by_ids_on_at_the_same_load() {
+        const HOSTS: u32 = 16;
+        let random = gen_flows(&poisson_spec("websearch", 0.5, 2000.0), HOSTS, 7);
+        let shifted = WorkloadSpec::Poisson {
+            cdf: "websearch".to_owned(),
+            load: 0.5,
+            duration_us: 2000.0,
+            by: Some(5),
+        };
+        let flows = gen_flows(&shifted, HOSTS, 7);
+        assert!(flows.len() > 100, "{} flows", flows.len());
+        for f in &flows {
+            assert_eq!(f.dst, (f.src + 5) % HOSTS, "{f:?}");
+        }
+        // Only the destination changes: the arrival rate is the load's, and every host sends.
+        let ratio = flows.len() as f64 / random.len() as f64;
+        assert!((0.8..1.25).contains(&ratio), "{ratio}");
+        let mut senders: Vec<_> = flows.iter().map(|f| f.src).collect();
+        senders.sort_unstable();
+        senders.dedup();
+        assert_eq!(senders.len(), HOSTS as usize);
+    }
+
+    #[test]
+    fn poisson_by_outside_the_hosts_is_refused() {
+        for by in [0, 16, 40] {
+            let spec = WorkloadSpec::Poisson {
+                cdf: "websearch".to_owned(),
+                load: 0.5,
+                duration_us: 100.0,
+                by: Some(by),
+            };
+            let err = spec
+                .generate(16, BPS, 1, Path::new("."))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("by") && err.contains("1 ..= 15"), "{err}");
         }
     }
 
@@ -1472,10 +1537,12 @@ mod tests {
         let spec = parse("kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.3\nduration_us = 1000");
         assert!(matches!(
             spec,
-            WorkloadSpec::Poisson { ref cdf, load, duration_us }
+            WorkloadSpec::Poisson { ref cdf, load, duration_us, by: None }
                 if cdf == "websearch" && load == 0.3 && duration_us == 1000.0
         ));
         assert_eq!(spec.name(), "poisson");
+        let spec = parse("kind = \"poisson\"\ncdf = \"rpc\"\nload = 0.3\nduration_us = 1\nby = 52");
+        assert!(matches!(spec, WorkloadSpec::Poisson { by: Some(52), .. }));
         let spec = parse("kind = \"incast\"\nsenders = 8\nbytes = 65536");
         assert!(matches!(
             spec,
