@@ -420,10 +420,12 @@ impl WorkloadSpec {
                 duration_us,
                 by,
             } => poisson(
-                cdf,
-                load,
-                duration_us,
-                by,
+                Poisson {
+                    cdf,
+                    load,
+                    duration_us,
+                    by,
+                },
                 hosts,
                 host_link_bps,
                 &mut rng,
@@ -490,11 +492,21 @@ fn flow(id: usize, src: NodeId, dst: NodeId, bytes: u64, start_ns: u64) -> Flow 
     }
 }
 
-fn poisson(
-    cdf: &str,
+/// A Poisson workload's fields ([`WorkloadSpec::Poisson`]).
+struct Poisson<'a> {
+    cdf: &'a str,
     load: f64,
     duration_us: f64,
     by: Option<u32>,
+}
+
+fn poisson(
+    Poisson {
+        cdf,
+        load,
+        duration_us,
+        by,
+    }: Poisson<'_>,
     hosts: u32,
     host_link_bps: u64,
     rng: &mut Rng,
