@@ -409,6 +409,8 @@ pub struct Network<'a> {
     app_priorities: bool,
     flowlet_gap_ps: Ps,
     seed: u64,
+    /// Connections made so far: each one's initial PSNs are drawn from its number.
+    connections: u64,
     cc: &'a CcConfig,
     topo: &'a Topology,
     routes: &'a Routes,
@@ -818,6 +820,7 @@ impl<'a> Network<'a> {
                 && scenario.apps.iter().any(|a| a.priority.is_some()),
             flowlet_gap_ps: (scenario.switch.flowlet_gap_us * PS_PER_US as f64) as Ps,
             seed: scenario.seed,
+            connections: 0,
             cc,
             topo,
             routes,
@@ -1389,6 +1392,17 @@ impl<'a> Network<'a> {
         set: ServiceSet,
         data_at: usize,
     ) -> Result<(), sluice_core::Error> {
+        // Random initial PSNs, one per direction, as RoCE peers choose them (perftest and
+        // rdma_cm alike): a queue pair's number is reused as soon as a flow's pair is
+        // destroyed, and a late duplicate of the old flow's packet (a spurious resend
+        // sprayed over a long path) must fall outside the new pair's window rather than be
+        // taken for the new flow's packet of the same PSN. Drawn by hashing, not from the
+        // run's generator, so that every other random choice stays as it was.
+        let n = self.connections;
+        self.connections += 1;
+        let isn =
+            |direction: u64| Psn::new(hash(self.seed ^ hash(n.wrapping_mul(2) + direction)) as u32);
+        let psn = [isn(0), isn(1)];
         let t = &self.scenario.transport;
         for (i, (me, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
             let c = Connection {
@@ -1405,13 +1419,8 @@ impl<'a> Network<'a> {
                 // `sluice perf` ends exchange it (the same as this host's own tracker
                 // today, every host running the scenario's).
                 peer_receive_window: Some(self.hosts[peer as usize].engine.receive_window()),
-                ..Connection::new(
-                    host_ip(peer),
-                    qp[1 - i].0,
-                    self.mtu,
-                    Psn::new(0),
-                    Psn::new(0),
-                )
+                // Each end sends from its direction's PSN and expects the other's.
+                ..Connection::new(host_ip(peer), qp[1 - i].0, self.mtu, psn[1 - i], psn[i])
             };
             self.hosts[me as usize].engine.connect(qp[i], &c)?;
             let encrypt = set & crate::services::ENCRYPT != 0;

@@ -331,3 +331,33 @@ fn rtt_probes_are_recorded_and_with_kept_routes_only_the_selector_moves_off_a_fa
     assert_eq!(completed(r), 1, "{:?}", r.flows[0]);
     assert!(port_bytes(r, UP_B.0, UP_B.1) > 1e6);
 }
+
+#[test]
+fn a_late_copy_of_a_finished_flows_packet_is_not_taken_for_the_next_flows() {
+    // Sixty flows of 8 to 16 KB one after another from host 0 to host 1, sprayed over a path 2 us
+    // and a path 17 us long, with the per-QP bitmap (IRN): a gap is NAK'd and the packet
+    // resent over whichever path, so a flow often completes while the first copy of one of
+    // its packets is still on the long path. A flow's queue pairs are destroyed when it
+    // completes and the next flow's take the same numbers; with the same initial PSNs the
+    // late copy was taken for the new flow's packet of that PSN (a WRITE's first packet,
+    // then its middles placed at the old flow's address), and the flow failed with an
+    // invalid-request NAK where the two flows' sizes differ (where they do not, its data
+    // went to the wrong place unseen). Connections now start at random PSNs, as RoCE peers
+    // do.
+    let dir = std::env::temp_dir().join(format!("sluice-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flows: String = (0..60)
+        .map(|i| format!("0 1 {} {}\n", 8192 + i * 1537 % 8192, i * 3000))
+        .collect();
+    std::fs::write(dir.join("flows.txt"), flows).unwrap();
+    let text = two_paths(&format!(
+        "[switch]\nrouting = \"spray\"\n{SLOW_B}[workload]\nkind = \"file\"\npath = \"flows.txt\"\n"
+    ));
+    let s = sluice_sim::Scenario::parse(&text, &dir).unwrap_or_else(|e| panic!("{e}"));
+    let r = &run(&s)[0];
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(r.counters.retransmissions > 0, "no packet was resent");
+    let failed: Vec<_> = r.flows.iter().filter(|f| f.failed).map(|f| f.id).collect();
+    assert!(failed.is_empty(), "flows {failed:?} failed");
+    assert_eq!(completed(r), 60);
+}
