@@ -2,10 +2,11 @@
 //! dragonfly, per-packet and per-flowlet load balancing with LEFT and with IRN (the per-QP
 //! bitmap with selective repeat), against per-flow ECMP. The paper's workload (an HPL trace)
 //! is not public: a collective (all-to-all) and web search stand in for it, and a group-to-
-//! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale). The
-//! shift runs again over Valiant paths, and web search and the shift over the dragonfly's
-//! minimal routes alone (only the global links joining two groups; the main rows' hop-count
-//! shortest paths also cross third groups).
+//! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale), and
+//! web search with every host's flows sent to its counterpart in the next group loads them
+//! with web search's sizes and arrivals. The shift runs again over Valiant paths, and the
+//! last three workloads over the dragonfly's minimal routes alone (only the global links
+//! joining two groups; the main rows' hop-count shortest paths also cross third groups).
 
 use sluice_sim::RunResult;
 use sluice_sim::plot::{Chart, Series};
@@ -76,9 +77,14 @@ const VALIANT_CONFIGS: [usize; 3] = [PER_FLOW, PACKET_LEFT, FLOWLET_LEFT];
 /// = "dragonfly-minimal"`: between two groups only the links joining them), on the
 /// workloads of [`MINIMAL_WORKLOADS`]; the first is their baseline.
 const MINIMAL_CONFIGS: [usize; 3] = [PER_FLOW, PACKET_IRN, PACKET_LEFT];
-/// Web search and the group shift (the all-to-all is bound by its receivers' links, so its
-/// routes cannot matter: measured at 40 x 13 x 2, docs/repro.md).
-const MINIMAL_WORKLOADS: [usize; 2] = [1, 2];
+
+/// The workloads by index, in the table's order.
+const WEB_SEARCH: usize = 1;
+const GROUP_SHIFT: usize = 2;
+const WEB_SEARCH_TO_NEXT_GROUP: usize = 3;
+/// Every workload but the all-to-all, which is bound by its receivers' links, so its routes
+/// cannot matter (measured at 40 x 13 x 2, docs/repro.md).
+const MINIMAL_WORKLOADS: [usize; 3] = [WEB_SEARCH, GROUP_SHIFT, WEB_SEARCH_TO_NEXT_GROUP];
 
 /// Which routes the switches take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +247,11 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     // A group's 8 hosts: every host sends to its counterpart a group on.
                     table: "kind = \"shift\"\nbytes = 16384\nby = 8".into(),
                 },
+                Workload {
+                    label: "web search to the next group, load 0.5, 60 us",
+                    table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\nduration_us = 60\nby = 8"
+                        .into(),
+                },
             ],
             2_000.0,
             2,
@@ -265,6 +276,13 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     // A group's 52 hosts: every host sends to its counterpart a group on,
                     // 52 flows over the 2 global links between the two groups.
                     table: "kind = \"shift\"\nbytes = 65536\nby = 52".into(),
+                },
+                Workload {
+                    label: "web search to the next group, load 0.5, 50 us",
+                    // Web search's sizes and arrivals, each host's flows to its counterpart
+                    // a group on: the group pairs' global links carry all of it.
+                    table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\nduration_us = 50\nby = 52"
+                        .into(),
                 },
             ],
             // Web search's largest flows (30 MB) take 1.2 ms alone at line rate.
@@ -297,7 +315,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             ));
         }
     }
-    let shift = workloads.len() - 1;
+    let shift = GROUP_SHIFT;
     for &k in &VALIANT_CONFIGS {
         scenarios.push((
             format!("left-fig45-{shift}-{k}-valiant"),
@@ -330,6 +348,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
     let mut all_done = true;
     let mut retransmitted = vec![[0u64; CONFIGS.len()]; workloads.len()];
     let mut avg_bars: Vec<Series> = Vec::new();
+    let mut next_group_bars: Vec<Series> = Vec::new();
     for (i, w) in workloads.iter().enumerate() {
         let mut points = Vec::new();
         for k in 0..CONFIGS.len() {
@@ -344,17 +363,29 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 .row(table_row(w.label, k, run, (avg, p99, done), base));
             points.push((k as f64, avg / base.0));
         }
-        avg_bars.push(Series {
-            name: format!("{}: avg FCT / per-flow's", w.label),
-            points,
-        });
         let p99s = (0..CONFIGS.len())
             .map(|k| (k as f64, stats[i][k].1 / stats[i][PER_FLOW].1))
             .collect();
-        avg_bars.push(Series {
-            name: format!("{}: p99 FCT / per-flow's", w.label),
-            points: p99s,
-        });
+        let bars = [
+            Series {
+                name: format!("{}: avg FCT / per-flow's", w.label),
+                points,
+            },
+            Series {
+                name: format!("{}: p99 FCT / per-flow's", w.label),
+                points: p99s,
+            },
+        ];
+        // The first chart has as many series as it can tell apart: the last workload has a
+        // chart of its own.
+        if i == WEB_SEARCH_TO_NEXT_GROUP {
+            next_group_bars.extend(bars.map(|b| Series {
+                name: format!("hop-count{}", &b.name[b.name.find(':').unwrap_or(0)..]),
+                ..b
+            }));
+        } else {
+            avg_bars.extend(bars);
+        }
     }
     // The group shift over Valiant paths, against per-flow ECMP over the same paths.
     let label = format!("{}, {nonminimal} Valiant paths", workloads[shift].label);
@@ -381,8 +412,8 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         name: format!("{label}: p99 FCT / its per-flow's"),
         points: p99s,
     });
-    // Web search and the shift over the dragonfly's minimal routes alone, against per-flow
-    // ECMP over the same routes.
+    // Every workload but the all-to-all over the dragonfly's minimal routes alone, against
+    // per-flow ECMP over the same routes.
     let mut minimal_stats = vec![[(0.0, 0.0); CONFIGS.len()]; workloads.len()];
     let mut minimal_retransmitted = vec![[0u64; CONFIGS.len()]; workloads.len()];
     let mut next = first + VALIANT_CONFIGS.len();
@@ -403,6 +434,19 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 .row(table_row(&label, k, run, (avg, p99, done), base));
             avgs.push((k as f64, avg / base.0));
             p99s.push((k as f64, p99 / base.1));
+        }
+        if i == WEB_SEARCH_TO_NEXT_GROUP {
+            next_group_bars.extend([
+                Series {
+                    name: "dragonfly-minimal: avg FCT / its per-flow's".into(),
+                    points: avgs,
+                },
+                Series {
+                    name: "dragonfly-minimal: p99 FCT / its per-flow's".into(),
+                    points: p99s,
+                },
+            ]);
+            continue;
         }
         // Beside the same configurations over hop-count routes, on a chart of their own (the
         // first has as many series as it can tell apart).
@@ -624,7 +668,11 @@ fn fig45(scale: Scale) -> Result<Report, String> {
          and web search (DCTCP's flow sizes, Poisson arrivals between random hosts). Neither \
          loads the global links; a third workload does: a group shift (every host writes to \
          its counterpart in the next group at time 0, so each group's traffic crosses the 2 \
-         global links to the next; as LEFT's Fig 1, at full scale). Fabric: \
+         global links to the next; as LEFT's Fig 1, at full scale), and a fourth has that \
+         pattern with web search's sizes and Poisson arrivals (every flow of a host goes to \
+         its counterpart in the next group), so that flows of every size arrive at any time \
+         onto loaded global links; whether HPL's broadcasts load a group pair's links so is \
+         not known. Fabric: \
          a dragonfly of {} groups of {} routers, 2 hosts a router, 2 global links between \
          every pair of groups, all links 200 Gbit/s and 1 us, MTU 1 KB, lossless (PFC), DCQCN \
          (ECN marking from 100 to 400 KB queued, as the HPCC paper's DCQCN). Not HPCC, which \
@@ -651,6 +699,20 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             x_log: false,
             y_log: false,
             series: avg_bars,
+        },
+    ));
+    report.plots.push((
+        "left-fig45-next-group".into(),
+        Chart {
+            title: format!(
+                "LEFT Figs 4-5: {} (0 per-flow, 1-2 per-packet IRN/LEFT, 3-4 per-flowlet IRN/LEFT)",
+                workloads[WEB_SEARCH_TO_NEXT_GROUP].label
+            ),
+            x_label: "configuration".into(),
+            y_label: "FCT / per-flow ECMP's".into(),
+            x_log: false,
+            y_log: false,
+            series: next_group_bars,
         },
     ));
     report.plots.push((
