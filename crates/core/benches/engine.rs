@@ -8,9 +8,12 @@
 //!   memory (engine logic only: the "payload copy excluded" figure);
 //! - ns of engine work per data packet on each side (requester, responder), timed apart;
 //! - ns of engine work per data packet, both sides together, with 1, 1,024 and 16,384 active
-//!   queue pairs (one 4 KiB WRITE in flight on each).
+//!   queue pairs (one 4 KiB WRITE in flight on each);
+//! - ns of the requester's work per READ response with 0 and 1,000 WRITEs in the send queue
+//!   ahead of the READ, kept there by an unanswered atomic at its front ([`ReadBehind`]).
 //!
-//! `cargo bench -p sluice-core --bench engine` (criterion runs first, then the summary table).
+//! `cargo bench -p sluice-core --bench engine` (criterion runs first, then the summary table;
+//! `SLUICE_BENCH_READ_BEHIND=1` prints the READ-behind-WRITEs table alone).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant as WallClock};
@@ -112,6 +115,166 @@ impl Bench {
 }
 
 const SIZES: [u32; 3] = [64, 4096, 65536];
+
+/// A READ behind `writes` WRITEs that stay in the send queue while its responses arrive: a
+/// FetchAdd at the front whose answer comes last (as if the READ's responses overtook it)
+/// holds every request behind it from completing, so each READ response is matched with
+/// the READ past an atomic and all the WRITEs (`Qp::oldest_read_expecting`). A large
+/// window (4,096 packets) lets them all be in flight at once; with the default window
+/// (384) at most that many requests can be ahead.
+struct ReadBehind {
+    direct: Direct,
+    pair: Pair,
+    writes: usize,
+    /// The responder's answers of one round, READ responses apart from the rest.
+    responses: Vec<(Transmit, u32)>,
+    others: Vec<(Transmit, u32)>,
+}
+
+/// Packets of each round's READ (MTU 4096, length-only memory).
+const READ_PACKETS: u32 = 64;
+
+impl ReadBehind {
+    fn new(writes: usize) -> ReadBehind {
+        let config = EngineConfig {
+            max_outstanding_packets: 4096,
+            ..EngineConfig::default()
+        };
+        let mut direct = Direct::new([config, EngineConfig { seed: 1, ..config }]);
+        let options = PairOptions {
+            mtu: Mtu::M4096,
+            mr_len: 1 << 20,
+            memory: RegionMemory::LengthOnly,
+            mr_addr: [0, 0],
+            sq_psn: [0, 0],
+            timeout: 14,
+            min_rnr_timer: 12,
+            caps: QpCaps {
+                max_send_wr: 2048,
+                max_recv_wr: 1,
+                ..QpCaps::default()
+            },
+            cq_entries: 1 << 16,
+            shared_cq: true,
+            ..PairOptions::default()
+        };
+        let pair = Pair::connect(&mut direct, &options);
+        ReadBehind {
+            direct,
+            pair,
+            writes,
+            responses: Vec::with_capacity(READ_PACKETS as usize),
+            others: Vec::with_capacity(writes + 8),
+        }
+    }
+
+    fn post(&mut self, wr_id: u64, op: SendOp, offset: u64, len: u32) {
+        let sgl = [Sge {
+            lkey: self.pair.mr[0].lkey,
+            addr: self.pair.mr[0].addr + offset,
+            len,
+        }];
+        self.direct.engines[0]
+            .post_send(self.pair.qp[0], &SendWr::new(wr_id, op, &sgl))
+            .unwrap();
+    }
+
+    /// One round: the atomic, the WRITEs and the READ posted and sent, the READ's
+    /// responses taken (`counted_read_responses`), then the rest of the answers (the
+    /// atomic's last), and every request completed. Returns the time the READ responses
+    /// took.
+    fn round(&mut self) -> Duration {
+        let (rkey, remote) = (self.pair.mr[1].rkey, self.pair.mr[1].addr);
+        let fetch_add = SendOp::FetchAdd {
+            remote_addr: remote + (768 << 10),
+            rkey,
+            add: 1,
+        };
+        self.post(0, fetch_add, 512 << 10, 8);
+        for w in 0..self.writes {
+            let write = SendOp::Write {
+                remote_addr: remote,
+                rkey,
+            };
+            self.post(1 + w as u64, write, 0, 64);
+        }
+        let read = SendOp::Read {
+            remote_addr: remote,
+            rkey,
+        };
+        self.post(1 + self.writes as u64, read, 0, READ_PACKETS * 4096);
+        let d = &mut self.direct;
+        let [requester, responder] = &mut d.engines;
+        while let Some(tx) = requester.poll_transmit(d.now, &mut d.payload) {
+            responder.handle_packet(
+                d.now,
+                d.addrs[0],
+                false,
+                &tx.headers,
+                Payload::Len(tx.payload_len),
+            );
+        }
+        self.responses.clear();
+        self.others.clear();
+        while let Some(tx) = responder.poll_transmit(d.now, &mut d.payload) {
+            let is_read_response = (sluice_wire::Opcode::RC_RDMA_READ_RESPONSE_FIRST.0
+                ..=sluice_wire::Opcode::RC_RDMA_READ_RESPONSE_ONLY.0)
+                .contains(&tx.headers.bth.opcode.0);
+            let to = if is_read_response {
+                &mut self.responses
+            } else {
+                &mut self.others
+            };
+            to.push((tx, tx.payload_len));
+        }
+        assert_eq!(self.responses.len(), READ_PACKETS as usize);
+        let start = WallClock::now();
+        counted_read_responses(requester, d.now, d.addrs[1], &self.responses);
+        let took = start.elapsed();
+        for (tx, len) in &self.others {
+            requester.handle_packet(d.now, d.addrs[1], false, &tx.headers, Payload::Len(*len));
+        }
+        let mut done = 0;
+        while let Ok(Some(c)) = requester.poll_cq(self.pair.send_cq[0]) {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            done += 1;
+        }
+        assert_eq!(done, self.writes + 2, "every request completes each round");
+        took
+    }
+}
+
+/// The READ responses of a [`ReadBehind`] round, handed to the requester (callgrind
+/// counts inside this function only: `SLUICE_BENCH_COUNT_READ_BEHIND`).
+#[inline(never)]
+fn counted_read_responses(
+    requester: &mut Engine,
+    now: Instant,
+    from: std::net::IpAddr,
+    responses: &[(Transmit, u32)],
+) {
+    for (tx, len) in responses {
+        requester.handle_packet(now, from, false, &tx.headers, Payload::Len(*len));
+    }
+}
+
+/// ns of the requester's work per READ response behind `writes` WRITEs: the best of five
+/// runs of about 0.3 s.
+fn read_behind_ns(writes: usize) -> f64 {
+    let mut bench = ReadBehind::new(writes);
+    bench.round();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let (mut took, mut responses) = (Duration::ZERO, 0u64);
+        let start = WallClock::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            took += bench.round();
+            responses += u64::from(READ_PACKETS);
+        }
+        best = best.min(took.as_nanos() as f64 / responses as f64);
+    }
+    best
+}
 
 /// Engine time per data packet on each side, for 64 KiB WRITEs with length-only memory:
 /// each side's calls run in their own timed phase (the requester sends a batch, the
@@ -282,6 +445,17 @@ fn summary() {
         let ratio = ns / best[0].1;
         println!("  {qps:>8}{rate:>16.0}{ns:>28.1}{ratio:>12.2}");
     }
+    read_behind_table();
+}
+
+fn read_behind_table() {
+    println!(
+        "\nA {READ_PACKETS}-packet READ behind WRITEs kept in the send queue by an unanswered atomic (best of 5 runs of 0.3 s)"
+    );
+    println!("  {:>8}{:>30}", "WRITEs", "ns/READ response (requester)");
+    for writes in [0, 1000] {
+        println!("  {writes:>8}{:>30.1}", read_behind_ns(writes));
+    }
 }
 
 /// The rounds whose instructions `scripts/bench-engine-instructions` counts (callgrind
@@ -294,6 +468,21 @@ fn counted_rounds(bench: &mut Bench, rounds: u64) {
 }
 
 fn main() {
+    // SLUICE_BENCH_COUNT_READ_BEHIND=N: 16 rounds of a READ behind N WRITEs after one of
+    // warm-up, for callgrind to count the READ responses' instructions
+    // (`scripts/bench-read-instructions`); prints the READ responses counted.
+    if let Ok(writes) = std::env::var("SLUICE_BENCH_COUNT_READ_BEHIND") {
+        let writes: usize = writes
+            .parse()
+            .expect("SLUICE_BENCH_COUNT_READ_BEHIND: a number of WRITEs");
+        let mut bench = ReadBehind::new(writes);
+        bench.round();
+        for _ in 0..16 {
+            bench.round();
+        }
+        println!("{}", 16 * READ_PACKETS);
+        return;
+    }
     // SLUICE_BENCH_COUNT_QPS=N: 32,768 messages in rounds of one WRITE per queue pair over N
     // queue pairs, after two rounds of warm-up, for callgrind to count (see above).
     if let Ok(qps) = std::env::var("SLUICE_BENCH_COUNT_QPS") {
@@ -306,6 +495,11 @@ fn main() {
         bench.round_over_all_qps();
         counted_rounds(&mut bench, rounds);
         println!("{}", rounds * qps);
+        return;
+    }
+    // SLUICE_BENCH_READ_BEHIND=1: only the READ-behind-WRITEs table.
+    if std::env::var_os("SLUICE_BENCH_READ_BEHIND").is_some() {
+        read_behind_table();
         return;
     }
     // SLUICE_BENCH_QPS=N: only the one-WRITE-per-queue-pair row for N queue pairs, three

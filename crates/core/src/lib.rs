@@ -17,6 +17,7 @@ mod engine;
 mod error;
 mod held_ranges;
 mod mr;
+mod oldest_read;
 pub mod policy;
 mod qp;
 mod reorder;

@@ -520,8 +520,14 @@ pub(crate) struct Requester {
     pub(crate) rnr_wait_until: Option<crate::Instant>,
     /// When the retransmit timer fires, if armed.
     pub(crate) deadline: Option<crate::Instant>,
-    /// The packet timed for an RTT sample: its PSN and when it left.
-    pub(crate) rtt_probe: Option<(Psn, crate::Instant)>,
+    /// The packet timed for an RTT sample: when it left (`None`: none is timed) ...
+    pub(crate) rtt_probe_sent: Option<crate::Instant>,
+    /// ... and its PSN. (Not an `Option` of the pair: the pair's padding would take the
+    /// four bytes `oldest_read` has beside the PSN.)
+    pub(crate) rtt_probe_psn: Psn,
+    /// The place in `sq` of the oldest READ still waiting for responses: what every READ
+    /// response is matched against, kept rather than searched for (`oldest_read.rs`).
+    pub(crate) oldest_read: crate::oldest_read::OldestRead,
     /// A go-back-N from an out-of-order READ response was already asked for this PSN.
     pub(crate) read_retry_at: Option<Psn>,
     /// Selective repeat of READ responses; kept out of line (boxed once per queue pair, at
@@ -990,7 +996,8 @@ mod tests {
         let sq_end = offset_of!(Requester, sq) + size_of::<VecDeque<SendWqe>>();
         assert_eq!(line(sq_end - 1), 0);
         assert_eq!(line(offset_of!(Requester, rnr_wait_until)), 1);
-        assert_eq!(line(offset_of!(Requester, rtt_probe)), 1);
+        assert_eq!(line(offset_of!(Requester, rtt_probe_sent)), 1);
+        assert_eq!(line(offset_of!(Requester, oldest_read)), 1);
         assert_eq!(end(offset_of!(Requester, read_retry_at), 8), 1);
         // What else sending a request reads: one line.
         let knobs = offset_of!(Qp, knobs);

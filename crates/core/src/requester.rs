@@ -352,7 +352,11 @@ impl Qp {
                 }
             }
             let span = match wqe.op {
-                SendOp::Read { .. } => read_span(wqe.len, mtu),
+                SendOp::Read { .. } => {
+                    // Begun in order: the oldest waiting READ, unless one is waiting already.
+                    req.oldest_read.started(cursor);
+                    read_span(wqe.len, mtu)
+                }
                 SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
                 _ => wqe.len.div_ceil(mtu).max(1),
             };
@@ -498,8 +502,8 @@ impl Qp {
         // the rest of its message took to leave.
         let answered =
             bth.ack_req || bth.opcode == Opcode::RC_RDMA_READ_REQUEST || ext.atomic_eth.is_some();
-        if !retransmission && answered && self.req.rtt_probe.is_none() {
-            self.req.rtt_probe = Some((psn, now));
+        if !retransmission && answered && self.req.rtt_probe_sent.is_none() {
+            (self.req.rtt_probe_psn, self.req.rtt_probe_sent) = (psn, Some(now));
         }
         if let Some(at) = arm_at {
             nic.arm(self, at);
@@ -584,9 +588,9 @@ impl Qp {
         }
         let packets = self.req.confirmed.distance_to(psn) as u32;
         self.req.confirmed = psn;
-        let probed = match self.req.rtt_probe {
-            Some((probe, sent)) if probe.precedes(psn) => {
-                self.req.rtt_probe = None;
+        let probed = match self.req.rtt_probe_sent {
+            Some(sent) if self.req.rtt_probe_psn.precedes(psn) => {
+                self.req.rtt_probe_sent = None;
                 Some(now - sent)
             }
             _ => None,
@@ -797,11 +801,15 @@ impl Qp {
             wqe.responded = wqe.read_done == wqe.len;
             if wqe.responded {
                 *repair = ReadRepair::default();
+                req.oldest_read.answered(&req.sq);
             } else {
                 self.ask_for_read_gap(pos);
             }
         } else {
             wqe.responded = wqe.read_done == wqe.len;
+            if wqe.responded {
+                req.oldest_read.answered(&req.sq);
+            }
         }
     }
 
@@ -855,12 +863,18 @@ impl Qp {
 
     /// The oldest READ still waiting for data (its place in the send queue) and the PSN of
     /// its first missing response.
+    #[inline]
     pub(crate) fn oldest_read_expecting(&self) -> Option<(usize, Psn)> {
-        let pos = self
-            .req
-            .sq
-            .iter()
-            .position(|w| w.started && matches!(w.op, SendOp::Read { .. }) && !w.responded)?;
+        let pos = self.req.oldest_read.get();
+        // The place kept must be the one a pass from the front finds (in release builds
+        // nothing is checked: that pass is what keeping the place saves).
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            pos,
+            crate::oldest_read::OldestRead::scan(&self.req.sq),
+            "the oldest waiting READ's place kept against a pass over the send queue"
+        );
+        let pos = pos?;
         let w = &self.req.sq[pos];
         Some((pos, w.first_psn.add(w.read_done / self.attrs.mtu)))
     }
@@ -972,6 +986,7 @@ impl Qp {
         // The cursor may have pointed into a request that just completed: place it again
         // from the PSN it was at (or the first one still outstanding, if that is later).
         if done > 0 {
+            self.req.oldest_read.retired(done);
             let req = &self.req;
             let target = match req.sq.front() {
                 Some(f) if f.started && req.next_psn.precedes(f.first_psn) => f.first_psn,
@@ -1077,6 +1092,18 @@ impl Qp {
             req.next_psn,
             req.max_sent
         );
+        // Requests begin in order: those begun are a prefix of the send queue (the oldest
+        // waiting READ's place is kept on that ground), and that place is the one a pass
+        // from the front finds.
+        assert!(
+            req.sq.iter().skip_while(|w| w.started).all(|w| !w.started),
+            "a request begun behind one not begun"
+        );
+        assert_eq!(
+            req.oldest_read.get(),
+            crate::oldest_read::OldestRead::scan(&req.sq),
+            "the oldest waiting READ's place"
+        );
         // The cursor is where it would be placed for the PSN it sends next.
         let (cursor, offset, _) = req.cursor_for(req.next_psn, self.attrs.mtu);
         assert_eq!(
@@ -1093,7 +1120,7 @@ impl Qp {
     /// never handed out twice.
     pub(crate) fn rewind(&mut self, psn: Psn) {
         // Karn's rule: a packet that may be sent twice gives no RTT sample.
-        self.req.rtt_probe = None;
+        self.req.rtt_probe_sent = None;
         self.place_cursor(psn);
     }
 

@@ -940,6 +940,7 @@ impl Nic {
         let num = qp.num;
         let (send_cq, recv_cq) = (qp.send_cq, qp.recv_cq);
         let sends: Vec<SendWqe> = qp.req.sq.drain(..).collect();
+        qp.req.oldest_read.clear();
         // The cursor points at no request: the offset into one goes too (a queue pair that
         // failed in the middle of a message kept it, against the requester's invariant).
         qp.req.cursor = 0;
