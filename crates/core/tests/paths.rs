@@ -8,10 +8,11 @@
 //! - PLB: a queue pair's port changes exactly on its `rounds`th congested round in a row
 //!   (ECN, or an RTT above the threshold; a round without either an ECN mark or a sample
 //!   skipped when there is a threshold), as a counter model says.
-//! - RTT probing, with probes answered late or lost at random: a queue pair's packets
-//!   always take the live probed port of lowest smoothed RTT (its own before any is
-//!   measured), and a port is probed again only once its last probe is answered or given
-//!   up on.
+//! - RTT probing: a queue pair's probed ports differ mod `paths` (each its own source
+//!   socket over sluice-net's `port mod n` when `paths` divides n); with probes answered
+//!   late or lost at random, a queue pair's packets always take the live probed port of
+//!   lowest smoothed RTT (its own before any is measured), and a port is probed again only
+//!   once its last probe is answered or given up on.
 //!
 //! Each case is generated from its number alone: `SLUICE_SEEDS=N` runs cases 1 to N
 //! (default 64), `SLUICE_SEED=S` replays case S alone; a failure is shrunk to the smallest
@@ -165,6 +166,10 @@ fn check(case: Case) -> Result<(), TestCaseError> {
     );
     for qp in 0..3 {
         prop_assert_eq!(r.source_port(qp, &packet(qpn(qp), 0)), own(qp));
+        // No two probed ports alike mod `paths`: over source sockets chosen by `port mod
+        // n` (sluice-net), each probed path has a socket of its own when `paths` divides n.
+        let residues: BTreeSet<u16> = r.ports(qp).iter().map(|p| p % paths).collect();
+        prop_assert_eq!(residues.len(), usize::from(paths), "{:?}", r.ports(qp));
     }
     let mut flight: Vec<(u64, PathProbe)> = Vec::new();
     let mut sent = std::collections::BTreeMap::new();

@@ -325,7 +325,7 @@ struct ProbeState {
 }
 
 /// SCR's multipath selection (A.7): each queue pair's own port and `paths - 1` others drawn
-/// at random are probed every `interval`; its packets take the live path of lowest smoothed
+/// at random (no two alike mod `paths`) are probed every `interval`; its packets take the live path of lowest smoothed
 /// RTT, and a probe unanswered for `timeout` marks its path dead until a reply comes back.
 /// With every path dead, they take the one a reply (late or not) came from last.
 /// Probing finds a better path before the data suffers, where PLB waits for congestion.
@@ -348,12 +348,12 @@ pub struct RttProbe {
 }
 
 impl RttProbe {
-    /// Probes `paths` ports a queue pair (0 acts as 1) every `interval`; a probe unanswered
-    /// for `timeout` marks its path dead (SCR: 100 µs). Ports drawn from a generator seeded
-    /// with `seed`.
+    /// Probes `paths` ports a queue pair (0 acts as 1, and more than the 2^14 of the
+    /// dynamic range as 2^14) every `interval`; a probe unanswered for `timeout` marks its
+    /// path dead (SCR: 100 µs). Ports drawn from a generator seeded with `seed`.
     pub fn new(paths: u16, interval: Duration, timeout: Duration, seed: u64) -> RttProbe {
         RttProbe {
-            paths: paths.max(1),
+            paths: paths.clamp(1, 0x4000),
             interval,
             timeout,
             rng: Rng::new(seed),
@@ -432,18 +432,32 @@ impl PathSelector for RttProbe {
             self.states.resize(i + 1, None);
         }
         if self.states[i].is_none() {
-            // Its own port, and others drawn (distinct) from the rest of the range.
-            let mut steps = vec![0u16];
-            while steps.len() < usize::from(self.paths) {
-                let step = 1 + self.rng.below(0x3FFF) as u16;
-                if !steps.contains(&step) {
-                    steps.push(step);
+            // Its own port, and others drawn from the rest of the range, each from a residue
+            // mod `paths` not yet taken: over sluice-net's source sockets (a port leaves from
+            // socket `port mod n`) with `n` a multiple of `paths`, every probed path then
+            // has a socket, so a route of its own, to itself. Drawn freely, 8 ports fell on
+            // about 5 of 8 sockets: the rest measured a path already probed, and on two
+            // links all of them shared the failed one 1 time in 32 (the multipath test's
+            // flake). Once per queue pair, not per packet.
+            let paths = usize::from(self.paths);
+            let own = port_at(packet.qpn, 0);
+            let mut taken = vec![false; paths];
+            taken[usize::from(own) % paths] = true;
+            let mut ports = vec![own];
+            while ports.len() < paths {
+                let port = port_at(packet.qpn, 1 + self.rng.below(0x3FFF) as u16);
+                // Every residue has a port in the 2^14 of the range (paths <= 2^14), and
+                // the own port's is taken: the loop ends.
+                let residue = &mut taken[usize::from(port) % paths];
+                if !*residue {
+                    *residue = true;
+                    ports.push(port);
                 }
             }
-            let paths = steps
+            let paths = ports
                 .into_iter()
-                .map(|step| Probed {
-                    port: port_at(packet.qpn, step),
+                .map(|port| Probed {
+                    port,
                     rtt: None,
                     sent: None,
                     seq: 0,
@@ -977,6 +991,51 @@ mod tests {
         probe_for(&mut p, &mut flight, 1_000, 1_200, &back);
         assert_eq!(p.source_port(0, &packet(0x11, 2)), fast);
         assert_eq!(p.rtt(0, fast), Some(Duration::from_micros(20)));
+    }
+
+    /// The probed ports of a queue pair fall on as many source sockets as there are paths
+    /// when sluice-net sends port `p` from socket `p mod n` and `paths` divides `n`. The
+    /// case of the multipath test's flake: `sluice perf`'s first queue pair (0x11), the
+    /// default seed, 8 paths over 8 sockets; drawn freely, its 8 ports took 6 sockets (4
+    /// and 7 twice), and all 6 hashed onto the failed link about one run in 32.
+    #[test]
+    fn rtt_probe_ports_differ_mod_paths_so_each_has_a_source_socket_of_its_own() {
+        let sockets = |ports: &[u16], n: u16| -> Vec<u16> {
+            let mut s: Vec<u16> = ports.iter().map(|p| p % n).collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        let mut p = RttProbe::new(8, Duration::from_micros(5), Duration::from_micros(20), 1);
+        p.source_port(0, &packet(0x11, 0));
+        let ports = p.ports(0);
+        assert_eq!(sockets(&ports, 8).len(), 8, "{ports:?}");
+        assert_eq!(sockets(&ports, 16).len(), 8, "{ports:?}");
+        for (paths, seed, qpn) in [(2, 3, 0x11), (4, 7, 0x40), (16, 1, 0x12), (3, 5, 0x99)] {
+            let mut p = RttProbe::new(
+                paths,
+                Duration::from_micros(5),
+                Duration::from_micros(20),
+                seed,
+            );
+            p.source_port(0, &packet(qpn, 0));
+            let ports = p.ports(0);
+            assert_eq!(ports[0], QpnHash::port(QpNum(qpn)), "its own port first");
+            assert_eq!(
+                sockets(&ports, paths).len(),
+                usize::from(paths),
+                "{ports:?}"
+            );
+        }
+        // The whole range: one port of every residue, and the loop still ends.
+        let mut p = RttProbe::new(
+            u16::MAX,
+            Duration::from_micros(5),
+            Duration::from_micros(20),
+            2,
+        );
+        p.source_port(0, &packet(0x11, 0));
+        assert_eq!(sockets(&p.ports(0), 0x4000).len(), 0x4000);
     }
 
     #[test]
