@@ -314,9 +314,8 @@ fn left_fig45_runs_every_configuration_and_left_retransmits_no_more_than_irn() {
         ("group shift, 16 KB, dragonfly-minimal routes", 3),
         ("web search, load 0.3, 20 us, dragonfly-minimal routes", 3),
         // The fourth: web search with every host's flows to its counterpart a group on,
-        // five configurations over hop-count routes and three over dragonfly-minimal ones.
-        ("web search to the next group, load 0.5, 60 us", 8),
-        ("web search to the next group, load 0.5, 60 us, dragonfly-minimal routes", 3),
+        // its five configurations over hop-count routes.
+        ("web search to the next group, load 0.5, 60 us", 5),
     ] {
         assert_eq!(
             out.lines().filter(|l| l.starts_with(rows)).count(),
