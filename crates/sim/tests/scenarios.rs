@@ -126,12 +126,12 @@ fn every_routing_mode_delivers_everything() {
     }
 }
 
-/// A dragonfly of 6 groups x 3 routers x 2 hosts under web search, with `switch` (TOML
-/// lines) in its `[switch]` table.
-fn busy_dragonfly(switch: &str) -> Scenario {
+/// A dragonfly of 6 groups x 3 routers x 2 hosts at 100 Gbit/s, lossless, DCQCN, with
+/// `switch` (TOML lines) in its `[switch]` table and `rest` (the workload and any other
+/// tables) after it.
+fn dragonfly(switch: &str, rest: &str) -> Scenario {
     scenario(&format!(
         r#"
-        seed = 5
         [topology]
         kind = "dragonfly"
         groups = 6
@@ -144,15 +144,21 @@ fn busy_dragonfly(switch: &str) -> Scenario {
         flowlet_gap_us = 2
         pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
         {switch}
-        [workload]
-        kind = "poisson"
-        cdf = "websearch"
-        load = 0.4
-        duration_us = 200
+        {rest}
         [[cc]]
         name = "dcqcn"
         "#
     ))
+}
+
+/// The dragonfly of [`dragonfly`] under web search (seed 5).
+fn busy_dragonfly(switch: &str) -> Scenario {
+    let mut s = dragonfly(
+        switch,
+        "[workload]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.4\nduration_us = 200",
+    );
+    s.seed = 5;
+    s
 }
 
 #[test]
@@ -197,34 +203,14 @@ fn valiant_paths_deliver_everything_over_longer_paths_and_change_nothing_when_of
     std::fs::remove_dir_all(&base).unwrap();
 }
 
-/// Every host of a dragonfly of 6 groups x 3 routers x 2 hosts writes 200 KB at once to its
-/// counterpart a group on, with `switch` (TOML lines) in its `[switch]` table; port series
-/// every microsecond.
+/// Every host of the dragonfly of [`dragonfly`] writes 200 KB at once to its counterpart a
+/// group on, with `switch` (TOML lines) in its `[switch]` table; port series every
+/// microsecond.
 fn dragonfly_shift(switch: &str) -> Scenario {
-    scenario(&format!(
-        r#"
-        [topology]
-        kind = "dragonfly"
-        groups = 6
-        routers_per_group = 3
-        hosts_per_router = 2
-        links_per_group_pair = 2
-        host_link_gbps = 100
-        link_delay_ns = 1000
-        [switch]
-        flowlet_gap_us = 2
-        pfc = {{ xoff_bytes = 300000, xon_bytes = 200000 }}
-        {switch}
-        [workload]
-        kind = "shift"
-        bytes = 200000
-        by = 6
-        [output]
-        sample_interval_us = 1
-        [[cc]]
-        name = "dcqcn"
-        "#
-    ))
+    dragonfly(
+        switch,
+        "[workload]\nkind = \"shift\"\nbytes = 200000\nby = 6\n[output]\nsample_interval_us = 1",
+    )
 }
 
 /// The bytes a run's port series saw leave routers over global links between two groups
