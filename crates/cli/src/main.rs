@@ -288,7 +288,8 @@ struct PerfArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "verify")]
     fill: Option<PathBuf>,
     /// How queue pairs recover lost packets: go-back-n (RoCE's) or selective-repeat
-    /// (IRN-like; interoperates with a go-back-N peer).
+    /// (IRN-like; needs a Sluice peer run with selective-repeat: with any other peer, perftest
+    /// included, this end runs go-back-n and says so).
     #[arg(long, default_value = "go-back-n", value_parser = ["go-back-n", "selective-repeat"])]
     recovery: String,
     /// A server: serve N clients one after another, or `forever`; a client whose run fails

@@ -580,6 +580,39 @@ fn ends_with_different_trackers_keep_to_the_receivers_window() {
     assert!(json(&c_out).get("bdp_window").is_none(), "{c_out}");
 }
 
+/// Selective repeat is negotiated: two ends with `--recovery selective-repeat` run it (each
+/// heard the other's `SLC1` tail), while an end that asked for it facing a peer that sent
+/// perftest's plain version message (a go-back-N Sluice end sends exactly perftest's bytes,
+/// as perftest itself does) runs go-back-N, says so on standard error and reports the
+/// recovery it ran. Either end may be the one that falls back.
+#[test]
+fn selective_repeat_runs_only_with_a_peer_that_advertised_it() {
+    let args = ["write-bw", "-s", "65536", "-n", "100"];
+    let sr: &[&str] = &["--recovery", "selective-repeat"];
+    let gbn: &[&str] = &["--recovery", "go-back-n"];
+    let note = "did not advertise a selective-repeat receive window";
+    let json = |out: &str| -> serde_json::Value {
+        let line = out.lines().find(|l| l.starts_with('{')).expect(out);
+        serde_json::from_str(line).unwrap()
+    };
+    for (ends, port, expect) in [
+        ((sr, sr), 24_572, ["selective-repeat"; 2]),
+        ((sr, gbn), 24_574, ["go-back-n"; 2]),
+        ((gbn, sr), 24_576, ["go-back-n"; 2]),
+    ] {
+        let [(s_ok, s_out), (c_ok, c_out)] = two_processes(&args, ends, port);
+        assert!(s_ok && c_ok, "server: {s_out}\nclient: {c_out}");
+        for ((out, asked), used) in [(&s_out, ends.0), (&c_out, ends.1)].into_iter().zip(expect) {
+            let r = json(out);
+            assert_eq!(r["recovery"].as_str(), Some(used), "{ends:?}: {out}");
+            assert_eq!(r["iterations"].as_u64(), Some(100), "{ends:?}: {out}");
+            // The note comes from the end that did not get what it asked for, only.
+            let fell_back = asked == sr && used == "go-back-n";
+            assert_eq!(out.contains(note), fell_back, "{ends:?}: {out}");
+        }
+    }
+}
+
 /// Runs a `sluice perf` server on 127.0.0.2 (TCP and RoCE port `port`) with `server_args`,
 /// then a client with `client_args`; returns each one's exit code and standard error.
 fn server_and_client(

@@ -99,8 +99,11 @@ pub enum Recovery {
     GoBackN,
     /// IRN-style: the responder keeps packets that arrive past a gap (tracked in a bitmap)
     /// and NAKs the first missing PSN; the requester resends only that packet. Timeouts
-    /// still go back to the first unacknowledged PSN. Standard packets on the wire: a peer
-    /// doing go-back-N interoperates (it just resends more).
+    /// still go back to the first unacknowledged PSN. Standard packets on the wire: a
+    /// go-back-N requester interoperates with this responder (it just resends more), but
+    /// this requester needs a responder that holds: a go-back-N responder drops what
+    /// follows the gap and takes the resent packet silently, so each loss costs a
+    /// retransmit timeout (`tests/recovery_mismatch.rs`). Both ends must agree on it.
     SelectiveRepeat,
 }
 

@@ -6,6 +6,7 @@ mod decoupled;
 mod doorbell;
 mod offload;
 mod pacer;
+mod recovery;
 mod report;
 mod session;
 mod traffic;

@@ -52,6 +52,10 @@ pub struct Report {
     pub retransmitted_packets: u64,
     /// Retransmit timer expiries of the engine.
     pub retransmit_timeouts: u64,
+    /// The loss recovery the queue pairs ran (`go-back-n` or `selective-repeat`):
+    /// `--recovery`, except that selective repeat falls back to go-back-N with a peer that
+    /// advertised no selective-repeat receive window (perftest; docs/perftest.md).
+    pub recovery: &'static str,
     /// Out-of-order arrivals, held packets, the receive trackers' memory and path probes.
     #[serde(flatten)]
     pub reorder: Reordering,
@@ -312,6 +316,7 @@ impl Report {
             t_max_us: None,
             retransmitted_packets,
             retransmit_timeouts,
+            recovery: super::recovery::name(o.policies.recovery),
             reorder: Reordering::default(),
             packets_by_port: Vec::new(),
             verified_messages: None,

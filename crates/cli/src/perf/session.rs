@@ -13,6 +13,7 @@ use sluice_net::{Capture, Device, DeviceConfig};
 use sluice_perftest::{self as perftest, BwReport, Dest, LocalParams};
 use sluice_wire::Psn;
 
+use super::recovery::RecoveryChoice;
 use super::report::Report;
 use super::traffic::{self, Measured};
 use super::verify::{self, Slots, Verifier};
@@ -74,6 +75,8 @@ pub(crate) struct Session {
     last_check: Instant,
     peer_done: bool,
     mtu: u32,
+    /// The recovery the queue pairs run (`--recovery`, as the peer allows).
+    recovery: RecoveryChoice,
 }
 
 impl Session {
@@ -518,6 +521,7 @@ fn run_sizes(s: &mut Session, o: &Options, sizes: &[u32]) -> Result<Vec<Report>,
                 report.duration_s,
             ));
         }
+        report.recovery = super::recovery::name(s.recovery.used);
         report.reorder = super::report::Reordering::of(&before, &after, s.dev.engine_ref());
         report.reorder.bdp_window = s.dev.engine_ref().bdp_window(s.qps[0].qpn).ok().flatten();
         report.packets_by_port =
@@ -669,6 +673,12 @@ fn open(
     )
     .map_err(exchange_err)?;
     let negotiated = exchange.negotiated().clone();
+    // Selective repeat only with a peer that said it holds packets past a gap (the tail):
+    // against a go-back-N responder it would wait out a timeout per loss.
+    let recovery = RecoveryChoice::negotiate(o.policies.recovery, negotiated.peer_receive_window);
+    if let Some(note) = recovery.note().filter(|_| !o.quiet) {
+        eprintln!("{note}");
+    }
 
     let mut config = DeviceConfig::new(local_ip);
     config.local.set_port(o.roce_port);
@@ -807,7 +817,7 @@ fn open(
         c.cc_control = o.cc.control_packets();
         c.path_probes = o.policies.path_probes();
         c.ccx = o.cc.ccx;
-        c.recovery = o.policies.recovery;
+        c.recovery = recovery.used;
         // A Sluice peer's word; perftest's says nothing (its tracker is taken to be ours).
         c.peer_receive_window = negotiated.peer_receive_window;
         if keys.is_some() {
@@ -900,6 +910,7 @@ fn open(
         last_check: Instant::now(),
         peer_done: false,
         mtu: path_mtu.bytes(),
+        recovery,
     };
     traffic::post_initial_receives(&mut s, o)?;
     if let Some(fill) = &o.fill {
