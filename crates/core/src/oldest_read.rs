@@ -51,7 +51,8 @@ impl OldestRead {
     }
 
     /// The place of the oldest waiting READ by a pass from the front: what
-    /// [`OldestRead::get`] must equal.
+    /// [`OldestRead::get`] must equal. Only checks call it: release builds keep no pass.
+    #[cfg(any(test, debug_assertions))]
     pub(crate) fn scan(sq: &VecDeque<SendWqe>) -> Option<usize> {
         sq.iter().position(Self::waiting)
     }
