@@ -256,17 +256,16 @@ fn reads_among_writes_complete_once_in_order_under_loss_reordering_and_duplicati
     common::check_cases(64, &case(), 16, run);
 }
 
-/// Case 243 of `SLUICE_SEEDS=400` above, shrunk: a known livelock, not of the READ's place
-/// (the build before it fails the same way). Selective repeat, a clean link, a credit of
-/// one payload, stages taking 3 us each. The READ's responses from 125 on are dropped past
-/// the credit; when the credit comes back the requester re-issues the READ from 125 and
-/// sends again what follows it, the WRITE at 129, whose payload host 0's stage is offered
-/// again on the way out. It takes the one slot of credit for 3 us, response 125 arrives
-/// meanwhile and is dropped, the credit comes back, and the cycle repeats until the retry
-/// count runs out (the READ completes with `RetryExceeded`). Two credits, or a cost of 1 or
-/// 2 us, or no WRITE behind the READ, or go-back-N: it completes.
+/// Case 243 of `SLUICE_SEEDS=400` above, shrunk (348 failed the same way): a livelock
+/// while sent payloads took receive credit. Selective repeat, a clean link, a credit of one
+/// payload, stages taking 3 us each. The READ's responses from 125 on are dropped past the
+/// credit; when the credit comes back the requester re-issues the READ from 125 and sends
+/// again what follows it, the WRITE at 129, whose payload host 0's stage is offered again on
+/// the way out. It took the one slot of credit for 3 us, response 125 arrived meanwhile and
+/// was dropped, the credit came back, and the cycle repeated until the retry count ran out
+/// (the READ completed with `RetryExceeded`). Sent payloads take no credit now: the credit
+/// bounds what the receive side holds for the stages.
 #[test]
-#[ignore = "known livelock: a resent request behind a re-issued READ takes the credit its response needs"]
 fn a_read_reissued_past_the_credit_is_not_starved_by_what_follows_it() {
     let ops = [1, 3073, 1025, 4097, 1, 3637, 813, 3041]
         .map(Op::Write)

@@ -823,7 +823,8 @@ impl Nic {
                     {
                         self.service_queue.went_out(bytes.len());
                         f.offered += 1;
-                        f.out_bytes += bytes.len() as u64;
+                        f.credited.0 += 1;
+                        f.credited.1 += bytes.len() as u64;
                     } else {
                         service.landed(qp.num, at, bytes);
                     }
@@ -839,10 +840,7 @@ impl Nic {
     /// held for them (dropped, as a destroyed queue pair's work is).
     pub(crate) fn forget_services(&mut self, index: u32) {
         let f = std::mem::take(&mut self.message_flags[index as usize]);
-        for _ in f.returned..f.offered {
-            self.service_queue.came_back(0);
-        }
-        self.service_queue.came_back_bytes(f.out_bytes);
+        self.service_queue.no_longer_owed(f.credited, f.sent_out);
         self.service_queue.forget(index);
         self.held.retain(|h| h.index != index);
     }

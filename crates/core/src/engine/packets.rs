@@ -49,7 +49,8 @@ fn offer_within_credit(
     if queue.admits_beside(credit, len, *reserve) && service.offer(packet, seen) {
         queue.went_out(len);
         f.offered += 1;
-        f.out_bytes += len as u64;
+        f.credited.0 += 1;
+        f.credited.1 += len as u64;
         counters.service_queue_peak_bytes = queue.peak_bytes;
         Ok(())
     } else if deferred {
@@ -527,10 +528,18 @@ impl Engine {
                 service.collect(&mut out, &mut put_back);
             }
             for r in out.drain(..) {
-                self.nic.service_queue.came_back(r.len as usize);
                 let f = &mut self.nic.message_flags[index as usize];
                 f.returned += 1;
-                f.out_bytes = f.out_bytes.saturating_sub(u64::from(r.len));
+                // Only what was received took credit (a sent payload takes none).
+                let (queue, len) = (&mut self.nic.service_queue, u64::from(r.len));
+                let owed = if r.direction == Direction::Receive {
+                    queue.came_back(r.len as usize);
+                    &mut f.credited
+                } else {
+                    queue.sent_back(r.len as usize);
+                    &mut f.sent_out
+                };
+                *owed = (owed.0.saturating_sub(1), owed.1.saturating_sub(len));
                 if !r.flags.is_empty() && self.is_live(index) {
                     self.raise_flags_at(index, r.psn, r.opcode, r.direction, r.flags, true);
                 }
@@ -579,7 +588,9 @@ impl Engine {
         self.run_deferred(max)
     }
 
-    /// Received payloads, and their bytes, waiting for deferred stages.
+    /// Payloads, and their bytes, waiting for deferred stages or out with asynchronous
+    /// ones (sent ones included, though they take no receive credit): while there are
+    /// any, a driver looks again soon.
     pub fn deferred_waiting(&self) -> (usize, u64) {
         self.nic.service_queue.depth()
     }
@@ -1084,6 +1095,17 @@ impl Engine {
         };
         let mut at = head..head + t.payload_len as usize;
         let mut flags = ServiceFlags::NONE;
+        // A resent packet's payload was offered to the asynchronous stages when it first
+        // went: each PSN's once, as on the receive side. Offered each time it went again,
+        // every recovery round gave a slow stage a window's more work, and completions
+        // waited for all of it.
+        let response = t
+            .headers
+            .bth
+            .opcode
+            .info()
+            .is_some_and(|i| i.operation == Operation::RdmaReadResponse);
+        let first = nic.message_flags[index as usize].first_sent(packet.psn, response);
         for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
             if !service.in_line() {
@@ -1093,17 +1115,23 @@ impl Engine {
                 };
                 if !service.asynchronous() {
                     flags |= service.observe(&packet, seen);
-                } else if service.on_landing() {
-                    // Works where READ data lands, not on packets.
-                } else if nic
-                    .service_queue
-                    .admits(nic.config.service_credit, seen.len())
-                    && service.offer(&packet, seen)
-                {
+                } else if service.on_landing() || !first {
+                    // Works where READ data lands, not on packets; or a resend.
+                } else if service.offer(&packet, seen) {
+                    // Bounded by the stage's own room, not the receive credit: the credit
+                    // bounds what the receive side holds for the stages, so that a slow
+                    // stage slows the peer's sending (a packet past it is dropped and the
+                    // peer sends it again). A sent payload is never dropped for it, and
+                    // one that took credit could take the room a received payload needs:
+                    // a READ re-issued when credit came back resent the WRITE behind it,
+                    // whose payload took the one slot before the READ's response came,
+                    // which was dropped, round after round until the READ's retries ran
+                    // out (`reads_among_writes`).
                     let f = &mut nic.message_flags[index as usize];
-                    nic.service_queue.went_out(seen.len());
                     f.offered += 1;
-                    f.out_bytes += seen.len() as u64;
+                    f.sent_out.0 += 1;
+                    f.sent_out.1 += seen.len() as u64;
+                    nic.service_queue.sent_out(seen.len());
                 } else {
                     nic.counters.service_uninspected += 1;
                 }

@@ -31,9 +31,13 @@ pub(crate) struct DeferredQueue {
     waiting: VecDeque<Waiting>,
     spare: Vec<Vec<u8>>,
     bytes: u64,
-    /// Payloads, and their bytes, out with asynchronous stages
-    /// ([`crate::policy::Service::asynchronous`]): they count against the same credit.
+    /// Received payloads, and their bytes, out with asynchronous stages
+    /// ([`crate::policy::Service::asynchronous`]): they count against the same credit
+    /// (sent payloads take none).
     out: (u32, u64),
+    /// Sent payloads, and their bytes, out with asynchronous stages: they take no credit,
+    /// but are out all the same ([`DeferredQueue::depth`]: a driver waits for them).
+    sent: (u32, u64),
     /// The most bytes ever queued (or out).
     pub(crate) peak_bytes: u64,
 }
@@ -63,9 +67,30 @@ impl DeferredQueue {
         self.peak_bytes = self.peak_bytes.max(self.bytes + self.out.1);
     }
 
-    /// `bytes` out with asynchronous stages no longer owed (their queue pair went).
-    pub(crate) fn came_back_bytes(&mut self, bytes: u64) {
-        self.out.1 = self.out.1.saturating_sub(bytes);
+    /// A sent payload of `len` bytes handed to an asynchronous stage (no credit taken).
+    pub(crate) fn sent_out(&mut self, len: usize) {
+        self.sent.0 += 1;
+        self.sent.1 += len as u64;
+    }
+
+    /// A sent payload of `len` bytes an asynchronous stage returned.
+    pub(crate) fn sent_back(&mut self, len: usize) {
+        self.sent.0 = self.sent.0.saturating_sub(1);
+        self.sent.1 = self.sent.1.saturating_sub(len as u64);
+    }
+
+    /// `(payloads, bytes)` received (`credited`) and `sent` out with asynchronous stages
+    /// no longer owed (their queue pair went).
+    pub(crate) fn no_longer_owed(&mut self, credited: (u64, u64), sent: (u64, u64)) {
+        let less = |n: u32, by: u64| n.saturating_sub(u32::try_from(by).unwrap_or(u32::MAX));
+        self.out = (
+            less(self.out.0, credited.0),
+            self.out.1.saturating_sub(credited.1),
+        );
+        self.sent = (
+            less(self.sent.0, sent.0),
+            self.sent.1.saturating_sub(sent.1),
+        );
     }
 
     /// A payload of `len` bytes an asynchronous stage returned.
@@ -117,11 +142,12 @@ impl DeferredQueue {
         self.bytes -= freed;
     }
 
-    /// Payloads and bytes waiting (queued, or out with asynchronous stages).
+    /// Payloads and bytes waiting (queued, or out with asynchronous stages, sent ones
+    /// included).
     pub(crate) fn depth(&self) -> (usize, u64) {
         (
-            self.waiting.len() + self.out.0 as usize,
-            self.bytes + self.out.1,
+            self.waiting.len() + self.out.0 as usize + self.sent.0 as usize,
+            self.bytes + self.out.1 + self.sent.1,
         )
     }
 }
@@ -247,6 +273,42 @@ mod tests {
         q.came_back(70);
         assert_eq!(q.depth(), (1, 30));
         assert_eq!(q.peak_bytes, 100);
+    }
+
+    #[test]
+    fn what_a_queue_pair_gone_had_out_comes_back() {
+        let credit = ServiceCredit {
+            packets: 2,
+            bytes: 100,
+        };
+        let mut q = DeferredQueue::default();
+        q.went_out(40);
+        q.went_out(50);
+        assert!(!q.admits(credit, 0));
+        q.no_longer_owed((1, 40), (0, 0));
+        assert_eq!(q.depth(), (1, 50));
+        assert!(q.admits(credit, 50) && !q.admits(credit, 51));
+        // More than is out (a stage that returned less than it was offered): none left.
+        q.no_longer_owed((5, 500), (0, 0));
+        assert_eq!(q.depth(), (0, 0));
+    }
+
+    #[test]
+    fn sent_payloads_out_take_no_credit_but_are_waited_for() {
+        let credit = ServiceCredit {
+            packets: 1,
+            bytes: 100,
+        };
+        let mut q = DeferredQueue::default();
+        q.sent_out(100);
+        q.sent_out(100);
+        assert!(q.admits(credit, 100), "the credit is the receive side's");
+        assert_eq!(q.depth(), (2, 200), "a driver still waits for them");
+        q.sent_back(100);
+        assert_eq!(q.depth(), (1, 100));
+        q.no_longer_owed((0, 0), (1, 100));
+        assert_eq!(q.depth(), (0, 0));
+        assert_eq!(q.peak_bytes, 0, "the peak is what the credit bounds");
     }
 
     #[test]

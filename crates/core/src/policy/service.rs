@@ -99,6 +99,19 @@ impl std::ops::BitOr for ServiceFlags {
     }
 }
 
+impl MessageFlags {
+    /// Whether the packet at `psn` (a READ response if `response`) is sent for the first
+    /// time, and records that it was sent.
+    pub(crate) fn first_sent(&mut self, psn: Psn, response: bool) -> bool {
+        let until = &mut self.sent_until[usize::from(response)];
+        if until.is_some_and(|u| psn.precedes(u)) {
+            return false;
+        }
+        *until = Some(psn.next());
+        true
+    }
+}
+
 impl std::ops::BitOrAssign for ServiceFlags {
     fn bitor_assign(&mut self, other: ServiceFlags) {
         self.0 |= other.0;
@@ -123,8 +136,16 @@ pub(crate) struct MessageFlags {
     /// before it.
     pub(crate) offered: u64,
     pub(crate) returned: u64,
-    /// Bytes offered and not yet returned.
-    pub(crate) out_bytes: u64,
+    /// Received payloads (packets and READ data landed), and their bytes, offered and not
+    /// yet returned: what this queue pair holds of the receive credit, given back when it
+    /// goes. Sent payloads are not in it: they take no credit.
+    pub(crate) credited: (u64, u64),
+    /// Sent payloads, and their bytes, offered and not yet returned (no credit taken).
+    pub(crate) sent_out: (u64, u64),
+    /// The PSN after the furthest request (`[0]`) and READ response (`[1]`) with a payload
+    /// this queue pair sent: a packet before it is resent, and its asynchronous stages,
+    /// offered it the first time, are not offered it again.
+    pub(crate) sent_until: [Option<Psn>; 2],
     /// Its asynchronous stages include a deferred or a landing one: its completions wait
     /// for them however long (within the credit), not only
     /// [`crate::EngineConfig::service_flag_wait`].
@@ -246,13 +267,17 @@ pub trait Service: std::fmt::Debug {
     /// Beside the path, off the engine's thread: instead of [`Service::observe`], the engine
     /// hands each payload (a copy: the receive buffer and the region are reused as soon as
     /// the packet is taken) to [`Service::offer`], and gets the stage's verdicts back from
-    /// [`Service::collect`] when the driver runs [`crate::Engine::run_deferred`]. What is
-    /// offered and not yet returned counts against the receive credit
-    /// ([`crate::EngineConfig::service_credit`]); past it, a payload is not offered: counted
-    /// uninspected ([`crate::Counters::service_uninspected`]) and the packet goes on, or,
-    /// for a stage that is also [`Service::deferred`], a received packet is dropped and
-    /// counted as a deferred stage's is. A completion whose packets are still out with the
-    /// stage waits for them (so its flags are known), within that same bound.
+    /// [`Service::collect`] when the driver runs [`crate::Engine::run_deferred`]. What it
+    /// was offered of what was received (packets, READ data landed) and has not returned
+    /// counts against the receive credit ([`crate::EngineConfig::service_credit`]); past
+    /// it, a received payload is not offered: counted uninspected
+    /// ([`crate::Counters::service_uninspected`]) and the packet goes on, or, for a stage
+    /// that is also [`Service::deferred`], dropped and counted as a deferred stage's is.
+    /// Sent payloads take no credit (the credit bounds what the receive side holds, and
+    /// one taken by a sent payload is room a received one is dropped for): they are
+    /// bounded by the stage's own room ([`Service::offer`] says `false`), and a resent
+    /// packet is offered again. A completion whose packets are still out with the stage
+    /// waits for them (so its flags are known).
     fn asynchronous(&self) -> bool {
         false
     }
@@ -394,6 +419,25 @@ impl Service for XorPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sent_psn_is_first_sent_once_per_side() {
+        let mut f = MessageFlags::default();
+        let p = Psn::new;
+        assert!(f.first_sent(p(10), false));
+        assert!(f.first_sent(p(11), false));
+        assert!(!f.first_sent(p(10), false), "resent");
+        assert!(!f.first_sent(p(11), false), "resent");
+        // READ responses are numbered apart (the peer's requests' PSNs).
+        assert!(f.first_sent(p(5), true));
+        assert!(!f.first_sent(p(5), true));
+        assert!(f.first_sent(p(12), false));
+        // Across the 24-bit wrap.
+        let mut f = MessageFlags::default();
+        assert!(f.first_sent(p(0xFF_FFFF), false));
+        assert!(f.first_sent(p(0), false));
+        assert!(!f.first_sent(p(0xFF_FFFF), false));
+    }
 
     static HEADERS: std::sync::LazyLock<RoceHeaders> = std::sync::LazyLock::new(|| RoceHeaders {
         bth: sluice_wire::Bth::new(Opcode::RC_SEND_ONLY, 0x22, Psn::new(0)),
