@@ -1069,7 +1069,17 @@ impl Engine {
         t: &mut Transmit,
         buffer: &mut [u8],
     ) -> Result<(), ()> {
-        if !t.headers.bth.opcode.info().is_some_and(|i| i.has_payload) {
+        let Some(info) = t.headers.bth.opcode.info() else {
+            return Ok(());
+        };
+        // A resent packet's payload was offered to the asynchronous stages when it first
+        // went: each PSN's once, as on the receive side. Offered each time it went again,
+        // every recovery round gave a slow stage a window's more work, and completions
+        // waited for all of it. Every request is recorded, payload or not
+        // (`MessageFlags::first_sent`).
+        let first =
+            self.nic.message_flags[index as usize].first_sent(t.headers.bth.psn, info.operation);
+        if !info.has_payload {
             return Ok(());
         }
         let head = self.qps[index as usize].attrs.service_head as usize;
@@ -1095,17 +1105,6 @@ impl Engine {
         };
         let mut at = head..head + t.payload_len as usize;
         let mut flags = ServiceFlags::NONE;
-        // A resent packet's payload was offered to the asynchronous stages when it first
-        // went: each PSN's once, as on the receive side. Offered each time it went again,
-        // every recovery round gave a slow stage a window's more work, and completions
-        // waited for all of it.
-        let response = t
-            .headers
-            .bth
-            .opcode
-            .info()
-            .is_some_and(|i| i.operation == Operation::RdmaReadResponse);
-        let first = nic.message_flags[index as usize].first_sent(packet.psn, response);
         for service in &mut nic.services[index as usize] {
             packet.len = at.len() as u32;
             if !service.in_line() {

@@ -14,7 +14,7 @@
 //! what goes on the wire must be run by both ends: set it only on a queue pair whose peer
 //! agreed.
 
-use sluice_wire::{Opcode, Psn, RoceHeaders};
+use sluice_wire::{Opcode, Operation, Psn, RoceHeaders};
 
 use crate::QpNum;
 
@@ -100,10 +100,23 @@ impl std::ops::BitOr for ServiceFlags {
 }
 
 impl MessageFlags {
-    /// Whether the packet at `psn` (a READ response if `response`) is sent for the first
-    /// time, and records that it was sent.
-    pub(crate) fn first_sent(&mut self, psn: Psn, response: bool) -> bool {
-        let until = &mut self.sent_until[usize::from(response)];
+    /// Whether the packet `operation` at `psn` that this queue pair sends goes for the
+    /// first time, and records that it went. Requests and READ responses are numbered
+    /// apart (the latter in the peer's PSNs); other packets carry no payload and are
+    /// always first. Every request moves its mark, payload or not: a mark moved by
+    /// payloads alone falls behind over READ requests and atomics, and once more than
+    /// 2^23 PSNs behind it looks ahead of the next WRITE (24-bit serial order), which with
+    /// every one after it would be taken for a resend and never offered to the stages.
+    pub(crate) fn first_sent(&mut self, psn: Psn, operation: Operation) -> bool {
+        let side = match operation {
+            Operation::RdmaReadResponse => 1,
+            Operation::Acknowledge
+            | Operation::AtomicAcknowledge
+            | Operation::Cnp
+            | Operation::CcControl => return true,
+            _ => 0,
+        };
+        let until = &mut self.sent_until[side];
         if until.is_some_and(|u| psn.precedes(u)) {
             return false;
         }
@@ -422,21 +435,45 @@ mod tests {
 
     #[test]
     fn a_sent_psn_is_first_sent_once_per_side() {
+        let (write, response) = (Operation::RdmaWrite, Operation::RdmaReadResponse);
         let mut f = MessageFlags::default();
         let p = Psn::new;
-        assert!(f.first_sent(p(10), false));
-        assert!(f.first_sent(p(11), false));
-        assert!(!f.first_sent(p(10), false), "resent");
-        assert!(!f.first_sent(p(11), false), "resent");
+        assert!(f.first_sent(p(10), write));
+        assert!(f.first_sent(p(11), write));
+        assert!(!f.first_sent(p(10), write), "resent");
+        assert!(!f.first_sent(p(11), write), "resent");
         // READ responses are numbered apart (the peer's requests' PSNs).
-        assert!(f.first_sent(p(5), true));
-        assert!(!f.first_sent(p(5), true));
-        assert!(f.first_sent(p(12), false));
+        assert!(f.first_sent(p(5), response));
+        assert!(!f.first_sent(p(5), response));
+        assert!(f.first_sent(p(12), write));
         // Across the 24-bit wrap.
         let mut f = MessageFlags::default();
-        assert!(f.first_sent(p(0xFF_FFFF), false));
-        assert!(f.first_sent(p(0), false));
-        assert!(!f.first_sent(p(0xFF_FFFF), false));
+        assert!(f.first_sent(p(0xFF_FFFF), write));
+        assert!(f.first_sent(p(0), write));
+        assert!(!f.first_sent(p(0xFF_FFFF), write));
+    }
+
+    #[test]
+    fn requests_without_a_payload_keep_the_mark_up_with_the_psns() {
+        let p = Psn::new;
+        let mut f = MessageFlags::default();
+        assert!(f.first_sent(p(0), Operation::RdmaWrite));
+        // READ requests spanning more than half the PSN space between two WRITEs (long
+        // READs, or many): the WRITE after them is new, and so is the one after it.
+        let mut psn = p(1);
+        for _ in 0..3 {
+            assert!(f.first_sent(psn, Operation::RdmaReadRequest));
+            psn = psn.add(3 << 20);
+        }
+        assert!(f.first_sent(psn, Operation::RdmaWrite), "{psn:?}");
+        assert!(f.first_sent(psn.next(), Operation::RdmaWrite));
+        assert!(!f.first_sent(psn, Operation::RdmaWrite), "resent");
+        // An atomic moves it too; ACKs and CNPs are no request's, and always first.
+        assert!(f.first_sent(psn.add(2), Operation::FetchAdd));
+        assert!(!f.first_sent(psn.next(), Operation::RdmaWrite), "resent");
+        assert!(f.first_sent(p(7), Operation::Acknowledge));
+        assert!(f.first_sent(p(7), Operation::Cnp));
+        assert!(f.first_sent(psn.add(3), Operation::RdmaWrite));
     }
 
     static HEADERS: std::sync::LazyLock<RoceHeaders> = std::sync::LazyLock::new(|| RoceHeaders {
