@@ -297,11 +297,10 @@ fn rtt_probe_moves_a_queue_pair_off_a_link_that_fails_mid_run() {
     if !can_run() {
         return;
     }
-    // Two full-suite runs once ended in RetryExceeded here (8 timeouts, the same window
-    // resent each time): every probed port had left from a socket on the failed link, so
-    // there was no path to move to. Drawn freely, the 8 probed ports fell on 6 of the 8
-    // source sockets, all on one link about 1 run in 32; now they differ mod 8 (`RttProbe`),
-    // each has a socket of its own, and the check before the drop below is exact.
+    // The 8 probed ports differ mod 8 (`RttProbe`), so each leaves from a source socket of
+    // its own: unless all 8 sockets hash onto one link, some probed path avoids the link
+    // that fails, and the check before the drop below is exact. (Ports sharing sockets
+    // could all sit on the failed link: RetryExceeded, docs/control.md.)
     let setup = Setup::up();
     let args = [
         "--source-sockets",

@@ -338,12 +338,12 @@ fn a_late_copy_of_a_finished_flows_packet_is_not_taken_for_the_next_flows() {
     // and a path 17 us long, with the per-QP bitmap (IRN): a gap is NAK'd and the packet
     // resent over whichever path, so a flow often completes while the first copy of one of
     // its packets is still on the long path. A flow's queue pairs are destroyed when it
-    // completes and the next flow's take the same numbers; with the same initial PSNs the
-    // late copy was taken for the new flow's packet of that PSN (a WRITE's first packet,
-    // then its middles placed at the old flow's address), and the flow failed with an
-    // invalid-request NAK where the two flows' sizes differ (where they do not, its data
-    // went to the wrong place unseen). Connections now start at random PSNs, as RoCE peers
-    // do.
+    // completes and the next flow's take the same numbers. Were the initial PSNs the same
+    // for every connection, the late copy would be taken for the new flow's packet of that
+    // PSN (a WRITE's first packet, then its middles placed at the old flow's address), and
+    // the flow would fail with an invalid-request NAK where the two flows' sizes differ
+    // (where they do not, its data would go to the wrong place unseen). Connections start
+    // at random PSNs, as RoCE peers do.
     let dir = std::env::temp_dir().join(format!("sluice-stale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let flows: String = (0..60)

@@ -325,8 +325,9 @@ struct ProbeState {
 }
 
 /// SCR's multipath selection (A.7): each queue pair's own port and `paths - 1` others drawn
-/// at random (no two alike mod `paths`) are probed every `interval`; its packets take the live path of lowest smoothed
-/// RTT, and a probe unanswered for `timeout` marks its path dead until a reply comes back.
+/// at random (no two alike mod `paths`) are probed every `interval`; its packets take the
+/// live path of lowest smoothed RTT, and a probe unanswered for `timeout` marks its path
+/// dead until a reply comes back.
 /// With every path dead, they take the one a reply (late or not) came from last.
 /// Probing finds a better path before the data suffers, where PLB waits for congestion.
 ///
@@ -435,10 +436,10 @@ impl PathSelector for RttProbe {
             // Its own port, and others drawn from the rest of the range, each from a residue
             // mod `paths` not yet taken: over sluice-net's source sockets (a port leaves from
             // socket `port mod n`) with `n` a multiple of `paths`, every probed path then
-            // has a socket, so a route of its own, to itself. Drawn freely, 8 ports fell on
-            // about 5 of 8 sockets: the rest measured a path already probed, and on two
-            // links all of them shared the failed one 1 time in 32 (the multipath test's
-            // flake). Once per queue pair, not per packet.
+            // has a socket, so a route of its own, to itself. Ports drawn freely share
+            // sockets (8 of them take about 5 of 8): a probe then measures a path already
+            // probed, and over two links every probed path can sit on the one that fails.
+            // Once per queue pair, not per packet.
             let paths = usize::from(self.paths);
             let own = port_at(packet.qpn, 0);
             let mut taken = vec![false; paths];
