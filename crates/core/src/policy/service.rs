@@ -191,7 +191,9 @@ pub struct Returned {
     pub psn: Psn,
     /// Its opcode.
     pub opcode: Opcode,
-    /// Which way it went.
+    /// Which way it went, as offered ([`Direction::Receive`] for READ data landed): the
+    /// engine gives back receive credit for a received payload only, so a wrong direction
+    /// leaks credit or frees credit still held.
     pub direction: Direction,
     /// The payload's length as offered.
     pub len: u32,
