@@ -588,7 +588,33 @@ impl Qp {
                 atomic_original: None,
             },
         );
+        if self.services {
+            self.read_responses_from(nic, bth.psn);
+        }
         Ok(())
+    }
+
+    /// A new READ at `psn` was taken (requests execute in PSN order). With no other READ's
+    /// responses queued, every response sent before it is before `psn` and will go again
+    /// only as a replay, so the mark its stages' resends are told by moves to `psn`
+    /// ([`crate::policy::MessageFlags::read_responses_from`]): moved by responses alone,
+    /// it falls behind over the peer's other requests (WRITEs, SENDs), and once 2^23 PSNs
+    /// behind it looks ahead of the next READ's responses, which would then be taken for
+    /// resends and never offered to the stages.
+    #[cold]
+    #[inline(never)]
+    fn read_responses_from(&self, nic: &mut Nic, psn: Psn) {
+        let reads = self
+            .resp
+            .responses
+            .iter()
+            .filter(|r| matches!(r, Response::Read { .. }))
+            .count();
+        if reads == 1
+            && let Some(f) = nic.message_flags.get_mut(self.index() as usize)
+        {
+            f.read_responses_from(psn);
+        }
     }
 
     /// An atomic: checked, carried out once on the 8 bytes it names, its original value

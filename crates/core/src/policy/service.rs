@@ -123,6 +123,13 @@ impl MessageFlags {
         *until = Some(psn.next());
         true
     }
+
+    /// READ responses from `psn` on are new: the responder took a new READ there with no
+    /// other READ's responses owed, so every response before it already went (and goes
+    /// again only as a replay for a duplicate request).
+    pub(crate) fn read_responses_from(&mut self, psn: Psn) {
+        self.sent_until[1] = Some(psn);
+    }
 }
 
 impl std::ops::BitOrAssign for ServiceFlags {
@@ -453,6 +460,23 @@ mod tests {
         assert!(f.first_sent(p(0xFF_FFFF), write));
         assert!(f.first_sent(p(0), write));
         assert!(!f.first_sent(p(0xFF_FFFF), write));
+    }
+
+    #[test]
+    fn a_new_read_moves_the_responses_mark_past_the_peers_other_requests() {
+        let (p, response) = (Psn::new, Operation::RdmaReadResponse);
+        let mut f = MessageFlags::default();
+        assert!(f.first_sent(p(5), response));
+        // The peer's WRITEs take 9 Mi PSNs before its next READ: by responses alone, that
+        // READ's look resent (24-bit serial order).
+        let next = p(6).add(9 << 20);
+        let mut stale = f.clone();
+        assert!(!stale.first_sent(next, response));
+        // Taken as a new READ, its responses are new; a replay of them is not.
+        f.read_responses_from(next);
+        assert!(f.first_sent(next, response));
+        assert!(f.first_sent(next.next(), response));
+        assert!(!f.first_sent(next, response), "replayed");
     }
 
     #[test]
