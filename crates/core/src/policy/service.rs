@@ -297,8 +297,9 @@ pub trait Service: std::fmt::Debug {
     /// that is also [`Service::deferred`], dropped and counted as a deferred stage's is.
     /// Sent payloads take no credit (the credit bounds what the receive side holds, and
     /// one taken by a sent payload is room a received one is dropped for): they are
-    /// bounded by the stage's own room ([`Service::offer`] says `false`), and a resent
-    /// packet is offered again. A completion whose packets are still out with the stage
+    /// bounded by the stage's own room ([`Service::offer`] says `false`: counted
+    /// uninspected), and each is offered when it first goes, not when it is resent. A
+    /// completion whose packets are still out with the stage
     /// waits for them (so its flags are known).
     fn asynchronous(&self) -> bool {
         false
