@@ -316,6 +316,11 @@ fn left_fig45_runs_every_configuration_and_left_retransmits_no_more_than_irn() {
         // The fourth: web search with every host's flows to its counterpart a group on,
         // its five configurations over hop-count routes.
         ("web search to the next group, load 0.5, 60 us", 5),
+        // The fifth, HPL-like: its five configurations over hop-count routes.
+        (
+            "HPL-like, 4 x 8 grid, 16 KB panels and swaps, 2 iterations",
+            5,
+        ),
     ] {
         assert_eq!(
             out.lines().filter(|l| l.starts_with(rows)).count(),

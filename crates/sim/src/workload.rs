@@ -294,7 +294,7 @@ fn parse_number(text: &str, field: &str) -> Result<f64, String> {
 
 /// A scenario's `[workload]` table: which flows to simulate. The `kind` key selects the
 /// variant (`poisson`, `incast`, `permutation`, `shift`, `all-to-all`, `all-reduce`,
-/// `file`, `none`). A scenario without the table has no flows (its `[[app]]`s are the traffic).
+/// `hpl`, `file`, `none`). A scenario without the table has no flows (its `[[app]]`s are the traffic).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum WorkloadSpec {
@@ -364,6 +364,29 @@ pub enum WorkloadSpec {
         #[serde(default)]
         participants: Option<u32>,
     },
+    /// An HPL-like (High-Performance Linpack) pattern on a `p` x `q` process grid, for
+    /// `iterations` panel steps. Process (r, c) is rank r x q + c (row-major), placed like a
+    /// collective's participants (rank k on host k x hosts / (p x q)), so that on a dragonfly
+    /// with p x q = hosts and q = a group's hosts each process row is a group and each
+    /// column spans every group. In iteration k every row broadcasts a `panel_bytes` panel
+    /// from column k mod q around the row as a ring (q - 1 hops, each starting when the
+    /// previous one has arrived), and every column then does a row swap as a ring all-gather
+    /// (HPL's spread-roll: p - 1 steps in which every process sends `swap_bytes` / p, rounded
+    /// up, to the next row, once the panel, then the previous step's chunk, has arrived).
+    /// A row's broadcast of iteration k + 1 starts when its broadcast of iteration k has
+    /// reached the whole row (the swaps overlap the next panel, as HPL's look-ahead does).
+    Hpl {
+        /// Process rows (>= 1; p x q in 2 ..= hosts).
+        p: u32,
+        /// Process columns (>= 1; p x q in 2 ..= hosts).
+        q: u32,
+        /// Bytes of each panel broadcast hop (> 0; unused when q = 1).
+        panel_bytes: u64,
+        /// Bytes each process exchanges in a row swap (> 0; unused when p = 1).
+        swap_bytes: u64,
+        /// Panel steps (>= 1).
+        iterations: u32,
+    },
     /// Flows listed in a file: one per line `src dst bytes start_ns`, whitespace or comma
     /// separated, `#` comments and blank lines ignored.
     File {
@@ -385,6 +408,7 @@ impl WorkloadSpec {
             WorkloadSpec::Shift { .. } => "shift",
             WorkloadSpec::AllToAll { .. } => "all-to-all",
             WorkloadSpec::AllReduce { .. } => "all-reduce",
+            WorkloadSpec::Hpl { .. } => "hpl",
             WorkloadSpec::File { .. } => "file",
             WorkloadSpec::None => "none",
         }
@@ -447,6 +471,22 @@ impl WorkloadSpec {
                 bytes,
                 participants: n,
             } => all_reduce(bytes, &participants(kind, n, hosts)?),
+            WorkloadSpec::Hpl {
+                p,
+                q,
+                panel_bytes,
+                swap_bytes,
+                iterations,
+            } => hpl(
+                Hpl {
+                    p,
+                    q,
+                    panel_bytes,
+                    swap_bytes,
+                    iterations,
+                },
+                hosts,
+            ),
             WorkloadSpec::File { ref path } => from_file(&base_dir.join(path), hosts),
             WorkloadSpec::None => Ok(Vec::new()),
         }
@@ -743,6 +783,110 @@ fn all_reduce(bytes: u64, ranks: &[NodeId]) -> Result<Vec<Flow>, WorkloadError> 
                 after,
                 ..flow(id, src, dst, chunk, 0)
             });
+        }
+    }
+    Ok(flows)
+}
+
+/// An HPL workload's fields ([`WorkloadSpec::Hpl`]).
+struct Hpl {
+    p: u32,
+    q: u32,
+    panel_bytes: u64,
+    swap_bytes: u64,
+    iterations: u32,
+}
+
+fn hpl(spec: Hpl, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
+    const KIND: &str = "hpl";
+    let Hpl {
+        p,
+        q,
+        panel_bytes,
+        swap_bytes,
+        iterations,
+    } = spec;
+    for (field, value) in [("p", p), ("q", q), ("iterations", iterations)] {
+        if value == 0 {
+            return Err(invalid(KIND, field, "must be at least 1, found 0".into()));
+        }
+    }
+    for (field, bytes) in [("panel_bytes", panel_bytes), ("swap_bytes", swap_bytes)] {
+        if !(1..=MAX_FLOW_BYTES).contains(&bytes) {
+            return Err(invalid(
+                KIND,
+                field,
+                format!("must be 1 ..= {MAX_FLOW_BYTES}, found {bytes}"),
+            ));
+        }
+    }
+    let (p, q) = (u64::from(p), u64::from(q));
+    let n = p * q;
+    if !(2..=u64::from(hosts)).contains(&n) {
+        return Err(invalid(
+            KIND,
+            "p",
+            format!(
+                "x `q` (the grid's processes) must be 2 ..= {hosts} (the topology's hosts), found {p} x {q} = {n}"
+            ),
+        ));
+    }
+    let per_iteration = p * (q - 1) + q * p * (p - 1);
+    check_count(
+        KIND,
+        per_iteration * u64::from(iterations),
+        "use fewer iterations or a smaller grid",
+    )?;
+    let ranks = participants(KIND, Some(n as u32), hosts)?;
+    let host = |r: u64, c: u64| ranks[(r * q + c) as usize];
+    let chunk = swap_bytes.div_ceil(p);
+    let mut flows = Vec::with_capacity((per_iteration * u64::from(iterations)) as usize);
+    // last_hop[r]: the flow that completed row r's previous broadcast (None before the
+    // first); arrival[c]: the flow that brought this iteration's panel to column c of the
+    // row being built (None at the root: it has the panel when its broadcast starts).
+    let mut last_hop: Vec<Option<u32>> = vec![None; p as usize];
+    let mut arrival: Vec<Vec<Option<u32>>> = vec![vec![None; q as usize]; p as usize];
+    for k in 0..u64::from(iterations) {
+        let root = k % q;
+        // Panel broadcasts: hop j of row r goes from column root + j to root + j + 1, after
+        // hop j - 1 (or, for the first hop, after the row's previous broadcast).
+        for r in 0..p {
+            let row = r as usize;
+            arrival[row][root as usize] = last_hop[row];
+            let mut prev = last_hop[row];
+            for j in 0..q - 1 {
+                let (from, to) = ((root + j) % q, (root + j + 1) % q);
+                let id = flows.len();
+                flows.push(Flow {
+                    after: prev,
+                    ..flow(id, host(r, from), host(r, to), panel_bytes, 0)
+                });
+                prev = Some(id as u32);
+                arrival[row][to as usize] = prev;
+            }
+            last_hop[row] = prev;
+        }
+        // Row swaps: in step s, process (r, c) sends a chunk to (r + 1, c), after the panel
+        // reached it (s = 0) or after (r - 1, c)'s step s - 1 reached it.
+        if p > 1 {
+            let first = flows.len() as u64;
+            for s in 0..p - 1 {
+                for c in 0..q {
+                    for r in 0..p {
+                        let id = flows.len();
+                        let after = if s == 0 {
+                            arrival[r as usize][c as usize]
+                        } else {
+                            let prev_row = (r + p - 1) % p;
+                            Some((first + ((s - 1) * q + c) * p + prev_row) as u32)
+                        };
+                        flows.push(Flow {
+                            after,
+                            ..flow(id, host(r, c), host((r + 1) % p, c), chunk, 0)
+                        });
+                    }
+                }
+            }
         }
     }
     Ok(flows)
@@ -1419,6 +1563,133 @@ mod tests {
         }
     }
 
+    fn hpl_spec(p: u32, q: u32, iterations: u32) -> WorkloadSpec {
+        WorkloadSpec::Hpl {
+            p,
+            q,
+            panel_bytes: 1000,
+            swap_bytes: 90,
+            iterations,
+        }
+    }
+
+    #[test]
+    fn hpl_broadcasts_panels_along_rows_and_swaps_along_columns() {
+        // 3 x 4 grid on 12 hosts: process (r, c) is host 4r + c.
+        let (p, q) = (3u32, 4u32);
+        let flows = gen_flows(&hpl_spec(p, q, 2), 12, 0);
+        let per_iteration = (p * (q - 1) + q * p * (p - 1)) as usize;
+        assert_eq!(flows.len(), 2 * per_iteration);
+        for (i, f) in flows.iter().enumerate() {
+            assert_eq!(f.id as usize, i);
+            assert_eq!(f.start_ns, 0);
+            if let Some(a) = f.after {
+                assert!(a < f.id, "flow {i} waits for a later flow {a}");
+            }
+        }
+        let broadcasts = (p * (q - 1)) as usize;
+        for (k, it) in flows.chunks(per_iteration).enumerate() {
+            let root = k as u32 % q;
+            // Panels: each row's ring starts at column k mod q and visits the row in order.
+            for r in 0..p {
+                let hops = &it[(r * (q - 1)) as usize..((r + 1) * (q - 1)) as usize];
+                for (j, f) in hops.iter().enumerate() {
+                    let j = j as u32;
+                    assert_eq!(f.bytes, 1000);
+                    assert_eq!(f.src, 4 * r + (root + j) % q);
+                    assert_eq!(f.dst, 4 * r + (root + j + 1) % q);
+                    if j > 0 {
+                        assert_eq!(f.after, Some(hops[j as usize - 1].id));
+                    }
+                }
+                // The first hop waits for the row's previous broadcast to finish.
+                let first = hops[0];
+                match k {
+                    0 => assert_eq!(first.after, None),
+                    _ => assert_eq!(
+                        first.after,
+                        Some(flows[(r * (q - 1) + q - 2) as usize].id),
+                        "row {r}"
+                    ),
+                }
+            }
+            // Swaps: down each column, 90 / 3 = 30 bytes per step, p - 1 steps.
+            let swaps = &it[broadcasts..];
+            assert_eq!(swaps.len(), (q * p * (p - 1)) as usize);
+            for f in swaps {
+                assert_eq!(f.bytes, 30);
+                assert_eq!(f.src % 4, f.dst % 4, "a swap stays in its column");
+                assert_eq!(f.dst / 4, (f.src / 4 + 1) % p);
+            }
+            // First swap step: after the panel reached the process (none at the root of
+            // iteration 0).
+            for f in &swaps[..(q * p) as usize] {
+                let c = f.src % 4;
+                if c == root {
+                    // The root had the panel when its broadcast started: it waits for what
+                    // the broadcast waited for.
+                    let r = f.src / 4;
+                    assert_eq!(f.after, it[(r * (q - 1)) as usize].after);
+                } else {
+                    let a = flows[f.after.unwrap() as usize];
+                    assert_eq!((a.bytes, a.dst), (1000, f.src));
+                }
+            }
+            for f in &swaps[(q * p) as usize..] {
+                let a = flows[f.after.unwrap() as usize];
+                assert_eq!((a.bytes, a.dst), (30, f.src));
+            }
+        }
+        // A single row has no swaps; a single column no broadcasts.
+        assert_eq!(gen_flows(&hpl_spec(1, 4, 3), 4, 0).len(), 9);
+        assert_eq!(gen_flows(&hpl_spec(4, 1, 2), 4, 0).len(), 2 * 4 * 3);
+        // A grid smaller than the fabric spreads over it: 2 x 2 on 8 hosts is 0, 2, 4, 6.
+        let small = gen_flows(&hpl_spec(2, 2, 1), 8, 0);
+        assert_eq!((small[0].src, small[0].dst), (0, 2));
+        assert_eq!((small[1].src, small[1].dst), (4, 6));
+    }
+
+    #[test]
+    fn hpl_rejects_bad_fields_naming_them() {
+        let err = |spec: WorkloadSpec, hosts: u32| {
+            spec.generate(hosts, BPS, 0, Path::new("."))
+                .unwrap_err()
+                .to_string()
+        };
+        for (spec, field) in [
+            (hpl_spec(0, 4, 1), "`p` must be at least 1"),
+            (hpl_spec(2, 0, 1), "`q` must be at least 1"),
+            (hpl_spec(2, 2, 0), "`iterations` must be at least 1"),
+            (
+                WorkloadSpec::Hpl {
+                    p: 2,
+                    q: 2,
+                    panel_bytes: 0,
+                    swap_bytes: 90,
+                    iterations: 1,
+                },
+                "`panel_bytes` must be 1 ..=",
+            ),
+            (
+                WorkloadSpec::Hpl {
+                    p: 2,
+                    q: 2,
+                    swap_bytes: 0,
+                    panel_bytes: 1000,
+                    iterations: 1,
+                },
+                "`swap_bytes` must be 1 ..=",
+            ),
+            (hpl_spec(3, 3, 1), "the topology's hosts), found 3 x 3 = 9"),
+            (hpl_spec(1, 1, 1), "found 1 x 1 = 1"),
+        ] {
+            let e = err(spec, 8);
+            assert!(e.contains(field), "{e}");
+        }
+        let e = err(hpl_spec(100, 100, 10_000), 10_000);
+        assert!(e.contains("use fewer iterations or a smaller grid"), "{e}");
+    }
+
     #[test]
     fn incast_senders_skip_the_receiver() {
         let spec = WorkloadSpec::Incast {
@@ -1596,6 +1867,20 @@ mod tests {
             }
         ));
         assert_eq!(spec.name(), "all-reduce");
+        let spec = parse(
+            "kind = \"hpl\"\np = 2\nq = 3\npanel_bytes = 10\nswap_bytes = 20\niterations = 4",
+        );
+        assert!(matches!(
+            spec,
+            WorkloadSpec::Hpl {
+                p: 2,
+                q: 3,
+                panel_bytes: 10,
+                swap_bytes: 20,
+                iterations: 4
+            }
+        ));
+        assert_eq!(spec.name(), "hpl");
         let spec = parse("kind = \"file\"\npath = \"flows.txt\"");
         assert!(matches!(spec, WorkloadSpec::File { ref path } if path == "flows.txt"));
         assert_eq!(spec.name(), "file");

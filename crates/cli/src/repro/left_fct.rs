@@ -4,7 +4,8 @@
 //! is not public: a collective (all-to-all) and web search stand in for it, and a group-to-
 //! group shift loads the global links (the pattern of LEFT's Fig 1, at full scale), and
 //! web search with every host's flows sent to its counterpart in the next group loads them
-//! with web search's sizes and arrivals. The shift runs again over Valiant paths, and web
+//! with web search's sizes and arrivals; an HPL-like pattern (the `hpl` workload: panel
+//! broadcasts around process rows, ring row swaps down columns) is the fifth. The shift runs again over Valiant paths, and web
 //! search and the shift over the dragonfly's minimal routes alone (only the global links
 //! joining two groups; the main rows' hop-count shortest paths also cross third groups).
 
@@ -82,6 +83,9 @@ const MINIMAL_CONFIGS: [usize; 3] = [PER_FLOW, PACKET_IRN, PACKET_LEFT];
 const WEB_SEARCH: usize = 1;
 const GROUP_SHIFT: usize = 2;
 const WEB_SEARCH_TO_NEXT_GROUP: usize = 3;
+/// The HPL-like pattern (the `hpl` workload): panel broadcasts around each process row, ring
+/// row swaps down each column, on a grid whose rows are groups and columns span them all.
+const HPL: usize = 4;
 /// Web search and the group shift. Not the all-to-all, which is bound by its receivers'
 /// links, so its routes cannot matter (measured at 40 x 13 x 2, docs/repro.md); nor web
 /// search to the next group, which would offer the 2 global links joining two groups 13
@@ -255,6 +259,12 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\nduration_us = 60\nby = 8"
                         .into(),
                 },
+                Workload {
+                    label: "HPL-like, 4 x 8 grid, 16 KB panels and swaps, 2 iterations",
+                    // A process row per group (its 8 hosts), a column across the 4 groups.
+                    table: "kind = \"hpl\"\np = 4\nq = 8\npanel_bytes = 16384\nswap_bytes = 16384\niterations = 2"
+                        .into(),
+                },
             ],
             2_000.0,
             2,
@@ -285,6 +295,13 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                     // Web search's sizes and arrivals, each host's flows to its counterpart
                     // a group on: the group pairs' global links carry all of it.
                     table: "kind = \"poisson\"\ncdf = \"websearch\"\nload = 0.5\nduration_us = 50\nby = 52"
+                        .into(),
+                },
+                Workload {
+                    label: "HPL-like, 80 x 52 grid, 64 KB panels and swaps, 4 iterations",
+                    // A process row per group (its 52 hosts), a column across the 80 groups:
+                    // each swap step crosses the global links from a group to the next.
+                    table: "kind = \"hpl\"\np = 80\nq = 52\npanel_bytes = 65536\nswap_bytes = 65536\niterations = 4"
                         .into(),
                 },
             ],
@@ -352,6 +369,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
     let mut retransmitted = vec![[0u64; CONFIGS.len()]; workloads.len()];
     let mut avg_bars: Vec<Series> = Vec::new();
     let mut next_group_bars: Vec<Series> = Vec::new();
+    let mut hpl_bars: Vec<Series> = Vec::new();
     for (i, w) in workloads.iter().enumerate() {
         let mut points = Vec::new();
         for k in 0..CONFIGS.len() {
@@ -383,6 +401,8 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         // chart of its own.
         if i == WEB_SEARCH_TO_NEXT_GROUP {
             next_group_bars.extend(bars);
+        } else if i == HPL {
+            hpl_bars.extend(bars);
         } else {
             avg_bars.extend(bars);
         }
@@ -659,7 +679,13 @@ fn fig45(scale: Scale) -> Result<Report, String> {
          pattern with web search's sizes and Poisson arrivals (every flow of a host goes to \
          its counterpart in the next group), so that flows of every size arrive at any time \
          onto loaded global links; whether HPL's broadcasts load a group pair's links so is \
-         not known. Fabric: \
+         not known. A fifth is HPL-like (the `hpl` workload, not a trace): a process grid \
+         with a row per group and a column across every group; per iteration each row \
+         passes a panel around itself as a ring from column k mod Q, each hop after the \
+         previous one's arrival, and each column does a ring row swap (P - 1 steps of the \
+         swap's 1/P per process, each group to the next); a row's next panel starts once its \
+         panel has reached the whole row. Its flows are chained, so few are in flight at \
+         once. Fabric: \
          a dragonfly of {} groups of {} routers, 2 hosts a router, 2 global links between \
          every pair of groups, all links 200 Gbit/s and 1 us, MTU 1 KB, lossless (PFC), DCQCN \
          (ECN marking from 100 to 400 KB queued, as the HPCC paper's DCQCN). Not HPCC, which \
@@ -700,6 +726,20 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             x_log: false,
             y_log: false,
             series: next_group_bars,
+        },
+    ));
+    report.plots.push((
+        "left-fig45-hpl".into(),
+        Chart {
+            title: format!(
+                "LEFT Figs 4-5: {} (0 per-flow, 1-2 per-packet IRN/LEFT, 3-4 per-flowlet IRN/LEFT)",
+                workloads[HPL].label
+            ),
+            x_label: "configuration".into(),
+            y_label: "FCT / per-flow ECMP's".into(),
+            x_log: false,
+            y_log: false,
+            series: hpl_bars,
         },
     ));
     report.plots.push((
