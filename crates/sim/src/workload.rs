@@ -574,16 +574,7 @@ fn poisson(
         ));
     }
     if let Some(by) = by {
-        if !(1..hosts).contains(&by) {
-            return Err(invalid(
-                KIND,
-                "by",
-                format!(
-                    "must be 1 ..= {} (the topology's hosts less one), found {by}",
-                    hosts - 1
-                ),
-            ));
-        }
+        check_by(KIND, by, hosts)?;
     }
     if host_link_bps == 0 {
         return Err(invalid(
@@ -706,20 +697,26 @@ fn permutation(bytes: u64, hosts: u32, rng: &mut Rng) -> Result<Vec<Flow>, Workl
         .collect())
 }
 
+/// A destination `by` host ids on (a shift's, or a Poisson workload's `by`): 1 ..= hosts - 1.
+fn check_by(kind: &'static str, by: u32, hosts: u32) -> Result<(), WorkloadError> {
+    if (1..hosts).contains(&by) {
+        return Ok(());
+    }
+    Err(invalid(
+        kind,
+        "by",
+        format!(
+            "must be 1 ..= {} (the topology's hosts less one), found {by}",
+            hosts - 1
+        ),
+    ))
+}
+
 fn shift(bytes: u64, by: u32, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
     const KIND: &str = "shift";
     check_bytes(KIND, bytes)?;
     check_count(KIND, u64::from(hosts), "use fewer hosts")?;
-    if !(1..hosts).contains(&by) {
-        return Err(invalid(
-            KIND,
-            "by",
-            format!(
-                "must be 1 ..= {} (the topology's hosts less one), found {by}",
-                hosts - 1
-            ),
-        ));
-    }
+    check_by(KIND, by, hosts)?;
     Ok((0..hosts)
         .map(|src| {
             let dst = ((u64::from(src) + u64::from(by)) % u64::from(hosts)) as NodeId;
