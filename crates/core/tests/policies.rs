@@ -258,14 +258,15 @@ impl Service for Frame {
         }
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend_from_slice(&[
             ("sent", self.sent),
             ("received", self.received),
             ("empty", self.empty),
             ("refused", self.refused),
             ("largest", u64::from(self.largest)),
-        ]
+        ]);
     }
 }
 

@@ -272,8 +272,9 @@ impl Service for EncryptService {
         })
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        EncryptService::counters(self)
+    fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+        out.clear();
+        out.extend(EncryptService::counters(self));
     }
 }
 

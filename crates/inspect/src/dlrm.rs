@@ -164,12 +164,6 @@ impl sluice_core::policy::Service for Offload {
         self.bytes += bytes.len() as u64;
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        self.counters_into(&mut out);
-        out
-    }
-
     fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
         out.clear();
         out.extend_from_slice(&[

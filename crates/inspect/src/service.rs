@@ -91,12 +91,6 @@ impl Service for Inspect {
         ServiceFlags::NONE
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        self.counters_into(&mut out);
-        out
-    }
-
     fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
         out.clear();
         out.extend_from_slice(&[

@@ -450,13 +450,11 @@ impl Service for Threaded {
         }
     }
 
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut c = self
-            .slot
-            .counters
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default();
+    fn counters_into(&self, c: &mut Vec<(&'static str, u64)>) {
+        c.clear();
+        if let Ok(published) = self.slot.counters.lock() {
+            c.extend_from_slice(&published);
+        }
         // The local instance's counts (what the ring had no room for) join the worker's.
         if let Some(local) = &self.local {
             for (name, n) in local.counters() {
@@ -471,7 +469,6 @@ impl Service for Threaded {
         if self.on_landing {
             c.push(("landed_on_engine_thread", self.landed_here));
         }
-        c
     }
 }
 
@@ -688,8 +685,9 @@ mod tests {
                 _ => ServiceFlags::NONE,
             }
         }
-        fn counters(&self) -> Vec<(&'static str, u64)> {
-            vec![("seen", self.seen)]
+        fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
+            out.clear();
+            out.push(("seen", self.seen));
         }
         fn on_landing(&self) -> bool {
             true

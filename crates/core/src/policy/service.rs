@@ -351,17 +351,18 @@ pub trait Service: std::fmt::Debug {
         let _ = (qpn, offset, bytes);
     }
 
-    /// Named counters to report (bytes seen, packets flagged...).
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        Vec::new()
-    }
-
-    /// [`Service::counters`] written into `out` (cleared first), for a caller that reads
-    /// them often into one buffer: a stage that overrides it (and makes `counters` call it)
-    /// lets that caller read without allocating once `out` has room.
+    /// Named counters to report (bytes seen, packets flagged...), written into `out`
+    /// (cleared first): the one method a stage implements for them, so that a caller
+    /// reading them often into one buffer allocates nothing once `out` has room.
     fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
         out.clear();
-        out.extend(self.counters());
+    }
+
+    /// [`Service::counters_into`] into a new `Vec`, for a caller that reads them once.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        self.counters_into(&mut out);
+        out
     }
 }
 
@@ -395,12 +396,6 @@ impl Service for ByteCount {
         *packets += 1;
         *bytes += u64::from(packet.len);
         ServiceFlags::NONE
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        self.counters_into(&mut out);
-        out
     }
 
     fn counters_into(&self, out: &mut Vec<(&'static str, u64)>) {
