@@ -161,19 +161,12 @@ fn run(c: Case) -> Result<(), TestCaseError> {
     let mut expect: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
     for (i, &op) in c.ops.iter().enumerate() {
         let (send_op, len, local, remote) = match op {
-            Op::Write(len) => {
+            Op::Write(len) | Op::Read(len) => {
                 let data = pattern(len as usize, i);
-                let op = SendOp::Write {
-                    remote_addr: p.mr[1].addr + at as u64,
-                    rkey: p.mr[1].rkey,
-                };
-                (op, len, data.clone(), data)
-            }
-            Op::Read(len) => {
-                let data = pattern(len as usize, i);
-                let op = SendOp::Read {
-                    remote_addr: p.mr[1].addr + at as u64,
-                    rkey: p.mr[1].rkey,
+                let (remote_addr, rkey) = (p.mr[1].addr + at as u64, p.mr[1].rkey);
+                let op = match op {
+                    Op::Write(_) => SendOp::Write { remote_addr, rkey },
+                    _ => SendOp::Read { remote_addr, rkey },
                 };
                 (op, len, data.clone(), data)
             }

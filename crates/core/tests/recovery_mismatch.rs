@@ -23,9 +23,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use sluice_core::{Connection, QpConfig, Recovery, WcStatus};
+use sluice_core::{Connection, Recovery, WcStatus};
 use sluice_testkit::{Impairments, Pair, World};
-use sluice_wire::Psn;
 
 /// Each WRITE's length: 16 packets of the testkit's MTU of 1,024.
 const MESSAGE: u32 = 16 * 1024;
@@ -72,33 +71,10 @@ struct Run {
 fn mixed_pair(world: &mut World, recovery: [Recovery; 2]) -> Pair {
     let options = common::recovering(false);
     let mut p = Pair::connect(world, &options);
-    let addrs = [world.addrs[0], world.addrs[1]];
-    let qp = [0, 1].map(|h| {
-        world.engines[h]
-            .create_qp(QpConfig {
-                pd: p.pd[h],
-                send_cq: p.send_cq[h],
-                recv_cq: p.recv_cq[h],
-                caps: options.caps,
-            })
-            .unwrap()
+    p.qp = p.another_with(world, &options, |h, c| Connection {
+        recovery: recovery[h],
+        ..c
     });
-    for h in 0..2 {
-        let peer = 1 - h;
-        let c = Connection {
-            timeout: options.timeout,
-            recovery: recovery[h],
-            ..Connection::new(
-                addrs[peer],
-                qp[peer].0,
-                options.mtu,
-                Psn::new(options.sq_psn[peer]),
-                Psn::new(options.sq_psn[h]),
-            )
-        };
-        world.engines[h].connect(qp[h], &c).unwrap();
-    }
-    p.qp = qp;
     p
 }
 

@@ -157,6 +157,17 @@ impl Pair {
     /// Another connected pair of queue pairs on this pair's PDs, CQs and regions (as a
     /// bench with many queue pairs sharing them wants).
     pub fn another(&self, hosts: &mut impl Hosts, o: &PairOptions) -> [QpNum; 2] {
+        self.another_with(hosts, o, |_, c| c)
+    }
+
+    /// [`Pair::another`], each end's connection passed through `adjust` (with the end's
+    /// host index) before it is made: ends that differ (each its own recovery, say).
+    pub fn another_with(
+        &self,
+        hosts: &mut impl Hosts,
+        o: &PairOptions,
+        adjust: impl Fn(usize, Connection) -> Connection,
+    ) -> [QpNum; 2] {
         let addrs = [hosts.addrs()[0], hosts.addrs()[1]];
         let engines = hosts.engines_mut();
         let qp = [0, 1].map(|h| {
@@ -192,7 +203,7 @@ impl Pair {
                     Psn::new(o.sq_psn[h]),
                 )
             };
-            engines[h].connect(qp[h], &c).unwrap();
+            engines[h].connect(qp[h], &adjust(h, c)).unwrap();
         }
         qp
     }
