@@ -194,6 +194,38 @@ fn change(x: f64, base: f64) -> String {
     format!("{:+.1}%", (x / base - 1.0) * 100.0)
 }
 
+/// (avg, p99) FCTs `x` against `base` as fractional changes.
+fn vs(x: (f64, f64), base: (f64, f64)) -> (f64, f64) {
+    (x.0 / base.0 - 1.0, x.1 / base.1 - 1.0)
+}
+
+/// The evidence of a check that (avg, p99) FCTs `left` are below `base`'s.
+fn below(left: (f64, f64), base: (f64, f64)) -> String {
+    format!(
+        "avg {} against {} us ({}), p99 {} against {} us ({})",
+        f(left.0, 1),
+        f(base.0, 1),
+        change(left.0, base.0),
+        f(left.1, 1),
+        f(base.1, 1),
+        change(left.1, base.1)
+    )
+}
+
+/// The number check of `label`'s comparison `name`: its (avg, p99) change `got` within 10
+/// points of the paper's `want` in both.
+fn paper_check(label: &str, name: &str, got: (f64, f64), want: (f64, f64)) -> Check {
+    Check::number(
+        &format!(
+            "{label}: {name} {}% avg / {}% p99 (paper, within 10 points)",
+            f(want.0 * 100.0, 1),
+            f(want.1 * 100.0, 1)
+        ),
+        (got.0 - want.0).abs() <= 0.1 && (got.1 - want.1).abs() <= 0.1,
+        format!("{}% / {}%", f(got.0 * 100.0, 1), f(got.1 * 100.0, 1)),
+    )
+}
+
 /// One row of the table: workload `label`, configuration `k`'s `run` with its (avg, p99,
 /// completed) FCTs, compared with `base` (avg, p99).
 fn table_row(
@@ -536,50 +568,27 @@ fn fig45(scale: Scale) -> Result<Report, String> {
                 w.label
             ),
             left.0 < base.0 && left.1 < base.1,
-            format!(
-                "avg {} against {} us ({}), p99 {} against {} us ({})",
-                f(left.0, 1),
-                f(base.0, 1),
-                change(left.0, base.0),
-                f(left.1, 1),
-                f(base.1, 1),
-                change(left.1, base.1)
-            ),
+            below(left, base),
         ));
-        let near = |got: f64, want: f64| (got - want).abs() <= 0.1;
-        let vs = |k: usize, b: usize| {
-            (
-                stats[i][k].0 / stats[i][b].0 - 1.0,
-                stats[i][k].1 / stats[i][b].1 - 1.0,
-            )
-        };
+        let s = &stats[i];
         for (name, got, want) in [
             (
                 "per-packet LEFT against per-flow",
-                vs(PACKET_LEFT, PER_FLOW),
+                vs(s[PACKET_LEFT], s[PER_FLOW]),
                 PAPER_LEFT_VS_FLOW,
             ),
             (
                 "LEFT against IRN per packet",
-                vs(PACKET_LEFT, PACKET_IRN),
+                vs(s[PACKET_LEFT], s[PACKET_IRN]),
                 PAPER_LEFT_VS_IRN_PACKET,
             ),
             (
                 "LEFT against IRN per flowlet",
-                vs(FLOWLET_LEFT, FLOWLET_IRN),
+                vs(s[FLOWLET_LEFT], s[FLOWLET_IRN]),
                 PAPER_LEFT_VS_IRN_FLOWLET,
             ),
         ] {
-            report.checks.push(Check::number(
-                &format!(
-                    "{}: {name} {}% avg / {}% p99 (paper, within 10 points)",
-                    w.label,
-                    f(want.0 * 100.0, 1),
-                    f(want.1 * 100.0, 1)
-                ),
-                near(got.0, want.0) && near(got.1, want.1),
-                format!("{}% / {}%", f(got.0 * 100.0, 1), f(got.1 * 100.0, 1)),
-            ));
+            report.checks.push(paper_check(w.label, name, got, want));
         }
     }
     let (left, base, minimal) = (
@@ -587,7 +596,7 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         valiant[PER_FLOW],
         stats[shift][PER_FLOW],
     );
-    let got = (left.0 / base.0 - 1.0, left.1 / base.1 - 1.0);
+    let got = vs(left, base);
     report.checks.push(Check::number(
         &format!(
             "{label}: per-packet LEFT against per-flow ECMP, both over them, {}% avg / {}% p99 (paper, within 10 points; the paper names no routing)",
@@ -613,13 +622,8 @@ fn fig45(scale: Scale) -> Result<Report, String> {
             ),
             left.0 < base.0 && left.1 < base.1,
             format!(
-                "avg {} against {} us ({}), p99 {} against {} us ({}); per-flow ECMP over hop-count routes {} / {} us",
-                f(left.0, 1),
-                f(base.0, 1),
-                change(left.0, base.0),
-                f(left.1, 1),
-                f(base.1, 1),
-                change(left.1, base.1),
+                "{}; per-flow ECMP over hop-count routes {} / {} us",
+                below(left, base),
                 f(stats[i][PER_FLOW].0, 1),
                 f(stats[i][PER_FLOW].1, 1)
             ),
@@ -627,24 +631,16 @@ fn fig45(scale: Scale) -> Result<Report, String> {
         for (name, got, want) in [
             (
                 "per-packet LEFT against per-flow",
-                (left.0 / base.0 - 1.0, left.1 / base.1 - 1.0),
+                vs(left, base),
                 PAPER_LEFT_VS_FLOW,
             ),
             (
                 "LEFT against IRN per packet",
-                (left.0 / irn.0 - 1.0, left.1 / irn.1 - 1.0),
+                vs(left, irn),
                 PAPER_LEFT_VS_IRN_PACKET,
             ),
         ] {
-            report.checks.push(Check::number(
-                &format!(
-                    "{label}: {name} {}% avg / {}% p99 (paper, within 10 points)",
-                    f(want.0 * 100.0, 1),
-                    f(want.1 * 100.0, 1)
-                ),
-                (got.0 - want.0).abs() <= 0.1 && (got.1 - want.1).abs() <= 0.1,
-                format!("{}% / {}%", f(got.0 * 100.0, 1), f(got.1 * 100.0, 1)),
-            ));
+            report.checks.push(paper_check(&label, name, got, want));
         }
     }
     report.notes.push(
