@@ -502,10 +502,19 @@ fn invalid(kind: &'static str, field: &'static str, message: String) -> Workload
 }
 
 fn check_bytes(kind: &'static str, bytes: u64) -> Result<(), WorkloadError> {
+    check_bytes_of(kind, "bytes", bytes)
+}
+
+/// [`check_bytes`] for a field of another name.
+fn check_bytes_of(
+    kind: &'static str,
+    field: &'static str,
+    bytes: u64,
+) -> Result<(), WorkloadError> {
     if !(1..=MAX_FLOW_BYTES).contains(&bytes) {
         return Err(invalid(
             kind,
-            "bytes",
+            field,
             format!("must be 1 ..= {MAX_FLOW_BYTES}, found {bytes}"),
         ));
     }
@@ -808,15 +817,8 @@ fn hpl(spec: Hpl, hosts: u32) -> Result<Vec<Flow>, WorkloadError> {
             return Err(invalid(KIND, field, "must be at least 1, found 0".into()));
         }
     }
-    for (field, bytes) in [("panel_bytes", panel_bytes), ("swap_bytes", swap_bytes)] {
-        if !(1..=MAX_FLOW_BYTES).contains(&bytes) {
-            return Err(invalid(
-                KIND,
-                field,
-                format!("must be 1 ..= {MAX_FLOW_BYTES}, found {bytes}"),
-            ));
-        }
-    }
+    check_bytes_of(KIND, "panel_bytes", panel_bytes)?;
+    check_bytes_of(KIND, "swap_bytes", swap_bytes)?;
     let (p, q) = (u64::from(p), u64::from(q));
     let n = p * q;
     if !(2..=u64::from(hosts)).contains(&n) {
